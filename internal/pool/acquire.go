@@ -1,0 +1,342 @@
+package pool
+
+import (
+	"fmt"
+	"time"
+)
+
+// dueBudget bounds the expired leases and ended cooldowns that one Acquire
+// processes, so that a burst of expiries cannot make one call slow; Tick
+// processes the rest.
+const dueBudget = 64
+
+// maxRounds bounds how many rounds of random candidates Acquire draws when
+// none of the earlier candidates could take a lease.
+const maxRounds = 4
+
+// Acquire leases, for the context, the resource most likely to succeed now
+// among those with free capacity that are not quarantined and carry every
+// label of selector (nil selects all).
+//
+// A resource whose quarantine cooldown has ended is handed out first, as a
+// single probe lease. Otherwise Acquire draws a success probability from the
+// posterior of each candidate (the context's leader board plus a few
+// resources with free capacity drawn at random) and leases the best draw; a
+// resource with no statistics for the context is scored from its aggregate
+// over all contexts, without storing anything for the context.
+//
+// Errors: ErrInvalidArgument for an empty or oversize context, a TTL outside
+// [MinTTL, MaxTTL] or a bad selector; ErrExhausted when no candidate can
+// take a lease or the pool's lease limit (SetMaxLeases) is reached. Acquire does not allocate on success.
+func (p *Pool) Acquire(context string, ttl time.Duration, selector map[string]string) (Lease, error) {
+	if err := validID("context", context); err != nil {
+		return Lease{}, err
+	}
+	if err := validTTL(ttl); err != nil {
+		return Lease{}, err
+	}
+	if len(selector) > 0 {
+		if err := validLabels("labels", selector); err != nil {
+			return Lease{}, err
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.clock.Now().UnixNano()
+	p.processDue(now, dueBudget)
+
+	if p.maxLeases > 0 && len(p.leases) >= p.maxLeases {
+		p.counters.Exhausted++
+		return Lease{}, fmt.Errorf("%w: the tenant's limit of %d outstanding leases is reached", ErrExhausted, p.maxLeases)
+	}
+	ctx, known := p.ctxIDs[context]
+	if !known {
+		ctx = -1
+	}
+	if l, ok := p.acquireProbe(ctx, context, ttl, selector, now); ok {
+		return l, nil
+	}
+	s := picker{best: -1, bestScore: -1}
+	if ctx >= 0 {
+		cs := p.ctxs[ctx]
+		// The board is sorted best first; score the best Leaders that can
+		// take a lease now, so that busy leaders do not crowd out the next
+		// best ones.
+		var b batch
+		for i := 0; i < cs.nlead && b.n < p.cfg.Leaders; i++ {
+			if r := &p.res[cs.leaders[i].res]; r.availPos >= 0 {
+				b.add(cs.leaders[i].res)
+			}
+		}
+		p.score(&s, &b, ctx, now, selector)
+	}
+	if len(selector) > 0 {
+		p.considerSelected(&s, ctx, now, selector)
+	} else {
+		res := &p.explore
+		if ctx >= 0 {
+			res = &p.ctxs[ctx].explore
+		}
+		p.considerExplore(&s, res, ctx, now)
+		if s.best < 0 {
+			p.considerRandom(&s, ctx, now)
+		}
+	}
+	if s.best < 0 {
+		p.counters.Exhausted++
+		return Lease{}, fmt.Errorf("%w for context %q", ErrExhausted, context)
+	}
+	return p.grant(s.best, context, ttl, probeNone, now), nil
+}
+
+// picker keeps the best Thompson draw seen so far.
+type picker struct {
+	best      int32
+	bestScore float64
+}
+
+// maxBatch bounds the candidates scored together: Config.Leaders and
+// Config.Candidates are at most this.
+const maxBatch = 32
+
+// batch is a set of candidate resources scored together.
+type batch struct {
+	idx [maxBatch]int32
+	n   int
+}
+
+func (b *batch) add(idx int32) {
+	b.idx[b.n] = idx
+	b.n++
+}
+
+// score draws from each candidate's posterior and keeps the best draw. It
+// works in passes (resources, then cells, then sampling) so that the cache
+// misses of different candidates overlap instead of queueing one behind the
+// other: at 100,000 resources those misses are most of Acquire's cost.
+func (p *Pool) score(s *picker, b *batch, ctx int32, now int64, selector map[string]string) {
+	var slot [maxBatch]int32
+	var ok [maxBatch]bool
+	for i := 0; i < b.n; i++ {
+		r := &p.res[b.idx[i]]
+		ok[i] = r.live && r.active < r.capacity && r.q.state == qNone
+		slot[i] = -1
+		if ok[i] && ctx >= 0 {
+			slot[i] = p.findCell(r, b.idx[i], ctx)
+		}
+	}
+	if len(selector) > 0 {
+		for i := 0; i < b.n; i++ {
+			ok[i] = ok[i] && matches(p.res[b.idx[i]].labels, selector)
+		}
+	}
+	var alpha, beta [maxBatch]float64
+	for i := 0; i < b.n; i++ {
+		if !ok[i] {
+			continue
+		}
+		if slot[i] >= 0 {
+			c := &p.cellSlab[slot[i]]
+			ok[i] = c.q.state == qNone
+			alpha[i], beta[i] = c.c.at(now, p.hl)
+		} else {
+			alpha[i], beta[i] = prior(p.res[b.idx[i]].agg, now, p.hl, p.cfg.PriorWeight)
+		}
+	}
+	for i := 0; i < b.n; i++ {
+		if !ok[i] {
+			continue
+		}
+		if x := sampleBeta(p.rng, 1+alpha[i], 1+beta[i]); x > s.bestScore {
+			s.best, s.bestScore = b.idx[i], x
+		}
+	}
+}
+
+// considerExplore tops up and rotates the reservoir, then scores it.
+func (p *Pool) considerExplore(s *picker, res *reservoir, ctx int32, now int64) {
+	n := len(p.avail)
+	if n == 0 {
+		return
+	}
+	k := p.cfg.Candidates
+	for res.n < k {
+		res.idx[res.n] = p.avail[p.rng.IntN(n)]
+		res.n++
+	}
+	if p.rng.Uint32()%4 == 0 {
+		res.rot = (res.rot + 1) % k
+		res.idx[res.rot] = p.avail[p.rng.IntN(n)]
+	}
+	var b batch
+	for i := 0; i < k; i++ {
+		b.add(res.idx[i])
+	}
+	p.score(s, &b, ctx, now, nil)
+	// Replace the winner (it is about to be leased) and whatever could not
+	// take a lease, so the reservoir keeps offering live candidates.
+	for i := 0; i < k; i++ {
+		if r := &p.res[res.idx[i]]; res.idx[i] == s.best || !r.live || r.availPos < 0 {
+			res.idx[i] = p.avail[p.rng.IntN(n)]
+		}
+	}
+}
+
+// considerRandom draws candidates from the resources with free capacity. A
+// small set is scanned whole.
+func (p *Pool) considerRandom(s *picker, ctx int32, now int64) {
+	n := len(p.avail)
+	k := p.cfg.Candidates
+	if n <= k*maxRounds {
+		for i := 0; i < n; i += maxBatch {
+			var b batch
+			for j := i; j < n && j < i+maxBatch; j++ {
+				b.add(p.avail[j])
+			}
+			p.score(s, &b, ctx, now, nil)
+		}
+		return
+	}
+	for round := 0; round < maxRounds && (round == 0 || s.best < 0); round++ {
+		var b batch
+		for i := 0; i < k; i++ {
+			b.add(p.avail[p.rng.IntN(n)])
+		}
+		p.score(s, &b, ctx, now, nil)
+	}
+}
+
+// considerSelected draws candidates from the shortest label posting list of
+// the selector; a short list is scanned whole.
+func (p *Pool) considerSelected(s *picker, ctx int32, now int64, selector map[string]string) {
+	var list []int32
+	first := true
+	for k, v := range selector {
+		l := p.labelIdx[k][v]
+		if len(l) == 0 {
+			return
+		}
+		if first || len(l) < len(list) {
+			list, first = l, false
+		}
+	}
+	k := p.cfg.Candidates
+	if len(list) <= k*maxRounds*2 {
+		for i := 0; i < len(list); i += maxBatch {
+			var b batch
+			for j := i; j < len(list) && j < i+maxBatch; j++ {
+				b.add(list[j])
+			}
+			p.score(s, &b, ctx, now, selector)
+		}
+		return
+	}
+	for round := 0; round < maxRounds*2 && (round == 0 || s.best < 0); round++ {
+		var b batch
+		for i := 0; i < k; i++ {
+			b.add(list[p.rng.IntN(len(list))])
+		}
+		p.score(s, &b, ctx, now, selector)
+	}
+}
+
+func matches(labels, selector map[string]string) bool {
+	for k, v := range selector {
+		if got, ok := labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// acquireProbe hands out a probe lease to a resource whose cooldown ended,
+// for this context or as a whole, if one is waiting and fits.
+func (p *Pool) acquireProbe(ctx int32, context string, ttl time.Duration, selector map[string]string, now int64) (Lease, bool) {
+	if ctx >= 0 {
+		cs := p.ctxs[ctx]
+		var pick int32 = -1
+		cs.probes = p.scanProbes(cs.probes, func(idx int32) probeState {
+			r := &p.res[idx]
+			slot := p.findCell(r, idx, ctx)
+			switch {
+			case !r.live || slot < 0 || p.cellSlab[slot].q.state != qProbation:
+				return probeStale
+			case r.active >= r.capacity || r.q.state != qNone || !matches(r.labels, selector):
+				return probeWait
+			}
+			p.cellSlab[slot].q.state = qProbing
+			pick = idx
+			return probeTaken
+		})
+		if pick >= 0 {
+			p.counters.Probes++
+			return p.grant(pick, context, ttl, probeCell, now), true
+		}
+	}
+	var pick int32 = -1
+	p.probeRes = p.scanProbes(p.probeRes, func(idx int32) probeState {
+		r := &p.res[idx]
+		switch {
+		case !r.live || r.q.state != qProbation:
+			return probeStale
+		case r.active >= r.capacity || !matches(r.labels, selector):
+			return probeWait
+		}
+		r.q.state = qProbing
+		pick = idx
+		return probeTaken
+	})
+	if pick >= 0 {
+		p.counters.Probes++
+		return p.grant(pick, context, ttl, probeWhole, now), true
+	}
+	return Lease{}, false
+}
+
+type probeState uint8
+
+const (
+	probeWait  probeState = iota // keep: it cannot be leased right now
+	probeStale                   // drop: no longer waiting for a probe
+	probeTaken                   // drop: leased as the probe
+)
+
+// maxProbeScan bounds the probe-queue entries one Acquire looks at.
+const maxProbeScan = 8
+
+// scanProbes looks at up to maxProbeScan entries of a probe queue in order,
+// dropping stale ones and stopping at the first one check takes; entries
+// that must wait stay, in order, so that one resource that cannot be leased
+// now never holds up the probes queued behind it.
+func (p *Pool) scanProbes(q []int32, check func(int32) probeState) []int32 {
+	keep := 0
+	i := 0
+	for ; i < len(q) && i < maxProbeScan; i++ {
+		switch check(q[i]) {
+		case probeWait:
+			q[keep] = q[i]
+			keep++
+		case probeTaken:
+			i++
+			return append(q[:keep], q[i:]...)
+		}
+	}
+	return append(q[:keep], q[i:]...)
+}
+
+// grant records a lease on resource idx; the caller holds the write lock.
+func (p *Pool) grant(idx int32, context string, ttl time.Duration, probe uint8, now int64) Lease {
+	r := &p.res[idx]
+	r.active++
+	p.updateAvail(idx)
+	p.counter++
+	p.leaseSeq++
+	token := uint64(p.epoch)<<tokenBits | p.counter
+	id := uint64(p.epoch)<<tokenBits | p.leaseSeq
+	expires := now + int64(ttl)
+	p.leases[id] = leaseRec{res: idx, gen: r.gen, context: context, probe: probe, token: token, expires: expires}
+	p.expiries.push(expiry{at: expires, id: id})
+	p.compactExpiries()
+	p.counters.Acquired++
+	return Lease{ID: id, Resource: r.id, Context: context, Token: token, ExpiresAt: time.Unix(0, expires)}
+}

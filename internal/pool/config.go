@@ -1,0 +1,156 @@
+package pool
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/repool/repool/internal/clock"
+)
+
+// Limits on request fields, enforced by every method.
+const (
+	// MaxIDLen is the longest resource id, context, or label key or value, in bytes.
+	MaxIDLen = 256
+	// MaxLabels is the most labels a resource or selector may carry.
+	MaxLabels = 64
+	// MinTTL and MaxTTL bound a lease's lifetime.
+	MinTTL = time.Second
+	MaxTTL = time.Hour
+	// MaxEpoch is the largest epoch SetEpoch accepts: tokens must fit in an
+	// int64 so that every store can keep them.
+	MaxEpoch = 1<<23 - 1
+	// maxLeaders bounds Config.Leaders.
+	maxLeaders = 32
+)
+
+// Config tunes a Pool. The zero value of every field means its default;
+// defaults are applied by New.
+type Config struct {
+	// HalfLife is how long it takes an observation's weight to halve.
+	// Default 1h.
+	HalfLife time.Duration
+	// PriorWeight caps the pseudo-observations a new cell inherits from its
+	// resource's aggregate. Default 2.
+	PriorWeight float64
+	// Leaders is how many of the best-scoring resources of the context that
+	// can take a lease Acquire always considers, from a per-context board of
+	// the 32 best. Default 8, at most 32.
+	Leaders int
+	// Candidates is the size of the per-context reservoir of resources with
+	// free capacity, drawn at random, that Acquire scores besides the
+	// leaders (and of each fallback round of fresh random draws). Default 8,
+	// at most 32.
+	Candidates int
+	// FailuresToQuarantine is the number of consecutive failures in one
+	// context that quarantines the resource for that context. Default 5.
+	FailuresToQuarantine int
+	// FailuresToQuarantineWhole is the number of consecutive failures over
+	// all contexts that quarantines the whole resource. Default 20.
+	FailuresToQuarantineWhole int
+	// QuarantineBelow quarantines a cell whose posterior mean falls below it
+	// once it has QuarantineMinEvidence observations. Default 0.1; negative
+	// disables.
+	QuarantineBelow float64
+	// QuarantineMinEvidence is the decayed observation count needed before
+	// QuarantineBelow applies. Default 10.
+	QuarantineMinEvidence float64
+	// CooldownBase is the first quarantine's length; each relapse doubles
+	// it. Default 30s.
+	CooldownBase time.Duration
+	// CooldownMax caps the cooldown. Default 1h.
+	CooldownMax time.Duration
+	// CooldownJitter spreads cooldowns by ± this fraction. Default 0.2;
+	// negative disables.
+	CooldownJitter float64
+	// EventBuffer is each subscriber's buffer; a subscriber that lets it
+	// fill is disconnected. Default 256.
+	EventBuffer int
+	// EventHistory is how many past events are kept for resuming
+	// subscribers. Default 4096.
+	EventHistory int
+	// Clock tells the time. Default the wall clock.
+	Clock clock.Clock
+	// Rand is the source of randomness for sampling and jitter; it is used
+	// under the pool's lock only. Default a PCG seeded from the runtime.
+	Rand rand.Source
+}
+
+func (c Config) withDefaults() Config {
+	if c.HalfLife == 0 {
+		c.HalfLife = time.Hour
+	}
+	if c.PriorWeight == 0 {
+		c.PriorWeight = 2
+	}
+	if c.Leaders == 0 {
+		c.Leaders = 8
+	}
+	if c.Candidates == 0 {
+		c.Candidates = 8
+	}
+	if c.FailuresToQuarantine == 0 {
+		c.FailuresToQuarantine = 5
+	}
+	if c.FailuresToQuarantineWhole == 0 {
+		c.FailuresToQuarantineWhole = 20
+	}
+	if c.QuarantineBelow == 0 {
+		c.QuarantineBelow = 0.1
+	}
+	if c.QuarantineMinEvidence == 0 {
+		c.QuarantineMinEvidence = 10
+	}
+	if c.CooldownBase == 0 {
+		c.CooldownBase = 30 * time.Second
+	}
+	if c.CooldownMax == 0 {
+		c.CooldownMax = time.Hour
+	}
+	if c.CooldownJitter == 0 {
+		c.CooldownJitter = 0.2
+	}
+	if c.EventBuffer == 0 {
+		c.EventBuffer = 256
+	}
+	if c.EventHistory == 0 {
+		c.EventHistory = 4096
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+	if c.Rand == nil {
+		c.Rand = rand.NewPCG(rand.Uint64(), rand.Uint64())
+	}
+	return c
+}
+
+// Validate reports the first field that is out of range, after defaults.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	switch {
+	case c.HalfLife < 0:
+		return fmt.Errorf("%w: HalfLife %v is negative", ErrInvalidArgument, c.HalfLife)
+	case c.PriorWeight < 0:
+		return fmt.Errorf("%w: PriorWeight %v is negative", ErrInvalidArgument, c.PriorWeight)
+	case c.Leaders < 1 || c.Leaders > maxLeaders:
+		return fmt.Errorf("%w: Leaders %d is outside [1, %d]", ErrInvalidArgument, c.Leaders, maxLeaders)
+	case c.Candidates < 1 || c.Candidates > maxLeaders:
+		return fmt.Errorf("%w: Candidates %d is outside [1, %d]", ErrInvalidArgument, c.Candidates, maxLeaders)
+	case c.FailuresToQuarantine < 1:
+		return fmt.Errorf("%w: FailuresToQuarantine %d is below 1", ErrInvalidArgument, c.FailuresToQuarantine)
+	case c.FailuresToQuarantineWhole < 1:
+		return fmt.Errorf("%w: FailuresToQuarantineWhole %d is below 1", ErrInvalidArgument, c.FailuresToQuarantineWhole)
+	case c.QuarantineBelow >= 1:
+		return fmt.Errorf("%w: QuarantineBelow %v is not below 1", ErrInvalidArgument, c.QuarantineBelow)
+	case c.CooldownBase < 0 || c.CooldownMax < c.CooldownBase:
+		return fmt.Errorf("%w: CooldownBase %v / CooldownMax %v out of order", ErrInvalidArgument, c.CooldownBase, c.CooldownMax)
+	case c.CooldownJitter >= 1:
+		return fmt.Errorf("%w: CooldownJitter %v is not below 1", ErrInvalidArgument, c.CooldownJitter)
+	case c.EventBuffer < 1:
+		return fmt.Errorf("%w: EventBuffer %d is below 1", ErrInvalidArgument, c.EventBuffer)
+	case c.EventHistory < 1:
+		return fmt.Errorf("%w: EventHistory %d is below 1", ErrInvalidArgument, c.EventHistory)
+	}
+	return nil
+}

@@ -1,0 +1,44 @@
+// Package pool is the tenant-agnostic reputation pool engine: one Pool holds
+// one tenant's resources, their per-context success statistics, the leases
+// handed out on them and the events that describe what happened.
+//
+// # Model
+//
+// A resource (a proxy, an account, a session) has a capacity: the number of
+// leases it may carry at once. A cell is a (resource, context) pair; it keeps
+// discounted Beta-Bernoulli counts of successes and failures that decay with
+// a configurable half-life, applied lazily when the cell is read or written.
+// A new cell starts from a prior taken from the resource's aggregate over all
+// contexts, so a resource that does well elsewhere is tried first.
+//
+// Acquire picks a resource by Thompson sampling: it draws a success
+// probability from each candidate's posterior and leases the best draw. It
+// never scans the pool: candidates are a small per-context leader board of
+// the best-scoring resources plus a few resources drawn at random from the
+// set of resources with free capacity, so the work per call is bounded
+// whatever the pool's size.
+//
+// A cell that fails too often in a row, or whose posterior mean falls below a
+// threshold, is quarantined for that context; a resource that fails across
+// contexts is quarantined as a whole. Quarantine lasts a cooldown that grows
+// exponentially with each relapse and carries jitter; when it ends, the next
+// Acquire for that context hands the resource out as a single probe lease,
+// and the probe's outcome decides between recovery and a longer cooldown.
+//
+// Fencing tokens grow strictly per pool. The upper bits hold an epoch that
+// the caller raises on every restart or leader change (SetEpoch), so tokens
+// keep growing across Snapshot and Restore and across leaders.
+//
+// # Concurrency
+//
+// A Pool is safe for concurrent use. Mutations take one mutex; presence
+// checks, reads and snapshots share a read lock. Event subscribers never
+// block the pool: a subscriber whose buffer is full is disconnected and
+// counted.
+//
+// # Errors
+//
+// Every error wraps one of ErrInvalidArgument, ErrNotFound, ErrStaleToken or
+// ErrExhausted, so that callers can map them with errors.Is. A call that
+// returns an error changes nothing.
+package pool

@@ -1,0 +1,138 @@
+package pool
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// lookupLease returns the live lease id, checking the token; an expired lease
+// is expired on the spot and reported as not found. The caller holds the
+// write lock.
+func (p *Pool) lookupLease(id, token uint64, now int64) (leaseRec, error) {
+	l, ok := p.leases[id]
+	if !ok {
+		return leaseRec{}, fmt.Errorf("%w: lease %d", ErrNotFound, id)
+	}
+	if l.expires <= now {
+		p.expireLease(id, l, now)
+		return leaseRec{}, fmt.Errorf("%w: lease %d expired", ErrNotFound, id)
+	}
+	if l.token != token {
+		return leaseRec{}, fmt.Errorf("%w: lease %d", ErrStaleToken, id)
+	}
+	return l, nil
+}
+
+// Renew extends lease id to ttl from now. Errors: ErrInvalidArgument for a
+// TTL out of range, ErrNotFound for an unknown or expired lease,
+// ErrStaleToken when token is not the lease's.
+func (p *Pool) Renew(id, token uint64, ttl time.Duration) (Lease, error) {
+	if err := validTTL(ttl); err != nil {
+		return Lease{}, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.clock.Now().UnixNano()
+	l, err := p.lookupLease(id, token, now)
+	if err != nil {
+		return Lease{}, err
+	}
+	l.expires = now + int64(ttl)
+	p.leases[id] = l
+	p.expiries.push(expiry{at: l.expires, id: id})
+	p.compactExpiries()
+	return Lease{ID: id, Resource: p.res[l.res].id, Context: l.context, Token: l.token, ExpiresAt: time.Unix(0, l.expires)}, nil
+}
+
+// Release ends lease id. A non-zero outcome is also recorded for the lease's
+// resource and context, as Report would; created reports whether that
+// created the cell. Errors as for Renew, plus ErrInvalidArgument for an
+// unknown outcome.
+func (p *Pool) Release(id, token uint64, outcome Outcome) (created bool, err error) {
+	if err := validOutcome(outcome, true); err != nil {
+		return false, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.clock.Now().UnixNano()
+	l, err := p.lookupLease(id, token, now)
+	if err != nil {
+		return false, err
+	}
+	if outcome != 0 {
+		created = p.record(l.res, l.context, outcome, now)
+	}
+	p.endLease(id, l)
+	return created, nil
+}
+
+// LeaseOf returns the resource and context of a live lease, so that a caller
+// can tell whether releasing it with an outcome would create a cell.
+func (p *Pool) LeaseOf(id uint64) (resource, context string, ok bool) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	l, ok := p.leases[id]
+	if !ok {
+		return "", "", false
+	}
+	return p.res[l.res].id, l.context, true
+}
+
+// endLease removes a lease and frees its capacity; a probe that ended
+// without an outcome goes back to waiting for the next probe.
+func (p *Pool) endLease(id uint64, l leaseRec) {
+	delete(p.leases, id)
+	r := &p.res[l.res]
+	if !r.live || r.gen != l.gen {
+		return
+	}
+	r.active--
+	p.updateAvail(l.res)
+	switch l.probe {
+	case probeWhole:
+		if r.q.state == qProbing {
+			r.q.state = qProbation
+			p.probeRes = append(p.probeRes, l.res)
+		}
+	case probeCell:
+		ctx := p.ctxIDs[l.context]
+		if slot := p.findCell(r, l.res, ctx); slot >= 0 && p.cellSlab[slot].q.state == qProbing {
+			p.cellSlab[slot].q.state = qProbation
+			p.ctxs[ctx].probes = append(p.ctxs[ctx].probes, l.res)
+		}
+	}
+}
+
+func (p *Pool) expireLease(id uint64, l leaseRec, now int64) {
+	p.endLease(id, l)
+	p.counters.Expired++
+	p.emit(Event{
+		Kind: EventLeaseExpired, Resource: p.res[l.res].id, Context: l.context,
+		At: time.Unix(0, now), Detail: "lease " + strconv.FormatUint(id, 10),
+	})
+}
+
+// Tick expires every lease past its expiry and ends every cooldown that is
+// over, emitting their events. Acquire does some of this work as it goes;
+// call Tick periodically (every second, say) so that expiry events are
+// timely in an idle pool.
+func (p *Pool) Tick() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.processDue(p.clock.Now().UnixNano(), -1)
+}
+
+// processDue expires leases and ends cooldowns due by now, at most budget of
+// each (all when budget < 0).
+func (p *Pool) processDue(now int64, budget int) {
+	for n := 0; len(p.expiries) > 0 && p.expiries[0].at <= now && n != budget; n++ {
+		e := p.expiries.pop()
+		if l, ok := p.leases[e.id]; ok && l.expires == e.at {
+			p.expireLease(e.id, l, now)
+		}
+	}
+	for n := 0; len(p.cooldowns) > 0 && p.cooldowns[0].until <= now && n != budget; n++ {
+		p.endCooldown(p.popCooldown())
+	}
+}

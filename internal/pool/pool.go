@@ -1,0 +1,604 @@
+package pool
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/repool/repool/internal/clock"
+)
+
+// Outcome is the result of one use of a resource.
+type Outcome uint8
+
+// Outcomes. The zero Outcome means "none" where a method allows it.
+const (
+	Success Outcome = iota + 1
+	Failure
+	// Blocked: the target refused the resource; it is quarantined for the
+	// context at once.
+	Blocked
+)
+
+// String returns the outcome's upper-case name.
+func (o Outcome) String() string {
+	switch o {
+	case Success:
+		return "SUCCESS"
+	case Failure:
+		return "FAILURE"
+	case Blocked:
+		return "BLOCKED"
+	}
+	return "NONE"
+}
+
+// Spec describes a resource to register.
+type Spec struct {
+	ID string
+	// Capacity is the most leases the resource carries at once; 0 means 1.
+	Capacity int
+	Labels   map[string]string
+}
+
+// Lease grants the use of a resource for a context until ExpiresAt.
+type Lease struct {
+	ID        uint64
+	Resource  string
+	Context   string
+	Token     uint64
+	ExpiresAt time.Time
+}
+
+// Pool is one tenant's reputation pool. Create it with New. Safe for
+// concurrent use.
+type Pool struct {
+	cfg   Config
+	clock clock.Clock
+	hl    int64 // half-life in nanoseconds
+
+	mu  sync.RWMutex
+	rng *rand.Rand
+
+	ids       map[string]int32 // resource id → index in res
+	res       []resource
+	freeRes   []int32
+	avail     []int32 // resources that can take a normal lease now
+	labelIdx  map[string]map[string][]int32
+	ctxIDs    map[string]int32 // interned contexts
+	ctxs      []*contextState
+	cellIdx   map[cellKey]int32
+	cellSlab  []cell
+	freeCells []int32
+	probeRes  []int32 // whole-quarantined resources whose cooldown ended
+	explore   reservoir // for contexts without statistics yet
+	leases    map[uint64]leaseRec
+	expiries  expiryHeap
+	cooldowns cooldownHeap
+
+	epoch     uint32
+	counter   uint64 // low bits of the last fencing token
+	leaseSeq  uint64 // low bits of the last lease id
+	nresource int
+	maxLeases int // 0: unlimited
+	counters  Counters
+
+	dirtyRes   []int32
+	dirtyCells []int32
+	removed    []string
+
+	bus *bus
+}
+
+// Counters are cumulative counts since New (not restored by Restore).
+type Counters struct {
+	Acquired      uint64
+	Exhausted     uint64
+	Probes        uint64
+	Reports       uint64
+	Expired       uint64
+	Quarantined   uint64
+	Recovered     uint64
+	DroppedEvents uint64 // subscribers disconnected for being slow
+}
+
+const tokenBits = 40
+
+// quarantine states
+const (
+	qNone      uint8 = iota
+	qBlocked         // cooling down until `until`
+	qProbation       // cooldown over; waiting for a probe lease
+	qProbing         // a probe lease is out
+)
+
+type quarantine struct {
+	until int64
+	level uint8
+	state uint8
+}
+
+type resource struct {
+	capacity   int32
+	active     int32
+	availPos   int32 // index in Pool.avail, or -1
+	consecFail int32
+	q          quarantine
+	agg        counts
+	ictx       [inlineCells]int32 // context id + 1 of inline cells; 0 is empty
+	islot      [inlineCells]int32 // their slots
+	ncells     int32
+	gen        uint32 // bumped when the slot is reused
+	live       bool
+	dirty      bool
+	id         string
+	labels     map[string]string
+}
+
+type leaseRec struct {
+	context string
+	res     int32
+	gen     uint32
+	probe   uint8 // probeNone, probeCell, probeWhole
+	token   uint64
+	expires int64
+}
+
+const (
+	probeNone uint8 = iota
+	probeCell
+	probeWhole
+)
+
+// contextState is what a pool keeps per interned context.
+type contextState struct {
+	name    string
+	leaders [maxLeaders]leader
+	nlead   int
+	probes  []int32 // resources whose cell cooldown ended, FIFO
+	explore reservoir
+}
+
+// reservoir is a rotating sample of the resources with free capacity.
+// Acquire scores all of it, replaces the entry it leases and any that can no
+// longer take a lease, and rotates one entry in four calls, so consecutive
+// calls score mostly the same, cache-hot candidates while every resource
+// still comes up in turn.
+type reservoir struct {
+	idx [maxBatch]int32
+	n   int
+	rot int
+}
+
+type leader struct {
+	res   int32
+	score float64
+}
+
+// New returns an empty pool, or an error naming the bad Config field.
+func New(cfg Config) (*Pool, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	p := &Pool{
+		cfg:   cfg,
+		clock: cfg.Clock,
+		hl:    int64(cfg.HalfLife),
+		rng:   rand.New(cfg.Rand),
+		bus:   newBus(cfg.EventBuffer, cfg.EventHistory),
+	}
+	p.reset()
+	return p, nil
+}
+
+func (p *Pool) reset() {
+	p.ids = map[string]int32{}
+	p.res = nil
+	p.freeRes = nil
+	p.avail = nil
+	p.labelIdx = map[string]map[string][]int32{}
+	p.ctxIDs = map[string]int32{}
+	p.ctxs = nil
+	p.cellIdx = map[cellKey]int32{}
+	p.cellSlab = nil
+	p.freeCells = nil
+	p.probeRes = nil
+	p.explore = reservoir{}
+	p.leases = map[uint64]leaseRec{}
+	p.expiries = nil
+	p.cooldowns = nil
+	p.nresource = 0
+	p.dirtyRes, p.dirtyCells, p.removed = nil, nil, nil
+}
+
+func validID(what, s string) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("%w: %s is empty", ErrInvalidArgument, what)
+	case len(s) > MaxIDLen:
+		return fmt.Errorf("%w: %s is %d bytes, more than %d", ErrInvalidArgument, what, len(s), MaxIDLen)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalidArgument, what)
+	}
+	return nil
+}
+
+func validLabels(what string, labels map[string]string) error {
+	if len(labels) > MaxLabels {
+		return fmt.Errorf("%w: %s has %d labels, more than %d", ErrInvalidArgument, what, len(labels), MaxLabels)
+	}
+	for k, v := range labels {
+		if err := validID(what+" key", k); err != nil {
+			return err
+		}
+		if len(v) > MaxIDLen || !utf8.ValidString(v) {
+			return fmt.Errorf("%w: %s value for %q is over %d bytes or not UTF-8", ErrInvalidArgument, what, k, MaxIDLen)
+		}
+	}
+	return nil
+}
+
+func validTTL(ttl time.Duration) error {
+	if ttl < MinTTL || ttl > MaxTTL {
+		return fmt.Errorf("%w: ttl %v is outside [%v, %v]", ErrInvalidArgument, ttl, MinTTL, MaxTTL)
+	}
+	return nil
+}
+
+func validOutcome(o Outcome, optional bool) error {
+	if (o == 0 && optional) || (o >= Success && o <= Blocked) {
+		return nil
+	}
+	return fmt.Errorf("%w: outcome %d is not SUCCESS, FAILURE or BLOCKED", ErrInvalidArgument, o)
+}
+
+// Register adds resources. It is idempotent: a resource that exists already
+// is left unchanged and counted in existing, as is a repeat within specs. The
+// batch is validated first; if any spec is invalid nothing is registered.
+func (p *Pool) Register(specs []Spec) (registered, existing int, err error) {
+	for i, s := range specs {
+		if err := validID(fmt.Sprintf("resources[%d].id", i), s.ID); err != nil {
+			return 0, 0, err
+		}
+		if s.Capacity < 0 || s.Capacity > 1<<20 {
+			return 0, 0, fmt.Errorf("%w: resources[%d].capacity %d is outside [1, %d]", ErrInvalidArgument, i, s.Capacity, 1<<20)
+		}
+		if err := validLabels(fmt.Sprintf("resources[%d].labels", i), s.Labels); err != nil {
+			return 0, 0, err
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.clock.Now()
+	for _, s := range specs {
+		if _, ok := p.ids[s.ID]; ok {
+			existing++
+			continue
+		}
+		p.addResource(s, now.UnixNano())
+		registered++
+		p.emit(Event{Kind: EventRegistered, Resource: s.ID, At: now})
+	}
+	return registered, existing, nil
+}
+
+// addResource creates a resource; the caller holds the write lock and has
+// checked that the id is new.
+func (p *Pool) addResource(s Spec, now int64) int32 {
+	capacity := int32(s.Capacity)
+	if capacity == 0 {
+		capacity = 1
+	}
+	var labels map[string]string
+	if len(s.Labels) > 0 {
+		labels = make(map[string]string, len(s.Labels))
+		for k, v := range s.Labels {
+			labels[k] = v
+		}
+	}
+	var idx int32
+	if n := len(p.freeRes); n > 0 {
+		idx = p.freeRes[n-1]
+		p.freeRes = p.freeRes[:n-1]
+	} else {
+		p.res = append(p.res, resource{})
+		idx = int32(len(p.res) - 1)
+	}
+	r := &p.res[idx]
+	*r = resource{
+		id: s.ID, labels: labels, capacity: capacity, availPos: -1,
+		gen: r.gen + 1, live: true, agg: counts{upd: now},
+	}
+	p.ids[s.ID] = idx
+	for k, v := range labels {
+		byValue := p.labelIdx[k]
+		if byValue == nil {
+			byValue = map[string][]int32{}
+			p.labelIdx[k] = byValue
+		}
+		byValue[v] = append(byValue[v], idx)
+	}
+	p.nresource++
+	p.markResource(idx)
+	p.updateAvail(idx)
+	return idx
+}
+
+// Deregister removes resources with their cells and leases; unknown ids are
+// ignored. It returns how many resources and cells were removed.
+func (p *Pool) Deregister(ids []string) (removed, cells int, err error) {
+	for i, id := range ids {
+		if err := validID(fmt.Sprintf("resource_ids[%d]", i), id); err != nil {
+			return 0, 0, err
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.clock.Now()
+	for _, id := range ids {
+		idx, ok := p.ids[id]
+		if !ok {
+			continue
+		}
+		cells += int(p.res[idx].ncells)
+		p.removeResource(idx)
+		removed++
+		p.emit(Event{Kind: EventRemoved, Resource: id, At: now})
+	}
+	return removed, cells, nil
+}
+
+func (p *Pool) removeResource(idx int32) {
+	r := &p.res[idx]
+	if r.active > 0 {
+		for lid, l := range p.leases {
+			if l.res == idx {
+				delete(p.leases, lid)
+			}
+		}
+	}
+	p.dropCells(idx)
+	for _, cs := range p.ctxs {
+		for i := 0; i < cs.nlead; i++ {
+			if cs.leaders[i].res == idx {
+				copy(cs.leaders[i:cs.nlead], cs.leaders[i+1:cs.nlead])
+				cs.nlead--
+				break
+			}
+		}
+		cs.probes = removeIdx(cs.probes, idx)
+	}
+	p.probeRes = removeIdx(p.probeRes, idx)
+	for k, v := range r.labels {
+		byValue := p.labelIdx[k]
+		byValue[v] = removeIdx(byValue[v], idx)
+		if len(byValue[v]) == 0 {
+			delete(byValue, v)
+		}
+		if len(byValue) == 0 {
+			delete(p.labelIdx, k)
+		}
+	}
+	r.live = false
+	p.updateAvail(idx)
+	delete(p.ids, r.id)
+	p.removed = append(p.removed, r.id)
+	*r = resource{gen: r.gen, availPos: -1}
+	p.freeRes = append(p.freeRes, idx)
+	p.nresource--
+}
+
+func removeIdx(s []int32, idx int32) []int32 {
+	for i := 0; i < len(s); i++ {
+		if s[i] == idx {
+			copy(s[i:], s[i+1:])
+			s = s[:len(s)-1]
+			i--
+		}
+	}
+	return s
+}
+
+// updateAvail puts the resource in or out of the set Acquire draws from: live,
+// with free capacity and not quarantined as a whole.
+func (p *Pool) updateAvail(idx int32) {
+	r := &p.res[idx]
+	want := r.live && r.active < r.capacity && r.q.state == qNone
+	switch {
+	case want && r.availPos < 0:
+		r.availPos = int32(len(p.avail))
+		p.avail = append(p.avail, idx)
+	case !want && r.availPos >= 0:
+		last := len(p.avail) - 1
+		moved := p.avail[last]
+		p.avail[r.availPos] = moved
+		p.res[moved].availPos = r.availPos
+		p.avail = p.avail[:last]
+		r.availPos = -1
+	}
+}
+
+func (p *Pool) markResource(idx int32) {
+	if r := &p.res[idx]; !r.dirty {
+		r.dirty = true
+		p.dirtyRes = append(p.dirtyRes, idx)
+	}
+}
+
+// contextID interns name; the caller holds the write lock.
+func (p *Pool) contextID(name string) int32 {
+	if id, ok := p.ctxIDs[name]; ok {
+		return id
+	}
+	id := int32(len(p.ctxs))
+	p.ctxIDs[name] = id
+	p.ctxs = append(p.ctxs, &contextState{name: name})
+	return id
+}
+
+func (p *Pool) emit(e Event) { p.bus.publish(e) }
+
+// SetMaxLeases caps the leases outstanding at once; 0 removes the cap. It
+// applies to later Acquires; leases already held are kept.
+func (p *Pool) SetMaxLeases(n int) {
+	p.mu.Lock()
+	p.maxLeases = max(n, 0)
+	p.mu.Unlock()
+}
+
+// HasResource reports whether the resource exists. It does not allocate.
+func (p *Pool) HasResource(id string) bool {
+	p.mu.RLock()
+	_, ok := p.ids[id]
+	p.mu.RUnlock()
+	return ok
+}
+
+// HasCell reports whether statistics exist for the resource in the context,
+// that is whether a Report for them would reuse state rather than create it.
+// It does not allocate.
+func (p *Pool) HasCell(resourceID, context string) bool {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	idx, ok := p.ids[resourceID]
+	if !ok {
+		return false
+	}
+	ctx, ok := p.ctxIDs[context]
+	if !ok {
+		return false
+	}
+	return p.findCell(&p.res[idx], idx, ctx) >= 0
+}
+
+// Len returns the number of resources and cells.
+func (p *Pool) Len() (resources, cells int) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.nresource, len(p.cellIdx)
+}
+
+// ActiveLeases returns the number of live leases (some may be past their
+// expiry until the next call that processes expiries).
+func (p *Pool) ActiveLeases() int {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return len(p.leases)
+}
+
+// Counters returns the pool's cumulative counters.
+func (p *Pool) Counters() Counters {
+	p.mu.RLock()
+	c := p.counters
+	p.mu.RUnlock()
+	_, c.DroppedEvents, _ = p.bus.stats()
+	return c
+}
+
+// Subscribe returns a subscription to the pool's events of the given kinds
+// (all when kinds is zero). With after > 0 it first replays the held events
+// with a larger sequence number, preceded by an EventGap marker if some were
+// already discarded. The subscription ends when the caller closes it, when
+// its buffer fills (ErrSlowSubscriber) or when the pool closes it.
+func (p *Pool) Subscribe(kinds Kinds, after uint64) *Subscription {
+	return p.bus.subscribe(kinds, after, p.clock.Now())
+}
+
+// CloseSubscriptions ends every subscription with why (for example when the
+// tenant is suspended).
+func (p *Pool) CloseSubscriptions(why error) { p.bus.closeAll(why) }
+
+// ContextStats are the decayed statistics of one resource in one context.
+type ContextStats struct {
+	Context             string
+	Successes, Failures float64 // decayed counts, Beta(1,1) base included
+	SuccessRate         float64 // posterior mean
+	ConsecutiveFailures int
+	BlockedUntil        time.Time // zero unless quarantined
+}
+
+// ResourceInfo is a resource's state as read by GetResource and List.
+type ResourceInfo struct {
+	ID           string
+	Capacity     int
+	Labels       map[string]string
+	ActiveLeases int
+	BlockedUntil time.Time // zero unless quarantined as a whole
+	Aggregate    ContextStats
+	Contexts     []ContextStats // sorted by context
+}
+
+// Get returns one resource, or an error wrapping ErrNotFound.
+func (p *Pool) Get(id string) (ResourceInfo, error) {
+	if err := validID("id", id); err != nil {
+		return ResourceInfo{}, err
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	idx, ok := p.ids[id]
+	if !ok {
+		return ResourceInfo{}, fmt.Errorf("%w: resource %q", ErrNotFound, id)
+	}
+	return p.infoLocked(idx, p.clock.Now().UnixNano()), nil
+}
+
+// List returns up to limit resources with ids greater than after, in id
+// order, and whether more follow. It sorts the ids: it is meant for
+// operators, not for the hot path.
+func (p *Pool) List(after string, limit int) (infos []ResourceInfo, more bool) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	ids := make([]string, 0, len(p.ids))
+	for id := range p.ids {
+		if id > after {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	if len(ids) > limit {
+		ids, more = ids[:limit], true
+	}
+	now := p.clock.Now().UnixNano()
+	for _, id := range ids {
+		infos = append(infos, p.infoLocked(p.ids[id], now))
+	}
+	return infos, more
+}
+
+func stats(name string, c counts, consec int32, q quarantine, now, hl int64) ContextStats {
+	a, b := c.at(now, hl)
+	s := ContextStats{Context: name, Successes: 1 + a, Failures: 1 + b, SuccessRate: mean(a, b), ConsecutiveFailures: int(consec)}
+	if q.state == qBlocked {
+		s.BlockedUntil = time.Unix(0, q.until)
+	}
+	return s
+}
+
+func (p *Pool) infoLocked(idx int32, now int64) ResourceInfo {
+	r := &p.res[idx]
+	info := ResourceInfo{
+		ID: r.id, Capacity: int(r.capacity), ActiveLeases: int(r.active),
+		Aggregate: stats("", r.agg, r.consecFail, quarantine{}, now, p.hl),
+	}
+	if len(r.labels) > 0 {
+		info.Labels = make(map[string]string, len(r.labels))
+		for k, v := range r.labels {
+			info.Labels[k] = v
+		}
+	}
+	if r.q.state == qBlocked {
+		info.BlockedUntil = time.Unix(0, r.q.until)
+	}
+	for ci, cs := range p.ctxs {
+		if slot := p.findCell(r, idx, int32(ci)); slot >= 0 {
+			c := &p.cellSlab[slot]
+			info.Contexts = append(info.Contexts, stats(cs.name, c.c, c.consecFail, c.q, now, p.hl))
+		}
+	}
+	sort.Slice(info.Contexts, func(i, j int) bool { return info.Contexts[i].Context < info.Contexts[j].Context })
+	return info
+}

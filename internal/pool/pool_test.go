@@ -1,0 +1,851 @@
+package pool
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/repool/repool/internal/clock"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func newTestPool(t *testing.T, cfg Config) (*Pool, *clock.Fake) {
+	t.Helper()
+	fc := clock.NewFake(t0)
+	cfg.Clock = fc
+	if cfg.Rand == nil {
+		cfg.Rand = rand.NewPCG(1, 2)
+	}
+	if cfg.CooldownJitter == 0 {
+		cfg.CooldownJitter = -1 // exact cooldowns unless a test asks for jitter
+	}
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New() = %v", err)
+	}
+	return p, fc
+}
+
+func register(t *testing.T, p *Pool, specs ...Spec) {
+	t.Helper()
+	if _, _, err := p.Register(specs); err != nil {
+		t.Fatalf("Register(%v) = %v", specs, err)
+	}
+}
+
+func mustAcquire(t *testing.T, p *Pool, ctx string) Lease {
+	t.Helper()
+	l, err := p.Acquire(ctx, time.Minute, nil)
+	if err != nil {
+		t.Fatalf("Acquire(%q) = %v", ctx, err)
+	}
+	return l
+}
+
+func report(t *testing.T, p *Pool, id, ctx string, o Outcome, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		if _, err := p.Report(Report{Resource: id, Context: ctx, Outcome: o}); err != nil {
+			t.Fatalf("Report(%s, %s, %v) = %v", id, ctx, o, err)
+		}
+	}
+}
+
+// fingerprint is the pool's durable state in comparable form; taking it
+// clears the change set, which no test here depends on.
+func fingerprint(t *testing.T, p *Pool) string {
+	t.Helper()
+	s := p.Snapshot()
+	return fmt.Sprintf("%+v", normalize(s))
+}
+
+func normalize(s Snapshot) Snapshot {
+	sortBy := func(n int, less func(i, j int) bool, swap func(i, j int)) {
+		for i := 1; i < n; i++ {
+			for j := i; j > 0 && less(j, j-1); j-- {
+				swap(j, j-1)
+			}
+		}
+	}
+	sortBy(len(s.Resources), func(i, j int) bool { return s.Resources[i].ID < s.Resources[j].ID },
+		func(i, j int) { s.Resources[i], s.Resources[j] = s.Resources[j], s.Resources[i] })
+	sortBy(len(s.Cells), func(i, j int) bool {
+		return s.Cells[i].Resource+"\x00"+s.Cells[i].Context < s.Cells[j].Resource+"\x00"+s.Cells[j].Context
+	}, func(i, j int) { s.Cells[i], s.Cells[j] = s.Cells[j], s.Cells[i] })
+	sortBy(len(s.Leases), func(i, j int) bool { return s.Leases[i].ID < s.Leases[j].ID },
+		func(i, j int) { s.Leases[i], s.Leases[j] = s.Leases[j], s.Leases[i] })
+	return s
+}
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name  string
+		cfg   Config
+		field string
+	}{
+		{"defaults", Config{}, ""},
+		{"negative half-life", Config{HalfLife: -time.Second}, "HalfLife"},
+		{"too many leaders", Config{Leaders: 33}, "Leaders"},
+		{"too many candidates", Config{Candidates: 33}, "Candidates"},
+		{"threshold at one", Config{QuarantineBelow: 1}, "QuarantineBelow"},
+		{"cooldowns out of order", Config{CooldownBase: time.Hour, CooldownMax: time.Minute}, "CooldownBase"},
+		{"jitter at one", Config{CooldownJitter: 1}, "CooldownJitter"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.cfg.Validate()
+			if tt.field == "" {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), tt.field) {
+				t.Fatalf("Validate() = %v, want ErrInvalidArgument naming %s", err, tt.field)
+			}
+		})
+	}
+}
+
+func TestRegisterIsIdempotent(t *testing.T) {
+	p, _ := newTestPool(t, Config{})
+	got, existing, err := p.Register([]Spec{{ID: "a"}, {ID: "b", Capacity: 3, Labels: map[string]string{"region": "eu"}}, {ID: "a"}})
+	if err != nil || got != 2 || existing != 1 {
+		t.Fatalf("Register() = %d, %d, %v; want 2, 1, nil", got, existing, err)
+	}
+	got, existing, err = p.Register([]Spec{{ID: "b", Capacity: 9}})
+	if err != nil || got != 0 || existing != 1 {
+		t.Fatalf("Register(again) = %d, %d, %v; want 0, 1, nil", got, existing, err)
+	}
+	info, err := p.Get("b")
+	if err != nil || info.Capacity != 3 || info.Labels["region"] != "eu" {
+		t.Fatalf("Get(b) = %+v, %v; want capacity 3 and label region=eu unchanged", info, err)
+	}
+	if info, _ := p.Get("a"); info.Capacity != 1 {
+		t.Fatalf("Get(a).Capacity = %d, want the default 1", info.Capacity)
+	}
+}
+
+func TestBadInputChangesNothing(t *testing.T) {
+	long := strings.Repeat("x", MaxIDLen+1)
+	p, _ := newTestPool(t, Config{})
+	register(t, p, Spec{ID: "r1", Capacity: 2})
+	report(t, p, "r1", "ctx", Success, 1)
+	l := mustAcquire(t, p, "ctx")
+	tooMany := map[string]string{}
+	for i := 0; i <= MaxLabels; i++ {
+		tooMany[fmt.Sprint(i)] = "v"
+	}
+
+	tests := []struct {
+		name string
+		call func() error
+		want error
+	}{
+		{"register empty id", func() error { _, _, err := p.Register([]Spec{{ID: "ok"}, {ID: ""}}); return err }, ErrInvalidArgument},
+		{"register long id", func() error { _, _, err := p.Register([]Spec{{ID: long}}); return err }, ErrInvalidArgument},
+		{"register bad utf8", func() error { _, _, err := p.Register([]Spec{{ID: "\xff"}}); return err }, ErrInvalidArgument},
+		{"register negative capacity", func() error { _, _, err := p.Register([]Spec{{ID: "n", Capacity: -1}}); return err }, ErrInvalidArgument},
+		{"register too many labels", func() error { _, _, err := p.Register([]Spec{{ID: "n", Labels: tooMany}}); return err }, ErrInvalidArgument},
+		{"register empty label key", func() error { _, _, err := p.Register([]Spec{{ID: "n", Labels: map[string]string{"": "v"}}}); return err }, ErrInvalidArgument},
+		{"deregister empty id", func() error { _, _, err := p.Deregister([]string{"r1", ""}); return err }, ErrInvalidArgument},
+		{"acquire empty context", func() error { _, err := p.Acquire("", time.Minute, nil); return err }, ErrInvalidArgument},
+		{"acquire long context", func() error { _, err := p.Acquire(long, time.Minute, nil); return err }, ErrInvalidArgument},
+		{"acquire ttl below 1s", func() error { _, err := p.Acquire("ctx", 999*time.Millisecond, nil); return err }, ErrInvalidArgument},
+		{"acquire ttl above 1h", func() error { _, err := p.Acquire("ctx", time.Hour+time.Nanosecond, nil); return err }, ErrInvalidArgument},
+		{"renew ttl zero", func() error { _, err := p.Renew(l.ID, l.Token, 0); return err }, ErrInvalidArgument},
+		{"renew unknown lease", func() error { _, err := p.Renew(l.ID+99, l.Token, time.Minute); return err }, ErrNotFound},
+		{"renew stale token", func() error { _, err := p.Renew(l.ID, l.Token-1, time.Minute); return err }, ErrStaleToken},
+		{"release stale token", func() error { return second(p.Release(l.ID, l.Token+1, Success)) }, ErrStaleToken},
+		{"release bad outcome", func() error { return second(p.Release(l.ID, l.Token, Outcome(9))) }, ErrInvalidArgument},
+		{"release unknown lease", func() error { return second(p.Release(12345, 1, 0)) }, ErrNotFound},
+		{"report unknown resource", func() error { return second(p.Report(Report{Resource: "nope", Context: "ctx", Outcome: Success})) }, ErrNotFound},
+		{"report no outcome", func() error { return second(p.Report(Report{Resource: "r1", Context: "ctx"})) }, ErrInvalidArgument},
+		{"report empty context", func() error { return second(p.Report(Report{Resource: "r1", Outcome: Success})) }, ErrInvalidArgument},
+		{"report stale token", func() error {
+			return second(p.Report(Report{Resource: "r1", Context: "ctx", Outcome: Failure, LeaseID: l.ID, Token: l.Token + 1}))
+		}, ErrStaleToken},
+		{"report lease of another context", func() error {
+			return second(p.Report(Report{Resource: "r1", Context: "other", Outcome: Failure, LeaseID: l.ID, Token: l.Token}))
+		}, ErrInvalidArgument},
+		{"get empty id", func() error { _, err := p.Get(""); return err }, ErrInvalidArgument},
+		{"get unknown", func() error { _, err := p.Get("nope"); return err }, ErrNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := fingerprint(t, p)
+			err := tt.call()
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("got error %v, want %v", err, tt.want)
+			}
+			if after := fingerprint(t, p); after != before {
+				t.Fatalf("state changed on a rejected call:\nbefore %s\nafter  %s", before, after)
+			}
+		})
+	}
+}
+
+func TestAcquireRespectsCapacity(t *testing.T) {
+	p, _ := newTestPool(t, Config{})
+	register(t, p, Spec{ID: "a", Capacity: 2}, Spec{ID: "b"})
+	seen := map[string]int{}
+	for i := 0; i < 3; i++ {
+		seen[mustAcquire(t, p, "ctx").Resource]++
+	}
+	if seen["a"] != 2 || seen["b"] != 1 {
+		t.Fatalf("leases per resource = %v, want a:2 b:1", seen)
+	}
+	if _, err := p.Acquire("ctx", time.Minute, nil); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("Acquire(full pool) = %v, want ErrExhausted", err)
+	}
+	if err := p.checkInvariants(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAcquireSelector(t *testing.T) {
+	p, _ := newTestPool(t, Config{})
+	for i := 0; i < 200; i++ {
+		region := "us"
+		if i%50 == 0 {
+			region = "eu"
+		}
+		register(t, p, Spec{ID: fmt.Sprintf("r%03d", i), Labels: map[string]string{"region": region, "kind": "dc"}})
+	}
+	for i := 0; i < 4; i++ {
+		l, err := p.Acquire("ctx", time.Minute, map[string]string{"region": "eu", "kind": "dc"})
+		if err != nil {
+			t.Fatalf("Acquire(eu) #%d = %v", i, err)
+		}
+		info, _ := p.Get(l.Resource)
+		if info.Labels["region"] != "eu" {
+			t.Fatalf("Acquire(region=eu) leased %s with labels %v", l.Resource, info.Labels)
+		}
+	}
+	if _, err := p.Acquire("ctx", time.Minute, map[string]string{"region": "eu"}); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("Acquire(eu, all leased) = %v, want ErrExhausted", err)
+	}
+	if _, err := p.Acquire("ctx", time.Minute, map[string]string{"region": "mars"}); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("Acquire(no such label) = %v, want ErrExhausted", err)
+	}
+}
+
+func TestAcquirePrefersBetterResources(t *testing.T) {
+	p, _ := newTestPool(t, Config{})
+	register(t, p, Spec{ID: "good", Capacity: 1000}, Spec{ID: "bad", Capacity: 1000})
+	report(t, p, "good", "ctx", Success, 50)
+	report(t, p, "bad", "ctx", Success, 10)
+	report(t, p, "bad", "ctx", Failure, 4) // below the quarantine thresholds
+	report(t, p, "bad", "ctx", Success, 1)
+	report(t, p, "bad", "ctx", Failure, 4)
+	counts := map[string]int{}
+	for i := 0; i < 200; i++ {
+		counts[mustAcquire(t, p, "ctx").Resource]++
+	}
+	if counts["good"] < 180 {
+		t.Fatalf("Acquire picked good %d of 200 times, want at least 180 (counts %v)", counts["good"], counts)
+	}
+}
+
+func TestAcquireDoesNotCreateCells(t *testing.T) {
+	p, _ := newTestPool(t, Config{})
+	register(t, p, Spec{ID: "a"})
+	report(t, p, "a", "known", Success, 3)
+	l := mustAcquire(t, p, "fresh")
+	if p.HasCell("a", "fresh") {
+		t.Fatal("HasCell(a, fresh) = true after Acquire, want false: Acquire must not store cells")
+	}
+	if _, cells := p.Len(); cells != 1 {
+		t.Fatalf("Len() cells = %d, want 1", cells)
+	}
+	if _, err := p.Release(l.ID, l.Token, Success); err != nil {
+		t.Fatal(err)
+	}
+	if !p.HasCell("a", "fresh") {
+		t.Fatal("HasCell(a, fresh) = false after Release with an outcome, want true")
+	}
+}
+
+func TestNewCellTakesPriorFromAggregate(t *testing.T) {
+	p, _ := newTestPool(t, Config{PriorWeight: 2})
+	register(t, p, Spec{ID: "a"})
+	report(t, p, "a", "x", Success, 98) // aggregate mean (1+98)/(2+98) = 0.99
+	report(t, p, "a", "y", Failure, 1)
+	info, _ := p.Get("a")
+	var y ContextStats
+	for _, c := range info.Contexts {
+		if c.Context == "y" {
+			y = c
+		}
+	}
+	// prior: 2 pseudo-observations at mean 0.99, then one failure.
+	wantA, wantB := 1+2*0.99, 1+2*0.01+1
+	if math.Abs(y.Successes-wantA) > 1e-9 || math.Abs(y.Failures-wantB) > 1e-9 {
+		t.Fatalf("cell y = (%v, %v), want (%v, %v)", y.Successes, y.Failures, wantA, wantB)
+	}
+}
+
+func TestDecayHalvesCountsPerHalfLife(t *testing.T) {
+	p, fc := newTestPool(t, Config{HalfLife: time.Hour})
+	register(t, p, Spec{ID: "a"})
+	report(t, p, "a", "ctx", Success, 8)
+	fc.Advance(time.Hour)
+	info, _ := p.Get("a")
+	if got := info.Contexts[0].Successes; math.Abs(got-(1+4)) > 1e-9 {
+		t.Fatalf("successes after one half-life = %v, want 5 (1 + 8/2)", got)
+	}
+	fc.Advance(time.Hour)
+	report(t, p, "a", "ctx", Failure, 1)
+	info, _ = p.Get("a")
+	if got := info.Contexts[0]; math.Abs(got.Successes-3) > 1e-9 || math.Abs(got.Failures-2) > 1e-9 {
+		t.Fatalf("after two half-lives and a failure = (%v, %v), want (3, 2)", got.Successes, got.Failures)
+	}
+}
+
+func TestLeaseLifecycle(t *testing.T) {
+	p, fc := newTestPool(t, Config{})
+	register(t, p, Spec{ID: "a"})
+	sub := p.Subscribe(KindsOf(EventLeaseExpired), 0)
+	defer sub.Close()
+
+	l := mustAcquire(t, p, "ctx")
+	if !l.ExpiresAt.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("ExpiresAt = %v, want %v", l.ExpiresAt, t0.Add(time.Minute))
+	}
+	fc.Advance(50 * time.Second)
+	r, err := p.Renew(l.ID, l.Token, 2*time.Minute)
+	if err != nil || r.Token != l.Token || !r.ExpiresAt.Equal(fc.Now().Add(2*time.Minute)) {
+		t.Fatalf("Renew() = %+v, %v; want same token, expiry now+2m", r, err)
+	}
+	fc.Advance(90 * time.Second) // past the original expiry, within the renewed one
+	if _, err := p.Acquire("ctx", time.Minute, nil); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("Acquire(while renewed lease holds) = %v, want ErrExhausted", err)
+	}
+	fc.Advance(31 * time.Second)
+	p.Tick()
+	select {
+	case e := <-sub.C:
+		if e.Kind != EventLeaseExpired || e.Resource != "a" || e.Context != "ctx" {
+			t.Fatalf("event = %+v, want lease_expired for a/ctx", e)
+		}
+	default:
+		t.Fatal("no lease_expired event after expiry")
+	}
+	if _, err := p.Release(l.ID, l.Token, 0); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Release(expired) = %v, want ErrNotFound", err)
+	}
+	l2 := mustAcquire(t, p, "ctx")
+	if l2.Token <= l.Token || l2.ID == l.ID {
+		t.Fatalf("second lease %+v, want a larger token than %d and a new id", l2, l.Token)
+	}
+	if _, err := p.Release(l2.ID, l2.Token, Success); err != nil {
+		t.Fatalf("Release() = %v", err)
+	}
+	if _, err := p.Release(l2.ID, l2.Token, Success); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Release(twice) = %v, want ErrNotFound", err)
+	}
+	if err := p.checkInvariants(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestExpiryFreesCapacityWithoutTick(t *testing.T) {
+	p, fc := newTestPool(t, Config{})
+	register(t, p, Spec{ID: "a"})
+	mustAcquire(t, p, "ctx")
+	fc.Advance(time.Minute)
+	l := mustAcquire(t, p, "ctx") // Acquire itself expires the old lease
+	if l.Resource != "a" {
+		t.Fatalf("Acquire() = %+v", l)
+	}
+}
+
+func TestFencingTokensGrowAcrossEpochsAndRestore(t *testing.T) {
+	p, _ := newTestPool(t, Config{})
+	register(t, p, Spec{ID: "a", Capacity: 100})
+	var last uint64
+	take := func(p *Pool) {
+		t.Helper()
+		l := mustAcquire(t, p, "ctx")
+		if l.Token <= last {
+			t.Fatalf("token %d after %d: tokens must strictly increase", l.Token, last)
+		}
+		last = l.Token
+	}
+	take(p)
+	take(p)
+	snap := p.Snapshot()
+	take(p) // issued after the snapshot: a restore must not go back below it
+
+	q, _ := newTestPool(t, Config{})
+	if err := q.Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.SetEpoch(1); err != nil {
+		t.Fatal(err)
+	}
+	take(q)
+	if err := q.SetEpoch(0); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("SetEpoch(back) = %v, want ErrInvalidArgument", err)
+	}
+	if err := q.SetEpoch(MaxEpoch + 1); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("SetEpoch(too big) = %v, want ErrInvalidArgument", err)
+	}
+	if err := q.SetEpoch(7); err != nil {
+		t.Fatal(err)
+	}
+	take(q)
+	// Restoring an older snapshot into a pool never lowers its tokens.
+	if err := q.Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	take(q)
+	if e, _ := q.Epoch(); e != 7 {
+		t.Fatalf("Epoch() = %d after restoring an older snapshot, want 7", e)
+	}
+}
+
+func TestSnapshotRestoreRoundTrip(t *testing.T) {
+	p, fc := newTestPool(t, Config{})
+	register(t, p, Spec{ID: "a", Capacity: 2, Labels: map[string]string{"k": "v"}}, Spec{ID: "b"})
+	report(t, p, "a", "x", Success, 3)
+	report(t, p, "b", "x", Blocked, 1)
+	mustAcquire(t, p, "x")
+	fc.Advance(time.Second)
+	snap := p.Snapshot()
+
+	q, _ := newTestPool(t, Config{})
+	fc2 := clock.NewFake(fc.Now())
+	q.clock = fc2
+	if err := q.Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := normalize(q.Snapshot()), normalize(snap); !reflect.DeepEqual(got, want) {
+		t.Fatalf("Snapshot after Restore differs:\n got %+v\nwant %+v", got, want)
+	}
+	if err := q.checkInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	// The restored lease still holds capacity, and b is still quarantined.
+	mustAcquire(t, q, "x")
+	if _, err := q.Acquire("x", time.Minute, nil); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("Acquire() = %v, want ErrExhausted (a full, b quarantined)", err)
+	}
+}
+
+func TestRestoreRejectsBadSnapshots(t *testing.T) {
+	good := Snapshot{LastToken: 10, LastLease: 10, Resources: []ResourceState{{ID: "a", Capacity: 1}}}
+	tests := []struct {
+		name   string
+		mutate func(*Snapshot)
+	}{
+		{"zero capacity", func(s *Snapshot) { s.Resources[0].Capacity = 0 }},
+		{"duplicate resource", func(s *Snapshot) { s.Resources = append(s.Resources, s.Resources[0]) }},
+		{"NaN counts", func(s *Snapshot) { s.Resources[0].Aggregate.Alpha = math.NaN() }},
+		{"cell of unknown resource", func(s *Snapshot) { s.Cells = []CellState{{Resource: "zz", Context: "c"}} }},
+		{"negative cell counts", func(s *Snapshot) { s.Cells = []CellState{{Resource: "a", Context: "c", Stats: Stats{Beta: -1}}} }},
+		{"lease over capacity", func(s *Snapshot) {
+			s.Leases = []LeaseState{{ID: 1, Resource: "a", Context: "c", Token: 1}, {ID: 2, Resource: "a", Context: "c", Token: 2}}
+		}},
+		{"lease token above high-water mark", func(s *Snapshot) { s.Leases = []LeaseState{{ID: 1, Resource: "a", Context: "c", Token: 11}} }},
+		{"epoch too large", func(s *Snapshot) { s.Epoch = MaxEpoch + 1 }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, _ := newTestPool(t, Config{})
+			register(t, p, Spec{ID: "keep"})
+			before := fingerprint(t, p)
+			s := good
+			s.Resources = append([]ResourceState(nil), good.Resources...)
+			tt.mutate(&s)
+			if err := p.Restore(s); !errors.Is(err, ErrInvalidArgument) {
+				t.Fatalf("Restore() = %v, want ErrInvalidArgument", err)
+			}
+			if after := fingerprint(t, p); after != before {
+				t.Fatalf("state changed on a rejected Restore")
+			}
+		})
+	}
+}
+
+func TestTakeChanges(t *testing.T) {
+	p, _ := newTestPool(t, Config{})
+	register(t, p, Spec{ID: "a"}, Spec{ID: "b"}, Spec{ID: "c"})
+	p.Snapshot()
+	report(t, p, "a", "x", Success, 2)
+	if _, _, err := p.Deregister([]string{"c"}); err != nil {
+		t.Fatal(err)
+	}
+	ch := p.TakeChanges()
+	if len(ch.Resources) != 1 || ch.Resources[0].ID != "a" || len(ch.Cells) != 1 || !reflect.DeepEqual(ch.Removed, []string{"c"}) {
+		t.Fatalf("TakeChanges() = %+v, want resource a, one cell, removed [c]", ch)
+	}
+	if ch := p.TakeChanges(); len(ch.Resources)+len(ch.Cells)+len(ch.Removed) != 0 {
+		t.Fatalf("second TakeChanges() = %+v, want nothing", ch)
+	}
+}
+
+func TestDeregisterDropsLeasesAndCells(t *testing.T) {
+	p, _ := newTestPool(t, Config{})
+	register(t, p, Spec{ID: "a"})
+	report(t, p, "a", "x", Success, 1)
+	l := mustAcquire(t, p, "x")
+	n, cells, err := p.Deregister([]string{"a", "unknown"})
+	if err != nil || n != 1 || cells != 1 {
+		t.Fatalf("Deregister() = %d, %d, %v; want 1 resource, 1 cell, nil", n, cells, err)
+	}
+	if p.HasResource("a") || p.HasCell("a", "x") {
+		t.Fatal("resource or cell still present after Deregister")
+	}
+	if _, err := p.Release(l.ID, l.Token, 0); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Release(lease of removed resource) = %v, want ErrNotFound", err)
+	}
+	register(t, p, Spec{ID: "a"})
+	if p.HasCell("a", "x") {
+		t.Fatal("re-registered resource inherited the old cell")
+	}
+	if err := p.checkInvariants(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestQuarantineAfterConsecutiveFailuresThenProbe(t *testing.T) {
+	p, fc := newTestPool(t, Config{FailuresToQuarantine: 3, CooldownBase: 10 * time.Second, QuarantineBelow: -1})
+	register(t, p, Spec{ID: "a"}, Spec{ID: "b"})
+	sub := p.Subscribe(KindsOf(EventBlocked, EventRecovered), 0)
+	defer sub.Close()
+
+	report(t, p, "a", "x", Failure, 2)
+	if ev := drain(sub); len(ev) != 0 {
+		t.Fatalf("events after 2 failures = %v, want none", ev)
+	}
+	report(t, p, "a", "x", Failure, 1)
+	if ev := drain(sub); len(ev) != 1 || ev[0].Kind != EventBlocked || ev[0].Resource != "a" || ev[0].Context != "x" {
+		t.Fatalf("events after 3 failures = %v, want one blocked a/x", ev)
+	}
+	info, _ := p.Get("a")
+	if want := t0.Add(10 * time.Second); !info.Contexts[0].BlockedUntil.Equal(want) {
+		t.Fatalf("BlockedUntil = %v, want %v", info.Contexts[0].BlockedUntil, want)
+	}
+	// During the cooldown, a is never leased for x but is for other contexts.
+	for i := 0; i < 20; i++ {
+		l := mustAcquire(t, p, "x")
+		if l.Resource != "b" {
+			t.Fatalf("Acquire(x) during cooldown leased %s", l.Resource)
+		}
+		if _, err := p.Release(l.ID, l.Token, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fc.Advance(10 * time.Second)
+	probe := mustAcquire(t, p, "x")
+	if probe.Resource != "a" {
+		t.Fatalf("first Acquire(x) after cooldown leased %s, want the probe on a", probe.Resource)
+	}
+	// Only one probe at a time.
+	other := mustAcquire(t, p, "x")
+	if other.Resource != "b" {
+		t.Fatalf("second Acquire(x) leased %s, want b", other.Resource)
+	}
+	// The probe fails: a longer cooldown (level 1: 20s).
+	if _, err := p.Release(probe.ID, probe.Token, Failure); err != nil {
+		t.Fatal(err)
+	}
+	info, _ = p.Get("a")
+	if want := fc.Now().Add(20 * time.Second); !info.Contexts[0].BlockedUntil.Equal(want) {
+		t.Fatalf("BlockedUntil after failed probe = %v, want %v (doubled)", info.Contexts[0].BlockedUntil, want)
+	}
+	fc.Advance(20 * time.Second)
+	probe = mustAcquire(t, p, "x")
+	if probe.Resource != "a" {
+		t.Fatalf("Acquire(x) after second cooldown leased %s, want a", probe.Resource)
+	}
+	if _, err := p.Release(probe.ID, probe.Token, Success); err != nil {
+		t.Fatal(err)
+	}
+	ev := drain(sub)
+	if len(ev) != 2 || ev[0].Kind != EventBlocked || ev[1].Kind != EventRecovered {
+		t.Fatalf("events = %v, want blocked then recovered", ev)
+	}
+	info, _ = p.Get("a")
+	if !info.Contexts[0].BlockedUntil.IsZero() {
+		t.Fatalf("a still blocked after a successful probe: %+v", info.Contexts[0])
+	}
+}
+
+func TestProbeWithoutOutcomeIsRetried(t *testing.T) {
+	p, fc := newTestPool(t, Config{FailuresToQuarantine: 1, CooldownBase: time.Second})
+	register(t, p, Spec{ID: "a"})
+	report(t, p, "a", "x", Failure, 1)
+	fc.Advance(time.Second)
+	probe := mustAcquire(t, p, "x")
+	if _, err := p.Release(probe.ID, probe.Token, 0); err != nil {
+		t.Fatal(err)
+	}
+	again := mustAcquire(t, p, "x")
+	if again.Resource != "a" {
+		t.Fatalf("Acquire() after a probe released without outcome = %+v, want a new probe on a", again)
+	}
+}
+
+func TestBlockedOutcomeQuarantinesAtOnce(t *testing.T) {
+	p, _ := newTestPool(t, Config{})
+	register(t, p, Spec{ID: "a"})
+	report(t, p, "a", "x", Success, 20)
+	report(t, p, "a", "x", Blocked, 1)
+	if _, err := p.Acquire("x", time.Minute, nil); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("Acquire(x) after BLOCKED = %v, want ErrExhausted", err)
+	}
+	mustAcquire(t, p, "y") // other contexts unaffected
+}
+
+func TestLowPosteriorQuarantines(t *testing.T) {
+	p, _ := newTestPool(t, Config{QuarantineBelow: 0.3, QuarantineMinEvidence: 10, FailuresToQuarantine: 100})
+	register(t, p, Spec{ID: "a"})
+	for i := 0; i < 4; i++ { // alternate so there are never many failures in a row
+		report(t, p, "a", "x", Failure, 3)
+		report(t, p, "a", "x", Success, 1)
+	}
+	if _, err := p.Acquire("x", time.Minute, nil); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("Acquire(x) with posterior mean ~0.28 = %v, want ErrExhausted", err)
+	}
+}
+
+func TestWholeResourceQuarantine(t *testing.T) {
+	p, fc := newTestPool(t, Config{FailuresToQuarantine: 100, FailuresToQuarantineWhole: 6, QuarantineBelow: -1, CooldownBase: time.Minute})
+	register(t, p, Spec{ID: "a"})
+	for _, c := range []string{"x", "y", "z"} {
+		report(t, p, "a", c, Failure, 2)
+	}
+	if _, err := p.Acquire("fresh", time.Minute, nil); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("Acquire(any context) after whole quarantine = %v, want ErrExhausted", err)
+	}
+	info, _ := p.Get("a")
+	if info.BlockedUntil.IsZero() {
+		t.Fatal("Get(a).BlockedUntil is zero, want the quarantine end")
+	}
+	fc.Advance(time.Minute)
+	probe := mustAcquire(t, p, "fresh")
+	if _, err := p.Release(probe.ID, probe.Token, Success); err != nil {
+		t.Fatal(err)
+	}
+	mustAcquire(t, p, "x2")
+	if err := p.checkInvariants(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCooldownJitterAndCap(t *testing.T) {
+	p, _ := newTestPool(t, Config{CooldownBase: 100 * time.Second, CooldownMax: 400 * time.Second, CooldownJitter: 0.2})
+	seen := map[time.Duration]bool{}
+	for i := 0; i < 50; i++ {
+		d := p.cooldown(0)
+		if d < 80*time.Second || d > 120*time.Second {
+			t.Fatalf("cooldown(0) = %v, want within 100s ± 20%%", d)
+		}
+		seen[d] = true
+		if d := p.cooldown(10); d > 480*time.Second {
+			t.Fatalf("cooldown(10) = %v, want at most 400s + 20%%", d)
+		}
+	}
+	if len(seen) < 10 {
+		t.Fatalf("cooldown(0) took %d distinct values in 50 draws, want jitter", len(seen))
+	}
+}
+
+func drain(s *Subscription) []Event {
+	var out []Event
+	for {
+		select {
+		case e, ok := <-s.C:
+			if !ok {
+				return out
+			}
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+func TestEvents(t *testing.T) {
+	p, _ := newTestPool(t, Config{EventBuffer: 4, EventHistory: 8})
+	all := p.Subscribe(0, 0)
+	onlyRemoved := p.Subscribe(KindsOf(EventRemoved), 0)
+	slow := p.Subscribe(0, 0)
+	defer all.Close()
+	defer onlyRemoved.Close()
+
+	register(t, p, Spec{ID: "a"}, Spec{ID: "b"})
+	if _, _, err := p.Deregister([]string{"a"}); err != nil {
+		t.Fatal(err)
+	}
+	if ev := drain(all); len(ev) != 3 || ev[0].Kind != EventRegistered || ev[2].Kind != EventRemoved || ev[2].Seq != ev[0].Seq+2 {
+		t.Fatalf("all events = %v, want registered a, registered b, removed a with consecutive seqs", ev)
+	}
+	if ev := drain(onlyRemoved); len(ev) != 1 || ev[0].Resource != "a" {
+		t.Fatalf("removed-only events = %v", ev)
+	}
+	// slow never reads: its buffer of 4 fills and it is disconnected.
+	register(t, p, Spec{ID: "c"}, Spec{ID: "d"})
+	if _, ok := <-drainAll(slow); ok {
+		t.Fatal("slow subscriber still open")
+	}
+	if !errors.Is(slow.Err(), ErrSlowSubscriber) {
+		t.Fatalf("slow.Err() = %v, want ErrSlowSubscriber", slow.Err())
+	}
+	if got := p.Counters().DroppedEvents; got != 1 {
+		t.Fatalf("DroppedEvents = %d, want 1", got)
+	}
+	if ev := drain(all); len(ev) != 2 {
+		t.Fatalf("fast subscriber got %d events, want 2: a slow one must not hold it back", len(ev))
+	}
+}
+
+// drainAll reads s until it closes and returns a closed channel to test.
+func drainAll(s *Subscription) <-chan Event {
+	for range s.C {
+	}
+	return s.C
+}
+
+func TestEventsResume(t *testing.T) {
+	p, _ := newTestPool(t, Config{EventHistory: 4})
+	register(t, p, Spec{ID: "a"}, Spec{ID: "b"}, Spec{ID: "c"})
+	s := p.Subscribe(0, 1)
+	ev := drain(s)
+	s.Close()
+	if len(ev) != 2 || ev[0].Seq != 2 || ev[1].Seq != 3 {
+		t.Fatalf("resume after 1 = %v, want seqs 2, 3", ev)
+	}
+	register(t, p, Spec{ID: "d"}, Spec{ID: "e"}, Spec{ID: "f"}) // seqs 4..6; history keeps 3..6
+	s = p.Subscribe(0, 1)
+	ev = drain(s)
+	s.Close()
+	if len(ev) != 5 || ev[0].Kind != EventGap || ev[1].Seq != 3 {
+		t.Fatalf("resume after an evicted seq = %v, want a gap marker then seqs 3..6", ev)
+	}
+	s.Close() // idempotent
+}
+
+func TestCloseSubscriptions(t *testing.T) {
+	p, _ := newTestPool(t, Config{})
+	s := p.Subscribe(0, 0)
+	why := errors.New("tenant suspended")
+	p.CloseSubscriptions(why)
+	if _, ok := <-s.C; ok || !errors.Is(s.Err(), why) {
+		t.Fatalf("after CloseSubscriptions: open=%v err=%v", ok, s.Err())
+	}
+}
+
+func TestHotPathsDoNotAllocate(t *testing.T) {
+	p, _ := newTestPool(t, Config{})
+	for i := 0; i < 1000; i++ {
+		register(t, p, Spec{ID: fmt.Sprintf("r%04d", i), Capacity: 4})
+		report(t, p, fmt.Sprintf("r%04d", i), "x", Success, 1)
+	}
+	// Warm up so that slices and maps have grown to their steady size.
+	for i := 0; i < 2000; i++ {
+		l := mustAcquire(t, p, "x")
+		_, _ = p.Release(l.ID, l.Token, Success)
+	}
+	p.TakeChanges()
+	tests := []struct {
+		name string
+		fn   func()
+	}{
+		{"HasResource", func() { p.HasResource("r0042") }},
+		{"HasCell", func() { p.HasCell("r0042", "x") }},
+		{"Acquire+Release", func() {
+			l, err := p.Acquire("x", time.Minute, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.Release(l.ID, l.Token, 0); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"Report", func() {
+			if _, err := p.Report(Report{Resource: "r0042", Context: "x", Outcome: Success}); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := testing.AllocsPerRun(500, tt.fn); got != 0 {
+				t.Fatalf("%s allocates %v times per call, want 0", tt.name, got)
+			}
+		})
+	}
+}
+
+func second[T any](_ T, err error) error { return err }
+
+func TestMaxLeases(t *testing.T) {
+	p, _ := newTestPool(t, Config{})
+	register(t, p, Spec{ID: "a", Capacity: 10})
+	p.SetMaxLeases(2)
+	l := mustAcquire(t, p, "x")
+	mustAcquire(t, p, "x")
+	if _, err := p.Acquire("x", time.Minute, nil); !errors.Is(err, ErrExhausted) || !strings.Contains(err.Error(), "limit") {
+		t.Fatalf("Acquire(over the lease limit) = %v, want ErrExhausted naming the limit", err)
+	}
+	if _, err := p.Release(l.ID, l.Token, 0); err != nil {
+		t.Fatal(err)
+	}
+	mustAcquire(t, p, "x")
+	p.SetMaxLeases(0)
+	mustAcquire(t, p, "x")
+}
+
+func TestBusyProbeDoesNotHoldUpTheQueue(t *testing.T) {
+	p, fc := newTestPool(t, Config{FailuresToQuarantine: 1, CooldownBase: time.Second})
+	register(t, p, Spec{ID: "a"}, Spec{ID: "b"})
+	report(t, p, "a", "x", Failure, 1) // a/x quarantined first: head of the probe queue
+	report(t, p, "b", "x", Failure, 1)
+	other := mustAcquire(t, p, "y") // a or b is busy in another context
+	fc.Advance(time.Second)
+	probe := mustAcquire(t, p, "x")
+	if probe.Resource == other.Resource {
+		t.Fatalf("probe went to the busy resource %s", probe.Resource)
+	}
+	if _, err := p.Release(probe.ID, probe.Token, Success); err != nil {
+		t.Fatal(err)
+	}
+	info, _ := p.Get(probe.Resource)
+	for _, c := range info.Contexts {
+		if c.Context == "x" && !c.BlockedUntil.IsZero() {
+			t.Fatalf("%s/x still blocked after its probe succeeded", probe.Resource)
+		}
+	}
+}
+
+func TestBusyLeadersDoNotCrowdOutTheNextBest(t *testing.T) {
+	p, _ := newTestPool(t, Config{Leaders: 2, Candidates: 1})
+	for i := 0; i < 200; i++ {
+		register(t, p, Spec{ID: fmt.Sprintf("r%03d", i)})
+	}
+	// r000..r009 are good, in order; the rest unknown.
+	for i := 0; i < 10; i++ {
+		report(t, p, fmt.Sprintf("r%03d", i), "x", Success, 30-i)
+	}
+	good := 0
+	for i := 0; i < 10; i++ {
+		l := mustAcquire(t, p, "x")
+		var n int
+		fmt.Sscanf(l.Resource, "r%03d", &n)
+		if n < 10 {
+			good++
+		}
+	}
+	if good < 9 {
+		t.Fatalf("%d of 10 acquires took one of the 10 known-good resources, want at least 9: busy leaders must let the next best through", good)
+	}
+}

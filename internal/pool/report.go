@@ -1,0 +1,228 @@
+package pool
+
+import (
+	"container/heap"
+	"fmt"
+	"time"
+)
+
+// Report is one observed outcome of using a resource for a context. LeaseID
+// and Token are optional; when either is set they must name a live lease of
+// this resource and context.
+type Report struct {
+	Resource string
+	Context  string
+	Outcome  Outcome
+	LeaseID  uint64
+	Token    uint64
+}
+
+// Report records an outcome. It creates the cell for the resource and
+// context if there is none (the only call besides Register that creates
+// state). It may quarantine the resource for the context or as a whole, or
+// recover a probed one.
+//
+// Errors: ErrInvalidArgument for a bad id, context or outcome, or a lease of
+// another resource or context; ErrNotFound for an unknown resource or lease;
+// ErrStaleToken for a token that is not the lease's. created reports whether
+// the call created the cell, for callers that account state. Report does not
+// allocate when the cell exists and nothing changes state.
+func (p *Pool) Report(rep Report) (created bool, err error) {
+	if err := validID("resource_id", rep.Resource); err != nil {
+		return false, err
+	}
+	if err := validID("context", rep.Context); err != nil {
+		return false, err
+	}
+	if err := validOutcome(rep.Outcome, false); err != nil {
+		return false, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	idx, ok := p.ids[rep.Resource]
+	if !ok {
+		return false, fmt.Errorf("%w: resource %q", ErrNotFound, rep.Resource)
+	}
+	now := p.clock.Now().UnixNano()
+	if rep.LeaseID != 0 || rep.Token != 0 {
+		l, err := p.lookupLease(rep.LeaseID, rep.Token, now)
+		if err != nil {
+			return false, err
+		}
+		if l.res != idx || l.context != rep.Context {
+			return false, fmt.Errorf("%w: lease %d is for another resource or context", ErrInvalidArgument, rep.LeaseID)
+		}
+	}
+	return p.record(idx, rep.Context, rep.Outcome, now), nil
+}
+
+// record applies one outcome and reports whether it created the cell; the
+// caller holds the write lock and has validated everything.
+func (p *Pool) record(idx int32, context string, o Outcome, now int64) (created bool) {
+	ctx := p.contextID(context)
+	r := &p.res[idx]
+	slot := p.findCell(r, idx, ctx)
+	if slot < 0 {
+		a, b := prior(r.agg, now, p.hl, p.cfg.PriorWeight)
+		slot = p.newCell(idx, ctx, cell{c: counts{a: a, b: b, upd: now}})
+		created = true
+	}
+	c := &p.cellSlab[slot]
+	success := o == Success
+	c.c.add(now, p.hl, success)
+	r.agg.add(now, p.hl, success)
+	p.counters.Reports++
+	if success {
+		c.consecFail, r.consecFail = 0, 0
+	} else {
+		c.consecFail++
+		r.consecFail++
+	}
+
+	switch c.q.state {
+	case qProbation, qProbing:
+		if success {
+			c.q.state = qNone
+			if c.q.level > 0 {
+				c.q.level--
+			}
+			// The history that got it quarantined is stale now: start again
+			// from the resource's prior plus this success.
+			a, b := prior(r.agg, now, p.hl, p.cfg.PriorWeight)
+			c.c = counts{a: a + 1, b: b, upd: now}
+			p.counters.Recovered++
+			p.emit(Event{Kind: EventRecovered, Resource: r.id, Context: context, At: time.Unix(0, now)})
+		} else {
+			p.quarantineCell(c, idx, ctx, now, "probe failed")
+		}
+	case qNone:
+		a, b := c.c.at(now, p.hl)
+		switch {
+		case o == Blocked:
+			p.quarantineCell(c, idx, ctx, now, "blocked")
+		case int(c.consecFail) >= p.cfg.FailuresToQuarantine:
+			p.quarantineCell(c, idx, ctx, now, "consecutive failures")
+		case p.cfg.QuarantineBelow > 0 && a+b >= p.cfg.QuarantineMinEvidence && mean(a, b) < p.cfg.QuarantineBelow:
+			p.quarantineCell(c, idx, ctx, now, "low success rate")
+		}
+	}
+
+	switch r.q.state {
+	case qProbation, qProbing:
+		if success {
+			r.q.state = qNone
+			if r.q.level > 0 {
+				r.q.level--
+			}
+			r.agg = counts{a: 1, upd: now}
+			p.updateAvail(idx)
+			p.counters.Recovered++
+			p.emit(Event{Kind: EventRecovered, Resource: r.id, At: time.Unix(0, now)})
+		} else {
+			p.quarantineWhole(idx, now, "probe failed")
+		}
+	case qNone:
+		if int(r.consecFail) >= p.cfg.FailuresToQuarantineWhole {
+			p.quarantineWhole(idx, now, "consecutive failures across contexts")
+		}
+	}
+
+	p.markCell(slot)
+	p.markResource(idx)
+	p.updateLeader(p.ctxs[ctx], idx, c)
+	return created
+}
+
+// cooldown returns the next quarantine length for level, with jitter.
+func (p *Pool) cooldown(level uint8) time.Duration {
+	d := p.cfg.CooldownBase
+	for i := uint8(0); i < level && d < p.cfg.CooldownMax; i++ {
+		d *= 2
+	}
+	d = min(d, p.cfg.CooldownMax)
+	if j := p.cfg.CooldownJitter; j > 0 {
+		d = time.Duration(float64(d) * (1 + j*(2*p.rng.Float64()-1)))
+	}
+	return d
+}
+
+func (p *Pool) quarantineCell(c *cell, idx, ctx int32, now int64, why string) {
+	d := p.cooldown(c.q.level)
+	c.q = quarantine{state: qBlocked, until: now + int64(d), level: min(c.q.level+1, 30)}
+	heap.Push(&p.cooldowns, cooldown{until: c.q.until, res: idx, ctx: ctx, gen: p.res[idx].gen})
+	p.counters.Quarantined++
+	p.emit(Event{
+		Kind: EventBlocked, Resource: p.res[idx].id, Context: p.ctxs[ctx].name, At: time.Unix(0, now),
+		Detail: fmt.Sprintf("%s; cooldown %v", why, d.Round(time.Millisecond)),
+	})
+}
+
+func (p *Pool) quarantineWhole(idx int32, now int64, why string) {
+	r := &p.res[idx]
+	d := p.cooldown(r.q.level)
+	r.q = quarantine{state: qBlocked, until: now + int64(d), level: min(r.q.level+1, 30)}
+	r.consecFail = 0
+	p.updateAvail(idx)
+	heap.Push(&p.cooldowns, cooldown{until: r.q.until, res: idx, ctx: -1, gen: r.gen})
+	p.counters.Quarantined++
+	p.emit(Event{
+		Kind: EventBlocked, Resource: r.id, At: time.Unix(0, now),
+		Detail: fmt.Sprintf("%s; cooldown %v", why, d.Round(time.Millisecond)),
+	})
+}
+
+func (p *Pool) popCooldown() cooldown { return heap.Pop(&p.cooldowns).(cooldown) }
+
+// endCooldown moves a quarantine whose cooldown is over to probation, unless
+// the entry is stale.
+func (p *Pool) endCooldown(e cooldown) {
+	r := &p.res[e.res]
+	if !r.live || r.gen != e.gen {
+		return
+	}
+	if e.ctx < 0 {
+		if r.q.state == qBlocked && r.q.until == e.until {
+			r.q.state = qProbation
+			p.probeRes = append(p.probeRes, e.res)
+		}
+		return
+	}
+	if slot := p.findCell(r, e.res, e.ctx); slot >= 0 && p.cellSlab[slot].q.state == qBlocked && p.cellSlab[slot].q.until == e.until {
+		p.cellSlab[slot].q.state = qProbation
+		p.ctxs[e.ctx].probes = append(p.ctxs[e.ctx].probes, e.res)
+	}
+}
+
+// updateLeader keeps the context's leader board: up to maxLeaders resources
+// with the best posterior mean seen at their last report, sorted best
+// first. A quarantined cell leaves it.
+func (p *Pool) updateLeader(cs *contextState, idx int32, c *cell) {
+	pos := -1
+	for i := 0; i < cs.nlead; i++ {
+		if cs.leaders[i].res == idx {
+			pos = i
+			break
+		}
+	}
+	if pos >= 0 {
+		copy(cs.leaders[pos:cs.nlead], cs.leaders[pos+1:cs.nlead])
+		cs.nlead--
+	}
+	if c.q.state != qNone {
+		return
+	}
+	score := mean(c.c.a, c.c.b)
+	if cs.nlead == maxLeaders {
+		if score <= cs.leaders[maxLeaders-1].score {
+			return
+		}
+		cs.nlead--
+	}
+	i := cs.nlead
+	for i > 0 && cs.leaders[i-1].score < score {
+		cs.leaders[i] = cs.leaders[i-1]
+		i--
+	}
+	cs.leaders[i] = leader{res: idx, score: score}
+	cs.nlead++
+}

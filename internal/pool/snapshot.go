@@ -1,0 +1,336 @@
+package pool
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Stats are the discounted counts of a resource (aggregate) or a cell,
+// without the Beta(1, 1) base.
+type Stats struct {
+	Alpha, Beta         float64
+	UpdatedAt           time.Time
+	ConsecutiveFailures int
+}
+
+// Quarantine is a resource's or cell's quarantine state. A zero Until means
+// not quarantined. Level is the number of cooldowns in a row, which sets the
+// next cooldown's length.
+type Quarantine struct {
+	Until time.Time
+	Level int
+}
+
+// ResourceState is a resource in a Snapshot.
+type ResourceState struct {
+	ID         string
+	Capacity   int
+	Labels     map[string]string
+	Aggregate  Stats
+	Quarantine Quarantine
+}
+
+// CellState is a cell in a Snapshot.
+type CellState struct {
+	Resource, Context string
+	Stats             Stats
+	Quarantine        Quarantine
+}
+
+// LeaseState is a live lease in a Snapshot.
+type LeaseState struct {
+	ID                uint64
+	Resource, Context string
+	Token             uint64
+	ExpiresAt         time.Time
+}
+
+// Snapshot is a pool's durable state: what a checkpoint writes and Restore
+// reads. Tokens and lease ids carry the epoch in their upper bits.
+type Snapshot struct {
+	Epoch     uint32
+	LastToken uint64 // highest fencing token issued
+	LastLease uint64 // highest lease id issued
+	Resources []ResourceState
+	Cells     []CellState
+	Leases    []LeaseState
+}
+
+// Changes is what changed since the previous Snapshot or TakeChanges: the
+// resources and cells written (in full) and the ids removed. A resource id
+// can be both removed and written (removed, then registered again); apply
+// removals first.
+type Changes struct {
+	Epoch     uint32
+	LastToken uint64
+	LastLease uint64
+	Resources []ResourceState
+	Cells     []CellState
+	Removed   []string
+}
+
+func statsOf(c counts, consec int32) Stats {
+	return Stats{Alpha: c.a, Beta: c.b, UpdatedAt: time.Unix(0, c.upd), ConsecutiveFailures: int(consec)}
+}
+
+func quarantineOf(q quarantine) Quarantine {
+	if q.state == qNone {
+		return Quarantine{Level: int(q.level)}
+	}
+	// Probation and probing are kept as a cooldown that has just ended, so
+	// that a restored pool probes the resource again.
+	return Quarantine{Until: time.Unix(0, q.until), Level: int(q.level)}
+}
+
+func (p *Pool) resourceState(idx int32) ResourceState {
+	r := &p.res[idx]
+	s := ResourceState{ID: r.id, Capacity: int(r.capacity), Aggregate: statsOf(r.agg, r.consecFail), Quarantine: quarantineOf(r.q)}
+	if len(r.labels) > 0 {
+		s.Labels = make(map[string]string, len(r.labels))
+		for k, v := range r.labels {
+			s.Labels[k] = v
+		}
+	}
+	return s
+}
+
+func (p *Pool) cellState(c *cell) CellState {
+	return CellState{Resource: p.res[c.res].id, Context: p.ctxs[c.ctx].name, Stats: statsOf(c.c, c.consecFail), Quarantine: quarantineOf(c.q)}
+}
+
+func (p *Pool) mask() uint64 { return 1<<tokenBits - 1 }
+
+// Snapshot copies the pool's whole state and clears the change set, so that
+// the next TakeChanges is relative to it. It is for checkpoints, not for the
+// hot path: use HasResource and HasCell to test presence.
+func (p *Pool) Snapshot() Snapshot {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := Snapshot{
+		Epoch:     p.epoch,
+		LastToken: uint64(p.epoch)<<tokenBits | p.counter,
+		LastLease: uint64(p.epoch)<<tokenBits | p.leaseSeq,
+		Resources: make([]ResourceState, 0, p.nresource),
+		Cells:     make([]CellState, 0, len(p.cellIdx)),
+		Leases:    make([]LeaseState, 0, len(p.leases)),
+	}
+	for idx := range p.res {
+		if p.res[idx].live {
+			s.Resources = append(s.Resources, p.resourceState(int32(idx)))
+		}
+	}
+	for i := range p.cellSlab {
+		if c := &p.cellSlab[i]; c.res >= 0 {
+			s.Cells = append(s.Cells, p.cellState(c))
+		}
+	}
+	for id, l := range p.leases {
+		s.Leases = append(s.Leases, LeaseState{ID: id, Resource: p.res[l.res].id, Context: l.context, Token: l.token, ExpiresAt: time.Unix(0, l.expires)})
+	}
+	p.clearChangesLocked()
+	return s
+}
+
+// TakeChanges returns what changed since the last Snapshot or TakeChanges
+// and starts a new change set. If writing the changes fails, the caller must
+// fall back to a full Snapshot: the changes are not kept.
+func (p *Pool) TakeChanges() Changes {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ch := Changes{
+		Epoch:     p.epoch,
+		LastToken: uint64(p.epoch)<<tokenBits | p.counter,
+		LastLease: uint64(p.epoch)<<tokenBits | p.leaseSeq,
+		Removed:   p.removed,
+	}
+	for _, idx := range p.dirtyRes {
+		if p.res[idx].live && p.res[idx].dirty {
+			ch.Resources = append(ch.Resources, p.resourceState(idx))
+		}
+	}
+	for _, slot := range p.dirtyCells {
+		if c := &p.cellSlab[slot]; c.res >= 0 && c.dirty {
+			ch.Cells = append(ch.Cells, p.cellState(c))
+		}
+	}
+	p.clearChangesLocked()
+	return ch
+}
+
+func (p *Pool) clearChangesLocked() {
+	for _, idx := range p.dirtyRes {
+		p.res[idx].dirty = false
+	}
+	for _, slot := range p.dirtyCells {
+		p.cellSlab[slot].dirty = false
+	}
+	p.dirtyRes, p.dirtyCells, p.removed = p.dirtyRes[:0], p.dirtyCells[:0], nil
+}
+
+func validStats(what string, s Stats) error {
+	if math.IsNaN(s.Alpha) || math.IsInf(s.Alpha, 0) || s.Alpha < 0 || math.IsNaN(s.Beta) || math.IsInf(s.Beta, 0) || s.Beta < 0 {
+		return fmt.Errorf("%w: %s counts (%v, %v) are not finite and non-negative", ErrInvalidArgument, what, s.Alpha, s.Beta)
+	}
+	if s.ConsecutiveFailures < 0 {
+		return fmt.Errorf("%w: %s consecutive failures %d is negative", ErrInvalidArgument, what, s.ConsecutiveFailures)
+	}
+	return nil
+}
+
+// validate checks a snapshot completely before Restore changes anything.
+func (s Snapshot) validate() error {
+	if s.Epoch > MaxEpoch {
+		return fmt.Errorf("%w: snapshot epoch %d above %d", ErrInvalidArgument, s.Epoch, MaxEpoch)
+	}
+	caps := make(map[string]int, len(s.Resources))
+	for i, r := range s.Resources {
+		what := fmt.Sprintf("snapshot resources[%d]", i)
+		if err := validID(what+".id", r.ID); err != nil {
+			return err
+		}
+		if _, dup := caps[r.ID]; dup {
+			return fmt.Errorf("%w: %s id %q repeats", ErrInvalidArgument, what, r.ID)
+		}
+		if r.Capacity < 1 || r.Capacity > 1<<20 {
+			return fmt.Errorf("%w: %s capacity %d", ErrInvalidArgument, what, r.Capacity)
+		}
+		if err := validLabels(what+".labels", r.Labels); err != nil {
+			return err
+		}
+		if err := validStats(what, r.Aggregate); err != nil {
+			return err
+		}
+		caps[r.ID] = r.Capacity
+	}
+	type ck struct{ r, c string }
+	seen := make(map[ck]bool, len(s.Cells))
+	for i, c := range s.Cells {
+		what := fmt.Sprintf("snapshot cells[%d]", i)
+		if _, ok := caps[c.Resource]; !ok {
+			return fmt.Errorf("%w: %s names unknown resource %q", ErrInvalidArgument, what, c.Resource)
+		}
+		if err := validID(what+".context", c.Context); err != nil {
+			return err
+		}
+		if seen[ck{c.Resource, c.Context}] {
+			return fmt.Errorf("%w: %s repeats (%q, %q)", ErrInvalidArgument, what, c.Resource, c.Context)
+		}
+		seen[ck{c.Resource, c.Context}] = true
+		if err := validStats(what, c.Stats); err != nil {
+			return err
+		}
+	}
+	held := make(map[string]int)
+	for i, l := range s.Leases {
+		what := fmt.Sprintf("snapshot leases[%d]", i)
+		if _, ok := caps[l.Resource]; !ok {
+			return fmt.Errorf("%w: %s names unknown resource %q", ErrInvalidArgument, what, l.Resource)
+		}
+		if err := validID(what+".context", l.Context); err != nil {
+			return err
+		}
+		if l.Token > s.LastToken || l.ID > s.LastLease {
+			return fmt.Errorf("%w: %s token or id above the snapshot's high-water marks", ErrInvalidArgument, what)
+		}
+		if held[l.Resource]++; held[l.Resource] > caps[l.Resource] {
+			return fmt.Errorf("%w: %s puts %q over its capacity", ErrInvalidArgument, what, l.Resource)
+		}
+	}
+	return nil
+}
+
+// Restore replaces the pool's state with s. The snapshot is checked
+// completely first; if it is invalid (ErrInvalidArgument) nothing changes.
+// Fencing tokens and lease ids continue above the snapshot's high-water
+// marks and above the pool's own, so that they keep increasing. Leases
+// already past their expiry are expired by the next Acquire or Tick.
+// Subscriptions stay open.
+func (p *Pool) Restore(s Snapshot) error {
+	if err := s.validate(); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.clock.Now().UnixNano()
+	// Tokens: keep the larger of (our epoch, counter) and the snapshot's.
+	lastToken := max(uint64(p.epoch)<<tokenBits|p.counter, s.LastToken)
+	lastLease := max(uint64(p.epoch)<<tokenBits|p.leaseSeq, s.LastLease)
+	p.reset()
+	p.epoch = uint32(lastToken >> tokenBits)
+	p.counter = lastToken & p.mask()
+	p.leaseSeq = 0
+	if uint32(lastLease>>tokenBits) == p.epoch {
+		p.leaseSeq = lastLease & p.mask()
+	}
+	for _, rs := range s.Resources {
+		idx := p.addResource(Spec{ID: rs.ID, Capacity: rs.Capacity, Labels: rs.Labels}, now)
+		r := &p.res[idx]
+		r.agg = counts{a: rs.Aggregate.Alpha, b: rs.Aggregate.Beta, upd: rs.Aggregate.UpdatedAt.UnixNano()}
+		r.consecFail = int32(rs.Aggregate.ConsecutiveFailures)
+		r.q = p.restoreQuarantine(rs.Quarantine, idx, -1)
+		p.updateAvail(idx)
+	}
+	for _, cs := range s.Cells {
+		idx := p.ids[cs.Resource]
+		ctx := p.contextID(cs.Context)
+		c := cell{
+			c:          counts{a: cs.Stats.Alpha, b: cs.Stats.Beta, upd: cs.Stats.UpdatedAt.UnixNano()},
+			consecFail: int32(cs.Stats.ConsecutiveFailures),
+			q:          p.restoreQuarantine(cs.Quarantine, idx, ctx),
+		}
+		slot := p.newCell(idx, ctx, c)
+		p.updateLeader(p.ctxs[ctx], idx, &p.cellSlab[slot])
+	}
+	for _, ls := range s.Leases {
+		idx := p.ids[ls.Resource]
+		r := &p.res[idx]
+		r.active++
+		p.updateAvail(idx)
+		expires := ls.ExpiresAt.UnixNano()
+		p.leases[ls.ID] = leaseRec{res: idx, gen: r.gen, context: ls.Context, token: ls.Token, expires: expires}
+		p.expiries.push(expiry{at: expires, id: ls.ID})
+	}
+	p.clearChangesLocked()
+	return nil
+}
+
+// restoreQuarantine turns a saved quarantine back into a live one: a
+// cooldown still running is scheduled; one that has ended goes through the
+// heap too and becomes a probation at the next Acquire or Tick.
+func (p *Pool) restoreQuarantine(q Quarantine, idx, ctx int32) quarantine {
+	if q.Until.IsZero() {
+		return quarantine{level: uint8(min(max(q.Level, 0), 30))}
+	}
+	until := q.Until.UnixNano()
+	p.cooldowns = append(p.cooldowns, cooldown{until: until, res: idx, ctx: ctx, gen: p.res[idx].gen})
+	heapUpCooldown(p.cooldowns)
+	return quarantine{state: qBlocked, until: until, level: uint8(min(max(q.Level, 0), 30))}
+}
+
+// SetEpoch raises the epoch that prefixes new fencing tokens and lease ids.
+// Call it with a larger epoch on every restart and leader change; tokens
+// issued after it are larger than every token issued before. Errors:
+// ErrInvalidArgument if epoch is smaller than the current one or above
+// MaxEpoch.
+func (p *Pool) SetEpoch(epoch uint32) error {
+	if epoch > MaxEpoch {
+		return fmt.Errorf("%w: epoch %d above %d", ErrInvalidArgument, epoch, MaxEpoch)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if epoch < p.epoch {
+		return fmt.Errorf("%w: epoch %d is below the current %d", ErrInvalidArgument, epoch, p.epoch)
+	}
+	if epoch > p.epoch {
+		p.epoch, p.counter, p.leaseSeq = epoch, 0, 0
+	}
+	return nil
+}
+
+// Epoch returns the current epoch and the last fencing token issued.
+func (p *Pool) Epoch() (epoch uint32, lastToken uint64) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.epoch, uint64(p.epoch)<<tokenBits | p.counter
+}

@@ -1,0 +1,92 @@
+package pool
+
+import (
+	"math"
+	"math/rand/v2"
+)
+
+// counts are discounted Beta-Bernoulli pseudo-counts: a successes and b
+// failures as of upd (unix nanoseconds). The uniform Beta(1, 1) base is not
+// stored; it is added when the posterior is read.
+type counts struct {
+	a, b float64
+	upd  int64
+}
+
+// decayFactor is the weight left after dt nanoseconds with half-life hl.
+func decayFactor(dt, hl int64) float64 {
+	if dt <= 0 || hl <= 0 {
+		return 1
+	}
+	return math.Exp2(-float64(dt) / float64(hl))
+}
+
+// at returns the counts decayed to now, without changing c.
+func (c counts) at(now, hl int64) (a, b float64) {
+	f := decayFactor(now-c.upd, hl)
+	return c.a * f, c.b * f
+}
+
+// add decays c to now and adds one observation.
+func (c *counts) add(now, hl int64, success bool) {
+	c.a, c.b = c.at(now, hl)
+	if now > c.upd {
+		c.upd = now
+	}
+	if success {
+		c.a++
+	} else {
+		c.b++
+	}
+}
+
+// mean is the posterior mean of Beta(1+a, 1+b).
+func mean(a, b float64) float64 { return (1 + a) / (2 + a + b) }
+
+// prior returns the pseudo-counts a new cell inherits from its resource's
+// aggregate: the aggregate's posterior mean, carrying at most weight
+// observations.
+func prior(agg counts, now, hl int64, weight float64) (a, b float64) {
+	aa, ab := agg.at(now, hl)
+	w := math.Min(aa+ab, weight)
+	m := mean(aa, ab)
+	return w * m, w * (1 - m)
+}
+
+// sampleBeta draws from Beta(alpha, beta) for alpha, beta >= 1. Above a few
+// dozen pseudo-observations the normal approximation is indistinguishable
+// for ranking and costs a tenth of two gamma draws.
+func sampleBeta(r *rand.Rand, alpha, beta float64) float64 {
+	if alpha > 12 && beta > 12 {
+		n := alpha + beta
+		m := alpha / n
+		sd := math.Sqrt(alpha * beta / (n * n * (n + 1)))
+		x := m + sd*r.NormFloat64()
+		return math.Min(math.Max(x, 0), 1)
+	}
+	x := sampleGamma(r, alpha)
+	y := sampleGamma(r, beta)
+	return x / (x + y)
+}
+
+// sampleGamma draws from Gamma(k, 1) for k >= 1 (Marsaglia and Tsang, 2000).
+func sampleGamma(r *rand.Rand, k float64) float64 {
+	d := k - 1.0/3
+	c := 1 / math.Sqrt(9*d)
+	for {
+		x := r.NormFloat64()
+		v := 1 + c*x
+		if v <= 0 {
+			continue
+		}
+		v = v * v * v
+		u := r.Float64()
+		x2 := x * x
+		if u < 1-0.0331*x2*x2 {
+			return d * v
+		}
+		if math.Log(u) < 0.5*x2+d*(1-v+math.Log(v)) {
+			return d * v
+		}
+	}
+}
