@@ -73,7 +73,7 @@ type Pool struct {
 	cellIdx   map[cellKey]int32
 	cellSlab  []cell
 	freeCells []int32
-	probeRes  []int32 // whole-quarantined resources whose cooldown ended
+	probeRes  []int32   // whole-quarantined resources whose cooldown ended
 	explore   reservoir // for contexts without statistics yet
 	leases    map[uint64]leaseRec
 	expiries  expiryHeap

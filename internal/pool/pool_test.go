@@ -153,7 +153,10 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"register bad utf8", func() error { _, _, err := p.Register([]Spec{{ID: "\xff"}}); return err }, ErrInvalidArgument},
 		{"register negative capacity", func() error { _, _, err := p.Register([]Spec{{ID: "n", Capacity: -1}}); return err }, ErrInvalidArgument},
 		{"register too many labels", func() error { _, _, err := p.Register([]Spec{{ID: "n", Labels: tooMany}}); return err }, ErrInvalidArgument},
-		{"register empty label key", func() error { _, _, err := p.Register([]Spec{{ID: "n", Labels: map[string]string{"": "v"}}}); return err }, ErrInvalidArgument},
+		{"register empty label key", func() error {
+			_, _, err := p.Register([]Spec{{ID: "n", Labels: map[string]string{"": "v"}}})
+			return err
+		}, ErrInvalidArgument},
 		{"deregister empty id", func() error { _, _, err := p.Deregister([]string{"r1", ""}); return err }, ErrInvalidArgument},
 		{"acquire empty context", func() error { _, err := p.Acquire("", time.Minute, nil); return err }, ErrInvalidArgument},
 		{"acquire long context", func() error { _, err := p.Acquire(long, time.Minute, nil); return err }, ErrInvalidArgument},

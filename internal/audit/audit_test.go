@@ -1,0 +1,78 @@
+package audit
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/repool/repool/internal/pool"
+	"github.com/repool/repool/internal/store"
+)
+
+type memStore struct {
+	mu      sync.Mutex
+	entries []store.AuditEntry
+}
+
+func (m *memStore) AppendAudit(_ context.Context, e store.AuditEntry) (store.AuditEntry, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.entries = append(m.entries, e)
+	return e, nil
+}
+
+func (m *memStore) snapshot() []store.AuditEntry {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]store.AuditEntry(nil), m.entries...)
+}
+
+func TestWatchRecordsBlocksAndRecoveries(t *testing.T) {
+	st := &memStore{}
+	w, err := New(st, 16, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.Run(ctx, time.Second); close(done) }()
+	p, _ := pool.New(pool.Config{FailuresToQuarantine: 1})
+	if _, _, err := p.Register([]pool.Spec{{ID: "r"}}); err != nil {
+		t.Fatal(err)
+	}
+	w.Watch(ctx, "acme", p)
+	time.Sleep(10 * time.Millisecond) // let the watcher subscribe
+	if _, err := p.Report(pool.Report{Resource: "r", Context: "x", Outcome: pool.Failure}); err != nil {
+		t.Fatal(err)
+	}
+	w.Record(store.AuditEntry{TenantID: "acme", Actor: "key:k", Action: "resources.register"})
+	deadline := time.Now().Add(5 * time.Second)
+	for len(st.snapshot()) < 2 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	got := st.snapshot()
+	if len(got) != 2 {
+		t.Fatalf("entries = %+v, want a block and a registration", got)
+	}
+	var blocked bool
+	for _, e := range got {
+		if e.Action == "resource.blocked" && e.TenantID == "acme" && e.Target == "r/x" {
+			blocked = true
+		}
+	}
+	if !blocked {
+		t.Fatalf("entries = %+v, want resource.blocked for r/x", got)
+	}
+}
+
+func TestFullQueueDrops(t *testing.T) {
+	w, _ := New(&memStore{}, 1, nil, nil)
+	w.Record(store.AuditEntry{TenantID: "a", Action: "x"})
+	w.Record(store.AuditEntry{TenantID: "a", Action: "y"}) // queue full, no Run
+	if got := len(w.queue); got != 1 {
+		t.Fatalf("queue holds %d, want 1", got)
+	}
+}

@@ -1,0 +1,191 @@
+package auth
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/repool/repool/internal/clock"
+	"github.com/repool/repool/internal/store"
+	"github.com/repool/repool/internal/token"
+)
+
+// Errors returned by the Authenticator.
+var (
+	// ErrUnauthenticated: missing, malformed, wrong or revoked key; bad,
+	// expired or foreign token. Deliberately one error.
+	ErrUnauthenticated = errors.New("missing or invalid credentials")
+	// ErrSuspended: the credential is valid but its tenant is suspended.
+	ErrSuspended = errors.New("tenant is suspended")
+	// ErrUnavailable: the key store could not be reached.
+	ErrUnavailable = errors.New("credential store unavailable")
+)
+
+// KeyStore is what the Authenticator needs from the store.
+type KeyStore interface {
+	LookupKey(ctx context.Context, digest []byte) (store.Key, store.Tenant, error)
+	GetKey(ctx context.Context, tenantID, keyID string) (store.Key, error)
+	GetTenant(ctx context.Context, id string) (store.Tenant, error)
+}
+
+// Config configures an Authenticator.
+type Config struct {
+	// Store holds keys and tenants. Required.
+	Store KeyStore
+	// Signer signs and verifies tokens. Required.
+	Signer *token.Signer
+	// TokenTTL is the lifetime of issued tokens. Default 15m.
+	TokenTTL time.Duration
+	// CacheTTL bounds how long a key lookup is reused. Revocation, suspension
+	// and deletion through this server take effect at once (Invalidate); the
+	// TTL bounds the delay for changes made through another server sharing
+	// the store. Default 2s; negative disables the cache.
+	CacheTTL time.Duration
+	// Clock tells the time. Default the wall clock.
+	Clock clock.Clock
+}
+
+// Authenticator resolves credentials to principals. Safe for concurrent use.
+type Authenticator struct {
+	cfg Config
+
+	mu       sync.Mutex
+	byDigest map[string]cached // string(digest) → lookup
+	byKeyID  map[string]cached // key id → lookup (for tokens)
+}
+
+type cached struct {
+	key    store.Key
+	tenant store.Tenant
+	at     time.Time
+}
+
+// New returns an Authenticator, or an error naming the missing field.
+func New(cfg Config) (*Authenticator, error) {
+	switch {
+	case cfg.Store == nil:
+		return nil, errors.New("auth: Config.Store is nil")
+	case cfg.Signer == nil:
+		return nil, errors.New("auth: Config.Signer is nil")
+	}
+	if cfg.TokenTTL == 0 {
+		cfg.TokenTTL = 15 * time.Minute
+	}
+	if cfg.CacheTTL == 0 {
+		cfg.CacheTTL = 2 * time.Second
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	return &Authenticator{cfg: cfg, byDigest: map[string]cached{}, byKeyID: map[string]cached{}}, nil
+}
+
+// storeErr turns a store error into ErrUnauthenticated (no such key) or
+// ErrUnavailable (anything else: the store did not answer).
+func storeErr(err error) error {
+	if errors.Is(err, store.ErrNotFound) {
+		return ErrUnauthenticated
+	}
+	return fmt.Errorf("%w: %v", ErrUnavailable, err)
+}
+
+func (a *Authenticator) fresh(c cached, ok bool) bool {
+	return ok && a.cfg.CacheTTL > 0 && a.cfg.Clock.Now().Sub(c.at) < a.cfg.CacheTTL
+}
+
+func (a *Authenticator) admit(c cached) (Principal, error) {
+	switch {
+	case c.key.Revoked() || c.tenant.Status == store.StatusDeleted:
+		return Principal{}, ErrUnauthenticated
+	case c.tenant.Status == store.StatusSuspended:
+		return Principal{}, ErrSuspended
+	}
+	return Principal{Tenant: c.tenant.ID, KeyID: c.key.ID}, nil
+}
+
+// APIKey authenticates a plain API key.
+func (a *Authenticator) APIKey(ctx context.Context, plain string) (Principal, error) {
+	if !strings.HasPrefix(plain, KeyPrefix) || len(plain) > 128 {
+		return Principal{}, ErrUnauthenticated
+	}
+	digest := Digest(plain)
+	a.mu.Lock()
+	c, ok := a.byDigest[string(digest)]
+	a.mu.Unlock()
+	if !a.fresh(c, ok) {
+		k, t, err := a.cfg.Store.LookupKey(ctx, digest)
+		if err != nil {
+			return Principal{}, storeErr(err)
+		}
+		c = cached{key: k, tenant: t, at: a.cfg.Clock.Now()}
+		a.mu.Lock()
+		a.byDigest[string(digest)] = c
+		a.byKeyID[k.ID] = c
+		a.mu.Unlock()
+	}
+	if subtle.ConstantTimeCompare(c.key.Digest, digest) != 1 {
+		return Principal{}, ErrUnauthenticated
+	}
+	return a.admit(c)
+}
+
+// Bearer authenticates a data-plane token; the key it was issued from must
+// still be valid.
+func (a *Authenticator) Bearer(ctx context.Context, tok string) (Principal, error) {
+	claims, err := a.cfg.Signer.Verify(tok, token.AudienceData)
+	if err != nil || claims.Tenant == "" || claims.KeyID == "" {
+		return Principal{}, ErrUnauthenticated
+	}
+	a.mu.Lock()
+	c, ok := a.byKeyID[claims.KeyID]
+	a.mu.Unlock()
+	if !a.fresh(c, ok) {
+		k, err := a.cfg.Store.GetKey(ctx, claims.Tenant, claims.KeyID)
+		if err != nil {
+			return Principal{}, storeErr(err)
+		}
+		t, err := a.cfg.Store.GetTenant(ctx, claims.Tenant)
+		if err != nil {
+			return Principal{}, storeErr(err)
+		}
+		c = cached{key: k, tenant: t, at: a.cfg.Clock.Now()}
+		a.mu.Lock()
+		a.byKeyID[k.ID] = c
+		a.mu.Unlock()
+	}
+	if c.tenant.ID != claims.Tenant {
+		return Principal{}, ErrUnauthenticated
+	}
+	return a.admit(c)
+}
+
+// IssueToken returns a data-plane token for p and its expiry.
+func (a *Authenticator) IssueToken(p Principal) (string, time.Time, error) {
+	exp := a.cfg.Clock.Now().Add(a.cfg.TokenTTL).Truncate(time.Second)
+	tok, err := a.cfg.Signer.Sign(token.Claims{Audience: token.AudienceData, Tenant: p.Tenant, KeyID: p.KeyID, ExpiresAt: exp})
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("auth: signing a token: %w", err)
+	}
+	return tok, exp, nil
+}
+
+// Invalidate forgets every cached lookup of the tenant, so that a revoked
+// key, a suspension or a deletion takes effect for the next call.
+func (a *Authenticator) Invalidate(tenant string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for d, c := range a.byDigest {
+		if c.tenant.ID == tenant {
+			delete(a.byDigest, d)
+		}
+	}
+	for id, c := range a.byKeyID {
+		if c.tenant.ID == tenant {
+			delete(a.byKeyID, id)
+		}
+	}
+}

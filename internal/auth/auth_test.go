@@ -1,0 +1,163 @@
+package auth
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/repool/repool/internal/clock"
+	"github.com/repool/repool/internal/store"
+	"github.com/repool/repool/internal/token"
+)
+
+// fakeStore serves one key from memory; down makes every call fail as an
+// outage would.
+type fakeStore struct {
+	key    store.Key
+	tenant store.Tenant
+	down   bool
+	calls  int
+}
+
+func (f *fakeStore) LookupKey(_ context.Context, d []byte) (store.Key, store.Tenant, error) {
+	f.calls++
+	if f.down {
+		return store.Key{}, store.Tenant{}, store.ErrUnavailable
+	}
+	if !bytes.Equal(d, f.key.Digest) {
+		return store.Key{}, store.Tenant{}, store.ErrNotFound
+	}
+	return f.key, f.tenant, nil
+}
+
+func (f *fakeStore) GetKey(_ context.Context, tenant, id string) (store.Key, error) {
+	f.calls++
+	if f.down {
+		return store.Key{}, store.ErrUnavailable
+	}
+	if tenant != f.key.TenantID || id != f.key.ID {
+		return store.Key{}, store.ErrNotFound
+	}
+	return f.key, nil
+}
+
+func (f *fakeStore) GetTenant(_ context.Context, id string) (store.Tenant, error) {
+	f.calls++
+	if f.down {
+		return store.Tenant{}, store.ErrUnavailable
+	}
+	if id != f.tenant.ID {
+		return store.Tenant{}, store.ErrNotFound
+	}
+	return f.tenant, nil
+}
+
+func setup(t *testing.T) (*Authenticator, *fakeStore, *clock.Fake, string) {
+	t.Helper()
+	plain, prefix, digest, err := NewKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(plain, prefix) || len(plain) < 40 {
+		t.Fatalf("NewKey() = %q with prefix %q", plain, prefix)
+	}
+	fs := &fakeStore{
+		key:    store.Key{ID: "k1", TenantID: "acme", Digest: digest},
+		tenant: store.Tenant{ID: "acme", Status: store.StatusActive},
+	}
+	fc := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	signer, _ := token.NewSigner(bytes.Repeat([]byte{1}, 32), fc)
+	a, err := New(Config{Store: fs, Signer: signer, Clock: fc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, fs, fc, plain
+}
+
+func TestAPIKey(t *testing.T) {
+	a, fs, _, plain := setup(t)
+	p, err := a.APIKey(context.Background(), plain)
+	if err != nil || p != (Principal{Tenant: "acme", KeyID: "k1"}) {
+		t.Fatalf("APIKey(valid) = %+v, %v", p, err)
+	}
+	for _, bad := range []string{"", "rpk_wrong", plain + "x", "Bearer " + plain, strings.Repeat("rpk_", 100)} {
+		if _, err := a.APIKey(context.Background(), bad); !errors.Is(err, ErrUnauthenticated) {
+			t.Errorf("APIKey(%q) = %v, want ErrUnauthenticated", bad, err)
+		}
+	}
+	fs.key.RevokedAt = time.Now()
+	a.Invalidate("acme")
+	if _, err := a.APIKey(context.Background(), plain); !errors.Is(err, ErrUnauthenticated) {
+		t.Fatalf("APIKey(revoked) = %v, want ErrUnauthenticated", err)
+	}
+	fs.key.RevokedAt = time.Time{}
+	fs.tenant.Status = store.StatusSuspended
+	a.Invalidate("acme")
+	if _, err := a.APIKey(context.Background(), plain); !errors.Is(err, ErrSuspended) {
+		t.Fatalf("APIKey(suspended tenant) = %v, want ErrSuspended", err)
+	}
+	fs.down = true
+	a.Invalidate("acme")
+	if _, err := a.APIKey(context.Background(), plain); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("APIKey(store down) = %v, want ErrUnavailable", err)
+	}
+}
+
+func TestAPIKeyCache(t *testing.T) {
+	a, fs, fc, plain := setup(t)
+	for i := 0; i < 5; i++ {
+		if _, err := a.APIKey(context.Background(), plain); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fs.calls != 1 {
+		t.Fatalf("store calls = %d for 5 lookups within the cache TTL, want 1", fs.calls)
+	}
+	fc.Advance(3 * time.Second)
+	fs.key.RevokedAt = fc.Now() // revoked through another server: seen after the TTL
+	if _, err := a.APIKey(context.Background(), plain); !errors.Is(err, ErrUnauthenticated) {
+		t.Fatalf("APIKey(revoked elsewhere, after TTL) = %v, want ErrUnauthenticated", err)
+	}
+}
+
+func TestBearer(t *testing.T) {
+	a, fs, fc, _ := setup(t)
+	tok, exp, err := a.IssueToken(Principal{Tenant: "acme", KeyID: "k1"})
+	if err != nil || !exp.Equal(fc.Now().Add(15*time.Minute)) {
+		t.Fatalf("IssueToken() = %v, %v; want expiry in 15m", exp, err)
+	}
+	if p, err := a.Bearer(context.Background(), tok); err != nil || p.Tenant != "acme" {
+		t.Fatalf("Bearer(valid) = %+v, %v", p, err)
+	}
+	forged, _, _ := a.IssueToken(Principal{Tenant: "other", KeyID: "k1"})
+	if _, err := a.Bearer(context.Background(), forged); !errors.Is(err, ErrUnauthenticated) {
+		t.Fatalf("Bearer(token naming another tenant for the key) = %v, want ErrUnauthenticated", err)
+	}
+	fs.key.RevokedAt = fc.Now()
+	a.Invalidate("acme")
+	if _, err := a.Bearer(context.Background(), tok); !errors.Is(err, ErrUnauthenticated) {
+		t.Fatalf("Bearer(token of a revoked key) = %v, want ErrUnauthenticated", err)
+	}
+	fs.key.RevokedAt = time.Time{}
+	a.Invalidate("acme")
+	fc.Advance(16 * time.Minute)
+	if _, err := a.Bearer(context.Background(), tok); !errors.Is(err, ErrUnauthenticated) {
+		t.Fatalf("Bearer(expired) = %v, want ErrUnauthenticated", err)
+	}
+}
+
+func TestContext(t *testing.T) {
+	if _, ok := FromContext(context.Background()); ok {
+		t.Fatal("FromContext(empty) = ok, want no principal")
+	}
+	if _, ok := FromContext(NewContext(context.Background(), Principal{})); ok {
+		t.Fatal("FromContext(principal without tenant) = ok, want no principal")
+	}
+	ctx := NewContext(context.Background(), Principal{Tenant: "t", KeyID: "k"})
+	if p, ok := FromContext(ctx); !ok || p.Tenant != "t" {
+		t.Fatalf("FromContext() = %+v, %v", p, ok)
+	}
+}

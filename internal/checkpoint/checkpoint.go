@@ -1,0 +1,225 @@
+// Package checkpoint persists every tenant's pool to the store and restores
+// them at start. Each tenant is written in its own transaction that touches
+// only its rows, and failures are isolated per tenant: one tenant whose rows
+// are corrupt or whose write fails is logged, counted and retried, and never
+// stops the others.
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/repool/repool/internal/clock"
+	"github.com/repool/repool/internal/pool"
+	"github.com/repool/repool/internal/store"
+)
+
+// Store is what checkpoints need from the store.
+type Store interface {
+	ListTenants(ctx context.Context, f store.TenantFilter) ([]store.Tenant, error)
+	SaveCheckpoint(ctx context.Context, tenantID string, cp store.Checkpoint) error
+	LoadCheckpoint(ctx context.Context, tenantID string) (store.PoolState, error)
+}
+
+// Pools holds the tenants' pools.
+type Pools interface {
+	Pool(tenant string) (*pool.Pool, error)
+	Lookup(tenant string) (*pool.Pool, bool)
+	Tenants() []string
+}
+
+// Config wires a Checkpointer. Store and Pools are required.
+type Config struct {
+	Store Store
+	Pools Pools
+	// Restored is called for each tenant restored, with its counts, before
+	// the server serves traffic (to account budgets).
+	Restored func(tenant string, resources, cells int)
+	// Metrics registers the checkpoint metrics; nil means none.
+	Metrics prometheus.Registerer
+	Clock   clock.Clock
+	Log     *slog.Logger
+}
+
+// Checkpointer writes and restores pools. Safe for concurrent use; rounds
+// are serialized.
+type Checkpointer struct {
+	cfg Config
+	log *slog.Logger
+
+	round    sync.Mutex      // one round at a time
+	mu       sync.Mutex      // guards needFull
+	needFull map[string]bool // tenants whose next checkpoint must be full
+
+	restoreFailures prometheus.Counter
+	failures        *prometheus.CounterVec
+	lastFull        prometheus.Gauge
+	duration        prometheus.Histogram
+}
+
+// New returns a Checkpointer, or an error naming the missing field.
+func New(cfg Config) (*Checkpointer, error) {
+	if cfg.Store == nil || cfg.Pools == nil {
+		return nil, errors.New("checkpoint: Config.Store and Config.Pools are required")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Restored == nil {
+		cfg.Restored = func(string, int, int) {}
+	}
+	c := &Checkpointer{
+		cfg: cfg, log: cfg.Log.With("component", "checkpoint"), needFull: map[string]bool{},
+		restoreFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "repool_restore_failures_total", Help: "Tenants whose pool could not be restored (corrupt or unreadable rows).",
+		}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "repool_checkpoint_failures_total", Help: "Failed tenant checkpoints.",
+		}, []string{"tenant"}),
+		lastFull: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "repool_checkpoint_last_full_success_timestamp_seconds",
+			Help: "Time of the last checkpoint round in which every tenant succeeded.",
+		}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "repool_checkpoint_round_seconds", Help: "Duration of checkpoint rounds.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}),
+	}
+	if cfg.Metrics != nil {
+		for _, m := range []prometheus.Collector{c.restoreFailures, c.failures, c.lastFull, c.duration} {
+			if err := cfg.Metrics.Register(m); err != nil {
+				return nil, fmt.Errorf("checkpoint: registering metrics: %w", err)
+			}
+		}
+	}
+	return c, nil
+}
+
+// RestoreAll restores the pool of every tenant that is not deleted and
+// returns how many failed. A failing tenant is logged, counted in
+// repool_restore_failures_total and skipped; its pool starts empty only when
+// it is first used, and it is checkpointed in full from then on, so a
+// corrupt tenant never blocks the others. The error is for the tenant list
+// itself being unreadable.
+func (c *Checkpointer) RestoreAll(ctx context.Context) (failed int, err error) {
+	ts, err := c.cfg.Store.ListTenants(ctx, store.TenantFilter{})
+	if err != nil {
+		return 0, fmt.Errorf("checkpoint: listing tenants: %w", err)
+	}
+	for _, t := range ts {
+		if err := c.restore(ctx, t.ID); err != nil {
+			failed++
+			c.restoreFailures.Inc()
+			c.log.Error("restore failed; tenant skipped", "tenant", t.ID, "err", err)
+		}
+	}
+	return failed, nil
+}
+
+func (c *Checkpointer) restore(ctx context.Context, tenant string) error {
+	st, err := c.cfg.Store.LoadCheckpoint(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	c.markFull(tenant)
+	if !st.HasCheckpoint {
+		return nil
+	}
+	p, err := c.cfg.Pools.Pool(tenant)
+	if err != nil {
+		return err
+	}
+	if err := p.Restore(toSnapshot(st)); err != nil {
+		return fmt.Errorf("%w: %v", store.ErrCorrupt, err)
+	}
+	c.cfg.Restored(tenant, len(st.Resources), len(st.Cells))
+	return nil
+}
+
+func (c *Checkpointer) markFull(tenant string) {
+	c.mu.Lock()
+	c.needFull[tenant] = true
+	c.mu.Unlock()
+}
+
+// Round checkpoints every tenant that has a pool: in full the first time
+// and after a failure, incrementally otherwise. It returns the tenants that
+// failed, joined.
+func (c *Checkpointer) Round(ctx context.Context) error {
+	c.round.Lock()
+	defer c.round.Unlock()
+	start := c.cfg.Clock.Now()
+	var errs []error
+	for _, tenant := range c.cfg.Pools.Tenants() {
+		if err := c.save(ctx, tenant); err != nil {
+			c.failures.WithLabelValues(tenant).Inc()
+			c.log.Error("checkpoint failed", "tenant", tenant, "err", err)
+			errs = append(errs, fmt.Errorf("tenant %s: %w", tenant, err))
+		}
+	}
+	end := c.cfg.Clock.Now()
+	c.duration.Observe(end.Sub(start).Seconds())
+	if len(errs) == 0 {
+		c.lastFull.Set(float64(end.UnixNano()) / 1e9)
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Checkpointer) save(ctx context.Context, tenant string) error {
+	p, ok := c.cfg.Pools.Lookup(tenant)
+	if !ok {
+		return nil
+	}
+	c.mu.Lock()
+	full, seen := c.needFull[tenant]
+	c.mu.Unlock()
+	var cp store.Checkpoint
+	if full || !seen {
+		cp = toCheckpoint(p.Snapshot())
+	} else {
+		cp = changesToCheckpoint(p.TakeChanges())
+	}
+	if err := c.cfg.Store.SaveCheckpoint(ctx, tenant, cp); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil // deleted meanwhile: nothing to keep
+		}
+		// The change set is gone with the failed write: go full next time.
+		c.markFull(tenant)
+		return err
+	}
+	c.mu.Lock()
+	c.needFull[tenant] = false
+	c.mu.Unlock()
+	return nil
+}
+
+// Forget drops what the checkpointer knows of a deleted tenant.
+func (c *Checkpointer) Forget(tenant string) {
+	c.mu.Lock()
+	delete(c.needFull, tenant)
+	c.mu.Unlock()
+}
+
+// Run checkpoints every interval until ctx ends. The caller runs a final
+// Round on shutdown.
+func (c *Checkpointer) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_ = c.Round(ctx) // failures are logged and counted per tenant
+		}
+	}
+}

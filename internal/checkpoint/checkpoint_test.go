@@ -1,0 +1,255 @@
+package checkpoint
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/repool/repool/internal/pool"
+	"github.com/repool/repool/internal/store"
+	"github.com/repool/repool/internal/store/sqlite"
+	"github.com/repool/repool/internal/tenants"
+)
+
+// flakyStore counts checkpoint rows and fails the saves of chosen tenants.
+type flakyStore struct {
+	store.Store
+	mu    sync.Mutex
+	fail  map[string]bool
+	saved map[string]store.Checkpoint
+}
+
+func (f *flakyStore) SaveCheckpoint(ctx context.Context, tenant string, cp store.Checkpoint) error {
+	f.mu.Lock()
+	fail := f.fail[tenant]
+	f.saved[tenant] = cp
+	f.mu.Unlock()
+	if fail {
+		return fmt.Errorf("%w: injected", store.ErrUnavailable)
+	}
+	return f.Store.SaveCheckpoint(ctx, tenant, cp)
+}
+
+func (f *flakyStore) last(tenant string) store.Checkpoint {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.saved[tenant]
+}
+
+type env struct {
+	path  string
+	st    *flakyStore
+	pools *tenants.Registry
+	cp    *Checkpointer
+	reg   *prometheus.Registry
+	acct  map[string][2]int
+}
+
+func open(t *testing.T, path string) *env {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), path, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	e := &env{path: path, st: &flakyStore{Store: st, fail: map[string]bool{}, saved: map[string]store.Checkpoint{}},
+		reg: prometheus.NewRegistry(), acct: map[string][2]int{}}
+	e.pools = tenants.NewRegistry(func(string) (*pool.Pool, error) { return pool.New(pool.Config{}) })
+	e.cp, err = New(Config{Store: e.st, Pools: e.pools, Metrics: e.reg,
+		Restored: func(tenant string, r, c int) { e.acct[tenant] = [2]int{r, c} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	e := open(t, filepath.Join(t.TempDir(), "repool.db"))
+	for _, id := range []string{"a", "b"} {
+		if _, err := e.st.CreateTenant(context.Background(), store.Tenant{ID: id, Name: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e
+}
+
+func fill(t *testing.T, p *pool.Pool, prefix string, n int) {
+	t.Helper()
+	var specs []pool.Spec
+	for i := 0; i < n; i++ {
+		specs = append(specs, pool.Spec{ID: fmt.Sprintf("%s%03d", prefix, i), Capacity: 2, Labels: map[string]string{"owner": prefix}})
+	}
+	if _, _, err := p.Register(specs); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		for _, c := range []string{"x", "y"} {
+			if _, err := p.Report(pool.Report{Resource: specs[i].ID, Context: c, Outcome: pool.Outcome(1 + i%2)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+func poolOf(t *testing.T, e *env, tenant string) *pool.Pool {
+	t.Helper()
+	p, err := e.pools.Pool(tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestCheckpointAThenBBothIntact(t *testing.T) {
+	e := setup(t)
+	fill(t, poolOf(t, e, "a"), "a", 20)
+	if err := e.cp.Round(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	fill(t, poolOf(t, e, "b"), "b", 10)
+	if err := e.cp.Round(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	wantA, wantB := poolOf(t, e, "a").Snapshot(), poolOf(t, e, "b").Snapshot()
+
+	r := open(t, e.path)
+	if failed, err := r.cp.RestoreAll(context.Background()); err != nil || failed != 0 {
+		t.Fatalf("RestoreAll() = %d, %v", failed, err)
+	}
+	for tenant, want := range map[string]pool.Snapshot{"a": wantA, "b": wantB} {
+		got := poolOf(t, r, tenant).Snapshot()
+		if len(got.Resources) != len(want.Resources) || len(got.Cells) != len(want.Cells) || got.LastToken != want.LastToken {
+			t.Fatalf("tenant %s restored %d resources, %d cells, token %d; want %d, %d, %d",
+				tenant, len(got.Resources), len(got.Cells), got.LastToken, len(want.Resources), len(want.Cells), want.LastToken)
+		}
+		for _, res := range got.Resources {
+			if res.Labels["owner"] != tenant {
+				t.Fatalf("tenant %s restored resource %s of another tenant", tenant, res.ID)
+			}
+		}
+		if r.acct[tenant] != [2]int{len(want.Resources), len(want.Cells)} {
+			t.Fatalf("Restored(%s) accounted %v", tenant, r.acct[tenant])
+		}
+	}
+}
+
+func TestIncrementalAfterFull(t *testing.T) {
+	e := setup(t)
+	p := poolOf(t, e, "a")
+	fill(t, p, "a", 100)
+	if err := e.cp.Round(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if cp := e.st.last("a"); !cp.Full || len(cp.Cells) != 200 {
+		t.Fatalf("first checkpoint full=%v cells=%d, want full with 200", cp.Full, len(cp.Cells))
+	}
+	if _, err := p.Report(pool.Report{Resource: "a007", Context: "x", Outcome: pool.Success}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := p.Deregister([]string{"a050"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.cp.Round(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	cp := e.st.last("a")
+	if cp.Full || len(cp.Cells) != 1 || len(cp.Resources) != 1 || len(cp.Removed) != 1 {
+		t.Fatalf("second checkpoint full=%v resources=%d cells=%d removed=%v; want incremental 1/1/[a050]", cp.Full, len(cp.Resources), len(cp.Cells), cp.Removed)
+	}
+	r := open(t, e.path)
+	if _, err := r.cp.RestoreAll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rp := poolOf(t, r, "a")
+	if rp.HasResource("a050") || !rp.HasResource("a051") {
+		t.Fatal("incremental checkpoint lost a removal or a resource")
+	}
+	info, _ := rp.Get("a007")
+	orig, _ := p.Get("a007")
+	if d := info.Contexts[0].Successes - orig.Contexts[0].Successes; d > 1e-6 || d < -1e-6 {
+		t.Fatalf("restored a007/x successes %v, want %v", info.Contexts[0].Successes, orig.Contexts[0].Successes)
+	}
+}
+
+func TestFailedTenantIsIsolatedAndRetriedInFull(t *testing.T) {
+	e := setup(t)
+	fill(t, poolOf(t, e, "a"), "a", 5)
+	fill(t, poolOf(t, e, "b"), "b", 5)
+	if err := e.cp.Round(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	stamp := testutil.ToFloat64(e.cp.lastFull)
+	if stamp == 0 {
+		t.Fatal("last full success timestamp not set after a clean round")
+	}
+	e.st.fail["a"] = true
+	if _, err := poolOf(t, e, "a").Report(pool.Report{Resource: "a001", Context: "x", Outcome: pool.Success}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := poolOf(t, e, "b").Report(pool.Report{Resource: "b001", Context: "z", Outcome: pool.Success}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Millisecond)
+	err := e.cp.Round(context.Background())
+	if err == nil || !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Round() with a failing tenant = %v, want its error", err)
+	}
+	if got := testutil.ToFloat64(e.cp.lastFull); got != stamp {
+		t.Fatalf("last full success timestamp moved to %v on a round with a failure", got)
+	}
+	if cp := e.st.last("b"); cp.Full || len(cp.Cells) != 1 {
+		t.Fatalf("b's checkpoint full=%v cells=%d, want its incremental change written despite a's failure", cp.Full, len(cp.Cells))
+	}
+	e.st.fail["a"] = false
+	if err := e.cp.Round(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if cp := e.st.last("a"); !cp.Full {
+		t.Fatal("a's checkpoint after a failure is incremental, want full (the lost change set must be written)")
+	}
+	if got := testutil.ToFloat64(e.cp.lastFull); got <= stamp {
+		t.Fatalf("last full success timestamp %v not advanced after a clean round", got)
+	}
+}
+
+func TestCorruptTenantSkippedOthersServed(t *testing.T) {
+	e := setup(t)
+	fill(t, poolOf(t, e, "a"), "a", 5)
+	fill(t, poolOf(t, e, "b"), "b", 5)
+	if err := e.cp.Round(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", e.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`UPDATE resources SET capacity = 0 WHERE pool_id = 'a' AND id = 'a002'`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	r := open(t, e.path)
+	failed, err := r.cp.RestoreAll(context.Background())
+	if err != nil || failed != 1 {
+		t.Fatalf("RestoreAll() = %d, %v; want 1 failure", failed, err)
+	}
+	if got := testutil.ToFloat64(r.cp.restoreFailures); got != 1 {
+		t.Fatalf("repool_restore_failures_total = %v, want 1", got)
+	}
+	b := poolOf(t, r, "b")
+	if !b.HasResource("b004") {
+		t.Fatal("b not restored next to a corrupt a")
+	}
+	if _, err := b.Acquire("x", time.Minute, nil); err != nil {
+		t.Fatalf("b Acquire after restore = %v", err)
+	}
+}

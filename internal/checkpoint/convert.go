@@ -1,0 +1,91 @@
+package checkpoint
+
+import (
+	"time"
+
+	"github.com/repool/repool/internal/pool"
+	"github.com/repool/repool/internal/store"
+)
+
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromUnixNano(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
+}
+
+func resourceRow(r pool.ResourceState) store.ResourceRow {
+	return store.ResourceRow{
+		ID: r.ID, Capacity: int32(r.Capacity), Labels: r.Labels,
+		Alpha: r.Aggregate.Alpha, Beta: r.Aggregate.Beta, UpdatedAt: unixNano(r.Aggregate.UpdatedAt),
+		ConsecutiveFailures: int32(r.Aggregate.ConsecutiveFailures),
+		BlockedUntil:        unixNano(r.Quarantine.Until), CooldownLevel: int32(r.Quarantine.Level),
+	}
+}
+
+func cellRow(c pool.CellState) store.CellRow {
+	return store.CellRow{
+		ResourceID: c.Resource, Context: c.Context,
+		Alpha: c.Stats.Alpha, Beta: c.Stats.Beta, UpdatedAt: unixNano(c.Stats.UpdatedAt),
+		ConsecutiveFailures: int32(c.Stats.ConsecutiveFailures),
+		BlockedUntil:        unixNano(c.Quarantine.Until), CooldownLevel: int32(c.Quarantine.Level),
+	}
+}
+
+// toCheckpoint converts a full snapshot.
+func toCheckpoint(s pool.Snapshot) store.Checkpoint {
+	cp := store.Checkpoint{Full: true, FencingHWM: s.LastToken,
+		Resources: make([]store.ResourceRow, len(s.Resources)), Cells: make([]store.CellRow, len(s.Cells))}
+	for i, r := range s.Resources {
+		cp.Resources[i] = resourceRow(r)
+	}
+	for i, c := range s.Cells {
+		cp.Cells[i] = cellRow(c)
+	}
+	return cp
+}
+
+// changesToCheckpoint converts an incremental change set.
+func changesToCheckpoint(ch pool.Changes) store.Checkpoint {
+	cp := store.Checkpoint{FencingHWM: ch.LastToken, Removed: ch.Removed,
+		Resources: make([]store.ResourceRow, len(ch.Resources)), Cells: make([]store.CellRow, len(ch.Cells))}
+	for i, r := range ch.Resources {
+		cp.Resources[i] = resourceRow(r)
+	}
+	for i, c := range ch.Cells {
+		cp.Cells[i] = cellRow(c)
+	}
+	return cp
+}
+
+// toSnapshot converts a loaded pool state. Leases are not checkpointed: the
+// restored pool starts with none, and the caller raises the epoch so that
+// new tokens exceed every token issued before.
+func toSnapshot(st store.PoolState) pool.Snapshot {
+	s := pool.Snapshot{
+		Epoch: uint32(st.FencingHWM >> 40), LastToken: st.FencingHWM, LastLease: st.FencingHWM &^ (1<<40 - 1),
+		Resources: make([]pool.ResourceState, len(st.Resources)), Cells: make([]pool.CellState, len(st.Cells)),
+	}
+	for i, r := range st.Resources {
+		s.Resources[i] = pool.ResourceState{
+			ID: r.ID, Capacity: int(r.Capacity), Labels: r.Labels,
+			Aggregate:  pool.Stats{Alpha: r.Alpha, Beta: r.Beta, UpdatedAt: fromUnixNano(r.UpdatedAt), ConsecutiveFailures: int(r.ConsecutiveFailures)},
+			Quarantine: pool.Quarantine{Until: fromUnixNano(r.BlockedUntil), Level: int(r.CooldownLevel)},
+		}
+	}
+	for i, c := range st.Cells {
+		s.Cells[i] = pool.CellState{
+			Resource: c.ResourceID, Context: c.Context,
+			Stats:      pool.Stats{Alpha: c.Alpha, Beta: c.Beta, UpdatedAt: fromUnixNano(c.UpdatedAt), ConsecutiveFailures: int(c.ConsecutiveFailures)},
+			Quarantine: pool.Quarantine{Until: fromUnixNano(c.BlockedUntil), Level: int(c.CooldownLevel)},
+		}
+	}
+	return s
+}

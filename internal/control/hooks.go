@@ -1,0 +1,56 @@
+package control
+
+import (
+	"errors"
+
+	"github.com/repool/repool/internal/store"
+)
+
+// ErrInvalidLimits is wrapped by Hooks.ApplyLimits when it refuses limits
+// (for example a reservation the global budget cannot hold). The request is
+// answered 400 with the error's message, so that message is written for the
+// client and holds nothing secret.
+var ErrInvalidLimits = errors.New("invalid limits")
+
+// Hooks keep the server's in-memory state in step with the control plane.
+// The server implements them; the API calls them synchronously, one change
+// at a time for status changes, deletes and limits, in the order the store
+// applied the changes. Implementations must be safe for concurrent use,
+// return quickly and never call back into the API.
+type Hooks interface {
+	// ApplyLimits validates and applies a tenant's new limits live (rate
+	// limits, budgets, stream and lease caps). It is all or nothing: an
+	// error means nothing was applied. An error wrapping ErrInvalidLimits
+	// refuses the request with 400; any other error is a 500. It is called
+	// before the limits are stored, and called again with the previous
+	// limits if storing them fails.
+	ApplyLimits(tenant string, l store.Limits) error
+	// TenantStatusChanged is called after a suspend or reactivate
+	// committed; for example, on suspension close the tenant's event
+	// streams and drop its cached credentials.
+	TenantStatusChanged(tenant string, s store.Status)
+	// TenantDeleted is called only after the delete committed: drop the
+	// tenant's pool and return its budget counts.
+	TenantDeleted(tenant string)
+	// KeyRevoked is called after a revocation committed: drop the key's
+	// cached credentials at once.
+	KeyRevoked(tenant, keyID string)
+}
+
+// NopHooks does nothing and accepts every limit; for tests and tools that
+// hold no in-memory state.
+type NopHooks struct{}
+
+var _ Hooks = NopHooks{}
+
+// ApplyLimits accepts l.
+func (NopHooks) ApplyLimits(string, store.Limits) error { return nil }
+
+// TenantStatusChanged does nothing.
+func (NopHooks) TenantStatusChanged(string, store.Status) {}
+
+// TenantDeleted does nothing.
+func (NopHooks) TenantDeleted(string) {}
+
+// KeyRevoked does nothing.
+func (NopHooks) KeyRevoked(string, string) {}

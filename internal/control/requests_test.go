@@ -1,0 +1,136 @@
+package control
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+)
+
+func TestBadRequestsChangeNothing(t *testing.T) {
+	big := `{"name":"` + strings.Repeat("x", MaxBodyBytes) + `"}`
+	tests := []struct {
+		name, method, path, body string
+		message                  string // part of the error message
+	}{
+		// POST /api/v1/tenants
+		{"tenant: empty body", "POST", "/api/v1/tenants", "", "empty"},
+		{"tenant: not JSON", "POST", "/api/v1/tenants", `{"id":`, "truncated"},
+		{"tenant: syntax error", "POST", "/api/v1/tenants", `{"id" "x"}`, "not valid JSON"},
+		{"tenant: unknown field", "POST", "/api/v1/tenants", `{"id":"x","name":"x","owner":"me"}`, `unknown field "owner"`},
+		{"tenant: trailing data", "POST", "/api/v1/tenants", `{"id":"x","name":"x"} junk`, "after the JSON value"},
+		{"tenant: two values", "POST", "/api/v1/tenants", `{"id":"x","name":"x"}{"id":"y"}`, "after the JSON value"},
+		{"tenant: array", "POST", "/api/v1/tenants", `[]`, "want a JSON object"},
+		{"tenant: null", "POST", "/api/v1/tenants", `null`, "tenant id"},
+		{"tenant: wrong type", "POST", "/api/v1/tenants", `{"id":7,"name":"x"}`, `field "id": got JSON number, want a string`},
+		{"tenant: missing id", "POST", "/api/v1/tenants", `{"name":"x"}`, "tenant id"},
+		{"tenant: bad id", "POST", "/api/v1/tenants", `{"id":"Bad Id","name":"x"}`, "tenant id"},
+		{"tenant: id starts with a dash", "POST", "/api/v1/tenants", `{"id":"-x","name":"x"}`, "tenant id"},
+		{"tenant: id too long", "POST", "/api/v1/tenants", `{"id":"` + strings.Repeat("a", 65) + `","name":"x"}`, "tenant id"},
+		{"tenant: name too long", "POST", "/api/v1/tenants", `{"id":"x","name":"` + strings.Repeat("n", 257) + `"}`, "name"},
+		{"tenant: name with NUL", "POST", "/api/v1/tenants", `{"id":"x","name":"a\u0000b"}`, "name"},
+		{"tenant: body over 64 KiB", "POST", "/api/v1/tenants", big, "larger than 65536 bytes"},
+		{"tenant: trailing data over 64 KiB", "POST", "/api/v1/tenants", `{"id":"x","name":"x"}` + strings.Repeat(" ", MaxBodyBytes), "larger than 65536 bytes"},
+		// PUT .../limits
+		{"limits: empty object", "PUT", "/api/v1/tenants/a/limits", `{}`, "no limits given"},
+		{"limits: negative", "PUT", "/api/v1/tenants/a/limits", `{"burst":-1}`, "burst must be"},
+		{"limits: negative rate", "PUT", "/api/v1/tenants/a/limits", `{"rate_per_second":-0.5}`, "rate_per_second must be"},
+		{"limits: one good, one negative", "PUT", "/api/v1/tenants/a/limits", `{"burst":5,"max_leases":-3}`, "max_leases must be"},
+		{"limits: fraction for an integer", "PUT", "/api/v1/tenants/a/limits", `{"max_streams":1.5}`, `field "max_streams": got JSON number 1.5, want an integer`},
+		{"limits: string", "PUT", "/api/v1/tenants/a/limits", `{"burst":"100"}`, `field "burst": got JSON string`},
+		{"limits: overflow", "PUT", "/api/v1/tenants/a/limits", `{"max_cells":99999999999999999999}`, `field "max_cells"`},
+		{"limits: rate overflow", "PUT", "/api/v1/tenants/a/limits", `{"rate_per_second":1e999}`, `field "rate_per_second"`},
+		{"limits: unknown field", "PUT", "/api/v1/tenants/a/limits", `{"burst":1,"max_tenants":3}`, `unknown field "max_tenants"`},
+		{"limits: reservation above ceiling", "PUT", "/api/v1/tenants/a/limits", `{"reserved_resources":10,"max_resources":5}`, "reserved_resources 10 exceeds max_resources 5"},
+		{"limits: reservation above stored ceiling", "PUT", "/api/v1/tenants/a/limits", `{"reserved_cells":101}`, "reserved_cells 101 exceeds max_cells 100"},
+		{"limits: trailing data", "PUT", "/api/v1/tenants/a/limits", `{"burst":1}]`, "after the JSON value"},
+		{"limits: bad tenant id", "PUT", "/api/v1/tenants/A!/limits", `{"burst":1}`, "tenant id"},
+		// POST .../keys
+		{"key: empty body", "POST", "/api/v1/tenants/a/keys", "", "empty"},
+		{"key: unknown field", "POST", "/api/v1/tenants/a/keys", `{"name":"x","key":"rpk_mine"}`, `unknown field "key"`},
+		{"key: name too long", "POST", "/api/v1/tenants/a/keys", `{"name":"` + strings.Repeat("n", 257) + `"}`, "name"},
+		{"key: body over 64 KiB", "POST", "/api/v1/tenants/a/keys", big, "larger than 65536 bytes"},
+		{"key: bad tenant id", "POST", "/api/v1/tenants/a..b/keys", `{"name":"x"}`, "tenant id"},
+		// ids in paths and query parameters
+		{"get: bad tenant id", "GET", "/api/v1/tenants/UPPER", "", "tenant id"},
+		{"get: escaped slash in id", "GET", "/api/v1/tenants/a%2Fb", "", "tenant id"},
+		{"delete: bad tenant id", "DELETE", "/api/v1/tenants/_a", "", "tenant id"},
+		{"suspend: bad tenant id", "POST", "/api/v1/tenants/a%20b/suspend", "", "tenant id"},
+		{"revoke: bad key id", "DELETE", "/api/v1/tenants/a/keys/k%21", "", "key id"},
+		{"revoke: key id too long", "DELETE", "/api/v1/tenants/a/keys/" + strings.Repeat("k", 65), "", "key id"},
+		{"audit: limit zero", "GET", "/api/v1/tenants/a/audit?limit=0", "", "limit"},
+		{"audit: limit too big", "GET", "/api/v1/tenants/a/audit?limit=1001", "", "limit"},
+		{"audit: limit not a number", "GET", "/api/v1/tenants/a/audit?limit=ten", "", "limit"},
+		{"audit: negative before", "GET", "/api/v1/tenants/a/audit?before=-1", "", "before"},
+		{"list: bad include_deleted", "GET", "/api/v1/tenants?include_deleted=maybe", "", "include_deleted"},
+	}
+	h := newHarness(t, openSQLite)
+	h.createTenant("a")
+	h.createKey("a")
+	op := h.token(RoleOperator, "")
+	h.mustDo("PUT", "/api/v1/tenants/a/limits", op, `{"max_cells":100}`, 200, nil)
+	h.hooks.Calls()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h.t = t
+			before := h.snapshot()
+			r := h.do(tt.method, tt.path, op, tt.body)
+			if r.status != http.StatusBadRequest || r.errorCode() != codeInvalidArgument || !strings.Contains(r.errorMessage(), tt.message) {
+				t.Fatalf("%s %s = got %d %s, want 400 invalid_argument mentioning %q", tt.method, tt.path, r.status, r.body, tt.message)
+			}
+			if strings.Contains(r.body, "json:") || strings.Contains(r.body, "store:") || strings.Contains(r.body, "Request") {
+				t.Errorf("%s %s = got %s, which echoes a library's error", tt.method, tt.path, r.body)
+			}
+			h.unchanged(tt.name, before)
+			if got := h.hooks.Calls(); len(got) != 0 {
+				t.Errorf("hooks = got %q, want none for a bad request", got)
+			}
+		})
+	}
+}
+
+func TestMethodNotAllowed(t *testing.T) {
+	tests := []struct{ method, path, allow string }{
+		{"PUT", "/api/v1/tenants", "POST, GET, HEAD"},
+		{"DELETE", "/api/v1/tenants", "POST, GET, HEAD"},
+		{"POST", "/api/v1/tenants/a", "GET, HEAD, DELETE"},
+		{"PATCH", "/api/v1/tenants/a", "GET, HEAD, DELETE"},
+		{"GET", "/api/v1/tenants/a/suspend", "POST"},
+		{"DELETE", "/api/v1/tenants/a/reactivate", "POST"},
+		{"POST", "/api/v1/tenants/a/limits", "GET, HEAD, PUT"},
+		{"PUT", "/api/v1/tenants/a/keys", "POST, GET, HEAD"},
+		{"GET", "/api/v1/tenants/a/keys/k1", "DELETE"},
+		{"POST", "/api/v1/tenants/a/audit", "GET, HEAD"},
+	}
+	h := newHarness(t, openSQLite)
+	for _, tt := range tests {
+		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
+			h.t = t
+			for _, tok := range []string{"", h.token(RoleOperator, "")} {
+				r := h.do(tt.method, tt.path, tok, "")
+				if r.status != http.StatusMethodNotAllowed || r.errorCode() != codeMethodNotAllowed {
+					t.Fatalf("%s %s = got %d %s, want 405 method_not_allowed", tt.method, tt.path, r.status, r.body)
+				}
+				if got := r.header.Get("Allow"); got != tt.allow {
+					t.Errorf("%s %s: Allow = got %q, want %q", tt.method, tt.path, got, tt.allow)
+				}
+				if got := r.header.Get("Content-Type"); got != "application/json" {
+					t.Errorf("%s %s: Content-Type = got %q, want application/json", tt.method, tt.path, got)
+				}
+			}
+		})
+	}
+	if calls := h.st.calls.Load(); calls != 0 {
+		t.Errorf("store calls = got %d, want 0 for 405s", calls)
+	}
+}
+
+func TestUnknownPath(t *testing.T) {
+	h := newHarness(t, openSQLite)
+	op := h.token(RoleOperator, "")
+	for _, path := range []string{"/api/v1/", "/api/v1/tenant", "/api/v1/tenants/a/", "/api/v1/tenants/a/keys/k/x", "/api/v2/tenants", "/"} {
+		r := h.do("GET", path, op, "")
+		if r.status != http.StatusNotFound || r.errorCode() != codeNotFound {
+			t.Errorf("GET %s = got %d %s, want 404 not_found", path, r.status, r.body)
+		}
+	}
+}

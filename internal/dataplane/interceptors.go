@@ -1,0 +1,242 @@
+package dataplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/repool/repool/internal/auth"
+	"github.com/repool/repool/internal/ratelimit"
+)
+
+// servicePrefix selects the calls the data-plane interceptors guard; health
+// checks and reflection stay open.
+const servicePrefix = "/repool.v1."
+
+// RetryAfterKey is the trailing metadata key of a rate-limit refusal: how
+// long to wait before retrying, in milliseconds.
+const RetryAfterKey = "retry-after-ms"
+
+// ServerOptions returns the interceptor chains, in the order that is part of
+// the design: the active-server gate, then authentication, then the rate
+// limit (which needs the tenant that authentication found), then the stream
+// quota, then the handler. A limiter placed before authentication would
+// limit nothing, since it would not know the tenant.
+func (s *Service) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(s.countUnary, s.activeUnary, s.authUnary, s.limitUnary),
+		grpc.ChainStreamInterceptor(s.countStream, s.activeStream, s.authStream, s.limitStream, s.quotaStream),
+	}
+}
+
+func guarded(method string) bool { return strings.HasPrefix(method, servicePrefix) }
+
+func (s *Service) countUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	resp, err := h(ctx, req)
+	if guarded(info.FullMethod) {
+		s.requests.WithLabelValues(info.FullMethod, status.Code(err).String()).Inc()
+	}
+	return resp, err
+}
+
+func (s *Service) countStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	err := h(srv, ss)
+	if guarded(info.FullMethod) {
+		s.requests.WithLabelValues(info.FullMethod, status.Code(err).String()).Inc()
+	}
+	return err
+}
+
+func (s *Service) active() error {
+	if s.cfg.Active == nil {
+		return nil
+	}
+	if err := s.cfg.Active(); err != nil {
+		return toStatus(s.log, err)
+	}
+	return nil
+}
+
+func (s *Service) activeUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if guarded(info.FullMethod) {
+		if err := s.active(); err != nil {
+			return nil, err
+		}
+	}
+	return h(ctx, req)
+}
+
+func (s *Service) activeStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if guarded(info.FullMethod) {
+		if err := s.active(); err != nil {
+			return err
+		}
+	}
+	return h(srv, ss)
+}
+
+// authenticate puts the caller's principal on ctx: from `x-api-key`, or from
+// `authorization: Bearer <token>`.
+func (s *Service) authenticate(ctx context.Context) (context.Context, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	var (
+		p   auth.Principal
+		err = auth.ErrUnauthenticated
+	)
+	if keys := md.Get("x-api-key"); len(keys) == 1 {
+		p, err = s.cfg.Auth.APIKey(ctx, keys[0])
+	} else if authz := md.Get("authorization"); len(authz) == 1 && len(authz[0]) > 7 && strings.EqualFold(authz[0][:7], "bearer ") {
+		p, err = s.cfg.Auth.Bearer(ctx, authz[0][7:])
+	}
+	if err != nil {
+		return nil, toStatus(s.log, err)
+	}
+	return auth.NewContext(ctx, p), nil
+}
+
+func (s *Service) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if !guarded(info.FullMethod) {
+		return h(ctx, req)
+	}
+	ctx, err := s.authenticate(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return h(ctx, req)
+}
+
+// wrappedStream replaces a stream's context.
+type wrappedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (w wrappedStream) Context() context.Context { return w.ctx }
+
+func (s *Service) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if !guarded(info.FullMethod) {
+		return h(srv, ss)
+	}
+	ctx, err := s.authenticate(ss.Context())
+	if err != nil {
+		return err
+	}
+	return h(srv, wrappedStream{ServerStream: ss, ctx: ctx})
+}
+
+// limit applies the tenant's request limit; a refusal carries the
+// retry-after in trailing metadata.
+func (s *Service) limit(ctx context.Context, method string, setTrailer func(metadata.MD)) error {
+	p, ok := auth.FromContext(ctx)
+	if !ok {
+		return toStatus(s.log, errNoTenant)
+	}
+	d, err := s.cfg.Limiter.Allow(ctx, p.Tenant, method)
+	switch {
+	case err == nil && d.Allowed:
+		return nil
+	case ctx.Err() != nil:
+		return toStatus(s.log, ctx.Err())
+	case !errors.Is(err, ratelimit.ErrLimited):
+		return toStatus(s.log, err)
+	}
+	if d.RetryAfter > 0 {
+		setTrailer(metadata.Pairs(RetryAfterKey, strconv.FormatInt(max(d.RetryAfter.Milliseconds(), 1), 10)))
+	}
+	return status.Error(codes.ResourceExhausted, err.Error())
+}
+
+func (s *Service) limitUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if !guarded(info.FullMethod) {
+		return h(ctx, req)
+	}
+	if err := s.limit(ctx, info.FullMethod, func(md metadata.MD) { _ = grpc.SetTrailer(ctx, md) }); err != nil {
+		return nil, err
+	}
+	return h(ctx, req)
+}
+
+func (s *Service) limitStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if !guarded(info.FullMethod) {
+		return h(srv, ss)
+	}
+	if err := s.limit(ss.Context(), info.FullMethod, ss.SetTrailer); err != nil {
+		return err
+	}
+	return h(srv, ss)
+}
+
+// quotaStream holds one of the tenant's stream slots for the stream's life.
+func (s *Service) quotaStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if !guarded(info.FullMethod) {
+		return h(srv, ss)
+	}
+	p, ok := auth.FromContext(ss.Context())
+	if !ok {
+		return toStatus(s.log, errNoTenant)
+	}
+	release, err := s.streams.acquire(p.Tenant)
+	if err != nil {
+		return toStatus(s.log, err)
+	}
+	defer release()
+	return h(srv, ss)
+}
+
+// streamQuota counts open event streams per tenant.
+type streamQuota struct {
+	limit func(tenant string) int
+	gauge *prometheus.GaugeVec
+
+	mu   sync.Mutex
+	open map[string]int
+}
+
+func newStreamQuota(limit func(string) int) *streamQuota {
+	return &streamQuota{
+		limit: limit,
+		open:  map[string]int{},
+		gauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "repool_event_streams", Help: "Open event streams per tenant.",
+		}, []string{"tenant"}),
+	}
+}
+
+func (q *streamQuota) acquire(tenant string) (release func(), err error) {
+	limit := q.limit(tenant)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.open[tenant] >= limit {
+		return nil, fmt.Errorf("%w: the tenant's limit of %d event streams is reached", ErrOverBudget, limit)
+	}
+	q.open[tenant]++
+	q.gauge.WithLabelValues(tenant).Set(float64(q.open[tenant]))
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			q.mu.Lock()
+			defer q.mu.Unlock()
+			q.open[tenant]--
+			q.gauge.WithLabelValues(tenant).Set(float64(q.open[tenant]))
+			if q.open[tenant] == 0 {
+				delete(q.open, tenant)
+			}
+		})
+	}, nil
+}
+
+// Streams returns the number of open event streams of a tenant.
+func (s *Service) Streams(tenant string) int {
+	s.streams.mu.Lock()
+	defer s.streams.mu.Unlock()
+	return s.streams.open[tenant]
+}

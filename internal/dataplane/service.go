@@ -1,0 +1,504 @@
+// Package dataplane implements repool's gRPC data plane: AuthService and
+// PoolService over the per-tenant pools, behind interceptors that run in a
+// fixed order — active-server gate, authentication, rate limit, stream
+// quota — before any handler.
+package dataplane
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	repoolv1 "github.com/repool/repool/api/repool/v1"
+	"github.com/repool/repool/internal/auth"
+	"github.com/repool/repool/internal/pool"
+	"github.com/repool/repool/internal/ratelimit"
+)
+
+// Kind is a kind of state that the budget accounts.
+type Kind int
+
+// Kinds of state.
+const (
+	Resources Kind = iota
+	Cells
+)
+
+// Budget gates the creation of state. Reserve fails with an error wrapping
+// ErrOverBudget and changes nothing; Release returns units; Account adds
+// units unconditionally (state that exists already, such as a racing
+// creation).
+type Budget interface {
+	Reserve(tenant string, k Kind, n int) error
+	Release(tenant string, k Kind, n int)
+	Account(tenant string, k Kind, n int)
+}
+
+// Limiter decides whether a tenant may make a call now. It fails open on its
+// own faults (and counts them); a refusal is an error with the decision's
+// RetryAfter.
+type Limiter interface {
+	Allow(ctx context.Context, tenant, method string) (ratelimit.Decision, error)
+}
+
+// Authenticator resolves credentials and issues tokens.
+type Authenticator interface {
+	APIKey(ctx context.Context, plain string) (auth.Principal, error)
+	Bearer(ctx context.Context, tok string) (auth.Principal, error)
+	IssueToken(p auth.Principal) (string, time.Time, error)
+}
+
+// Pools gives a tenant's pool, creating it on first use.
+type Pools interface {
+	Pool(tenant string) (*pool.Pool, error)
+}
+
+// Config wires a Service. Every field but Active, Metrics and Log is
+// required.
+type Config struct {
+	Pools   Pools
+	Auth    Authenticator
+	Budget  Budget
+	Limiter Limiter
+	// MaxStreams returns a tenant's limit on concurrent event streams.
+	MaxStreams func(tenant string) int
+	// Active returns nil while this server may serve the data plane, and an
+	// error wrapping ErrNotActive otherwise. Nil means always active.
+	Active func() error
+	// Audit records a change to a tenant's pool in its audit trail (it must
+	// not block); nil means no audit.
+	Audit func(tenant, actor, action, detail string)
+	// Metrics registers the service's metrics; nil means none.
+	Metrics prometheus.Registerer
+	// Log receives errors that clients only see as INTERNAL.
+	Log *slog.Logger
+}
+
+// Service implements AuthService and PoolService. Safe for concurrent use.
+type Service struct {
+	repoolv1.UnimplementedPoolServiceServer
+	repoolv1.UnimplementedAuthServiceServer
+
+	cfg     Config
+	log     *slog.Logger
+	streams *streamQuota
+
+	tokensIssued prometheus.Counter
+	requests     *prometheus.CounterVec
+}
+
+var (
+	_ repoolv1.PoolServiceServer = (*Service)(nil)
+	_ repoolv1.AuthServiceServer = (*Service)(nil)
+)
+
+// New returns a Service, or an error naming the missing field.
+func New(cfg Config) (*Service, error) {
+	switch {
+	case cfg.Pools == nil:
+		return nil, errors.New("dataplane: Config.Pools is nil")
+	case cfg.Auth == nil:
+		return nil, errors.New("dataplane: Config.Auth is nil")
+	case cfg.Budget == nil:
+		return nil, errors.New("dataplane: Config.Budget is nil")
+	case cfg.Limiter == nil:
+		return nil, errors.New("dataplane: Config.Limiter is nil")
+	case cfg.MaxStreams == nil:
+		return nil, errors.New("dataplane: Config.MaxStreams is nil")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Audit == nil {
+		cfg.Audit = func(string, string, string, string) {}
+	}
+	s := &Service{
+		cfg:     cfg,
+		log:     cfg.Log.With("component", "dataplane"),
+		streams: newStreamQuota(cfg.MaxStreams),
+		tokensIssued: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "repool_auth_tokens_issued_total", Help: "Bearer tokens issued by AuthService.IssueToken.",
+		}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "repool_grpc_requests_total", Help: "Data-plane calls by method and gRPC code.",
+		}, []string{"method", "code"}),
+	}
+	if cfg.Metrics != nil {
+		for _, c := range []prometheus.Collector{s.tokensIssued, s.requests, s.streams.gauge} {
+			if err := cfg.Metrics.Register(c); err != nil {
+				return nil, fmt.Errorf("dataplane: registering metrics: %w", err)
+			}
+		}
+	}
+	return s, nil
+}
+
+// Attach registers the services on a gRPC server.
+func (s *Service) Attach(g *grpc.Server) {
+	repoolv1.RegisterAuthServiceServer(g, s)
+	repoolv1.RegisterPoolServiceServer(g, s)
+}
+
+// tenantPool returns the caller's tenant and pool.
+func (s *Service) tenantPool(ctx context.Context) (string, *pool.Pool, error) {
+	p, ok := auth.FromContext(ctx)
+	if !ok {
+		return "", nil, errNoTenant
+	}
+	pl, err := s.cfg.Pools.Pool(p.Tenant)
+	return p.Tenant, pl, err
+}
+
+// IssueToken trades the caller's credential for a bearer token.
+func (s *Service) IssueToken(ctx context.Context, _ *repoolv1.IssueTokenRequest) (*repoolv1.IssueTokenResponse, error) {
+	p, ok := auth.FromContext(ctx)
+	if !ok {
+		return nil, toStatus(s.log, errNoTenant)
+	}
+	tok, exp, err := s.cfg.Auth.IssueToken(p)
+	if err != nil {
+		return nil, toStatus(s.log, err)
+	}
+	s.tokensIssued.Inc()
+	return &repoolv1.IssueTokenResponse{Token: tok, ExpiresAt: timestamppb.New(exp)}, nil
+}
+
+// Register adds resources; creating new ones takes from the tenant's
+// resource budget first.
+func (s *Service) Register(ctx context.Context, req *repoolv1.RegisterRequest) (*repoolv1.RegisterResponse, error) {
+	tenant, p, err := s.tenantPool(ctx)
+	if err != nil {
+		return nil, toStatus(s.log, err)
+	}
+	specs := make([]pool.Spec, len(req.GetResources()))
+	seen := make(map[string]bool, len(specs))
+	fresh := 0
+	for i, r := range req.GetResources() {
+		specs[i] = pool.Spec{ID: r.GetId(), Capacity: int(r.GetCapacity()), Labels: r.GetLabels()}
+		if !seen[r.GetId()] && !p.HasResource(r.GetId()) {
+			fresh++
+		}
+		seen[r.GetId()] = true
+	}
+	if fresh > 0 {
+		if err := s.cfg.Budget.Reserve(tenant, Resources, fresh); err != nil {
+			return nil, toStatus(s.log, err)
+		}
+	}
+	registered, existing, err := p.Register(specs)
+	s.settle(tenant, Resources, fresh, registered)
+	if err != nil {
+		return nil, toStatus(s.log, err)
+	}
+	if registered > 0 {
+		s.cfg.Audit(tenant, actor(ctx), "resources.register", fmt.Sprintf("registered %d, existing %d", registered, existing))
+	}
+	return &repoolv1.RegisterResponse{Registered: int32(registered), Existing: int32(existing)}, nil
+}
+
+// settle reconciles a reservation of reserved units with the created units
+// actually created (they differ when calls race on the same ids).
+func (s *Service) settle(tenant string, k Kind, reserved, created int) {
+	switch {
+	case created < reserved:
+		s.cfg.Budget.Release(tenant, k, reserved-created)
+	case created > reserved:
+		s.cfg.Budget.Account(tenant, k, created-reserved)
+	}
+}
+
+// Deregister removes resources and returns their state to the budget.
+func (s *Service) Deregister(ctx context.Context, req *repoolv1.DeregisterRequest) (*repoolv1.DeregisterResponse, error) {
+	tenant, p, err := s.tenantPool(ctx)
+	if err != nil {
+		return nil, toStatus(s.log, err)
+	}
+	removed, cells, err := p.Deregister(req.GetResourceIds())
+	if err != nil {
+		return nil, toStatus(s.log, err)
+	}
+	s.cfg.Budget.Release(tenant, Resources, removed)
+	s.cfg.Budget.Release(tenant, Cells, cells)
+	if removed > 0 {
+		s.cfg.Audit(tenant, actor(ctx), "resources.deregister", fmt.Sprintf("removed %d resources and %d cells", removed, cells))
+	}
+	return &repoolv1.DeregisterResponse{Removed: int32(removed)}, nil
+}
+
+// actor names the caller in audit entries.
+func actor(ctx context.Context) string {
+	p, _ := auth.FromContext(ctx)
+	return "key:" + p.KeyID
+}
+
+func leaseID(id uint64) string { return strconv.FormatUint(id, 10) }
+
+func parseLeaseID(s string) (uint64, error) {
+	id, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || id == 0 {
+		return 0, fmt.Errorf("%w: lease_id %q is not a lease id", pool.ErrInvalidArgument, s)
+	}
+	return id, nil
+}
+
+func toLease(l pool.Lease) *repoolv1.Lease {
+	return &repoolv1.Lease{
+		LeaseId: leaseID(l.ID), ResourceId: l.Resource, Context: l.Context,
+		FencingToken: l.Token, ExpiresAt: timestamppb.New(l.ExpiresAt),
+	}
+}
+
+// Acquire leases the best resource for a context.
+func (s *Service) Acquire(ctx context.Context, req *repoolv1.AcquireRequest) (*repoolv1.AcquireResponse, error) {
+	_, p, err := s.tenantPool(ctx)
+	if err != nil {
+		return nil, toStatus(s.log, err)
+	}
+	l, err := p.Acquire(req.GetContext(), time.Duration(req.GetTtlSeconds())*time.Second, req.GetLabels())
+	if err != nil {
+		return nil, toStatus(s.log, err)
+	}
+	return &repoolv1.AcquireResponse{Lease: toLease(l)}, nil
+}
+
+// Renew extends a lease.
+func (s *Service) Renew(ctx context.Context, req *repoolv1.RenewRequest) (*repoolv1.RenewResponse, error) {
+	_, p, err := s.tenantPool(ctx)
+	if err != nil {
+		return nil, toStatus(s.log, err)
+	}
+	id, err := parseLeaseID(req.GetLeaseId())
+	if err != nil {
+		return nil, toStatus(s.log, err)
+	}
+	l, err := p.Renew(id, req.GetFencingToken(), time.Duration(req.GetTtlSeconds())*time.Second)
+	if err != nil {
+		return nil, toStatus(s.log, err)
+	}
+	return &repoolv1.RenewResponse{Lease: toLease(l)}, nil
+}
+
+func toOutcome(o repoolv1.Outcome) pool.Outcome {
+	switch o {
+	case repoolv1.Outcome_SUCCESS:
+		return pool.Success
+	case repoolv1.Outcome_FAILURE:
+		return pool.Failure
+	case repoolv1.Outcome_BLOCKED:
+		return pool.Blocked
+	case repoolv1.Outcome_OUTCOME_UNSPECIFIED:
+		return 0
+	}
+	return pool.Outcome(255) // rejected by the pool as an unknown outcome
+}
+
+// Release ends a lease; an outcome that creates a cell takes from the
+// tenant's cell budget first.
+func (s *Service) Release(ctx context.Context, req *repoolv1.ReleaseRequest) (*repoolv1.ReleaseResponse, error) {
+	tenant, p, err := s.tenantPool(ctx)
+	if err != nil {
+		return nil, toStatus(s.log, err)
+	}
+	id, err := parseLeaseID(req.GetLeaseId())
+	if err != nil {
+		return nil, toStatus(s.log, err)
+	}
+	o := toOutcome(req.GetOutcome())
+	reserved := 0
+	if res, c, ok := p.LeaseOf(id); ok && o != 0 && !p.HasCell(res, c) {
+		if err := s.cfg.Budget.Reserve(tenant, Cells, 1); err != nil {
+			return nil, toStatus(s.log, err)
+		}
+		reserved = 1
+	}
+	created, err := p.Release(id, req.GetFencingToken(), o)
+	s.settle(tenant, Cells, reserved, b2i(created))
+	if err != nil {
+		return nil, toStatus(s.log, err)
+	}
+	return &repoolv1.ReleaseResponse{}, nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Report records an outcome; one that creates a cell takes from the
+// tenant's cell budget first.
+func (s *Service) Report(ctx context.Context, req *repoolv1.ReportRequest) (*repoolv1.ReportResponse, error) {
+	tenant, p, err := s.tenantPool(ctx)
+	if err != nil {
+		return nil, toStatus(s.log, err)
+	}
+	rep := pool.Report{Resource: req.GetResourceId(), Context: req.GetContext(), Outcome: toOutcome(req.GetOutcome()), Token: req.GetFencingToken()}
+	if rep.Outcome == 0 {
+		rep.Outcome = pool.Outcome(255) // an outcome is required
+	}
+	if req.GetLeaseId() != "" {
+		if rep.LeaseID, err = parseLeaseID(req.GetLeaseId()); err != nil {
+			return nil, toStatus(s.log, err)
+		}
+	}
+	reserved := 0
+	if p.HasResource(rep.Resource) && !p.HasCell(rep.Resource, rep.Context) {
+		if err := s.cfg.Budget.Reserve(tenant, Cells, 1); err != nil {
+			return nil, toStatus(s.log, err)
+		}
+		reserved = 1
+	}
+	created, err := p.Report(rep)
+	s.settle(tenant, Cells, reserved, b2i(created))
+	if err != nil {
+		return nil, toStatus(s.log, err)
+	}
+	return &repoolv1.ReportResponse{}, nil
+}
+
+func ts(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}
+
+func toStats(c pool.ContextStats) *repoolv1.ContextStats {
+	return &repoolv1.ContextStats{
+		Context: c.Context, Successes: c.Successes, Failures: c.Failures, SuccessRate: c.SuccessRate,
+		ConsecutiveFailures: int32(c.ConsecutiveFailures), BlockedUntil: ts(c.BlockedUntil),
+	}
+}
+
+func toInfo(r pool.ResourceInfo) *repoolv1.ResourceInfo {
+	out := &repoolv1.ResourceInfo{
+		Id: r.ID, Capacity: int32(r.Capacity), Labels: r.Labels, ActiveLeases: int32(r.ActiveLeases),
+		BlockedUntil: ts(r.BlockedUntil), Aggregate: toStats(r.Aggregate),
+	}
+	for _, c := range r.Contexts {
+		out.Contexts = append(out.Contexts, toStats(c))
+	}
+	return out
+}
+
+// GetResource returns one resource with its statistics.
+func (s *Service) GetResource(ctx context.Context, req *repoolv1.GetResourceRequest) (*repoolv1.GetResourceResponse, error) {
+	_, p, err := s.tenantPool(ctx)
+	if err != nil {
+		return nil, toStatus(s.log, err)
+	}
+	r, err := p.Get(req.GetId())
+	if err != nil {
+		return nil, toStatus(s.log, err)
+	}
+	return &repoolv1.GetResourceResponse{Resource: toInfo(r)}, nil
+}
+
+// ListResources pages through the tenant's resources in id order. The page
+// token is the last id of the previous page, encoded.
+func (s *Service) ListResources(ctx context.Context, req *repoolv1.ListResourcesRequest) (*repoolv1.ListResourcesResponse, error) {
+	_, p, err := s.tenantPool(ctx)
+	if err != nil {
+		return nil, toStatus(s.log, err)
+	}
+	size := int(req.GetPageSize())
+	switch {
+	case size < 0 || size > 1000:
+		return nil, toStatus(s.log, fmt.Errorf("%w: page_size %d is outside [0, 1000]", pool.ErrInvalidArgument, size))
+	case size == 0:
+		size = 100
+	}
+	after := ""
+	if tok := req.GetPageToken(); tok != "" {
+		b, err := base64.RawURLEncoding.DecodeString(tok)
+		if err != nil || len(b) == 0 {
+			return nil, toStatus(s.log, fmt.Errorf("%w: page_token is malformed", pool.ErrInvalidArgument))
+		}
+		after = string(b)
+	}
+	infos, more := p.List(after, size)
+	resp := &repoolv1.ListResourcesResponse{}
+	for _, r := range infos {
+		resp.Resources = append(resp.Resources, toInfo(r))
+	}
+	if more && len(infos) > 0 {
+		resp.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(infos[len(infos)-1].ID))
+	}
+	return resp, nil
+}
+
+var kindToProto = map[pool.EventKind]repoolv1.EventKind{
+	pool.EventRegistered:   repoolv1.EventKind_EVENT_KIND_REGISTERED,
+	pool.EventBlocked:      repoolv1.EventKind_EVENT_KIND_BLOCKED,
+	pool.EventRecovered:    repoolv1.EventKind_EVENT_KIND_RECOVERED,
+	pool.EventLeaseExpired: repoolv1.EventKind_EVENT_KIND_LEASE_EXPIRED,
+	pool.EventRemoved:      repoolv1.EventKind_EVENT_KIND_REMOVED,
+	pool.EventGap:          repoolv1.EventKind_EVENT_KIND_UNSPECIFIED,
+}
+
+// ErrTenantSuspended ends event streams when their tenant is suspended.
+var ErrTenantSuspended = errors.New("tenant suspended")
+
+// SubscribeEvents streams the tenant's pool events until the client goes
+// away. A subscriber too slow for its buffer is cut off with
+// RESOURCE_EXHAUSTED; a suspended tenant's streams end with
+// PERMISSION_DENIED.
+func (s *Service) SubscribeEvents(req *repoolv1.SubscribeEventsRequest, stream grpc.ServerStreamingServer[repoolv1.Event]) error {
+	ctx := stream.Context()
+	_, p, err := s.tenantPool(ctx)
+	if err != nil {
+		return toStatus(s.log, err)
+	}
+	var kinds pool.Kinds
+	for _, k := range req.GetKinds() {
+		found := false
+		for pk, v := range kindToProto {
+			if v == k && pk != pool.EventGap {
+				kinds |= pool.KindsOf(pk)
+				found = true
+			}
+		}
+		if !found {
+			return toStatus(s.log, fmt.Errorf("%w: event kind %v", pool.ErrInvalidArgument, k))
+		}
+	}
+	sub := p.Subscribe(kinds, req.GetAfterSeq())
+	defer sub.Close()
+	for {
+		select {
+		case <-ctx.Done():
+			return toStatus(s.log, ctx.Err())
+		case e, ok := <-sub.C:
+			if !ok {
+				return toStatus(s.log, streamEnd(sub.Err()))
+			}
+			if err := stream.Send(&repoolv1.Event{
+				Kind: kindToProto[e.Kind], ResourceId: e.Resource, Context: e.Context,
+				At: timestamppb.New(e.At), Detail: e.Detail, Seq: e.Seq,
+			}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func streamEnd(why error) error {
+	switch {
+	case errors.Is(why, pool.ErrSlowSubscriber):
+		return fmt.Errorf("%w: %v", pool.ErrExhausted, why)
+	case errors.Is(why, ErrTenantSuspended):
+		return auth.ErrSuspended
+	case errors.Is(why, ErrNotActive):
+		return why
+	}
+	return fmt.Errorf("%w: event stream closed", ErrNotActive)
+}

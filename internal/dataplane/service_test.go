@@ -1,0 +1,396 @@
+package dataplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	repoolv1 "github.com/repool/repool/api/repool/v1"
+	"github.com/repool/repool/internal/auth"
+	"github.com/repool/repool/internal/pool"
+	"github.com/repool/repool/internal/ratelimit"
+	"github.com/repool/repool/internal/tenants"
+)
+
+// fakeAuth maps API keys to tenants.
+type fakeAuth struct{ keys map[string]string }
+
+func (f fakeAuth) APIKey(_ context.Context, k string) (auth.Principal, error) {
+	if t, ok := f.keys[k]; ok {
+		return auth.Principal{Tenant: t, KeyID: "key-" + t}, nil
+	}
+	return auth.Principal{}, auth.ErrUnauthenticated
+}
+
+func (f fakeAuth) Bearer(context.Context, string) (auth.Principal, error) {
+	return auth.Principal{}, auth.ErrUnauthenticated
+}
+
+func (f fakeAuth) IssueToken(p auth.Principal) (string, time.Time, error) {
+	return "tok-" + p.Tenant, time.Unix(1e9, 0), nil
+}
+
+// countBudget is a per-tenant counter with a ceiling.
+type countBudget struct {
+	mu      sync.Mutex
+	ceiling int
+	used    map[string]map[Kind]int
+}
+
+func (b *countBudget) Reserve(t string, k Kind, n int) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used[t][k]+n > b.ceiling {
+		return fmt.Errorf("%w: ceiling %d", ErrOverBudget, b.ceiling)
+	}
+	b.add(t, k, n)
+	return nil
+}
+
+func (b *countBudget) add(t string, k Kind, n int) {
+	if b.used[t] == nil {
+		b.used[t] = map[Kind]int{}
+	}
+	b.used[t][k] += n
+}
+
+func (b *countBudget) Release(t string, k Kind, n int) { b.mu.Lock(); b.add(t, k, -n); b.mu.Unlock() }
+func (b *countBudget) Account(t string, k Kind, n int) { b.mu.Lock(); b.add(t, k, n); b.mu.Unlock() }
+
+func (b *countBudget) get(t string, k Kind) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used[t][k]
+}
+
+// fakeLimiter records which tenants it saw and refuses those in deny.
+type fakeLimiter struct {
+	mu   sync.Mutex
+	seen []string
+	deny map[string]bool
+}
+
+func (l *fakeLimiter) Allow(_ context.Context, tenant, _ string) (ratelimit.Decision, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.seen = append(l.seen, tenant)
+	if l.deny[tenant] {
+		return ratelimit.Decision{RetryAfter: 1500 * time.Millisecond}, fmt.Errorf("%w: slow down", ratelimit.ErrLimited)
+	}
+	return ratelimit.Decision{Allowed: true}, nil
+}
+
+type env struct {
+	svc     *Service
+	pools   *tenants.Registry
+	budget  *countBudget
+	limiter *fakeLimiter
+	active  atomic.Bool
+	client  repoolv1.PoolServiceClient
+	authc   repoolv1.AuthServiceClient
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{
+		pools:   tenants.NewRegistry(func(string) (*pool.Pool, error) { return pool.New(pool.Config{}) }),
+		budget:  &countBudget{ceiling: 1000, used: map[string]map[Kind]int{}},
+		limiter: &fakeLimiter{deny: map[string]bool{}},
+	}
+	e.active.Store(true)
+	svc, err := New(Config{
+		Pools: e.pools, Auth: fakeAuth{keys: map[string]string{"key-a": "a", "key-b": "b"}},
+		Budget: e.budget, Limiter: e.limiter, MaxStreams: func(string) int { return 2 },
+		Active: func() error {
+			if e.active.Load() {
+				return nil
+			}
+			return ErrNotActive
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.svc = svc
+	g := grpc.NewServer(svc.ServerOptions()...)
+	svc.Attach(g)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = g.Serve(lis) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		g.Stop()
+	})
+	e.client = repoolv1.NewPoolServiceClient(conn)
+	e.authc = repoolv1.NewAuthServiceClient(conn)
+	return e
+}
+
+func as(key string) context.Context {
+	return metadata.AppendToOutgoingContext(context.Background(), "x-api-key", key)
+}
+
+func wantCode(t *testing.T, call string, err error, want codes.Code) {
+	t.Helper()
+	if got := status.Code(err); got != want {
+		t.Fatalf("%s = %v, want %v", call, err, want)
+	}
+}
+
+func TestTenantsAreIsolated(t *testing.T) {
+	e := newEnv(t)
+	a, b := as("key-a"), as("key-b")
+	if _, err := e.client.Register(a, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "ra"}}}); err != nil {
+		t.Fatal(err)
+	}
+	subB, err := e.client.SubscribeEvents(b, &repoolv1.SubscribeEventsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acq, err := e.client.Acquire(a, &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := acq.GetLease()
+
+	_, err = e.client.Acquire(b, &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 60})
+	wantCode(t, "B Acquire (B has no resources)", err, codes.ResourceExhausted)
+	_, err = e.client.Renew(b, &repoolv1.RenewRequest{LeaseId: l.GetLeaseId(), FencingToken: l.GetFencingToken(), TtlSeconds: 60})
+	wantCode(t, "B Renew(A's lease)", err, codes.NotFound)
+	_, err = e.client.Release(b, &repoolv1.ReleaseRequest{LeaseId: l.GetLeaseId(), FencingToken: l.GetFencingToken()})
+	wantCode(t, "B Release(A's lease)", err, codes.NotFound)
+	_, err = e.client.Report(b, &repoolv1.ReportRequest{ResourceId: "ra", Context: "x", Outcome: repoolv1.Outcome_FAILURE})
+	wantCode(t, "B Report(A's resource)", err, codes.NotFound)
+	_, err = e.client.GetResource(b, &repoolv1.GetResourceRequest{Id: "ra"})
+	wantCode(t, "B GetResource(A's resource)", err, codes.NotFound)
+	list, err := e.client.ListResources(b, &repoolv1.ListResourcesRequest{})
+	if err != nil || len(list.GetResources()) != 0 {
+		t.Fatalf("B ListResources = %v, %v; want nothing", list, err)
+	}
+	// A's lease is intact after B's attempts.
+	if _, err := e.client.Release(a, &repoolv1.ReleaseRequest{LeaseId: l.GetLeaseId(), FencingToken: l.GetFencingToken(), Outcome: repoolv1.Outcome_SUCCESS}); err != nil {
+		t.Fatalf("A Release(own lease) = %v", err)
+	}
+	// B's subscriber saw none of A's events: register one of B's own and
+	// check it is the first thing B receives.
+	if _, err := e.client.Register(b, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "rb"}}}); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := subB.Recv()
+	if err != nil || ev.GetResourceId() != "rb" {
+		t.Fatalf("B's first event = %v, %v; want B's own registration of rb", ev, err)
+	}
+}
+
+func TestUnauthenticatedNeverReachesLimiterOrPool(t *testing.T) {
+	e := newEnv(t)
+	for _, ctx := range []context.Context{context.Background(), as("wrong"), metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer nope")} {
+		_, err := e.client.Register(ctx, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "r"}}})
+		wantCode(t, "Register(no valid credential)", err, codes.Unauthenticated)
+	}
+	if len(e.limiter.seen) != 0 {
+		t.Fatalf("limiter saw %v for unauthenticated calls: it must run after auth", e.limiter.seen)
+	}
+	if len(e.pools.Tenants()) != 0 {
+		t.Fatal("a pool was created for an unauthenticated call")
+	}
+	if _, err := e.client.Acquire(as("key-a"), &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 1}); status.Code(err) != codes.ResourceExhausted {
+		t.Fatal(err)
+	}
+	if len(e.limiter.seen) != 1 || e.limiter.seen[0] != "a" {
+		t.Fatalf("limiter saw %v, want the authenticated tenant a", e.limiter.seen)
+	}
+}
+
+func TestRateLimitRefusalCarriesRetryAfter(t *testing.T) {
+	e := newEnv(t)
+	e.limiter.deny["a"] = true
+	var trailer metadata.MD
+	_, err := e.client.Register(as("key-a"), &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "r"}}}, grpc.Trailer(&trailer))
+	wantCode(t, "Register(limited)", err, codes.ResourceExhausted)
+	if got := trailer.Get(RetryAfterKey); len(got) != 1 || got[0] != "1500" {
+		t.Fatalf("trailer %s = %v, want [1500]", RetryAfterKey, got)
+	}
+	if p, ok := e.pools.Lookup("a"); ok && p.HasResource("r") {
+		t.Fatal("a rate-limited Register reached the pool")
+	}
+	// Another tenant is not affected.
+	if _, err := e.client.Register(as("key-b"), &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "r"}}}); err != nil {
+		t.Fatalf("B Register while A is limited = %v", err)
+	}
+}
+
+func TestBudgetGatesCreationOnly(t *testing.T) {
+	e := newEnv(t)
+	e.budget.ceiling = 2
+	a := as("key-a")
+	reg := func(ids ...string) error {
+		var rs []*repoolv1.Resource
+		for _, id := range ids {
+			rs = append(rs, &repoolv1.Resource{Id: id})
+		}
+		_, err := e.client.Register(a, &repoolv1.RegisterRequest{Resources: rs})
+		return err
+	}
+	if err := reg("r1", "r2"); err != nil {
+		t.Fatal(err)
+	}
+	err := reg("r3")
+	wantCode(t, "Register(over budget)", err, codes.ResourceExhausted)
+	p, _ := e.pools.Lookup("a")
+	if p.HasResource("r3") {
+		t.Fatal("over-budget Register reached the pool")
+	}
+	if err := reg("r1", "r2", "r1"); err != nil {
+		t.Fatalf("Register(existing only) = %v: reuse must pass", err)
+	}
+	rep := func(id, ctx string) error {
+		_, err := e.client.Report(a, &repoolv1.ReportRequest{ResourceId: id, Context: ctx, Outcome: repoolv1.Outcome_SUCCESS})
+		return err
+	}
+	for _, c := range []string{"x", "y"} {
+		if err := rep("r1", c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantCode(t, "Report(third cell over budget)", rep("r2", "x"), codes.ResourceExhausted)
+	if p.HasCell("r2", "x") {
+		t.Fatal("over-budget Report created a cell")
+	}
+	if err := rep("r1", "x"); err != nil {
+		t.Fatalf("Report(existing cell) = %v: reuse must pass", err)
+	}
+	// Release with an outcome in a new context is creation too.
+	acq, err := e.client.Acquire(a, &repoolv1.AcquireRequest{Context: "z", TtlSeconds: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.client.Release(a, &repoolv1.ReleaseRequest{LeaseId: acq.GetLease().GetLeaseId(), FencingToken: acq.GetLease().GetFencingToken(), Outcome: repoolv1.Outcome_SUCCESS})
+	wantCode(t, "Release(outcome creating a cell over budget)", err, codes.ResourceExhausted)
+	if got := e.budget.get("a", Cells); got != 2 {
+		t.Fatalf("cells accounted = %d, want 2", got)
+	}
+	if _, err := e.client.Deregister(a, &repoolv1.DeregisterRequest{ResourceIds: []string{"r1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if r, c := e.budget.get("a", Resources), e.budget.get("a", Cells); r != 1 || c != 0 {
+		t.Fatalf("after Deregister(r1): resources %d, cells %d; want 1, 0", r, c)
+	}
+}
+
+func TestStreamQuota(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(as("key-a"))
+	var streams []grpc.ServerStreamingClient[repoolv1.Event]
+	for i := 0; i < 2; i++ {
+		s, err := e.client.SubscribeEvents(ctx, &repoolv1.SubscribeEventsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, s)
+	}
+	waitFor(t, func() bool { return e.svc.Streams("a") == 2 })
+	third, err := e.client.SubscribeEvents(as("key-a"), &repoolv1.SubscribeEventsRequest{})
+	if err == nil {
+		_, err = third.Recv()
+	}
+	wantCode(t, "third SubscribeEvents", err, codes.ResourceExhausted)
+	if b, err := e.client.SubscribeEvents(as("key-b"), &repoolv1.SubscribeEventsRequest{}); err != nil {
+		t.Fatal(err)
+	} else {
+		_ = b
+	}
+	cancel()
+	waitFor(t, func() bool { return e.svc.Streams("a") == 0 })
+	_ = streams
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached within 5s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestStandbyAnswersUnavailable(t *testing.T) {
+	e := newEnv(t)
+	e.active.Store(false)
+	_, err := e.client.Acquire(as("key-a"), &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 5})
+	wantCode(t, "Acquire on a standby", err, codes.Unavailable)
+	if status.Convert(err).Message() != ErrNotActive.Error() {
+		t.Fatalf("message = %q, want %q", status.Convert(err).Message(), ErrNotActive)
+	}
+}
+
+func TestIssueToken(t *testing.T) {
+	e := newEnv(t)
+	resp, err := e.authc.IssueToken(as("key-a"), &repoolv1.IssueTokenRequest{})
+	if err != nil || resp.GetToken() != "tok-a" {
+		t.Fatalf("IssueToken() = %v, %v", resp, err)
+	}
+	_, err = e.authc.IssueToken(context.Background(), &repoolv1.IssueTokenRequest{})
+	wantCode(t, "IssueToken(no key)", err, codes.Unauthenticated)
+}
+
+func TestHandlerWithoutTenantFails(t *testing.T) {
+	e := newEnv(t)
+	_, err := e.svc.Acquire(context.Background(), &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 5})
+	wantCode(t, "Acquire(no principal)", err, codes.Internal)
+	if len(e.pools.Tenants()) != 0 {
+		t.Fatal("a handler without a tenant created a pool")
+	}
+}
+
+func TestErrorMapping(t *testing.T) {
+	tests := []struct {
+		err  error
+		want codes.Code
+	}{
+		{fmt.Errorf("%w: x", pool.ErrInvalidArgument), codes.InvalidArgument},
+		{fmt.Errorf("%w: x", pool.ErrNotFound), codes.NotFound},
+		{fmt.Errorf("%w: x", pool.ErrStaleToken), codes.FailedPrecondition},
+		{fmt.Errorf("%w: x", pool.ErrExhausted), codes.ResourceExhausted},
+		{fmt.Errorf("%w: x", ErrOverBudget), codes.ResourceExhausted},
+		{auth.ErrUnauthenticated, codes.Unauthenticated},
+		{auth.ErrSuspended, codes.PermissionDenied},
+		{fmt.Errorf("%w: dial tcp: connection refused", auth.ErrUnavailable), codes.Unavailable},
+		{ErrNotActive, codes.Unavailable},
+		{context.DeadlineExceeded, codes.DeadlineExceeded},
+		{errors.New("pq: secret detail"), codes.Internal},
+	}
+	for _, tt := range tests {
+		t.Run(tt.err.Error(), func(t *testing.T) {
+			st := status.Convert(toStatus(discard(), tt.err))
+			if st.Code() != tt.want {
+				t.Fatalf("toStatus(%v) = %v, want %v", tt.err, st.Code(), tt.want)
+			}
+			if tt.want == codes.Internal && st.Message() != "internal error" {
+				t.Fatalf("INTERNAL leaks %q", st.Message())
+			}
+			if tt.want == codes.Unavailable && tt.err != ErrNotActive && st.Message() != auth.ErrUnavailable.Error() {
+				t.Fatalf("UNAVAILABLE leaks %q", st.Message())
+			}
+		})
+	}
+}

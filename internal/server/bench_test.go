@@ -1,0 +1,291 @@
+package server
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	repoolv1 "github.com/repool/repool/api/repool/v1"
+	"github.com/repool/repool/internal/testenv"
+)
+
+var (
+	benchFor     = flag.Duration("bench.for", 5*time.Second, "how long each side of the server benchmarks runs")
+	benchClients = flag.Int("bench.clients", 64, "concurrent clients of BenchmarkAcquireReportVsRedis")
+	benchConns   = flag.Int("bench.conns", 1, "gRPC connections the clients of BenchmarkAcquireReportVsRedis share")
+)
+
+const benchResources = 1000
+
+// redisPool is the Redis-backed pool a typical user builds instead: one
+// sorted set of resources per context scored by success rate, a hash of
+// capacities and leases in use, and two Lua scripts that acquire the best
+// free resource and record an outcome atomically.
+type redisPool struct {
+	rdb              *redis.Client
+	acquire, release *redis.Script
+}
+
+const acquireLua = `
+local ids = redis.call('ZREVRANGE', KEYS[1], 0, 63)
+for _, id in ipairs(ids) do
+  local used = tonumber(redis.call('HGET', KEYS[2], id) or '0')
+  local cap = tonumber(redis.call('HGET', KEYS[3], id) or '1')
+  if used < cap then
+    redis.call('HINCRBY', KEYS[2], id, 1)
+    return id
+  end
+end
+return false`
+
+const reportLua = `
+redis.call('HINCRBY', KEYS[2], ARGV[1], -1)
+local s = redis.call('HINCRBY', KEYS[4], ARGV[1] .. ':s', ARGV[2])
+local f = redis.call('HINCRBY', KEYS[4], ARGV[1] .. ':f', 1 - ARGV[2])
+redis.call('ZADD', KEYS[1], (s + 1) / (s + f + 2), ARGV[1])
+return 1`
+
+func newRedisPool(tb testing.TB, addr string, clients int) *redisPool {
+	tb.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: clients})
+	tb.Cleanup(func() { rdb.Close() })
+	ctx := context.Background()
+	for i := 0; i < benchResources; i++ {
+		id := fmt.Sprintf("proxy-%04d", i)
+		for _, c := range []string{"search", "order"} {
+			rdb.ZAdd(ctx, "ctx:"+c, redis.Z{Score: 0.5, Member: id})
+		}
+		rdb.HSet(ctx, "cap", id, 1000)
+	}
+	return &redisPool{rdb: rdb, acquire: redis.NewScript(acquireLua), release: redis.NewScript(reportLua)}
+}
+
+func (r *redisPool) cycle(ctx context.Context, c string, ok bool) error {
+	id, err := r.acquire.Run(ctx, r.rdb, []string{"ctx:" + c, "used", "cap"}).Text()
+	if err != nil {
+		return err
+	}
+	s := 0
+	if ok {
+		s = 1
+	}
+	return r.release.Run(ctx, r.rdb, []string{"ctx:" + c, "used", "cap", "stats:" + c}, id, s).Err()
+}
+
+// run calls fn from clients goroutines for d and returns the completed
+// calls per second and the errors.
+func run(clients int, d time.Duration, fn func(ctx context.Context, worker, i int) error) (float64, int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var done, errs atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := 0; w < clients; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; ctx.Err() == nil; i++ {
+				if err := fn(ctx, w, i); err != nil {
+					if ctx.Err() == nil {
+						errs.Add(1)
+					}
+					continue
+				}
+				done.Add(1)
+			}
+		}(w)
+	}
+	wg.Wait()
+	return float64(done.Load()) / time.Since(start).Seconds(), errs.Load()
+}
+
+// BenchmarkAcquireReportVsRedis measures Acquire+Report round trips per
+// second over loopback gRPC with 64 concurrent clients, and, in the same
+// run, the same cycle on a Redis-backed pool (Lua acquire-best + report on
+// sorted sets) against a real redis-server. It prints both rates and their
+// ratio.
+func BenchmarkAcquireReportVsRedis(b *testing.B) {
+	r := start(b, Config{Store: sqliteStore(b), RatePerSecond: 1e9, Burst: 1 << 30})
+	ctx := withKey(r.key)
+	var res []*repoolv1.Resource
+	for i := 0; i < benchResources; i++ {
+		res = append(res, &repoolv1.Resource{Id: fmt.Sprintf("proxy-%04d", i), Capacity: 1000})
+	}
+	if _, err := r.pool.Register(ctx, &repoolv1.RegisterRequest{Resources: res}); err != nil {
+		b.Fatal(err)
+	}
+	addr, _ := testenv.Redis(b)
+	rp := newRedisPool(b, addr, *benchClients)
+	// The clients share a few HTTP/2 connections, as gRPC clients do:
+	// gRPC multiplexes calls on a connection where Redis needs one per
+	// call in flight.
+	conns := make([]repoolv1.PoolServiceClient, *benchConns)
+	for i := range conns {
+		conn, err := grpc.NewClient(r.s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer conn.Close()
+		conns[i] = repoolv1.NewPoolServiceClient(conn)
+	}
+	clients := make([]repoolv1.PoolServiceClient, *benchClients)
+	for i := range clients {
+		clients[i] = conns[i%len(conns)]
+	}
+	contexts := []string{"search", "order"}
+	for b.Loop() {
+		ours, oursErr := run(*benchClients, *benchFor, func(_ context.Context, w, i int) error {
+			l, err := clients[w].Acquire(ctx, &repoolv1.AcquireRequest{Context: contexts[i%2], TtlSeconds: 60})
+			if err != nil {
+				return err
+			}
+			outcome := repoolv1.Outcome_SUCCESS
+			if (w+i)%5 == 0 {
+				outcome = repoolv1.Outcome_FAILURE
+			}
+			_, err = clients[w].Release(ctx, &repoolv1.ReleaseRequest{LeaseId: l.GetLease().GetLeaseId(), FencingToken: l.GetLease().GetFencingToken(), Outcome: outcome})
+			return err
+		})
+		theirs, theirsErr := run(*benchClients, *benchFor, func(cctx context.Context, w, i int) error {
+			return rp.cycle(cctx, contexts[i%2], (w+i)%5 != 0)
+		})
+		b.ReportMetric(ours, "repool_cycles/s")
+		b.ReportMetric(theirs, "redis_cycles/s")
+		b.ReportMetric(ours/theirs, "ratio")
+		fmt.Printf("acquire+report, %d clients, %v each: repool gRPC %.0f/s (%d errors), Redis Lua pool %.0f/s (%d errors), ratio %.2f\n",
+			*benchClients, *benchFor, ours, oursErr, theirs, theirsErr, ours/theirs)
+	}
+}
+
+// latencies sends one call every interval (open loop, so a slow server
+// cannot slow the sender down) for d and returns the sorted latencies of
+// the calls and the number that failed.
+func latencies(d, interval time.Duration, call func() error) ([]time.Duration, int) {
+	var mu sync.Mutex
+	var lat []time.Duration
+	errs := 0
+	var wg sync.WaitGroup
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	end := time.After(d)
+	for {
+		select {
+		case <-end:
+			wg.Wait()
+			sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+			return lat, errs
+		case <-t.C:
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				start := time.Now()
+				err := call()
+				el := time.Since(start)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					errs++
+					return
+				}
+				lat = append(lat, el)
+			}()
+		}
+	}
+}
+
+func pct(lat []time.Duration, p float64) time.Duration {
+	if len(lat) == 0 {
+		return 0
+	}
+	return lat[min(len(lat)-1, int(float64(len(lat))*p))]
+}
+
+// BenchmarkNoisyNeighbour runs tenant B at its normal rate alone, then
+// again while tenant A floods at 10× its own limit, and prints B's p50,
+// p99 and errors in both runs.
+func BenchmarkNoisyNeighbour(b *testing.B) {
+	r := start(b, Config{Store: sqliteStore(b)})
+	keys := map[string]string{}
+	for _, tenant := range []string{"a", "b"} {
+		if code := r.api(b, "POST", "/api/v1/tenants", r.op, fmt.Sprintf(`{"id":%q,"name":%q}`, tenant, tenant), nil); code != 201 {
+			b.Fatalf("create tenant %s = %d", tenant, code)
+		}
+		var key struct{ Key string }
+		if code := r.api(b, "POST", "/api/v1/tenants/"+tenant+"/keys", r.op, `{"name":"bench"}`, &key); code != 201 {
+			b.Fatalf("create key = %d", code)
+		}
+		keys[tenant] = key.Key
+		if code := r.api(b, "PUT", "/api/v1/tenants/"+tenant+"/limits", r.op, `{"rate_per_second":200,"burst":200}`, nil); code != 200 {
+			b.Fatalf("put limits = %d", code)
+		}
+		var res []*repoolv1.Resource
+		for i := 0; i < 100; i++ {
+			res = append(res, &repoolv1.Resource{Id: "r" + strconv.Itoa(i), Capacity: 100})
+		}
+		if _, err := r.pool.Register(withKey(key.Key), &repoolv1.RegisterRequest{Resources: res}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cycle := func(key string) func() error {
+		ctx := withKey(key)
+		return func() error {
+			l, err := r.pool.Acquire(ctx, &repoolv1.AcquireRequest{Context: "search", TtlSeconds: 60})
+			if err != nil {
+				return err
+			}
+			_, err = r.pool.Release(ctx, &repoolv1.ReleaseRequest{LeaseId: l.GetLease().GetLeaseId(), FencingToken: l.GetLease().GetFencingToken(), Outcome: repoolv1.Outcome_SUCCESS})
+			return err
+		}
+	}
+	// B: 50 cycles/s = 100 calls/s, half its limit. A: 1,000 cycles/s =
+	// 2,000 calls/s, 10× its limit of 200/s.
+	for b.Loop() {
+		solo, soloErr := latencies(*benchFor, 20*time.Millisecond, cycle(keys["b"]))
+		stop := make(chan struct{})
+		var flood sync.WaitGroup
+		var floodRefused, floodOK atomic.Int64
+		for w := 0; w < 20; w++ {
+			flood.Add(1)
+			go func() {
+				defer flood.Done()
+				call := cycle(keys["a"])
+				t := time.NewTicker(20 * time.Millisecond) // 20 × 50/s = 1,000 cycles/s
+				defer t.Stop()
+				for {
+					select {
+					case <-stop:
+						return
+					case <-t.C:
+						if err := call(); status.Code(err) == codes.ResourceExhausted {
+							floodRefused.Add(1)
+						} else if err == nil {
+							floodOK.Add(1)
+						}
+					}
+				}
+			}()
+		}
+		noisy, noisyErr := latencies(*benchFor, 20*time.Millisecond, cycle(keys["b"]))
+		close(stop)
+		flood.Wait()
+		b.ReportMetric(float64(pct(solo, 0.99).Microseconds()), "solo_p99_µs")
+		b.ReportMetric(float64(pct(noisy, 0.99).Microseconds()), "noisy_p99_µs")
+		b.ReportMetric(float64(noisyErr), "noisy_errors")
+		fmt.Printf("tenant B alone:        %d cycles, p50 %v, p99 %v, errors %d\n", len(solo), pct(solo, 0.5), pct(solo, 0.99), soloErr)
+		fmt.Printf("tenant B, A flooding:  %d cycles, p50 %v, p99 %v, errors %d (A: %d cycles ok, %d refused by its limit)\n",
+			len(noisy), pct(noisy, 0.5), pct(noisy, 0.99), noisyErr, floodOK.Load(), floodRefused.Load())
+		fmt.Printf("B p99 with A flooding / alone = %.2f\n", float64(pct(noisy, 0.99))/float64(pct(solo, 0.99)))
+	}
+}

@@ -1,0 +1,116 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+)
+
+// Config is the server's configuration. Every field can be set in the YAML
+// file, as a REPOOL_* environment variable and as a flag (see cmd/server).
+// The zero value of every field means its default, applied by
+// WithDefaults.
+type Config struct {
+	// GRPCAddr is the data plane's listen address (h2c). Default
+	// 127.0.0.1:9090.
+	GRPCAddr string
+	// HTTPAddr serves health, metrics and the control plane. Default
+	// 127.0.0.1:8081.
+	HTTPAddr string
+	// Store is sqlite:PATH or postgres://... Default sqlite:./data/repool.db.
+	Store string
+	// CheckpointInterval is the time between checkpoint rounds. Default 10s.
+	CheckpointInterval time.Duration
+	// TokenTTL is the lifetime of tokens from AuthService.IssueToken.
+	// Default 15m.
+	TokenTTL time.Duration
+	// OperatorTokenTTL is the lifetime of the operator token printed on
+	// first start. Default 24h.
+	OperatorTokenTTL time.Duration
+	// GlobalResources and GlobalCells are the global state budgets.
+	// Defaults 100,000 and 500,000.
+	GlobalResources int64
+	GlobalCells     int64
+	// RatePerSecond and Burst are a tenant's default request limit.
+	// Defaults 10 and 50.
+	RatePerSecond float64
+	Burst         int
+	// MaxStreams is a tenant's default limit on event streams. Default 8.
+	MaxStreams int
+	// MaxLeases is a tenant's default limit on outstanding leases; 0 means
+	// none. Default 0.
+	MaxLeases int
+	// ShutdownGrace bounds the graceful drain on shutdown. Default 10s.
+	ShutdownGrace time.Duration
+}
+
+// WithDefaults returns c with defaults in place of zero values.
+func (c Config) WithDefaults() Config {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&c.GRPCAddr, "127.0.0.1:9090")
+	def(&c.HTTPAddr, "127.0.0.1:8081")
+	def(&c.Store, "sqlite:./data/repool.db")
+	if c.CheckpointInterval == 0 {
+		c.CheckpointInterval = 10 * time.Second
+	}
+	if c.TokenTTL == 0 {
+		c.TokenTTL = 15 * time.Minute
+	}
+	if c.OperatorTokenTTL == 0 {
+		c.OperatorTokenTTL = 24 * time.Hour
+	}
+	if c.GlobalResources == 0 {
+		c.GlobalResources = 100_000
+	}
+	if c.GlobalCells == 0 {
+		c.GlobalCells = 500_000
+	}
+	if c.RatePerSecond == 0 {
+		c.RatePerSecond = 10
+	}
+	if c.Burst == 0 {
+		c.Burst = 50
+	}
+	if c.MaxStreams == 0 {
+		c.MaxStreams = 8
+	}
+	if c.ShutdownGrace == 0 {
+		c.ShutdownGrace = 10 * time.Second
+	}
+	return c
+}
+
+// Validate names the first bad field, after defaults.
+func (c Config) Validate() error {
+	c = c.WithDefaults()
+	for name, addr := range map[string]string{"grpc_addr": c.GRPCAddr, "http_addr": c.HTTPAddr} {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return fmt.Errorf("config: %s %q: %v", name, addr, err)
+		}
+	}
+	switch {
+	case !strings.HasPrefix(c.Store, "sqlite:") && !strings.HasPrefix(c.Store, "postgres://") && !strings.HasPrefix(c.Store, "postgresql://"):
+		return fmt.Errorf("config: store %q: want sqlite:PATH or postgres://...", c.Store)
+	case c.CheckpointInterval < 100*time.Millisecond:
+		return fmt.Errorf("config: checkpoint_interval %v is below 100ms", c.CheckpointInterval)
+	case c.TokenTTL < time.Minute || c.TokenTTL > 24*time.Hour:
+		return fmt.Errorf("config: token_ttl %v is outside [1m, 24h]", c.TokenTTL)
+	case c.OperatorTokenTTL < time.Minute:
+		return fmt.Errorf("config: operator_token_ttl %v is below 1m", c.OperatorTokenTTL)
+	case c.GlobalResources < 1 || c.GlobalCells < 1:
+		return errors.New("config: global_resources and global_cells must be positive")
+	case c.RatePerSecond < 0 || c.Burst < 1:
+		return fmt.Errorf("config: rate_per_second %v / burst %d: want a positive rate and burst", c.RatePerSecond, c.Burst)
+	case c.MaxStreams < 0 || c.MaxLeases < 0:
+		return errors.New("config: max_streams and max_leases must not be negative")
+	case c.ShutdownGrace < 0:
+		return errors.New("config: shutdown_grace must not be negative")
+	}
+	return nil
+}

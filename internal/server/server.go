@@ -1,0 +1,458 @@
+// Package server wires repool's server together: the store, the per-tenant
+// pools, authentication, budgets and request limits, the gRPC data plane,
+// the HTTP control plane, health, metrics, checkpoints and the audit trail.
+// cmd/server is a thin main around it, and end-to-end tests start it the
+// same way.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/repool/repool/internal/audit"
+	"github.com/repool/repool/internal/auth"
+	"github.com/repool/repool/internal/budget"
+	"github.com/repool/repool/internal/checkpoint"
+	"github.com/repool/repool/internal/clock"
+	"github.com/repool/repool/internal/control"
+	"github.com/repool/repool/internal/dataplane"
+	"github.com/repool/repool/internal/pool"
+	"github.com/repool/repool/internal/ratelimit"
+	"github.com/repool/repool/internal/store"
+	"github.com/repool/repool/internal/store/postgres"
+	"github.com/repool/repool/internal/store/sqlite"
+	"github.com/repool/repool/internal/tenants"
+	"github.com/repool/repool/internal/token"
+)
+
+// Options are the server's injected dependencies.
+type Options struct {
+	// Log receives structured logs. Default discards them.
+	Log *slog.Logger
+	// Out receives the first-start banner (demo key, operator token).
+	// Default discards it.
+	Out io.Writer
+	// Clock tells the time. Default the wall clock.
+	Clock clock.Clock
+}
+
+// Server is a running repool server. Create it with New, run it with Run.
+type Server struct {
+	cfg   Config
+	log   *slog.Logger
+	clock clock.Clock
+	reg   *prometheus.Registry
+
+	store   store.Store
+	signer  *token.Signer
+	epoch   uint32
+	auth    *auth.Authenticator
+	pools   *tenants.Registry
+	budget  *budget.Budget
+	limiter *ratelimit.Limiter
+	svc     *dataplane.Service
+	cp      *checkpoint.Checkpointer
+	audit   *audit.Writer
+	control *control.API
+	health  *health.Server
+
+	life   context.Context // cancelled when Run begins to shut down
+	stop   context.CancelFunc
+	ready  atomic.Bool
+	grpc   *grpc.Server
+	http   *http.Server
+	grpcLn net.Listener
+	httpLn net.Listener
+
+	limitsMu sync.RWMutex
+	limits   map[string]store.Limits // per-tenant overrides
+}
+
+// OpenStore opens sqlite:PATH or postgres://... and applies migrations.
+func OpenStore(ctx context.Context, url string, opts store.Options) (store.Store, error) {
+	switch {
+	case strings.HasPrefix(url, "sqlite:"):
+		return sqlite.Open(ctx, strings.TrimPrefix(url, "sqlite:"), opts)
+	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
+		return postgres.Open(ctx, url, opts)
+	}
+	return nil, fmt.Errorf("store %q: want sqlite:PATH or postgres://...", url)
+}
+
+// New opens the store, restores every tenant's pool, and binds the gRPC and
+// HTTP listeners; the server reports ready once restore and budget
+// accounting are done. Call Run to serve.
+func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.WithDefaults()
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Out == nil {
+		opts.Out = io.Discard
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
+	s := &Server{cfg: cfg, log: opts.Log, clock: opts.Clock, reg: prometheus.NewRegistry(), limits: map[string]store.Limits{}}
+	s.life, s.stop = context.WithCancel(context.Background())
+	defer func() {
+		if err != nil {
+			s.stop()
+			if s.store != nil {
+				s.store.Close()
+			}
+		}
+	}()
+	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	if s.store, err = OpenStore(ctx, cfg.Store, store.Options{Clock: opts.Clock}); err != nil {
+		return nil, fmt.Errorf("opening the store: %w", err)
+	}
+	key, err := s.store.SigningKey(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading the signing key: %w", err)
+	}
+	if s.signer, err = token.NewSigner(key, opts.Clock); err != nil {
+		return nil, err
+	}
+	if s.epoch, err = s.store.BumpEpoch(ctx); err != nil {
+		return nil, fmt.Errorf("raising the epoch: %w", err)
+	}
+	if s.auth, err = auth.New(auth.Config{Store: s.store, Signer: s.signer, TokenTTL: cfg.TokenTTL, Clock: opts.Clock}); err != nil {
+		return nil, err
+	}
+	if s.budget, err = budget.New(budget.Config{Resources: cfg.GlobalResources, Cells: cfg.GlobalCells}); err != nil {
+		return nil, err
+	}
+	if s.limiter, err = ratelimit.New(ratelimit.Config{
+		Rate: cfg.RatePerSecond, Burst: cfg.Burst, Clock: opts.Clock, Logger: opts.Log, Registerer: s.reg,
+	}); err != nil {
+		return nil, err
+	}
+	if s.audit, err = audit.New(s.store, 4096, s.reg, opts.Log); err != nil {
+		return nil, err
+	}
+	s.pools = tenants.NewRegistry(s.newPool)
+	if s.cp, err = checkpoint.New(checkpoint.Config{
+		Store: s.store, Pools: s.pools, Metrics: s.reg, Clock: opts.Clock, Log: opts.Log,
+		Restored: func(tenant string, resources, cells int) {
+			// Restored state is accounted before traffic, even above a limit.
+			_ = s.budget.Account(tenant, budget.Resources, int64(resources))
+			_ = s.budget.Account(tenant, budget.Cells, int64(cells))
+		},
+	}); err != nil {
+		return nil, err
+	}
+	if s.svc, err = dataplane.New(dataplane.Config{
+		Pools: s.pools, Auth: s.auth, Budget: budgetGate{s.budget, s.log}, Limiter: s.limiter,
+		MaxStreams: s.maxStreams, Active: s.active, Metrics: s.reg, Log: opts.Log,
+		Audit: func(tenant, actor, action, detail string) {
+			s.audit.Record(store.AuditEntry{TenantID: tenant, Actor: actor, Action: action, Detail: detail})
+		},
+	}); err != nil {
+		return nil, err
+	}
+	if s.control, err = control.New(control.Config{Store: s.store, Signer: s.signer, Hooks: hooks{s}, Clock: opts.Clock, Log: opts.Log}); err != nil {
+		return nil, err
+	}
+	s.reg.MustRegister(poolCollector{s.pools})
+
+	if err := s.bootstrap(ctx, opts.Out); err != nil {
+		return nil, err
+	}
+	if err := s.loadLimits(ctx); err != nil {
+		return nil, err
+	}
+	failed, err := s.cp.RestoreAll(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("restoring pools: %w", err)
+	}
+	if err := s.listen(); err != nil {
+		return nil, err
+	}
+	s.log.Info("server ready", "grpc", s.grpcLn.Addr().String(), "http", s.httpLn.Addr().String(),
+		"store", redact(cfg.Store), "epoch", s.epoch, "restore_failures", failed)
+	s.ready.Store(true)
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	return s, nil
+}
+
+// redact hides a DSN's password in logs.
+func redact(dsn string) string {
+	if i := strings.Index(dsn, "@"); i > 0 && strings.Contains(dsn[:i], ":") {
+		if j := strings.LastIndex(dsn[:i], ":"); j > strings.Index(dsn, "//")+1 {
+			return dsn[:j] + ":***" + dsn[i:]
+		}
+	}
+	return dsn
+}
+
+func (s *Server) newPool(tenant string) (*pool.Pool, error) {
+	p, err := pool.New(pool.Config{Clock: s.clock})
+	if err != nil {
+		return nil, err
+	}
+	if err := p.SetEpoch(s.epoch); err != nil {
+		return nil, err
+	}
+	p.SetMaxLeases(s.maxLeases(tenant))
+	s.audit.Watch(s.life, tenant, p)
+	return p, nil
+}
+
+func (s *Server) active() error {
+	if !s.ready.Load() {
+		return fmt.Errorf("%w: not ready", dataplane.ErrNotActive)
+	}
+	return nil
+}
+
+func (s *Server) tenantLimits(tenant string) store.Limits {
+	s.limitsMu.RLock()
+	defer s.limitsMu.RUnlock()
+	return s.limits[tenant]
+}
+
+func (s *Server) maxStreams(tenant string) int {
+	if l := s.tenantLimits(tenant); l.MaxStreams != nil {
+		return int(*l.MaxStreams)
+	}
+	return s.cfg.MaxStreams
+}
+
+func (s *Server) maxLeases(tenant string) int {
+	if l := s.tenantLimits(tenant); l.MaxLeases != nil {
+		return int(*l.MaxLeases)
+	}
+	return s.cfg.MaxLeases
+}
+
+// loadLimits applies every tenant's stored limits before traffic.
+func (s *Server) loadLimits(ctx context.Context) error {
+	ts, err := s.store.ListTenants(ctx, store.TenantFilter{})
+	if err != nil {
+		return fmt.Errorf("listing tenants: %w", err)
+	}
+	for _, t := range ts {
+		l, err := s.store.GetLimits(ctx, t.ID)
+		if err != nil {
+			return fmt.Errorf("reading the limits of %s: %w", t.ID, err)
+		}
+		if err := s.applyLimits(t.ID, l); err != nil {
+			// Stored limits that no longer fit (a smaller global budget):
+			// serve with defaults rather than not at all.
+			s.log.Error("stored limits not applied", "tenant", t.ID, "err", err)
+		}
+	}
+	return nil
+}
+
+// applyLimits validates and applies a tenant's limits live.
+func (s *Server) applyLimits(tenant string, l store.Limits) error {
+	v := func(p *int64) int64 {
+		if p == nil {
+			return 0
+		}
+		return *p
+	}
+	if err := s.budget.SetLimits(tenant, budget.Limits{
+		ReservedResources: v(l.ReservedResources), MaxResources: v(l.MaxResources),
+		ReservedCells: v(l.ReservedCells), MaxCells: v(l.MaxCells),
+	}); err != nil {
+		return fmt.Errorf("%w: %v", control.ErrInvalidLimits, err)
+	}
+	rps, burst := s.cfg.RatePerSecond, s.cfg.Burst
+	if l.RatePerSecond != nil {
+		rps = *l.RatePerSecond
+	}
+	if l.Burst != nil {
+		burst = int(*l.Burst)
+	}
+	if err := s.limiter.Set(tenant, rps, burst); err != nil {
+		return fmt.Errorf("%w: %v", control.ErrInvalidLimits, err)
+	}
+	s.limitsMu.Lock()
+	s.limits[tenant] = l
+	s.limitsMu.Unlock()
+	if p, ok := s.pools.Lookup(tenant); ok {
+		p.SetMaxLeases(s.maxLeases(tenant))
+	}
+	return nil
+}
+
+// bootstrap creates the demo tenant on an empty store and prints its key
+// and an operator token once.
+func (s *Server) bootstrap(ctx context.Context, out io.Writer) error {
+	b, created, err := control.Bootstrap(ctx, s.store, s.signer, s.cfg.OperatorTokenTTL)
+	if err != nil {
+		return fmt.Errorf("first start: %w", err)
+	}
+	if !created {
+		return nil
+	}
+	grpcAddr, httpAddr := s.cfg.GRPCAddr, s.cfg.HTTPAddr
+	fmt.Fprintf(out, `repool: first start on an empty store: created tenant %q.
+These secrets are shown once; keep them.
+  demo API key:    %s
+  operator token:  %s   (expires %s)
+
+Call the data plane (gRPC, reflection on):
+  grpcurl -plaintext -H 'x-api-key: %s' -d '{"resources":[{"id":"proxy-1","capacity":2}]}' %s repool.v1.PoolService/Register
+  grpcurl -plaintext -H 'x-api-key: %s' -d '{"context":"search","ttl_seconds":30}' %s repool.v1.PoolService/Acquire
+Call the control plane (HTTP/JSON):
+  curl -s -H 'Authorization: Bearer %s' http://%s/api/v1/tenants
+`, b.Tenant.ID, b.Key, b.OperatorToken, b.OperatorTokenExpiresAt.Format(time.RFC3339),
+		b.Key, grpcAddr, b.Key, grpcAddr, b.OperatorToken, httpAddr)
+	return nil
+}
+
+func (s *Server) listen() error {
+	var err error
+	if s.grpcLn, err = net.Listen("tcp", s.cfg.GRPCAddr); err != nil {
+		return fmt.Errorf("gRPC listener: %w", err)
+	}
+	if s.httpLn, err = net.Listen("tcp", s.cfg.HTTPAddr); err != nil {
+		s.grpcLn.Close()
+		return fmt.Errorf("HTTP listener: %w", err)
+	}
+	// Stream workers reuse goroutines across calls instead of starting one
+	// per call; shared write buffers keep idle connections small.
+	opts := append(s.svc.ServerOptions(), grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))), grpc.SharedWriteBuffer(true))
+	s.grpc = grpc.NewServer(opts...)
+	s.svc.Attach(s.grpc)
+	s.health = health.NewServer()
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	reflection.Register(s.grpc)
+	s.http = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+	return nil
+}
+
+func (s *Server) httpHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !s.ready.Load() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ready\n")
+	})
+	mux.HandleFunc("GET /readyz/active", func(w http.ResponseWriter, _ *http.Request) {
+		// 200: active and ready; 404: healthy standby (HAProxy NOLB); 503:
+		// not ready. A single server is active once ready.
+		if err := s.active(); err != nil {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "active\n")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
+	mux.Handle("/api/v1/", s.control.Handler())
+	return mux
+}
+
+// GRPCAddr and HTTPAddr return the bound addresses (useful with port 0).
+func (s *Server) GRPCAddr() string { return s.grpcLn.Addr().String() }
+
+// HTTPAddr returns the bound HTTP address.
+func (s *Server) HTTPAddr() string { return s.httpLn.Addr().String() }
+
+// Run serves until ctx ends, then shuts down gracefully: it stops taking
+// calls, ends event streams, drains in-flight calls (bounded by
+// ShutdownGrace), writes a final checkpoint, flushes the audit trail and
+// closes the store.
+func (s *Server) Run(ctx context.Context) error {
+	errc := make(chan error, 2)
+	go func() { errc <- s.grpc.Serve(s.grpcLn) }()
+	go func() {
+		if err := s.http.Serve(s.httpLn); !errors.Is(err, http.ErrServerClosed) {
+			errc <- err
+		}
+	}()
+	var wg sync.WaitGroup
+	wg.Add(3)
+	auditDone := make(chan struct{})
+	go func() { defer close(auditDone); s.audit.Run(s.life, 5*time.Second) }()
+	go func() { defer wg.Done(); s.cp.Run(s.life, s.cfg.CheckpointInterval) }()
+	go func() { defer wg.Done(); s.tick(s.life) }()
+	go func() { defer wg.Done(); <-s.life.Done() }()
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+		s.log.Error("listener failed", "err", runErr)
+	}
+	s.log.Info("shutting down")
+	s.ready.Store(false)
+	s.health.Shutdown()
+	for _, t := range s.pools.Tenants() {
+		if p, ok := s.pools.Lookup(t); ok {
+			p.CloseSubscriptions(fmt.Errorf("%w: server shutting down", dataplane.ErrNotActive))
+		}
+	}
+	stopped := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(s.cfg.ShutdownGrace):
+		s.grpc.Stop()
+	}
+	hctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
+	defer cancel()
+	_ = s.http.Shutdown(hctx)
+	s.stop()
+	wg.Wait()
+	if err := s.cp.Round(hctx); err != nil {
+		s.log.Error("final checkpoint incomplete", "err", err)
+	}
+	<-auditDone
+	if err := s.store.Close(); err != nil && runErr == nil {
+		runErr = err
+	}
+	return runErr
+}
+
+// tick expires leases and ends cooldowns every second, so that expiry
+// events are timely in idle pools.
+func (s *Server) tick(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			for _, tenant := range s.pools.Tenants() {
+				if p, ok := s.pools.Lookup(tenant); ok {
+					p.Tick()
+				}
+			}
+		}
+	}
+}
+
+// Checkpoint runs one checkpoint round now (for tests and operators).
+func (s *Server) Checkpoint(ctx context.Context) error { return s.cp.Round(ctx) }

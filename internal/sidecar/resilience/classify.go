@@ -1,0 +1,87 @@
+package resilience
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Code returns the gRPC code of err: codes.OK for nil, DEADLINE_EXCEEDED and
+// CANCELED for context errors, UNAVAILABLE for an open breaker, the status
+// code for a (possibly wrapped) status error, and UNKNOWN otherwise.
+func Code(err error) codes.Code {
+	if err == nil {
+		return codes.OK
+	}
+	if errors.Is(err, ErrCircuitOpen) {
+		return codes.Unavailable
+	}
+	if s, ok := status.FromError(err); ok {
+		return s.Code()
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return codes.DeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		return codes.Canceled
+	}
+	return codes.Unknown
+}
+
+// Retryable reports whether a failed attempt may be retried: only
+// UNAVAILABLE, which is also what grpc-go reports for an HTTP 502, 503 or
+// 504 from a proxy on the way (HAProxy with no server up). INTERNAL,
+// DEADLINE_EXCEEDED and every business code are final.
+func Retryable(err error) bool {
+	return err != nil && !errors.Is(err, ErrCircuitOpen) && Code(err) == codes.Unavailable
+}
+
+// excluded reports whether the breaker should ignore an outcome: invalid
+// credentials, rate limits and callers that went away say nothing about the
+// cluster's health.
+func excluded(err error) bool {
+	switch Code(err) {
+	case codes.Unauthenticated, codes.ResourceExhausted, codes.Canceled:
+		return true
+	}
+	return false
+}
+
+// successful reports whether the breaker should count an outcome as a
+// success: no error, or a business answer from a working cluster.
+func successful(err error) bool {
+	switch Code(err) {
+	case codes.OK, codes.NotFound, codes.InvalidArgument, codes.PermissionDenied,
+		codes.FailedPrecondition, codes.AlreadyExists, codes.OutOfRange, codes.Aborted:
+		return true
+	}
+	return false
+}
+
+// Fast-fail reasons, as sent in the X-Repool-Fast-Fail header.
+const (
+	FastFailCircuitOpen = "circuit-open"
+	FastFailTimeout     = "timeout"
+	FastFailUpstream    = "upstream"
+)
+
+// FastFail names why a call failed fast, or returns "" when err is not a
+// fast failure (nil, or an answer the backend should act on such as
+// NOT_FOUND or RESOURCE_EXHAUSTED).
+func FastFail(err error) string {
+	if err == nil {
+		return ""
+	}
+	if errors.Is(err, ErrCircuitOpen) {
+		return FastFailCircuitOpen
+	}
+	switch Code(err) {
+	case codes.DeadlineExceeded:
+		return FastFailTimeout
+	case codes.Unavailable, codes.Internal, codes.Unknown, codes.DataLoss, codes.Unimplemented:
+		return FastFailUpstream
+	}
+	return ""
+}

@@ -1,0 +1,15 @@
+// Package resilience holds the sidecar's failure-handling policies as data
+// and the pieces that enforce them: a per-provider circuit breaker
+// (sony/gobreaker's local breaker), a retrier (cenkalti/backoff) for
+// transient failures only, and a sliding-window retry budget.
+//
+// The package does not compose them: the one place that does, in the order
+// CB(Retry(auth(call))), is provider.Provider.Do. Keeping the composition
+// in one documented function is a project rule (STYLE.md, rule 15).
+//
+// Errors are classified by their gRPC code alone (see Code): only
+// UNAVAILABLE is retried; the breaker ignores UNAUTHENTICATED (credentials
+// are not a cluster failure), RESOURCE_EXHAUSTED (a rate limit says the
+// cluster is healthy enough to refuse) and CANCELED (the caller went away),
+// and counts business codes as successes.
+package resilience

@@ -1,0 +1,238 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/repool/repool/internal/store"
+	"github.com/repool/repool/internal/store/internal/labels"
+)
+
+// SaveCheckpoint implements store.Store.
+//
+// The transaction first takes FOR SHARE on the tenant row (DeleteTenant
+// takes FOR UPDATE, so a checkpoint and a delete of the same tenant never
+// interleave) and then upserts the tenant's checkpoint_meta row, whose row
+// lock serializes checkpoints of the same tenant. A Full checkpoint moves
+// the tenant to a new generation: it deletes the old generation's rows and
+// COPYs the new ones. An incremental one works on the current generation:
+// it deletes Removed, upserts with unnest arrays, then checks that every
+// written cell's resource exists.
+func (s *Store) SaveCheckpoint(ctx context.Context, tenantID string, cp store.Checkpoint) error {
+	if err := store.ValidateTenantID(tenantID); err != nil {
+		return err
+	}
+	if err := cp.Validate(); err != nil {
+		return fmt.Errorf("save checkpoint of tenant %q: %w", tenantID, err)
+	}
+	now := s.opts.Now()
+	err := s.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		if err := liveTenant(ctx, tx, tenantID, "FOR SHARE"); err != nil {
+			return err
+		}
+		var gen int64
+		if err := tx.QueryRow(ctx, `
+INSERT INTO checkpoint_meta AS m (pool_id, fencing_hwm, gen, saved_at) VALUES ($1, $2, 1, $3)
+ON CONFLICT (pool_id) DO UPDATE SET fencing_hwm = GREATEST(m.fencing_hwm, excluded.fencing_hwm),
+    gen = m.gen + CASE WHEN $4 THEN 1 ELSE 0 END, saved_at = excluded.saved_at
+RETURNING gen`, tenantID, int64(cp.FencingHWM), now, cp.Full).Scan(&gen); err != nil {
+			return classify(err)
+		}
+		if cp.Full {
+			return saveFull(ctx, tx, tenantID, gen, cp)
+		}
+		return saveIncremental(ctx, tx, tenantID, gen, cp)
+	})
+	if err != nil {
+		return fmt.Errorf("save checkpoint of tenant %q: %w", tenantID, err)
+	}
+	return nil
+}
+
+func saveFull(ctx context.Context, tx pgx.Tx, tenantID string, gen int64, cp store.Checkpoint) error {
+	b := &pgx.Batch{}
+	b.Queue(`DELETE FROM cells WHERE pool_id = $1 AND gen <> $2`, tenantID, gen)
+	b.Queue(`DELETE FROM resources WHERE pool_id = $1 AND gen <> $2`, tenantID, gen)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return classify(err)
+	}
+	row := make([]any, 11)
+	_, err := tx.CopyFrom(ctx, pgx.Identifier{"resources"},
+		[]string{"pool_id", "gen", "id", "capacity", "labels", "alpha", "beta", "updated_at", "consecutive_failures", "blocked_until", "cooldown_level"},
+		pgx.CopyFromSlice(len(cp.Resources), func(i int) ([]any, error) {
+			r := &cp.Resources[i]
+			row[0], row[1], row[2], row[3], row[4], row[5] = tenantID, gen, r.ID, r.Capacity, labels.Encode(r.Labels), r.Alpha
+			row[6], row[7], row[8], row[9], row[10] = r.Beta, r.UpdatedAt, r.ConsecutiveFailures, r.BlockedUntil, r.CooldownLevel
+			return row, nil
+		}))
+	if err != nil {
+		return classify(err)
+	}
+	row = row[:10]
+	_, err = tx.CopyFrom(ctx, pgx.Identifier{"cells"},
+		[]string{"pool_id", "gen", "resource_id", "context", "alpha", "beta", "updated_at", "consecutive_failures", "blocked_until", "cooldown_level"},
+		pgx.CopyFromSlice(len(cp.Cells), func(i int) ([]any, error) {
+			c := &cp.Cells[i]
+			row[0], row[1], row[2], row[3], row[4], row[5] = tenantID, gen, c.ResourceID, c.Context, c.Alpha, c.Beta
+			row[6], row[7], row[8], row[9] = c.UpdatedAt, c.ConsecutiveFailures, c.BlockedUntil, c.CooldownLevel
+			return row, nil
+		}))
+	return classify(err)
+}
+
+func saveIncremental(ctx context.Context, tx pgx.Tx, tenantID string, gen int64, cp store.Checkpoint) error {
+	b := &pgx.Batch{}
+	if len(cp.Removed) > 0 {
+		b.Queue(`DELETE FROM cells WHERE pool_id = $1 AND gen = $2 AND resource_id = ANY($3)`, tenantID, gen, cp.Removed)
+		b.Queue(`DELETE FROM resources WHERE pool_id = $1 AND gen = $2 AND id = ANY($3)`, tenantID, gen, cp.Removed)
+	}
+	if n := len(cp.Resources); n > 0 {
+		var (
+			ids, labs             = make([]string, n), make([]string, n)
+			caps, fails, cooldown = make([]int32, n), make([]int32, n), make([]int32, n)
+			alphas, betas         = make([]float64, n), make([]float64, n)
+			updated, blocked      = make([]int64, n), make([]int64, n)
+		)
+		for i, r := range cp.Resources {
+			ids[i], caps[i], labs[i], alphas[i], betas[i] = r.ID, r.Capacity, labels.Encode(r.Labels), r.Alpha, r.Beta
+			updated[i], fails[i], blocked[i], cooldown[i] = r.UpdatedAt, r.ConsecutiveFailures, r.BlockedUntil, r.CooldownLevel
+		}
+		b.Queue(`
+INSERT INTO resources (pool_id, gen, id, capacity, labels, alpha, beta, updated_at, consecutive_failures, blocked_until, cooldown_level)
+SELECT $1, $11, * FROM unnest($2::text[], $3::int4[], $4::text[], $5::float8[], $6::float8[], $7::int8[], $8::int4[], $9::int8[], $10::int4[])
+ON CONFLICT (pool_id, gen, id) DO UPDATE SET capacity = excluded.capacity, labels = excluded.labels,
+    alpha = excluded.alpha, beta = excluded.beta, updated_at = excluded.updated_at,
+    consecutive_failures = excluded.consecutive_failures, blocked_until = excluded.blocked_until,
+    cooldown_level = excluded.cooldown_level`,
+			tenantID, ids, caps, labs, alphas, betas, updated, fails, blocked, cooldown, gen)
+	}
+	var refs []string
+	if n := len(cp.Cells); n > 0 {
+		var (
+			res, ctxs        = make([]string, n), make([]string, n)
+			alphas, betas    = make([]float64, n), make([]float64, n)
+			updated, blocked = make([]int64, n), make([]int64, n)
+			fails, cooldown  = make([]int32, n), make([]int32, n)
+			seen             = make(map[string]struct{})
+		)
+		for i, c := range cp.Cells {
+			res[i], ctxs[i], alphas[i], betas[i] = c.ResourceID, c.Context, c.Alpha, c.Beta
+			updated[i], fails[i], blocked[i], cooldown[i] = c.UpdatedAt, c.ConsecutiveFailures, c.BlockedUntil, c.CooldownLevel
+			if _, ok := seen[c.ResourceID]; !ok {
+				seen[c.ResourceID] = struct{}{}
+				refs = append(refs, c.ResourceID)
+			}
+		}
+		b.Queue(`
+INSERT INTO cells (pool_id, gen, resource_id, context, alpha, beta, updated_at, consecutive_failures, blocked_until, cooldown_level)
+SELECT $1, $10, * FROM unnest($2::text[], $3::text[], $4::float8[], $5::float8[], $6::int8[], $7::int4[], $8::int8[], $9::int4[])
+ON CONFLICT (pool_id, gen, resource_id, context) DO UPDATE SET alpha = excluded.alpha, beta = excluded.beta,
+    updated_at = excluded.updated_at, consecutive_failures = excluded.consecutive_failures,
+    blocked_until = excluded.blocked_until, cooldown_level = excluded.cooldown_level`,
+			tenantID, res, ctxs, alphas, betas, updated, fails, blocked, cooldown, gen)
+	}
+	if b.Len() > 0 {
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return classify(err)
+		}
+	}
+	if len(refs) == 0 {
+		return nil
+	}
+	var missing string
+	err := tx.QueryRow(ctx, `
+SELECT r FROM unnest($3::text[]) AS r
+WHERE NOT EXISTS (SELECT 1 FROM resources WHERE pool_id = $1 AND gen = $2 AND id = r) LIMIT 1`, tenantID, gen, refs).Scan(&missing)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil
+	case err != nil:
+		return classify(err)
+	}
+	return fmt.Errorf("%w: cell of resource %q: resource does not exist", store.ErrInvalid, missing)
+}
+
+// LoadCheckpoint implements store.Store. It reads from one REPEATABLE READ
+// snapshot.
+func (s *Store) LoadCheckpoint(ctx context.Context, tenantID string) (store.PoolState, error) {
+	if err := store.ValidateTenantID(tenantID); err != nil {
+		return store.PoolState{}, err
+	}
+	var st store.PoolState
+	err := s.inTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var err error
+		st, err = loadState(ctx, tx, tenantID)
+		return err
+	})
+	if err != nil {
+		return store.PoolState{}, fmt.Errorf("load checkpoint of tenant %q: %w", tenantID, err)
+	}
+	return st, nil
+}
+
+func loadState(ctx context.Context, tx pgx.Tx, tenantID string) (store.PoolState, error) {
+	if err := liveTenant(ctx, tx, tenantID, ""); err != nil {
+		return store.PoolState{}, err
+	}
+	var (
+		st       store.PoolState
+		hwm, gen int64
+	)
+	err := tx.QueryRow(ctx, `SELECT fencing_hwm, gen FROM checkpoint_meta WHERE pool_id = $1`, tenantID).Scan(&hwm, &gen)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return st, nil
+	case err != nil:
+		return store.PoolState{}, classify(err)
+	case hwm < 0:
+		return store.PoolState{}, fmt.Errorf("%w: fencing high-water mark %d is negative", store.ErrCorrupt, hwm)
+	default:
+		st.HasCheckpoint, st.FencingHWM = true, uint64(hwm)
+	}
+
+	rows, err := tx.Query(ctx, `
+SELECT id, capacity, labels, alpha, beta, updated_at, consecutive_failures, blocked_until, cooldown_level
+FROM resources WHERE pool_id = $1 AND gen = $2 ORDER BY id`, tenantID, gen)
+	if err != nil {
+		return store.PoolState{}, classify(err)
+	}
+	var (
+		r   store.ResourceRow
+		lab string
+	)
+	_, err = pgx.ForEachRow(rows, []any{&r.ID, &r.Capacity, &lab, &r.Alpha, &r.Beta, &r.UpdatedAt, &r.ConsecutiveFailures, &r.BlockedUntil, &r.CooldownLevel},
+		func() error {
+			var err error
+			if r.Labels, err = labels.Decode(lab); err != nil {
+				return fmt.Errorf("%w: resource %q: %v", store.ErrCorrupt, r.ID, err)
+			}
+			st.Resources = append(st.Resources, r)
+			return nil
+		})
+	if err != nil {
+		return store.PoolState{}, classify(err)
+	}
+
+	rows, err = tx.Query(ctx, `
+SELECT resource_id, context, alpha, beta, updated_at, consecutive_failures, blocked_until, cooldown_level
+FROM cells WHERE pool_id = $1 AND gen = $2 ORDER BY resource_id, context`, tenantID, gen)
+	if err != nil {
+		return store.PoolState{}, classify(err)
+	}
+	var c store.CellRow
+	_, err = pgx.ForEachRow(rows, []any{&c.ResourceID, &c.Context, &c.Alpha, &c.Beta, &c.UpdatedAt, &c.ConsecutiveFailures, &c.BlockedUntil, &c.CooldownLevel},
+		func() error {
+			st.Cells = append(st.Cells, c)
+			return nil
+		})
+	if err != nil {
+		return store.PoolState{}, classify(err)
+	}
+	if err := st.Validate(); err != nil {
+		return store.PoolState{}, err
+	}
+	return st, nil
+}

@@ -1,0 +1,193 @@
+// Package sqlite implements store.Store on an embedded SQLite database
+// (modernc.org/sqlite: pure Go, no cgo, no server to run).
+//
+// The database runs in WAL mode with foreign keys on and a busy timeout.
+// All writes go through a single connection, so writers in this process
+// never see SQLITE_BUSY; reads use a separate pool of read-only connections
+// and see consistent snapshots. ":memory:" gives a private in-memory
+// database on one connection, meant for tests: it vanishes on Close.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/pressly/goose/v3"
+	sqlite "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/repool/repool/internal/store"
+)
+
+// Memory is the path that opens a private in-memory database.
+const Memory = ":memory:"
+
+// busyTimeout bounds how long a connection waits for a lock held by another
+// process sharing the file (for example a CLI reading the signing key).
+const busyTimeout = 5 * time.Second
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Store is the SQLite store. It is safe for concurrent use. Close it when
+// done.
+type Store struct {
+	w    *sql.DB // exactly one connection: every write
+	r    *sql.DB // read-only connections (== w for Memory)
+	opts store.Options
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens (creating if needed) the SQLite database at path, or a private
+// in-memory one for Memory, and applies the embedded migrations. A path
+// containing '?' is rejected with store.ErrInvalid; a database that cannot
+// be opened returns store.ErrUnavailable.
+func Open(ctx context.Context, path string, opts store.Options) (*Store, error) {
+	if path == "" || strings.ContainsRune(path, '?') {
+		return nil, fmt.Errorf("%w: sqlite path %q: want a file name without '?' or %q", store.ErrInvalid, path, Memory)
+	}
+	pragmas := fmt.Sprintf("_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)", busyTimeout.Milliseconds())
+	s := &Store{opts: opts}
+	var err error
+	if path == Memory {
+		s.w, err = sql.Open("sqlite", Memory+"?"+pragmas+"&_txlock=immediate")
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+		}
+		s.r = s.w
+	} else {
+		s.w, err = sql.Open("sqlite", path+"?"+pragmas+"&_pragma=journal_mode(WAL)&_txlock=immediate")
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+		}
+		s.r, err = sql.Open("sqlite", path+"?"+pragmas+"&_pragma=query_only(1)")
+		if err != nil {
+			s.w.Close()
+			return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+		}
+		s.r.SetMaxOpenConns(max(4, runtime.GOMAXPROCS(0)))
+	}
+	// One writer connection that is never recycled: writes are serialized
+	// here instead of failing with SQLITE_BUSY, and an in-memory database
+	// lives exactly as long as this connection.
+	s.w.SetMaxOpenConns(1)
+	s.w.SetMaxIdleConns(1)
+	s.w.SetConnMaxLifetime(0)
+	s.w.SetConnMaxIdleTime(0)
+
+	if err := s.migrate(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// migrate applies the embedded migrations on the writer connection.
+func (s *Store) migrate(ctx context.Context) error {
+	dir, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		return err
+	}
+	p, err := goose.NewProvider(goose.DialectSQLite3, s.w, dir, goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		return fmt.Errorf("migrations: %w", classify(err))
+	}
+	return nil
+}
+
+// Close closes the database handles.
+func (s *Store) Close() error {
+	err := s.w.Close()
+	if s.r != s.w {
+		err = errors.Join(err, s.r.Close())
+	}
+	return err
+}
+
+// classify wraps errors that mean "the database cannot serve right now" in
+// store.ErrUnavailable. Context errors and everything else pass through.
+func classify(err error) error {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN,
+			sqlite3.SQLITE_FULL, sqlite3.SQLITE_NOMEM, sqlite3.SQLITE_PROTOCOL, sqlite3.SQLITE_READONLY,
+			sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOLFS, sqlite3.SQLITE_PERM:
+			return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+		}
+		return err
+	}
+	if errors.Is(err, sql.ErrConnDone) || strings.Contains(err.Error(), "sql: database is closed") {
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+	}
+	return err
+}
+
+// isConstraint reports whether err is a UNIQUE or PRIMARY KEY violation.
+func isUnique(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	c := se.Code()
+	return c == sqlite3.SQLITE_CONSTRAINT_UNIQUE || c == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
+}
+
+// querier is what *sql.DB and *sql.Tx have in common.
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// inTx runs fn in a write transaction (BEGIN IMMEDIATE) and commits if fn
+// returns nil.
+func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return classify(err)
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return classify(tx.Commit())
+}
+
+// micros stores a time as unix microseconds (0 for the zero time).
+func micros(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMicro()
+}
+
+// fromMicros is the inverse of micros; NULL and 0 are the zero time.
+func fromMicros(v sql.NullInt64) time.Time {
+	if !v.Valid || v.Int64 == 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(v.Int64).UTC()
+}
+
+// nullMicros stores an optional time: NULL for the zero time.
+func nullMicros(t time.Time) sql.NullInt64 {
+	if t.IsZero() {
+		return sql.NullInt64{}
+	}
+	return sql.NullInt64{Int64: t.UnixMicro(), Valid: true}
+}

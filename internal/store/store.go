@@ -1,0 +1,172 @@
+// Package store defines repool's persistence contract: the domain types that
+// are persisted (tenants, limits, API key digests, audit entries, server
+// secrets, the fencing epoch and per-tenant pool checkpoints) and the Store
+// interface that the SQLite (internal/store/sqlite) and PostgreSQL
+// (internal/store/postgres) implementations satisfy. internal/store/open picks
+// an implementation from a URL.
+//
+// Every tenant-scoped read, write and delete is filtered by the tenant (pool)
+// id in SQL: no method ever touches another tenant's rows. The contract is
+// pinned down by the suite in internal/store/storetest, which both
+// implementations run against a real database.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/repool/repool/internal/clock"
+)
+
+// Sentinel errors. Implementations wrap them with %w; test with errors.Is.
+var (
+	// ErrNotFound: the tenant, key or other row does not exist. A deleted
+	// tenant (tombstone) is not found by every method except GetTenant,
+	// ListTenants and CreateTenant.
+	ErrNotFound = errors.New("store: not found")
+	// ErrExists: a row with that id (or key digest) already exists, including
+	// the tombstone of a deleted tenant.
+	ErrExists = errors.New("store: already exists")
+	// ErrConflict: a guarded transition did not apply because the row is not
+	// in the expected state (for example suspending a tenant that is not
+	// active).
+	ErrConflict = errors.New("store: conflict")
+	// ErrCorrupt: persisted checkpoint rows failed validation on load. The
+	// message names the tenant and the bad row.
+	ErrCorrupt = errors.New("store: corrupt checkpoint")
+	// ErrInvalid: an argument failed validation (bad id, bad transition,
+	// out-of-range value); nothing was written.
+	ErrInvalid = errors.New("store: invalid argument")
+	// ErrUnavailable: the database could not be reached or is temporarily
+	// unable to serve (connection refused or lost, too many connections,
+	// shutdown, lock timeouts, serialization failures). It is never returned
+	// for a missing row, so a wrong API key never looks like an outage.
+	ErrUnavailable = errors.New("store: unavailable")
+)
+
+// Store is repool's persistence. Implementations are safe for concurrent use
+// by multiple goroutines. Every method takes a context that bounds the call;
+// a cancelled or expired context is returned as context.Canceled or
+// context.DeadlineExceeded (wrapped), not as ErrUnavailable.
+//
+// List methods return an empty, non-nil slice when nothing matches. Unless
+// stated otherwise, methods return ErrInvalid for malformed arguments, ErrNotFound for a missing or deleted tenant, and ErrUnavailable
+// when the database cannot be reached.
+type Store interface {
+	// CreateTenant creates an active tenant with t.ID and t.Name; Status,
+	// CreatedAt and DeletedAt of t are ignored (CreatedAt comes from the
+	// store's clock). It returns the stored tenant, or ErrExists if a tenant
+	// or a tombstone with that id exists: ids are never reused.
+	CreateTenant(ctx context.Context, t Tenant) (Tenant, error)
+	// GetTenant returns the tenant with that id, including a tombstone
+	// (Status == StatusDeleted): callers must check Status.
+	GetTenant(ctx context.Context, id string) (Tenant, error)
+	// ListTenants returns tenants ordered by id. Tombstones are left out
+	// unless f.IncludeDeleted is set.
+	ListTenants(ctx context.Context, f TenantFilter) ([]Tenant, error)
+	// SetTenantStatus moves tenant id from status from to status to, guarded
+	// in SQL so that concurrent callers cannot both succeed. Only
+	// active→suspended and suspended→active are allowed (ErrInvalid
+	// otherwise; use DeleteTenant to delete). If the tenant is not in status
+	// from (including a tombstone) it returns ErrConflict; an unknown id
+	// returns ErrNotFound. It returns the updated tenant.
+	SetTenantStatus(ctx context.Context, id string, from, to Status) (Tenant, error)
+	// DeleteTenant deletes, in one transaction, every row of the tenant
+	// (checkpointed resources and cells, checkpoint metadata, API keys,
+	// audit entries, limits) and turns the tenant row into a tombstone
+	// (StatusDeleted, DeletedAt from the store's clock). Allowed from active
+	// and suspended; an unknown or already deleted tenant returns
+	// ErrNotFound.
+	DeleteTenant(ctx context.Context, id string) error
+
+	// PutLimits replaces the tenant's limits with l (nil fields mean "server
+	// default").
+	PutLimits(ctx context.Context, tenantID string, l Limits) error
+	// GetLimits returns the tenant's limits; a tenant that never had limits
+	// stored gets the zero Limits (all server defaults).
+	GetLimits(ctx context.Context, tenantID string) (Limits, error)
+
+	// CreateKey stores an API key's metadata and SHA-256 digest for
+	// k.TenantID (which must not be deleted). A zero k.CreatedAt is set from
+	// the store's clock; k.RevokedAt is ignored. The plain key is never
+	// passed to the store. ErrExists if the id or the digest is taken.
+	CreateKey(ctx context.Context, k Key) (Key, error)
+	// GetKey returns the tenant's key keyID; ErrNotFound if the key does not
+	// exist or belongs to another tenant.
+	GetKey(ctx context.Context, tenantID, keyID string) (Key, error)
+	// ListKeys returns the tenant's keys, revoked ones included, oldest
+	// first.
+	ListKeys(ctx context.Context, tenantID string) ([]Key, error)
+	// RevokeKey sets the key's RevokedAt from the store's clock. Revoking a
+	// revoked key succeeds and keeps the first RevokedAt. ErrNotFound if the
+	// key does not exist or is not the tenant's.
+	RevokeKey(ctx context.Context, tenantID, keyID string) error
+	// LookupKey returns the key whose digest is digest and its tenant, in
+	// one query. It returns revoked keys and suspended tenants as they are:
+	// the caller decides. ErrNotFound if no key has that digest (keys of
+	// deleted tenants are gone).
+	LookupKey(ctx context.Context, digest []byte) (Key, Tenant, error)
+
+	// AppendAudit appends an entry to e.TenantID's audit log and returns it
+	// with its ID (increasing, never reused) and At (from the store's clock
+	// when zero).
+	AppendAudit(ctx context.Context, e AuditEntry) (AuditEntry, error)
+	// ListAudit returns up to limit of the tenant's entries with ID <
+	// beforeID (beforeID <= 0: from the newest), newest first. limit <= 0
+	// means DefaultAuditLimit; larger than MaxAuditLimit is clamped.
+	ListAudit(ctx context.Context, tenantID string, limit int, beforeID int64) ([]AuditEntry, error)
+
+	// SigningKey returns the server's 32-byte token signing key, generating
+	// and storing it on the first call. Concurrent first callers, in this
+	// process or others sharing the database, all get the same key.
+	SigningKey(ctx context.Context) ([]byte, error)
+	// BumpEpoch atomically increments the persisted epoch counter and
+	// returns the new value (1 on first use). Values strictly increase
+	// across callers, processes and restarts.
+	BumpEpoch(ctx context.Context) (uint32, error)
+
+	// SaveCheckpoint writes one tenant's pool state in one transaction that
+	// touches only that tenant's rows; see Checkpoint for Full versus
+	// incremental. Rows are validated first (ErrInvalid, nothing written).
+	// The stored fencing high-water mark becomes max(stored, cp.FencingHWM).
+	// Checkpoints of the same tenant are serialized; a checkpoint racing
+	// DeleteTenant either commits before the delete (and is deleted with
+	// the tenant) or returns ErrNotFound.
+	SaveCheckpoint(ctx context.Context, tenantID string, cp Checkpoint) error
+	// LoadCheckpoint reads the tenant's pool state from one consistent
+	// snapshot, resources ordered by id and cells by (resource, context).
+	// Rows that fail validation return an error wrapping ErrCorrupt that
+	// names the bad row. A tenant without a checkpoint gets a PoolState with
+	// HasCheckpoint false.
+	LoadCheckpoint(ctx context.Context, tenantID string) (PoolState, error)
+
+	// Close releases the database handles. Calls after Close fail.
+	Close() error
+}
+
+// Options configure an implementation. The zero value is ready to use.
+type Options struct {
+	// Clock stamps CreatedAt, DeletedAt, RevokedAt, audit At (when zero) and
+	// checkpoint save times. Nil means clock.Real{}.
+	Clock clock.Clock
+}
+
+// Now returns the current time from o.Clock (the wall clock if nil), in UTC
+// and truncated to the microsecond precision every implementation stores.
+func (o Options) Now() time.Time {
+	c := o.Clock
+	if c == nil {
+		c = clock.Real{}
+	}
+	return Timestamp(c.Now())
+}
+
+// Timestamp normalizes t to what the store persists and returns: UTC,
+// truncated to microseconds. The zero time stays zero.
+func Timestamp(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Time{}
+	}
+	return t.UTC().Truncate(time.Microsecond)
+}

@@ -1,0 +1,206 @@
+package store
+
+import (
+	"math"
+	"time"
+)
+
+// Status is a tenant's lifecycle state: active ⇄ suspended → deleted.
+type Status string
+
+// Tenant statuses.
+const (
+	// StatusActive tenants are served.
+	StatusActive Status = "active"
+	// StatusSuspended tenants keep their data but are not served.
+	StatusSuspended Status = "suspended"
+	// StatusDeleted marks a tombstone: the tenant's data is gone and its id
+	// can never be reused.
+	StatusDeleted Status = "deleted"
+)
+
+// Valid reports whether s is one of the defined statuses.
+func (s Status) Valid() bool {
+	switch s {
+	case StatusActive, StatusSuspended, StatusDeleted:
+		return true
+	}
+	return false
+}
+
+// Tenant is one customer of the service, with its own pool, keys and limits.
+type Tenant struct {
+	// ID matches ValidateTenantID; it is the pool id of the tenant's rows.
+	ID string
+	// Name is free text for humans, at most MaxNameLen bytes.
+	Name string
+	// Status is set by the store (StatusActive on creation).
+	Status Status
+	// CreatedAt is set by the store's clock.
+	CreatedAt time.Time
+	// DeletedAt is set when the tenant becomes a tombstone; zero otherwise.
+	DeletedAt time.Time
+}
+
+// TenantFilter selects the tenants ListTenants returns. The zero value lists
+// every tenant that is not deleted.
+type TenantFilter struct {
+	// IncludeDeleted also lists tombstones.
+	IncludeDeleted bool
+}
+
+// Limits are a tenant's overrides of the server's capacity and request
+// limits. A nil field means "use the server default"; the zero Limits uses
+// the defaults for everything. A non-nil zero is an explicit zero (for
+// example MaxStreams = 0 forbids event streams).
+type Limits struct {
+	// RatePerSecond is the token-bucket refill rate of request limits.
+	RatePerSecond *float64
+	// Burst is the token-bucket size.
+	Burst *int64
+	// ReservedResources are always available to the tenant.
+	ReservedResources *int64
+	// MaxResources is the ceiling on the tenant's resources.
+	MaxResources *int64
+	// ReservedCells are always available to the tenant.
+	ReservedCells *int64
+	// MaxCells is the ceiling on the tenant's cells.
+	MaxCells *int64
+	// MaxStreams caps concurrent event streams.
+	MaxStreams *int64
+	// MaxLeases caps concurrent leases.
+	MaxLeases *int64
+}
+
+// DigestLen is the length of an API key digest (SHA-256).
+const DigestLen = 32
+
+// Key is an API key's metadata. The store holds only the SHA-256 digest of
+// the plain key; the plain key is shown once by the control plane and never
+// reaches the store.
+type Key struct {
+	// ID matches ValidateKeyID; unique across tenants.
+	ID string
+	// TenantID is the owning tenant.
+	TenantID string
+	// Name is free text for humans, at most MaxNameLen bytes.
+	Name string
+	// Prefix is the non-secret start of the plain key, shown in listings so
+	// users can tell keys apart; at most MaxPrefixLen bytes.
+	Prefix string
+	// Digest is the SHA-256 of the plain key (DigestLen bytes), unique.
+	Digest []byte
+	// CreatedAt is set from the store's clock when zero.
+	CreatedAt time.Time
+	// RevokedAt is when the key was revoked; zero while the key is valid.
+	RevokedAt time.Time
+}
+
+// Revoked reports whether the key has been revoked.
+func (k Key) Revoked() bool { return !k.RevokedAt.IsZero() }
+
+// Audit listing bounds.
+const (
+	// DefaultAuditLimit is used when ListAudit is called with limit <= 0.
+	DefaultAuditLimit = 100
+	// MaxAuditLimit caps ListAudit's limit.
+	MaxAuditLimit = 1000
+)
+
+// AuditEntry records one control-plane action on a tenant.
+type AuditEntry struct {
+	// ID is assigned by the store: increasing, never reused.
+	ID int64
+	// TenantID scopes the entry; it is required.
+	TenantID string
+	// At is when the action happened; set from the store's clock when zero.
+	At time.Time
+	// Actor says who acted (for example "operator" or "key:<id>").
+	Actor string
+	// Action names what was done (for example "key.revoke"); required.
+	Action string
+	// Target is what it was done to (for example a key id).
+	Target string
+	// Detail is free text, at most MaxDetailLen bytes.
+	Detail string
+}
+
+// MaxFencingHWM is the largest fencing high-water mark a store can hold:
+// tokens are stored as signed 64-bit integers. Tokens built as
+// epoch<<40|counter stay below it while the epoch is below 2^23.
+const MaxFencingHWM = math.MaxInt64
+
+// Checkpoint is one tenant's pool state to persist.
+type Checkpoint struct {
+	// Full replaces all of the tenant's resources and cells with Resources
+	// and Cells (Removed is ignored). Otherwise the checkpoint is
+	// incremental: Removed resources and their cells are deleted first, then
+	// Resources and Cells are upserted; rows not mentioned stay as they are.
+	Full bool
+	// FencingHWM is the highest fencing token issued; at most MaxFencingHWM.
+	FencingHWM uint64
+	// Resources to write. Ids must be unique within the checkpoint.
+	// Resources sorted by id and cells sorted by (ResourceID, Context)
+	// validate faster (no maps); any order is accepted.
+	Resources []ResourceRow
+	// Cells to write. (ResourceID, Context) must be unique within the
+	// checkpoint, and every cell's resource must exist after the checkpoint
+	// is applied.
+	Cells []CellRow
+	// Removed lists resource ids deleted since the last checkpoint; their
+	// cells are deleted too. Unknown ids are ignored.
+	Removed []string
+}
+
+// ResourceRow is a persisted resource. Times are unix nanoseconds.
+type ResourceRow struct {
+	// ID is 1..MaxRowIDLen bytes of UTF-8 without NUL.
+	ID string
+	// Capacity is the number of concurrent leases, at least 1.
+	Capacity int32
+	// Labels are free key/value pairs; an empty map loads as nil.
+	Labels map[string]string
+	// Alpha and Beta are the aggregate success and failure counts, finite
+	// and not negative.
+	Alpha, Beta float64
+	// UpdatedAt is when the counts were last decayed or updated.
+	UpdatedAt int64
+	// ConsecutiveFailures since the last success.
+	ConsecutiveFailures int32
+	// BlockedUntil is the end of the quarantine; 0 when not blocked.
+	BlockedUntil int64
+	// CooldownLevel grows the next quarantine exponentially.
+	CooldownLevel int32
+}
+
+// CellRow is a persisted (resource, context) cell. Times are unix
+// nanoseconds.
+type CellRow struct {
+	// ResourceID names an existing resource of the same tenant.
+	ResourceID string
+	// Context is 1..MaxRowIDLen bytes of UTF-8 without NUL.
+	Context string
+	// Alpha and Beta are the discounted success and failure counts, finite
+	// and not negative.
+	Alpha, Beta float64
+	// UpdatedAt is when the counts were last decayed or updated.
+	UpdatedAt int64
+	// ConsecutiveFailures since the last success.
+	ConsecutiveFailures int32
+	// BlockedUntil is the end of the quarantine; 0 when not blocked.
+	BlockedUntil int64
+	// CooldownLevel grows the next quarantine exponentially.
+	CooldownLevel int32
+}
+
+// PoolState is one tenant's persisted pool state as loaded.
+type PoolState struct {
+	// FencingHWM is the highest fencing token ever checkpointed.
+	FencingHWM uint64
+	// HasCheckpoint is false if the tenant was never checkpointed.
+	HasCheckpoint bool
+	// Resources ordered by id.
+	Resources []ResourceRow
+	// Cells ordered by (ResourceID, Context).
+	Cells []CellRow
+}
