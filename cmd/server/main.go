@@ -21,6 +21,7 @@ import (
 	"github.com/repool/repool/internal/control"
 	"github.com/repool/repool/internal/server"
 	"github.com/repool/repool/internal/store"
+	"github.com/repool/repool/internal/store/open"
 	"github.com/repool/repool/internal/token"
 )
 
@@ -120,7 +121,7 @@ func adminToken(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := ensureDir(*storeURL); err != nil {
 		return err
 	}
-	st, err := server.OpenStore(ctx, *storeURL, store.Options{})
+	st, err := open.Store(ctx, *storeURL, store.Options{})
 	if err != nil {
 		return err
 	}

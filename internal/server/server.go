@@ -37,8 +37,7 @@ import (
 	"github.com/repool/repool/internal/pool"
 	"github.com/repool/repool/internal/ratelimit"
 	"github.com/repool/repool/internal/store"
-	"github.com/repool/repool/internal/store/postgres"
-	"github.com/repool/repool/internal/store/sqlite"
+	"github.com/repool/repool/internal/store/open"
 	"github.com/repool/repool/internal/tenants"
 	"github.com/repool/repool/internal/token"
 )
@@ -86,17 +85,6 @@ type Server struct {
 	limits   map[string]store.Limits // per-tenant overrides
 }
 
-// OpenStore opens sqlite:PATH or postgres://... and applies migrations.
-func OpenStore(ctx context.Context, url string, opts store.Options) (store.Store, error) {
-	switch {
-	case strings.HasPrefix(url, "sqlite:"):
-		return sqlite.Open(ctx, strings.TrimPrefix(url, "sqlite:"), opts)
-	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
-		return postgres.Open(ctx, url, opts)
-	}
-	return nil, fmt.Errorf("store %q: want sqlite:PATH or postgres://...", url)
-}
-
 // New opens the store, restores every tenant's pool, and binds the gRPC and
 // HTTP listeners; the server reports ready once restore and budget
 // accounting are done. Call Run to serve.
@@ -126,7 +114,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	}()
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	if s.store, err = OpenStore(ctx, cfg.Store, store.Options{Clock: opts.Clock}); err != nil {
+	if s.store, err = open.Store(ctx, cfg.Store, store.Options{Clock: opts.Clock}); err != nil {
 		return nil, fmt.Errorf("opening the store: %w", err)
 	}
 	key, err := s.store.SigningKey(ctx)

@@ -276,6 +276,9 @@ func TestControlPlaneChangesApplyAtOnce(t *testing.T) {
 	if code := r.api(t, "PUT", "/api/v1/tenants/acme/limits", r.op, `{"rate_per_second":1000,"burst":1000}`, nil); code != 200 {
 		t.Fatalf("put limits = %d", code)
 	}
+	// The bucket keeps its (spent) tokens across a change of rate; at
+	// 1,000/s it holds a stream's cost again within milliseconds.
+	time.Sleep(50 * time.Millisecond)
 	sctx, cancel := context.WithCancel(ctx)
 	if _, err := r.pool.SubscribeEvents(sctx, &repoolv1.SubscribeEventsRequest{}); err != nil {
 		t.Fatal(err)

@@ -18,7 +18,7 @@ import (
 // interleave) and then upserts the tenant's checkpoint_meta row, whose row
 // lock serializes checkpoints of the same tenant. A Full checkpoint moves
 // the tenant to a new generation: it deletes the old generation's rows and
-// COPYs the new ones. An incremental one works on the current generation:
+// COPYs the new ones (binary format, see copyReader). An incremental one works on the current generation:
 // it deletes Removed, upserts with unnest arrays, then checks that every
 // written cell's resource exists.
 func (s *Store) SaveCheckpoint(ctx context.Context, tenantID string, cp store.Checkpoint) error {
@@ -59,27 +59,41 @@ func saveFull(ctx context.Context, tx pgx.Tx, tenantID string, gen int64, cp sto
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return classify(err)
 	}
-	row := make([]any, 11)
-	_, err := tx.CopyFrom(ctx, pgx.Identifier{"resources"},
-		[]string{"pool_id", "gen", "id", "capacity", "labels", "alpha", "beta", "updated_at", "consecutive_failures", "blocked_until", "cooldown_level"},
-		pgx.CopyFromSlice(len(cp.Resources), func(i int) ([]any, error) {
-			r := &cp.Resources[i]
-			row[0], row[1], row[2], row[3], row[4], row[5] = tenantID, gen, r.ID, r.Capacity, labels.Encode(r.Labels), r.Alpha
-			row[6], row[7], row[8], row[9], row[10] = r.Beta, r.UpdatedAt, r.ConsecutiveFailures, r.BlockedUntil, r.CooldownLevel
-			return row, nil
-		}))
+	pg := tx.Conn().PgConn()
+	_, err := pg.CopyFrom(ctx, newCopyReader(len(cp.Resources), func(b []byte, i int) []byte {
+		r := &cp.Resources[i]
+		b = appendFields(b, 11)
+		b = appendText(b, tenantID)
+		b = appendInt8(b, gen)
+		b = appendText(b, r.ID)
+		b = appendInt4(b, r.Capacity)
+		b = appendText(b, labels.Encode(r.Labels))
+		b = appendFloat8(b, r.Alpha)
+		b = appendFloat8(b, r.Beta)
+		b = appendInt8(b, r.UpdatedAt)
+		b = appendInt4(b, r.ConsecutiveFailures)
+		b = appendInt8(b, r.BlockedUntil)
+		return appendInt4(b, r.CooldownLevel)
+	}), `COPY resources (pool_id, gen, id, capacity, labels, alpha, beta, updated_at,
+    consecutive_failures, blocked_until, cooldown_level) FROM STDIN WITH (FORMAT binary)`)
 	if err != nil {
 		return classify(err)
 	}
-	row = row[:10]
-	_, err = tx.CopyFrom(ctx, pgx.Identifier{"cells"},
-		[]string{"pool_id", "gen", "resource_id", "context", "alpha", "beta", "updated_at", "consecutive_failures", "blocked_until", "cooldown_level"},
-		pgx.CopyFromSlice(len(cp.Cells), func(i int) ([]any, error) {
-			c := &cp.Cells[i]
-			row[0], row[1], row[2], row[3], row[4], row[5] = tenantID, gen, c.ResourceID, c.Context, c.Alpha, c.Beta
-			row[6], row[7], row[8], row[9] = c.UpdatedAt, c.ConsecutiveFailures, c.BlockedUntil, c.CooldownLevel
-			return row, nil
-		}))
+	_, err = pg.CopyFrom(ctx, newCopyReader(len(cp.Cells), func(b []byte, i int) []byte {
+		c := &cp.Cells[i]
+		b = appendFields(b, 10)
+		b = appendText(b, tenantID)
+		b = appendInt8(b, gen)
+		b = appendText(b, c.ResourceID)
+		b = appendText(b, c.Context)
+		b = appendFloat8(b, c.Alpha)
+		b = appendFloat8(b, c.Beta)
+		b = appendInt8(b, c.UpdatedAt)
+		b = appendInt4(b, c.ConsecutiveFailures)
+		b = appendInt8(b, c.BlockedUntil)
+		return appendInt4(b, c.CooldownLevel)
+	}), `COPY cells (pool_id, gen, resource_id, context, alpha, beta, updated_at,
+    consecutive_failures, blocked_until, cooldown_level) FROM STDIN WITH (FORMAT binary)`)
 	return classify(err)
 }
 

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/pressly/goose/v3"
-	sqlite "modernc.org/sqlite"
+	msqlite "modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/repool/repool/internal/store"
@@ -121,7 +121,7 @@ func classify(err error) error {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	var se *sqlite.Error
+	var se *msqlite.Error
 	if errors.As(err, &se) {
 		switch se.Code() & 0xff {
 		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN,
@@ -137,9 +137,9 @@ func classify(err error) error {
 	return err
 }
 
-// isConstraint reports whether err is a UNIQUE or PRIMARY KEY violation.
+// isUnique reports whether err is a UNIQUE or PRIMARY KEY violation.
 func isUnique(err error) bool {
-	var se *sqlite.Error
+	var se *msqlite.Error
 	if !errors.As(err, &se) {
 		return false
 	}

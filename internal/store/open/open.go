@@ -1,0 +1,51 @@
+// Package open opens the store.Store that a URL names, so that mains and
+// tools take one --store flag:
+//
+//	sqlite:PATH            SQLite file (created if missing), e.g. sqlite:./data/repool.db
+//	sqlite::memory:        private in-memory SQLite database (tests)
+//	postgres://... or postgresql://...   PostgreSQL (pgx)
+//
+// Migrations are applied before the store is returned.
+package open
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/repool/repool/internal/store"
+	"github.com/repool/repool/internal/store/postgres"
+	"github.com/repool/repool/internal/store/sqlite"
+)
+
+// Store opens the store named by url with opts and applies its migrations.
+// An empty url or an unknown scheme returns store.ErrInvalid; a database
+// that cannot be reached returns store.ErrUnavailable. The caller closes
+// the store. Errors never repeat a PostgreSQL url, which may hold a
+// password.
+func Store(ctx context.Context, url string, opts store.Options) (store.Store, error) {
+	switch {
+	case strings.HasPrefix(url, "sqlite:"):
+		path := strings.TrimPrefix(url, "sqlite:")
+		// Tolerate the URL-ish spelling sqlite://PATH too.
+		if strings.HasPrefix(path, "//") {
+			path = strings.TrimPrefix(path, "//")
+		}
+		s, err := sqlite.Open(ctx, path, opts)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
+		s, err := postgres.Open(ctx, url, opts)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
+	scheme, _, ok := strings.Cut(url, ":")
+	if !ok {
+		scheme = url
+	}
+	return nil, fmt.Errorf("%w: store url: unknown scheme %q, want sqlite:PATH, sqlite::memory: or postgres://...", store.ErrInvalid, scheme)
+}
