@@ -38,6 +38,9 @@ type Pools interface {
 type Config struct {
 	Store Store
 	Pools Pools
+	// Leases, when set, returns a tenant's journaled leases, restored with
+	// its pool so that leases survive a failover.
+	Leases func(ctx context.Context, tenant string) ([]store.LeaseRow, error)
 	// Restored is called for each tenant restored, with its counts, before
 	// the server serves traffic (to account budgets).
 	Restored func(tenant string, resources, cells int)
@@ -130,15 +133,21 @@ func (c *Checkpointer) restore(ctx context.Context, tenant string) error {
 	if err != nil {
 		return err
 	}
+	var leases []store.LeaseRow
+	if c.cfg.Leases != nil {
+		if leases, err = c.cfg.Leases(ctx, tenant); err != nil {
+			return err
+		}
+	}
 	c.markFull(tenant)
-	if !st.HasCheckpoint {
+	if !st.HasCheckpoint && len(leases) == 0 {
 		return nil
 	}
 	p, err := c.cfg.Pools.Pool(tenant)
 	if err != nil {
 		return err
 	}
-	if err := p.Restore(toSnapshot(st)); err != nil {
+	if err := p.Restore(withLeases(toSnapshot(st), leases, c.cfg.Clock.Now())); err != nil {
 		return fmt.Errorf("%w: %v", store.ErrCorrupt, err)
 	}
 	c.cfg.Restored(tenant, len(st.Resources), len(st.Cells))
@@ -200,6 +209,29 @@ func (c *Checkpointer) save(ctx context.Context, tenant string) error {
 	c.needFull[tenant] = false
 	c.mu.Unlock()
 	return nil
+}
+
+// Persist writes resources created or removed now, without waiting for the
+// next round, so that an acknowledged registration survives a failover. It
+// is serialized with rounds, so a full checkpoint taken before the change
+// cannot overwrite it.
+func (c *Checkpointer) Persist(ctx context.Context, tenant string, resources []pool.ResourceState, removed []string) error {
+	c.round.Lock()
+	defer c.round.Unlock()
+	cp := store.Checkpoint{Removed: removed, Resources: make([]store.ResourceRow, len(resources))}
+	for i, r := range resources {
+		cp.Resources[i] = resourceRow(r)
+	}
+	if p, ok := c.cfg.Pools.Lookup(tenant); ok {
+		_, cp.FencingHWM = p.Epoch()
+	}
+	return c.cfg.Store.SaveCheckpoint(ctx, tenant, cp)
+}
+
+// SetLeases sets the source of journaled leases restored with each pool
+// (see Config.Leases). Call it before RestoreAll.
+func (c *Checkpointer) SetLeases(f func(ctx context.Context, tenant string) ([]store.LeaseRow, error)) {
+	c.cfg.Leases = f
 }
 
 // Forget drops what the checkpointer knows of a deleted tenant.

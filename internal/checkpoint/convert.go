@@ -89,3 +89,25 @@ func toSnapshot(st store.PoolState) pool.Snapshot {
 	}
 	return s
 }
+
+// withLeases adds journaled leases that have not expired by now to a
+// snapshot, raising its high-water marks to cover them. A lease of a
+// resource the checkpoint does not hold is dropped: its resource was
+// removed.
+func withLeases(s pool.Snapshot, leases []store.LeaseRow, now time.Time) pool.Snapshot {
+	known := make(map[string]int, len(s.Resources))
+	for _, r := range s.Resources {
+		known[r.ID] = r.Capacity
+	}
+	for _, l := range leases {
+		if l.ExpiresAt <= now.UnixNano() || known[l.ResourceID] == 0 {
+			continue
+		}
+		known[l.ResourceID]-- // never restore more leases than the capacity
+		s.Leases = append(s.Leases, pool.LeaseState{ID: l.ID, Resource: l.ResourceID, Context: l.Context, Token: l.Token, ExpiresAt: time.Unix(0, l.ExpiresAt)})
+		s.LastToken = max(s.LastToken, l.Token)
+		s.LastLease = max(s.LastLease, l.ID)
+	}
+	s.Epoch = uint32(max(s.LastToken, s.LastLease) >> 40)
+	return s
+}

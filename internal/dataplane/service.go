@@ -56,6 +56,19 @@ type Authenticator interface {
 	IssueToken(p auth.Principal) (string, time.Time, error)
 }
 
+// Journal makes data-plane changes durable before they are acknowledged,
+// so that they survive a failover. Each method returns once the change is
+// committed; an error means it may not be.
+type Journal interface {
+	// Leased records a lease granted or renewed.
+	Leased(ctx context.Context, tenant string, l pool.Lease) error
+	// Ended records a lease released.
+	Ended(ctx context.Context, tenant string, leaseID uint64) error
+	// Registered records resources created, Deregistered resources removed.
+	Registered(ctx context.Context, tenant string, ids []string) error
+	Deregistered(ctx context.Context, tenant string, ids []string) error
+}
+
 // Pools gives a tenant's pool, creating it on first use.
 type Pools interface {
 	Pool(tenant string) (*pool.Pool, error)
@@ -73,6 +86,9 @@ type Config struct {
 	// Active returns nil while this server may serve the data plane, and an
 	// error wrapping ErrNotActive otherwise. Nil means always active.
 	Active func() error
+	// Journal, when set, makes leases and registrations durable before
+	// they are acknowledged (high availability). Nil means in memory only.
+	Journal Journal
 	// Audit records a change to a tenant's pool in its audit trail (it must
 	// not block); nil means no audit.
 	Audit func(tenant, actor, action, detail string)
@@ -198,6 +214,15 @@ func (s *Service) Register(ctx context.Context, req *repoolv1.RegisterRequest) (
 	if err != nil {
 		return nil, toStatus(s.log, err)
 	}
+	if registered > 0 && s.cfg.Journal != nil {
+		ids := make([]string, 0, len(specs))
+		for id := range seen {
+			ids = append(ids, id)
+		}
+		if err := s.cfg.Journal.Registered(ctx, tenant, ids); err != nil {
+			return nil, toStatus(s.log, fmt.Errorf("%w: registration not durable: %v", ErrNotActive, err))
+		}
+	}
 	if registered > 0 {
 		s.cfg.Audit(tenant, actor(ctx), "resources.register", fmt.Sprintf("registered %d, existing %d", registered, existing))
 	}
@@ -227,10 +252,20 @@ func (s *Service) Deregister(ctx context.Context, req *repoolv1.DeregisterReques
 	}
 	s.cfg.Budget.Release(tenant, Resources, removed)
 	s.cfg.Budget.Release(tenant, Cells, cells)
+	if removed > 0 && s.cfg.Journal != nil {
+		if err := s.cfg.Journal.Deregistered(ctx, tenant, req.GetResourceIds()); err != nil {
+			return nil, toStatus(s.log, fmt.Errorf("%w: deregistration not durable: %v", ErrNotActive, err))
+		}
+	}
 	if removed > 0 {
 		s.cfg.Audit(tenant, actor(ctx), "resources.deregister", fmt.Sprintf("removed %d resources and %d cells", removed, cells))
 	}
 	return &repoolv1.DeregisterResponse{Removed: int32(removed)}, nil
+}
+
+func (s *Service) tenantOf(ctx context.Context) string {
+	p, _ := auth.FromContext(ctx)
+	return p.Tenant
 }
 
 // actor names the caller in audit entries.
@@ -266,6 +301,13 @@ func (s *Service) Acquire(ctx context.Context, req *repoolv1.AcquireRequest) (*r
 	if err != nil {
 		return nil, toStatus(s.log, err)
 	}
+	if s.cfg.Journal != nil {
+		if err := s.cfg.Journal.Leased(ctx, s.tenantOf(ctx), l); err != nil {
+			// Unjournaled leases would not survive a failover: take it back.
+			_, _ = p.Release(l.ID, l.Token, 0)
+			return nil, toStatus(s.log, fmt.Errorf("%w: lease not durable: %v", ErrNotActive, err))
+		}
+	}
 	return &repoolv1.AcquireResponse{Lease: toLease(l)}, nil
 }
 
@@ -282,6 +324,13 @@ func (s *Service) Renew(ctx context.Context, req *repoolv1.RenewRequest) (*repoo
 	l, err := p.Renew(id, req.GetFencingToken(), time.Duration(req.GetTtlSeconds())*time.Second)
 	if err != nil {
 		return nil, toStatus(s.log, err)
+	}
+	if s.cfg.Journal != nil {
+		// Until the renewal is durable the client must not count on it: a
+		// successor would expire the lease at its old time.
+		if err := s.cfg.Journal.Leased(ctx, s.tenantOf(ctx), l); err != nil {
+			return nil, toStatus(s.log, fmt.Errorf("%w: renewal not durable: %v", ErrNotActive, err))
+		}
 	}
 	return &repoolv1.RenewResponse{Lease: toLease(l)}, nil
 }
@@ -323,6 +372,13 @@ func (s *Service) Release(ctx context.Context, req *repoolv1.ReleaseRequest) (*r
 	s.settle(tenant, Cells, reserved, b2i(created))
 	if err != nil {
 		return nil, toStatus(s.log, err)
+	}
+	if s.cfg.Journal != nil {
+		// The lease is released; if the journal keeps it, a successor holds
+		// it until its expiry, which wastes capacity but never overbooks it.
+		if err := s.cfg.Journal.Ended(ctx, tenant, id); err != nil {
+			s.log.Warn("lease release not journaled", "tenant", tenant, "lease", id, "err", err)
+		}
 	}
 	return &repoolv1.ReleaseResponse{}, nil
 }

@@ -334,3 +334,17 @@ func (p *Pool) Epoch() (epoch uint32, lastToken uint64) {
 	defer p.mu.RUnlock()
 	return p.epoch, uint64(p.epoch)<<tokenBits | p.counter
 }
+
+// States returns the durable state of the named resources that exist, for
+// callers that persist a change at once instead of at the next checkpoint.
+func (p *Pool) States(ids []string) []ResourceState {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	out := make([]ResourceState, 0, len(ids))
+	for _, id := range ids {
+		if idx, ok := p.ids[id]; ok {
+			out = append(out, p.resourceState(idx))
+		}
+	}
+	return out
+}

@@ -44,6 +44,19 @@ type Config struct {
 	MaxLeases int
 	// ShutdownGrace bounds the graceful drain on shutdown. Default 10s.
 	ShutdownGrace time.Duration
+	// HA joins the active/standby group on a PostgreSQL store: the server
+	// serves the data plane only while it holds the leader lock. Default
+	// off.
+	HA bool
+	// HAName names this server in the database's session list. Default the
+	// gRPC address.
+	HAName string
+	// HASessionTimeout is how long a silent leader keeps the lock (and so
+	// how long a paused or cut-off leader delays failover). Default 2s.
+	HASessionTimeout time.Duration
+	// HAInterval is how often a standby tries the lock and the leader
+	// checks its session. Default 250ms.
+	HAInterval time.Duration
 }
 
 // WithDefaults returns c with defaults in place of zero values.
@@ -83,6 +96,15 @@ func (c Config) WithDefaults() Config {
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = 10 * time.Second
 	}
+	if c.HAName == "" {
+		c.HAName = c.GRPCAddr
+	}
+	if c.HASessionTimeout == 0 {
+		c.HASessionTimeout = 2 * time.Second
+	}
+	if c.HAInterval == 0 {
+		c.HAInterval = 250 * time.Millisecond
+	}
 	return c
 }
 
@@ -111,6 +133,10 @@ func (c Config) Validate() error {
 		return errors.New("config: max_streams and max_leases must not be negative")
 	case c.ShutdownGrace < 0:
 		return errors.New("config: shutdown_grace must not be negative")
+	case c.HA && !strings.HasPrefix(c.Store, "postgres"):
+		return errors.New("config: ha needs a postgres:// store (the servers share it)")
+	case c.HASessionTimeout <= c.HAInterval:
+		return fmt.Errorf("config: ha_session_timeout %v must exceed ha_interval %v", c.HASessionTimeout, c.HAInterval)
 	}
 	return nil
 }

@@ -69,6 +69,14 @@ func bindings() []binding {
 		{"max-streams", "default per-tenant limit on event streams", strconv.Itoa(d.MaxStreams), integer(func(c *Config) *int { return &c.MaxStreams })},
 		{"max-leases", "default per-tenant limit on outstanding leases (0: none)", strconv.Itoa(d.MaxLeases), integer(func(c *Config) *int { return &c.MaxLeases })},
 		{"shutdown-grace", "bound on the graceful drain at shutdown", d.ShutdownGrace.String(), dur(func(c *Config) *time.Duration { return &c.ShutdownGrace })},
+		{"ha", "join the active/standby group (postgres store only)", "false", func(c *Config, v string) error {
+			b, err := strconv.ParseBool(v)
+			c.HA = b
+			return err
+		}},
+		{"ha-name", "this server's name in the leader election (default: the gRPC address)", "", str(func(c *Config) *string { return &c.HAName })},
+		{"ha-session-timeout", "how long a silent leader keeps the lock", d.HASessionTimeout.String(), dur(func(c *Config) *time.Duration { return &c.HASessionTimeout })},
+		{"ha-interval", "how often a standby tries the lock and the leader checks its session", d.HAInterval.String(), dur(func(c *Config) *time.Duration { return &c.HAInterval })},
 	}
 }
 

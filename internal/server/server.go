@@ -62,7 +62,8 @@ type Server struct {
 
 	store   store.Store
 	signer  *token.Signer
-	epoch   uint32
+	epoch   atomic.Uint32
+	ha      *haState // nil unless Config.HA
 	auth    *auth.Authenticator
 	pools   *tenants.Registry
 	budget  *budget.Budget
@@ -75,7 +76,8 @@ type Server struct {
 
 	life   context.Context // cancelled when Run begins to shut down
 	stop   context.CancelFunc
-	ready  atomic.Bool
+	ready  atomic.Bool // restored (standby: connected) and serving
+	lead   atomic.Bool // the active server
 	grpc   *grpc.Server
 	http   *http.Server
 	grpcLn net.Listener
@@ -124,9 +126,6 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	if s.signer, err = token.NewSigner(key, opts.Clock); err != nil {
 		return nil, err
 	}
-	if s.epoch, err = s.store.BumpEpoch(ctx); err != nil {
-		return nil, fmt.Errorf("raising the epoch: %w", err)
-	}
 	if s.auth, err = auth.New(auth.Config{Store: s.store, Signer: s.signer, TokenTTL: cfg.TokenTTL, Clock: opts.Clock}); err != nil {
 		return nil, err
 	}
@@ -152,8 +151,15 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	}); err != nil {
 		return nil, err
 	}
+	var jr dataplane.Journal
+	if cfg.HA {
+		if s.ha, err = newHA(s, cfg); err != nil {
+			return nil, err
+		}
+		jr = haJournal{s}
+	}
 	if s.svc, err = dataplane.New(dataplane.Config{
-		Pools: s.pools, Auth: s.auth, Budget: budgetGate{s.budget, s.log}, Limiter: s.limiter,
+		Pools: s.pools, Auth: s.auth, Budget: budgetGate{s.budget, s.log}, Limiter: s.limiter, Journal: jr,
 		MaxStreams: s.maxStreams, Active: s.active, Metrics: s.reg, Log: opts.Log,
 		Audit: func(tenant, actor, action, detail string) {
 			s.audit.Record(store.AuditEntry{TenantID: tenant, Actor: actor, Action: action, Detail: detail})
@@ -169,21 +175,43 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	if err := s.bootstrap(ctx, opts.Out); err != nil {
 		return nil, err
 	}
-	if err := s.loadLimits(ctx); err != nil {
-		return nil, err
-	}
-	failed, err := s.cp.RestoreAll(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("restoring pools: %w", err)
-	}
 	if err := s.listen(); err != nil {
 		return nil, err
 	}
-	s.log.Info("server ready", "grpc", s.grpcLn.Addr().String(), "http", s.httpLn.Addr().String(),
-		"store", redact(cfg.Store), "epoch", s.epoch, "restore_failures", failed)
+	if s.ha != nil {
+		// A standby is ready (it answers health checks) but not active:
+		// Run campaigns for the leader lock.
+		s.log.Info("server ready as standby", "grpc", s.grpcLn.Addr().String(), "http", s.httpLn.Addr().String(), "store", redact(cfg.Store))
+		s.ready.Store(true)
+		return s, nil
+	}
+	epoch, err := s.store.BumpEpoch(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("raising the epoch: %w", err)
+	}
+	if err := s.becomeActive(ctx, epoch); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// becomeActive restores every tenant under a new epoch, accounts budgets and
+// limits, and then, only then, starts serving the data plane.
+func (s *Server) becomeActive(ctx context.Context, epoch uint32) error {
+	s.epoch.Store(epoch)
+	if err := s.loadLimits(ctx); err != nil {
+		return err
+	}
+	failed, err := s.cp.RestoreAll(ctx)
+	if err != nil {
+		return fmt.Errorf("restoring pools: %w", err)
+	}
+	s.log.Info("server active", "grpc", s.grpcLn.Addr().String(), "http", s.httpLn.Addr().String(),
+		"store", redact(s.cfg.Store), "epoch", epoch, "restore_failures", failed)
+	s.lead.Store(true)
 	s.ready.Store(true)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	return s, nil
+	return nil
 }
 
 // redact hides a DSN's password in logs.
@@ -201,7 +229,7 @@ func (s *Server) newPool(tenant string) (*pool.Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := p.SetEpoch(s.epoch); err != nil {
+	if err := p.SetEpoch(s.epoch.Load()); err != nil {
 		return nil, err
 	}
 	p.SetMaxLeases(s.maxLeases(tenant))
@@ -210,8 +238,8 @@ func (s *Server) newPool(tenant string) (*pool.Pool, error) {
 }
 
 func (s *Server) active() error {
-	if !s.ready.Load() {
-		return fmt.Errorf("%w: not ready", dataplane.ErrNotActive)
+	if !s.lead.Load() {
+		return dataplane.ErrNotActive
 	}
 	return nil
 }
@@ -348,13 +376,16 @@ func (s *Server) httpHandler() http.Handler {
 		_, _ = io.WriteString(w, "ready\n")
 	})
 	mux.HandleFunc("GET /readyz/active", func(w http.ResponseWriter, _ *http.Request) {
-		// 200: active and ready; 404: healthy standby (HAProxy NOLB); 503:
-		// not ready. A single server is active once ready.
-		if err := s.active(); err != nil {
+		// 200: active and ready; 404: healthy standby (HAProxy marks it
+		// NOLB); 503: not ready or broken (DOWN).
+		switch {
+		case !s.ready.Load():
 			http.Error(w, "not ready", http.StatusServiceUnavailable)
-			return
+		case !s.lead.Load():
+			http.Error(w, "standby", http.StatusNotFound)
+		default:
+			_, _ = io.WriteString(w, "active\n")
 		}
-		_, _ = io.WriteString(w, "active\n")
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
 	mux.Handle("/api/v1/", s.control.Handler())
@@ -369,8 +400,9 @@ func (s *Server) HTTPAddr() string { return s.httpLn.Addr().String() }
 
 // Run serves until ctx ends, then shuts down gracefully: it stops taking
 // calls, ends event streams, drains in-flight calls (bounded by
-// ShutdownGrace), writes a final checkpoint, flushes the audit trail and
-// closes the store.
+// ShutdownGrace), writes a final checkpoint (if active), flushes the audit
+// trail and closes the store. In HA mode it campaigns for leadership,
+// serves while it leads and steps down when its term ends.
 func (s *Server) Run(ctx context.Context) error {
 	errc := make(chan error, 2)
 	go func() { errc <- s.grpc.Serve(s.grpcLn) }()
@@ -379,28 +411,27 @@ func (s *Server) Run(ctx context.Context) error {
 			errc <- err
 		}
 	}()
-	var wg sync.WaitGroup
-	wg.Add(3)
 	auditDone := make(chan struct{})
 	go func() { defer close(auditDone); s.audit.Run(s.life, 5*time.Second) }()
-	go func() { defer wg.Done(); s.cp.Run(s.life, s.cfg.CheckpointInterval) }()
-	go func() { defer wg.Done(); s.tick(s.life) }()
-	go func() { defer wg.Done(); <-s.life.Done() }()
 
 	var runErr error
-	select {
-	case <-ctx.Done():
-	case runErr = <-errc:
-		s.log.Error("listener failed", "err", runErr)
+	if s.ha != nil {
+		runErr = s.runHA(ctx, errc)
+	} else {
+		stop := s.activeLoops(s.life)
+		select {
+		case <-ctx.Done():
+		case runErr = <-errc:
+			s.log.Error("listener failed", "err", runErr)
+		}
+		defer stop()
 	}
 	s.log.Info("shutting down")
+	wasActive := s.lead.Load()
 	s.ready.Store(false)
+	s.lead.Store(false)
 	s.health.Shutdown()
-	for _, t := range s.pools.Tenants() {
-		if p, ok := s.pools.Lookup(t); ok {
-			p.CloseSubscriptions(fmt.Errorf("%w: server shutting down", dataplane.ErrNotActive))
-		}
-	}
+	s.closeStreams(fmt.Errorf("%w: server shutting down", dataplane.ErrNotActive))
 	stopped := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(stopped) }()
 	select {
@@ -412,15 +443,39 @@ func (s *Server) Run(ctx context.Context) error {
 	defer cancel()
 	_ = s.http.Shutdown(hctx)
 	s.stop()
-	wg.Wait()
-	if err := s.cp.Round(hctx); err != nil {
-		s.log.Error("final checkpoint incomplete", "err", err)
+	if wasActive {
+		if err := s.cp.Round(hctx); err != nil {
+			s.log.Error("final checkpoint incomplete", "err", err)
+		}
+	}
+	if s.ha != nil {
+		s.ha.resign()
 	}
 	<-auditDone
 	if err := s.store.Close(); err != nil && runErr == nil {
 		runErr = err
 	}
 	return runErr
+}
+
+// activeLoops starts what the active server runs in the background —
+// periodic checkpoints and the expiry tick — and returns a function that
+// stops them and waits.
+func (s *Server) activeLoops(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); s.cp.Run(ctx, s.cfg.CheckpointInterval) }()
+	go func() { defer wg.Done(); s.tick(ctx) }()
+	return func() { cancel(); wg.Wait() }
+}
+
+func (s *Server) closeStreams(why error) {
+	for _, t := range s.pools.Tenants() {
+		if p, ok := s.pools.Lookup(t); ok {
+			p.CloseSubscriptions(why)
+		}
+	}
 }
 
 // tick expires leases and ends cooldowns every second, so that expiry

@@ -43,6 +43,10 @@ var (
 	// shutdown, lock timeouts, serialization failures). It is never returned
 	// for a missing row, so a wrong API key never looks like an outage.
 	ErrUnavailable = errors.New("store: unavailable")
+	// ErrFenced: a write of a server that is no longer the active one was
+	// refused because the epoch moved on (see HA.SetFence). Nothing was
+	// written.
+	ErrFenced = errors.New("store: fenced: the epoch moved on")
 )
 
 // Store is repool's persistence. Implementations are safe for concurrent use
@@ -143,6 +147,28 @@ type Store interface {
 
 	// Close releases the database handles. Calls after Close fail.
 	Close() error
+}
+
+// HA is what the active/standby servers need beyond Store. Only the
+// PostgreSQL store implements it: high availability needs a shared
+// database.
+type HA interface {
+	// SetFence makes every later write of the active server's state
+	// (checkpoints, the lease journal, the audit trail) check, in the
+	// writing transaction, that the persisted epoch is still epoch; if a
+	// successor has raised it the write fails with ErrFenced and changes
+	// nothing. Zero turns fencing off.
+	SetFence(epoch uint32)
+	// WriteLeases records leases granted or renewed (put) and ended (del)
+	// for a tenant, in one fenced transaction.
+	WriteLeases(ctx context.Context, tenantID string, put []LeaseRow, del []uint64) error
+	// LoadLeases returns the tenant's journaled leases.
+	LoadLeases(ctx context.Context, tenantID string) ([]LeaseRow, error)
+	// PruneLeases removes journaled leases of every tenant that expired
+	// before the given unix-nanosecond time (fenced).
+	PruneLeases(ctx context.Context, before int64) error
+	// DSN is the connection string, for the leader election's own session.
+	DSN() string
 }
 
 // Options configure an implementation. The zero value is ready to use.

@@ -204,3 +204,12 @@ type PoolState struct {
 	// Cells ordered by (ResourceID, Context).
 	Cells []CellRow
 }
+
+// LeaseRow is a journaled lease. Times are unix nanoseconds.
+type LeaseRow struct {
+	ID         uint64
+	ResourceID string
+	Context    string
+	Token      uint64
+	ExpiresAt  int64
+}

@@ -30,6 +30,9 @@ func (s *Store) SaveCheckpoint(ctx context.Context, tenantID string, cp store.Ch
 	}
 	now := s.opts.Now()
 	err := s.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		if err := s.checkFence(ctx, tx); err != nil {
+			return err
+		}
 		if err := liveTenant(ctx, tx, tenantID, "FOR SHARE"); err != nil {
 			return err
 		}

@@ -17,6 +17,7 @@ import (
 	"io/fs"
 	"net"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -38,11 +39,16 @@ var migrations embed.FS
 // Store is the PostgreSQL store. It is safe for concurrent use. Close it
 // when done.
 type Store struct {
-	pool *pgxpool.Pool
-	opts store.Options
+	pool  *pgxpool.Pool
+	opts  store.Options
+	dsn   string
+	fence atomic.Uint32 // epoch the active server's writes must still hold; 0: unfenced
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store = (*Store)(nil)
+	_ store.HA    = (*Store)(nil)
+)
 
 // Open connects to the database at dsn (a postgres:// URL or a libpq
 // key=value string; pool settings such as pool_max_conns are honoured),
@@ -60,7 +66,7 @@ func Open(ctx context.Context, dsn string, opts store.Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: open: %w", classify(err))
 	}
-	s := &Store{pool: pool, opts: opts}
+	s := &Store{pool: pool, opts: opts, dsn: dsn}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: open: %w", classify(err))

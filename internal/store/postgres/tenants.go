@@ -140,6 +140,7 @@ func (s *Store) DeleteTenant(ctx context.Context, id string) error {
 			`DELETE FROM cells WHERE pool_id = $1`,
 			`DELETE FROM resources WHERE pool_id = $1`,
 			`DELETE FROM checkpoint_meta WHERE pool_id = $1`,
+			`DELETE FROM lease_journal WHERE pool_id = $1`,
 			`DELETE FROM api_keys WHERE tenant_id = $1`,
 			`DELETE FROM audit_log WHERE tenant_id = $1`,
 			`DELETE FROM tenant_limits WHERE tenant_id = $1`,
@@ -346,10 +347,15 @@ func (s *Store) AppendAudit(ctx context.Context, e store.AuditEntry) (store.Audi
 	if e.At.IsZero() {
 		e.At = s.opts.Now()
 	}
-	err := s.pool.QueryRow(ctx, `
+	err := s.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		if err := s.checkFence(ctx, tx); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `
 INSERT INTO audit_log (tenant_id, at, actor, action, target, detail)
 SELECT id, $2, $3, $4, $5, $6 FROM tenants WHERE id = $1 AND status <> 'deleted' FOR SHARE
 RETURNING id`, e.TenantID, e.At, e.Actor, e.Action, e.Target, e.Detail).Scan(&e.ID)
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return store.AuditEntry{}, fmt.Errorf("append audit: tenant %q: %w", e.TenantID, store.ErrNotFound)
 	}

@@ -1,0 +1,179 @@
+// Package ha elects the active server among several that share one
+// PostgreSQL, Ceph-MGR style: the active one holds a session advisory lock
+// on a dedicated connection. Losing that session — the process dies, it is
+// paused past the session timeout, or the network drops — frees the lock
+// for a standby, and the former leader notices at its next check and steps
+// down. Writes are fenced separately, by epoch, in the store (store.HA), so
+// a leader that has not noticed yet can never overwrite its successor.
+package ha
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// LockID is the advisory lock key of the leader election. It differs from
+// the lock goose takes for migrations.
+const LockID int64 = 0x7265706f6f6c // "repool"
+
+// Config tunes an Elector. DSN is required; zero durations take defaults.
+type Config struct {
+	// DSN of the shared PostgreSQL.
+	DSN string
+	// Name identifies this server in pg_stat_activity (application_name).
+	Name string
+	// Interval between lock attempts of a standby and session checks of
+	// the leader. Default 250ms.
+	Interval time.Duration
+	// SessionTimeout is how long the database keeps the leader's session
+	// (and so the lock) when the leader stops talking: PostgreSQL's
+	// idle_session_timeout on the dedicated session. A leader paused or cut
+	// off for longer loses the lock. Default 2s; it must exceed Interval.
+	SessionTimeout time.Duration
+	// Log receives transitions.
+	Log *slog.Logger
+}
+
+// Elector campaigns for leadership. Safe for use by one goroutine at a time.
+type Elector struct {
+	cfg Config
+	log *slog.Logger
+}
+
+// New returns an Elector or an error naming the bad field.
+func New(cfg Config) (*Elector, error) {
+	if cfg.DSN == "" {
+		return nil, errors.New("ha: Config.DSN is empty")
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = 250 * time.Millisecond
+	}
+	if cfg.SessionTimeout == 0 {
+		cfg.SessionTimeout = 2 * time.Second
+	}
+	if cfg.SessionTimeout <= cfg.Interval {
+		return nil, fmt.Errorf("ha: SessionTimeout %v must exceed Interval %v", cfg.SessionTimeout, cfg.Interval)
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Elector{cfg: cfg, log: cfg.Log.With("component", "ha")}, nil
+}
+
+// Term is one period of leadership. Done is closed when it ends: the
+// session was lost, a check failed, or Resign was called.
+type Term struct {
+	done   chan struct{}
+	cancel context.CancelFunc
+	conn   *pgx.Conn
+	why    error
+}
+
+// Done is closed when the term ends.
+func (t *Term) Done() <-chan struct{} { return t.done }
+
+// Err says why the term ended (nil while it lasts).
+func (t *Term) Err() error {
+	select {
+	case <-t.done:
+		return t.why
+	default:
+		return nil
+	}
+}
+
+// Resign ends the term and releases the lock.
+func (t *Term) Resign() {
+	t.cancel()
+	<-t.done
+}
+
+// Campaign blocks until this server holds the leader lock, or ctx ends.
+func (e *Elector) Campaign(ctx context.Context) (*Term, error) {
+	for {
+		conn, err := e.connect(ctx)
+		if err == nil {
+			var got bool
+			err = conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, LockID).Scan(&got)
+			if err == nil && got {
+				e.log.Info("acquired the leader lock")
+				return e.hold(conn), nil
+			}
+			conn.Close(context.WithoutCancel(ctx))
+		}
+		if err != nil && ctx.Err() == nil {
+			e.log.Warn("leader election: database unreachable", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(e.cfg.Interval):
+		}
+	}
+}
+
+func (e *Elector) connect(ctx context.Context) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(e.cfg.DSN)
+	if err != nil {
+		return nil, errors.New("ha: cannot parse the connection string")
+	}
+	cfg.RuntimeParams["application_name"] = "repool-leader:" + e.cfg.Name
+	ms := e.cfg.SessionTimeout.Milliseconds()
+	cfg.RuntimeParams["idle_session_timeout"] = fmt.Sprint(ms)
+	cfg.RuntimeParams["idle_in_transaction_session_timeout"] = fmt.Sprint(ms)
+	secs := max(1, int(e.cfg.SessionTimeout.Seconds()/2))
+	cfg.RuntimeParams["tcp_keepalives_idle"] = fmt.Sprint(secs)
+	cfg.RuntimeParams["tcp_keepalives_interval"] = "1"
+	cfg.RuntimeParams["tcp_keepalives_count"] = "2"
+	cctx, cancel := context.WithTimeout(ctx, e.cfg.SessionTimeout)
+	defer cancel()
+	return pgx.ConnectConfig(cctx, cfg)
+}
+
+// hold keeps the session alive and watches it: a check that fails or takes
+// longer than the interval ends the term at once, so that the leader stops
+// serving before the database could have handed the lock to another.
+func (e *Elector) hold(conn *pgx.Conn) *Term {
+	ctx, cancel := context.WithCancel(context.Background())
+	t := &Term{done: make(chan struct{}), cancel: cancel, conn: conn}
+	go func() {
+		defer close(t.done)
+		defer conn.Close(context.Background())
+		tick := time.NewTicker(e.cfg.Interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				t.why = errors.New("resigned")
+				return
+			case <-tick.C:
+				cctx, ccancel := context.WithTimeout(ctx, e.cfg.Interval)
+				var held bool
+				err := conn.QueryRow(cctx, `SELECT count(*) > 0 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND objid = ($1::bigint & x'ffffffff'::bigint)::oid AND granted`, LockID).Scan(&held)
+				ccancel()
+				if ctx.Err() != nil {
+					t.why = errors.New("resigned")
+					return
+				}
+				if err != nil || !held {
+					t.why = fmt.Errorf("leader session lost: %v", errOr(err, "lock not held"))
+					e.log.Error("stepping down", "why", t.why)
+					return
+				}
+			}
+		}
+	}()
+	return t
+}
+
+func errOr(err error, s string) string {
+	if err != nil {
+		return err.Error()
+	}
+	return s
+}

@@ -1,0 +1,168 @@
+// Package journal makes the active server's leases durable before clients
+// hear of them, with group commit: lease changes that arrive while a commit
+// is in flight are written together in the next one, so a busy server pays
+// one database round trip per batch, not per call, and an idle one waits
+// for no timer.
+package journal
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/repool/repool/internal/pool"
+	"github.com/repool/repool/internal/store"
+)
+
+// Store writes lease changes of one tenant in one transaction.
+type Store interface {
+	WriteLeases(ctx context.Context, tenantID string, put []store.LeaseRow, del []uint64) error
+}
+
+// ErrClosed is returned for changes offered after the writer stopped.
+var ErrClosed = errors.New("journal: closed")
+
+type op struct {
+	tenant string
+	put    *store.LeaseRow
+	del    uint64
+	done   chan error
+}
+
+// Writer batches lease changes. Create it with New and run Run; it is safe
+// for concurrent use.
+type Writer struct {
+	st      Store
+	timeout time.Duration
+	ops     chan op
+
+	mu     sync.RWMutex
+	closed bool
+
+	batches prometheus.Histogram
+}
+
+// New returns a writer whose commits each get timeout.
+func New(st Store, timeout time.Duration, reg prometheus.Registerer) (*Writer, error) {
+	w := &Writer{st: st, timeout: timeout, ops: make(chan op, 4096),
+		batches: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "repool_lease_journal_batch_size", Help: "Lease changes written per journal commit.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 10),
+		})}
+	if reg != nil {
+		if err := reg.Register(w.batches); err != nil {
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+// Leased records a lease granted or renewed and returns once it is
+// committed (or ctx ends).
+func (w *Writer) Leased(ctx context.Context, tenant string, l pool.Lease) error {
+	row := store.LeaseRow{ID: l.ID, ResourceID: l.Resource, Context: l.Context, Token: l.Token, ExpiresAt: l.ExpiresAt.UnixNano()}
+	return w.submit(ctx, op{tenant: tenant, put: &row})
+}
+
+// Ended records a lease released.
+func (w *Writer) Ended(ctx context.Context, tenant string, leaseID uint64) error {
+	return w.submit(ctx, op{tenant: tenant, del: leaseID})
+}
+
+func (w *Writer) submit(ctx context.Context, o op) error {
+	o.done = make(chan error, 1)
+	w.mu.RLock()
+	if w.closed {
+		w.mu.RUnlock()
+		return ErrClosed
+	}
+	select {
+	case w.ops <- o:
+		w.mu.RUnlock()
+	case <-ctx.Done():
+		w.mu.RUnlock()
+		return ctx.Err()
+	}
+	select {
+	case err := <-o.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Run commits batches until ctx ends; changes still queued then fail with
+// ErrClosed.
+func (w *Writer) Run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			w.mu.Lock()
+			w.closed = true
+			w.mu.Unlock()
+			for {
+				select {
+				case o := <-w.ops:
+					o.done <- ErrClosed
+				default:
+					return
+				}
+			}
+		case first := <-w.ops:
+			batch := []op{first}
+		more:
+			for len(batch) < 1024 {
+				select {
+				case o := <-w.ops:
+					batch = append(batch, o)
+				default:
+					break more
+				}
+			}
+			w.commit(ctx, batch)
+		}
+	}
+}
+
+// commit writes a batch, one transaction per tenant, and answers its
+// waiters.
+func (w *Writer) commit(ctx context.Context, batch []op) {
+	w.batches.Observe(float64(len(batch)))
+	byTenant := map[string][]op{}
+	for _, o := range batch {
+		byTenant[o.tenant] = append(byTenant[o.tenant], o)
+	}
+	for tenant, ops := range byTenant {
+		// The last change of a lease in the batch wins.
+		final := map[uint64]*store.LeaseRow{}
+		var order []uint64
+		for _, o := range ops {
+			id := o.del
+			if o.put != nil {
+				id = o.put.ID
+			}
+			if _, seen := final[id]; !seen {
+				order = append(order, id)
+			}
+			final[id] = o.put
+		}
+		var put []store.LeaseRow
+		var del []uint64
+		for _, id := range order {
+			if row := final[id]; row != nil {
+				put = append(put, *row)
+			} else {
+				del = append(del, id)
+			}
+		}
+		cctx, cancel := context.WithTimeout(ctx, w.timeout)
+		err := w.st.WriteLeases(cctx, tenant, put, del)
+		cancel()
+		for _, o := range ops {
+			o.done <- err
+		}
+	}
+}

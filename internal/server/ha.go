@@ -1,0 +1,210 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/repool/repool/internal/dataplane"
+	"github.com/repool/repool/internal/ha"
+	"github.com/repool/repool/internal/journal"
+	"github.com/repool/repool/internal/pool"
+	"github.com/repool/repool/internal/store"
+)
+
+// haState is what a server in the active/standby group adds.
+type haState struct {
+	st      store.HA
+	elector *ha.Elector
+	journal *journal.Writer
+
+	mu   sync.Mutex
+	term *ha.Term
+
+	takeovers prometheus.Counter
+	stepdowns prometheus.Counter
+	isActive  prometheus.Gauge
+}
+
+func newHA(s *Server, cfg Config) (*haState, error) {
+	st, ok := s.store.(store.HA)
+	if !ok {
+		return nil, errors.New("ha: the store does not support high availability (use postgres://)")
+	}
+	el, err := ha.New(ha.Config{DSN: st.DSN(), Name: cfg.HAName, Interval: cfg.HAInterval, SessionTimeout: cfg.HASessionTimeout, Log: s.log})
+	if err != nil {
+		return nil, err
+	}
+	jw, err := journal.New(st, 5*time.Second, s.reg)
+	if err != nil {
+		return nil, err
+	}
+	h := &haState{
+		st: st, elector: el, journal: jw,
+		takeovers: prometheus.NewCounter(prometheus.CounterOpts{Name: "repool_ha_takeovers_total", Help: "Times this server became active."}),
+		stepdowns: prometheus.NewCounter(prometheus.CounterOpts{Name: "repool_ha_stepdowns_total", Help: "Times this server lost leadership."}),
+		isActive:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "repool_ha_active", Help: "1 while this server is the active one."}),
+	}
+	s.reg.MustRegister(h.takeovers, h.stepdowns, h.isActive)
+	s.cp.SetLeases(st.LoadLeases)
+	return h, nil
+}
+
+func (h *haState) resign() {
+	h.mu.Lock()
+	t := h.term
+	h.term = nil
+	h.mu.Unlock()
+	if t != nil {
+		t.Resign()
+	}
+}
+
+// runHA campaigns, serves while it leads, steps down when the term ends,
+// and campaigns again, until ctx ends or a listener fails.
+func (s *Server) runHA(ctx context.Context, errc <-chan error) error {
+	for {
+		campaign := make(chan *ha.Term, 1)
+		cctx, cancel := context.WithCancel(ctx)
+		go func() {
+			t, err := s.ha.elector.Campaign(cctx)
+			if err == nil {
+				campaign <- t
+			}
+			close(campaign)
+		}()
+		var term *ha.Term
+		select {
+		case err := <-errc:
+			cancel()
+			if t := <-campaign; t != nil {
+				t.Resign()
+			}
+			return err
+		case term = <-campaign:
+			cancel()
+		}
+		if term == nil {
+			return nil // ctx ended
+		}
+		s.ha.mu.Lock()
+		s.ha.term = term
+		s.ha.mu.Unlock()
+		stop, err := s.takeOver(ctx, term)
+		if err != nil {
+			s.log.Error("takeover failed; resigning", "err", err)
+			s.ha.resign()
+			s.stepDown()
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			stop()
+			return nil // Run checkpoints and resigns
+		case err := <-errc:
+			stop()
+			return err
+		case <-term.Done():
+			stop()
+			s.ha.stepdowns.Inc()
+			s.log.Error("stepped down", "why", term.Err())
+			s.stepDown()
+			// A server that just lost its session gives the others a
+			// session timeout's head start, so leadership does not flap
+			// back to a server whose database link is failing.
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(s.cfg.HASessionTimeout):
+			}
+		}
+	}
+}
+
+// takeOver raises the epoch, fences the store with it, restores every
+// tenant (leases from the journal included) and starts serving.
+func (s *Server) takeOver(ctx context.Context, term *ha.Term) (stop func(), err error) {
+	epoch, err := s.store.BumpEpoch(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("raising the epoch: %w", err)
+	}
+	s.ha.st.SetFence(epoch)
+	if err := s.becomeActive(ctx, epoch); err != nil {
+		return nil, err
+	}
+	s.ha.takeovers.Inc()
+	s.ha.isActive.Set(1)
+	lctx, cancel := context.WithCancel(s.life)
+	loops := s.activeLoops(lctx)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); s.ha.journal.Run(lctx) }()
+	go func() { defer wg.Done(); s.pruneLeases(lctx) }()
+	return func() { cancel(); loops(); wg.Wait() }, nil
+}
+
+// stepDown stops serving at once and forgets the in-memory state: the next
+// takeover restores it from the store.
+func (s *Server) stepDown() {
+	s.lead.Store(false)
+	s.ha.isActive.Set(0)
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	why := fmt.Errorf("%w: stepped down", dataplane.ErrNotActive)
+	for _, t := range s.pools.Tenants() {
+		if p := s.pools.Remove(t); p != nil {
+			p.CloseSubscriptions(why)
+		}
+		s.budget.Forget(t)
+		s.cp.Forget(t)
+	}
+}
+
+// pruneLeases removes journaled leases that expired a while ago.
+func (s *Server) pruneLeases(ctx context.Context) {
+	t := time.NewTicker(10 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := s.ha.st.PruneLeases(ctx, s.clock.Now().Add(-time.Minute).UnixNano()); err != nil && ctx.Err() == nil {
+				s.log.Warn("pruning the lease journal", "err", err)
+			}
+		}
+	}
+}
+
+// haJournal makes leases and registrations durable before they are
+// acknowledged.
+type haJournal struct{ s *Server }
+
+func (j haJournal) Leased(ctx context.Context, tenant string, l pool.Lease) error {
+	return j.s.ha.journal.Leased(ctx, tenant, l)
+}
+
+func (j haJournal) Ended(ctx context.Context, tenant string, id uint64) error {
+	return j.s.ha.journal.Ended(ctx, tenant, id)
+}
+
+func (j haJournal) Registered(ctx context.Context, tenant string, ids []string) error {
+	p, ok := j.s.pools.Lookup(tenant)
+	if !ok {
+		return fmt.Errorf("tenant %s has no pool", tenant)
+	}
+	return j.s.cp.Persist(ctx, tenant, p.States(ids), nil)
+}
+
+func (j haJournal) Deregistered(ctx context.Context, tenant string, ids []string) error {
+	return j.s.cp.Persist(ctx, tenant, nil, ids)
+}

@@ -1,0 +1,107 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	repoolv1 "github.com/repool/repool/api/repool/v1"
+	"github.com/repool/repool/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+func activeStatus(t *testing.T, r *running) int {
+	t.Helper()
+	resp, err := http.Get("http://" + r.s.HTTPAddr() + "/readyz/active")
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func waitStatus(t *testing.T, r *running, want int, within time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for activeStatus(t, r) != want {
+		if time.Since(start) > within {
+			t.Fatalf("/readyz/active of %s = %d, want %d within %v", r.s.cfg.HAName, activeStatus(t, r), want, within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+func TestHAFailoverKeepsLeasesAndFencesTokens(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	cfg := func(name string) Config {
+		return Config{Store: dsn, HA: true, HAName: name, HASessionTimeout: time.Second, HAInterval: 100 * time.Millisecond, CheckpointInterval: time.Hour} // only the journal makes r1 and the lease durable
+	}
+	a := start(t, cfg("a"))
+	waitStatus(t, a, http.StatusOK, 5*time.Second)
+	b := start(t, cfg("b"))
+	waitStatus(t, b, http.StatusNotFound, 5*time.Second)
+	ctx := withKey(a.key)
+
+	_, err := b.pool.Acquire(ctx, &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 60})
+	if status.Code(err) != codes.Unavailable || status.Convert(err).Message() != "not the active server" {
+		t.Fatalf("Acquire on the standby = %v, want UNAVAILABLE \"not the active server\"", err)
+	}
+	if _, err := a.pool.Register(ctx, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "r1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	acq, err := a.pool.Acquire(ctx, &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := acq.GetLease()
+
+	// The leader's database session dies (as when its host does): it must
+	// step down, and the standby must take over.
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'repool-leader:a'`); err != nil {
+		t.Fatal(err)
+	}
+	took := waitStatus(t, b, http.StatusOK, 5*time.Second)
+	t.Logf("standby active %v after the leader's session died", took)
+	if got := activeStatus(t, a); got == http.StatusOK {
+		t.Fatal("former leader still answers /readyz/active 200 after losing its session")
+	}
+
+	// The lease granted by the former leader holds capacity on the new one,
+	// and its holder can renew and release it there.
+	if _, err := b.pool.Acquire(ctx, &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 60}); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("Acquire(r1 leased before the failover) = %v, want RESOURCE_EXHAUSTED: capacity 1 must survive the failover", err)
+	}
+	if _, err := b.pool.Renew(ctx, &repoolv1.RenewRequest{LeaseId: held.GetLeaseId(), FencingToken: held.GetFencingToken(), TtlSeconds: 60}); err != nil {
+		t.Fatalf("Renew(lease of the former leader) on the new leader = %v", err)
+	}
+	if _, err := b.pool.Release(ctx, &repoolv1.ReleaseRequest{LeaseId: held.GetLeaseId(), FencingToken: held.GetFencingToken(), Outcome: repoolv1.Outcome_SUCCESS}); err != nil {
+		t.Fatalf("Release(lease of the former leader) on the new leader = %v", err)
+	}
+	next, err := b.pool.Acquire(ctx, &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.GetLease().GetFencingToken() <= held.GetFencingToken() {
+		t.Fatalf("token after takeover %d <= token before %d", next.GetLease().GetFencingToken(), held.GetFencingToken())
+	}
+	// The registration acknowledged by the former leader was not lost.
+	if _, err := b.pool.GetResource(ctx, &repoolv1.GetResourceRequest{Id: "r1"}); err != nil {
+		t.Fatalf("GetResource(r1) on the new leader = %v", err)
+	}
+	// The former leader is a standby now and refuses the data plane.
+	if _, err := a.pool.Acquire(ctx, &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 60}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("Acquire on the deposed leader = %v, want UNAVAILABLE", err)
+	}
+}

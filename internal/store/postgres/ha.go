@@ -1,0 +1,116 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/repool/repool/internal/store"
+)
+
+// SetFence implements store.HA.
+func (s *Store) SetFence(epoch uint32) { s.fence.Store(epoch) }
+
+// DSN implements store.HA.
+func (s *Store) DSN() string { return s.dsn }
+
+// checkFence fails with store.ErrFenced unless the persisted epoch is the
+// fence. It takes the epoch row FOR SHARE, so a successor's BumpEpoch waits
+// for this transaction, and this transaction, if it starts after the bump,
+// sees the new epoch: a deposed leader can never write after its successor
+// has taken over.
+func (s *Store) checkFence(ctx context.Context, tx pgx.Tx) error {
+	fence := s.fence.Load()
+	if fence == 0 {
+		return nil
+	}
+	var cur int64
+	err := tx.QueryRow(ctx, `SELECT value FROM server_counters WHERE name = 'epoch' FOR SHARE`).Scan(&cur)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return classify(err)
+	}
+	if cur != int64(fence) {
+		return fmt.Errorf("%w: this server holds epoch %d, the store is at %d", store.ErrFenced, fence, cur)
+	}
+	return nil
+}
+
+// WriteLeases implements store.HA.
+func (s *Store) WriteLeases(ctx context.Context, tenantID string, put []store.LeaseRow, del []uint64) error {
+	if err := store.ValidateTenantID(tenantID); err != nil {
+		return err
+	}
+	ids := make([]int64, len(put))
+	res := make([]string, len(put))
+	ctxs := make([]string, len(put))
+	toks := make([]int64, len(put))
+	exps := make([]int64, len(put))
+	for i, l := range put {
+		ids[i], res[i], ctxs[i], toks[i], exps[i] = int64(l.ID), l.ResourceID, l.Context, int64(l.Token), l.ExpiresAt
+	}
+	dels := make([]int64, len(del))
+	for i, d := range del {
+		dels[i] = int64(d)
+	}
+	err := s.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		if err := s.checkFence(ctx, tx); err != nil {
+			return err
+		}
+		b := &pgx.Batch{}
+		if len(dels) > 0 {
+			b.Queue(`DELETE FROM lease_journal WHERE pool_id = $1 AND lease_id = ANY($2)`, tenantID, dels)
+		}
+		if len(put) > 0 {
+			b.Queue(`
+INSERT INTO lease_journal (pool_id, lease_id, resource_id, context, token, expires_at)
+SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::bigint[])
+ON CONFLICT (pool_id, lease_id) DO UPDATE SET expires_at = excluded.expires_at, token = excluded.token`,
+				tenantID, ids, res, ctxs, toks, exps)
+		}
+		return classify(tx.SendBatch(ctx, b).Close())
+	})
+	if err != nil {
+		return fmt.Errorf("write lease journal of tenant %q: %w", tenantID, err)
+	}
+	return nil
+}
+
+// LoadLeases implements store.HA.
+func (s *Store) LoadLeases(ctx context.Context, tenantID string) ([]store.LeaseRow, error) {
+	if err := store.ValidateTenantID(tenantID); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `
+SELECT lease_id, resource_id, context, token, expires_at FROM lease_journal WHERE pool_id = $1 ORDER BY lease_id`, tenantID)
+	if err != nil {
+		return nil, fmt.Errorf("load lease journal of tenant %q: %w", tenantID, classify(err))
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.LeaseRow, error) {
+		var l store.LeaseRow
+		var id, tok int64
+		err := r.Scan(&id, &l.ResourceID, &l.Context, &tok, &l.ExpiresAt)
+		l.ID, l.Token = uint64(id), uint64(tok)
+		return l, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load lease journal of tenant %q: %w", tenantID, classify(err))
+	}
+	return out, nil
+}
+
+// PruneLeases implements store.HA.
+func (s *Store) PruneLeases(ctx context.Context, before int64) error {
+	err := s.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		if err := s.checkFence(ctx, tx); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `DELETE FROM lease_journal WHERE expires_at < $1`, before)
+		return classify(err)
+	})
+	if err != nil {
+		return fmt.Errorf("prune lease journal: %w", err)
+	}
+	return nil
+}
