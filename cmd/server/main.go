@@ -2,6 +2,8 @@
 //
 //	server [run] [flags]          serve (gRPC data plane, HTTP control plane)
 //	server admin-token [flags]    print a control-plane bearer token
+//	server haproxy ...            render haproxy.cfg; status/drain/ready/maint of a server
+//	server keepalived render ...  render keepalived.conf for one LB host
 //
 // Run `server run -h` or `server admin-token -h` for the flags.
 package main
@@ -19,6 +21,7 @@ import (
 	"time"
 
 	"github.com/repool/repool/internal/control"
+	"github.com/repool/repool/internal/lb"
 	"github.com/repool/repool/internal/server"
 	"github.com/repool/repool/internal/store"
 	"github.com/repool/repool/internal/store/open"
@@ -41,16 +44,21 @@ func main() {
 const usage = `usage:
   server [run] [flags]         serve the data plane (gRPC) and the control plane (HTTP)
   server admin-token [flags]   print a control-plane bearer token signed with the store's key
+  server haproxy render|status|drain|ready|maint ...   HAProxy config from the LB inventory; runtime control
+  server keepalived render ...                          keepalived.conf for one LB host
 
 Run "server run -h" or "server admin-token -h" for the flags.
 `
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cmd := "run"
-	if len(args) > 0 && (args[0] == "run" || args[0] == "admin-token" || args[0] == "help" || args[0] == "-h" || args[0] == "--help") {
+	if len(args) > 0 && (args[0] == "run" || args[0] == "admin-token" || args[0] == "haproxy" || args[0] == "keepalived" ||
+		args[0] == "help" || args[0] == "-h" || args[0] == "--help") {
 		cmd, args = args[0], args[1:]
 	}
 	switch cmd {
+	case "haproxy", "keepalived":
+		return lb.Command(ctx, append([]string{cmd}, args...), stdout, stderr)
 	case "run":
 		return serve(ctx, args, stdout, stderr)
 	case "admin-token":

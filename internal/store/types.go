@@ -107,6 +107,18 @@ const (
 	MaxAuditLimit = 1000
 )
 
+// AuditLimit returns the page size ListAudit uses for limit: the default
+// for limit <= 0, at most MaxAuditLimit.
+func AuditLimit(limit int) int {
+	switch {
+	case limit <= 0:
+		return DefaultAuditLimit
+	case limit > MaxAuditLimit:
+		return MaxAuditLimit
+	}
+	return limit
+}
+
 // AuditEntry records one control-plane action on a tenant.
 type AuditEntry struct {
 	// ID is assigned by the store: increasing, never reused.

@@ -375,7 +375,7 @@ func (s *Store) ListAudit(ctx context.Context, tenantID string, limit int, befor
 	if err := store.ValidateTenantID(tenantID); err != nil {
 		return nil, err
 	}
-	limit = auditLimit(limit)
+	limit = store.AuditLimit(limit)
 	if beforeID <= 0 {
 		beforeID = math.MaxInt64
 	}
@@ -405,16 +405,6 @@ WHERE tenant_id = ? AND id < ? ORDER BY id DESC LIMIT ?`, tenantID, beforeID, li
 		return nil, fmt.Errorf("list audit of tenant %q: %w", tenantID, classify(err))
 	}
 	return out, nil
-}
-
-func auditLimit(limit int) int {
-	switch {
-	case limit <= 0:
-		return store.DefaultAuditLimit
-	case limit > store.MaxAuditLimit:
-		return store.MaxAuditLimit
-	}
-	return limit
 }
 
 const signingKeyName = "signing_key"

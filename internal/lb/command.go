@@ -1,0 +1,253 @@
+// Package lb is the command-line front of repool's HAProxy + Keepalived
+// front end (DESIGN.md §6): it renders haproxy.cfg and keepalived.conf from
+// the LB inventory (packages inventory, haproxy, keepalived) and drives a
+// running HAProxy's servers through its runtime API.
+//
+// cmd/server wires Command in as "server ...".
+package lb
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/repool/repool/internal/lb/haproxy"
+	"github.com/repool/repool/internal/lb/inventory"
+	"github.com/repool/repool/internal/lb/keepalived"
+)
+
+// Prog is how the usage texts name the command.
+const Prog = "server"
+
+const usage = `usage:
+  ` + Prog + ` haproxy render --inventory FILE [--host NAME] [--out FILE] [--pid-file FILE]
+  ` + Prog + ` keepalived render --inventory FILE --host NAME [--out FILE]
+  ` + Prog + ` haproxy status --socket PATH
+  ` + Prog + ` haproxy drain|ready|maint NAME --socket PATH [--force]
+
+Render the HAProxy and Keepalived configurations of repool's front end from
+the LB inventory (see haproxy/inventory.yaml), and drain, ready or maint a
+server of backend "repool" through HAProxy's runtime API (stats socket).
+
+Run "` + Prog + ` haproxy render -h" (etc.) for each command's flags.
+`
+
+// dialTimeout bounds connecting to the stats socket.
+const dialTimeout = 10 * time.Second
+
+// Command runs one lb command. args are the arguments after "lb" (for
+// "server haproxy status --socket S", args is [haproxy status --socket
+// S]). Output goes to stdout, flag errors and usage to stderr. With no
+// arguments or "help" it prints the usage to stdout and returns nil; with -h
+// on a command it returns flag.ErrHelp after printing that command's flags.
+//
+// A render writes nothing on error; with --out it replaces the file
+// atomically. Errors wrap inventory.ErrInvalid (bad inventory),
+// haproxy.ErrLastUp, haproxy.ErrUnknownServer or haproxy.ErrRuntime where
+// they apply.
+func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	if len(args) < 2 {
+		return fmt.Errorf("%s %s: missing command\n%s", Prog, args[0], usage)
+	}
+	switch tool, cmd, rest := args[0], args[1], args[2:]; {
+	case tool == "haproxy" && cmd == "render":
+		return renderHAProxy(ctx, rest, stdout, stderr)
+	case tool == "keepalived" && cmd == "render":
+		return renderKeepalived(rest, stdout, stderr)
+	case tool == "haproxy" && cmd == "status":
+		return status(ctx, rest, stdout, stderr)
+	case tool == "haproxy" && (cmd == "drain" || cmd == "ready" || cmd == "maint"):
+		return setState(ctx, haproxy.AdminState(cmd), rest, stdout, stderr)
+	default:
+		return fmt.Errorf("%s: unknown command %q\n%s", Prog, strings.Join(args[:2], " "), usage)
+	}
+}
+
+func newFlags(name string, stderr io.Writer, synopsis string) *flag.FlagSet {
+	fs := flag.NewFlagSet(Prog+" "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: %s %s\n\nflags:\n", Prog, synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses flags that may come before and after the positional
+// arguments, and returns the positional ones.
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+func renderHAProxy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("haproxy render", stderr, "haproxy render --inventory FILE [--host NAME] [--out FILE] [--pid-file FILE]")
+	inv := fs.String("inventory", "", "LB inventory file (required)")
+	host := fs.String("host", "", "render for this LB host (its stats socket; monitor frontend on its address);\nempty: one file for all hosts, which must share stats_socket and monitor_port")
+	out := fs.String("out", "", "write here (atomically) instead of stdout")
+	pid := fs.String("pid-file", haproxy.DefaultPIDFile, "HAProxy pid file (global pidfile)")
+	bin := fs.String("haproxy", haproxy.DefaultBinary, "haproxy binary client-native runs (haproxy -v, haproxy -c)")
+	if err := noArgs(fs, args); err != nil {
+		return err
+	}
+	i, err := loadInventory(*inv)
+	if err != nil {
+		return err
+	}
+	cfg, err := haproxy.Render(ctx, i, haproxy.Options{Host: *host, PIDFile: *pid, Binary: *bin})
+	if err != nil {
+		return err
+	}
+	return write(*out, cfg, 0o644, stdout)
+}
+
+func renderKeepalived(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("keepalived render", stderr, "keepalived render --inventory FILE --host NAME [--out FILE]")
+	inv := fs.String("inventory", "", "LB inventory file (required)")
+	host := fs.String("host", "", "LB host to render for (required)")
+	out := fs.String("out", "", "write here (atomically, mode 0600: it holds the VRRP password) instead of stdout")
+	if err := noArgs(fs, args); err != nil {
+		return err
+	}
+	if *host == "" {
+		return errors.New("keepalived render: --host is required")
+	}
+	i, err := loadInventory(*inv)
+	if err != nil {
+		return err
+	}
+	conf, err := keepalived.Render(i, *host)
+	if err != nil {
+		return err
+	}
+	return write(*out, conf, 0o600, stdout)
+}
+
+func status(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("haproxy status", stderr, "haproxy status --socket PATH")
+	socket := fs.String("socket", inventory.DefaultStatsSocket, "HAProxy stats socket (admin level)")
+	if err := noArgs(fs, args); err != nil {
+		return err
+	}
+	rt, err := dial(ctx, *socket)
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	servers, err := rt.Servers()
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SERVER\tADDRESS\tSTATE\tADMIN\tCHECK\tWEIGHT\tHAPROXY STATUS")
+	for _, s := range servers {
+		check := s.CheckStatus
+		if s.CheckCode != 0 {
+			check += fmt.Sprintf("/%d", s.CheckCode)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", s.Name, s.Addr, s.Status, s.Admin, check, s.Weight, s.Raw)
+	}
+	return tw.Flush()
+}
+
+func setState(ctx context.Context, state haproxy.AdminState, args []string, stdout, stderr io.Writer) error {
+	synopsis := fmt.Sprintf("haproxy %s NAME --socket PATH", state)
+	if state != haproxy.Ready {
+		synopsis += " [--force]"
+	}
+	fs := newFlags("haproxy "+string(state), stderr, synopsis)
+	socket := fs.String("socket", inventory.DefaultStatsSocket, "HAProxy stats socket (admin level)")
+	force := fs.Bool("force", false, "also take out the last UP server (leaves the VIP without an active server)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return fmt.Errorf("haproxy %s: want exactly one server NAME, got %d arguments", state, len(pos))
+	}
+	rt, err := dial(ctx, *socket)
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	if err := rt.SetState(pos[0], state, *force); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s/%s: %s\n", haproxy.Backend, pos[0], state)
+	return nil
+}
+
+func noArgs(fs *flag.FlagSet, args []string) error {
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		fs.Usage()
+		return fmt.Errorf("%s: unexpected arguments %q", fs.Name(), pos)
+	}
+	return nil
+}
+
+func loadInventory(path string) (*inventory.Inventory, error) {
+	if path == "" {
+		return nil, errors.New("--inventory is required")
+	}
+	return inventory.Load(path)
+}
+
+func dial(ctx context.Context, socket string) (*haproxy.Runtime, error) {
+	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
+	return haproxy.Dial(ctx, socket)
+}
+
+// write writes data to path atomically (a temporary file in the same
+// directory, renamed over it), or to stdout if path is empty.
+func write(path string, data []byte, mode os.FileMode, stdout io.Writer) error {
+	if path == "" {
+		_, err := stdout.Write(data)
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name()) // after a successful rename there is nothing left to remove
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,221 @@
+package lb
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/repool/repool/internal/lb/haproxy"
+	"github.com/repool/repool/internal/lb/haproxy/haproxytest"
+	"github.com/repool/repool/internal/lb/inventory"
+)
+
+var update = flag.Bool("update", false, "rewrite the checked-in haproxy/haproxy.cfg and keepalived/*.conf from a fresh render")
+
+const exampleInventory = "../../haproxy/inventory.yaml"
+
+// run calls Command and returns its stdout and stderr.
+func run(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err = Command(context.Background(), args, &out, &errOut)
+	return out.String(), errOut.String(), err
+}
+
+// TestCheckedInConfigs renders the example inventory the way the checked-in
+// files say they were made and compares: they never go stale. -update
+// rewrites them.
+func TestCheckedInConfigs(t *testing.T) {
+	tests := []struct {
+		file string // checked in, relative to the repository root
+		args []string
+	}{
+		{"haproxy/haproxy.cfg", []string{"haproxy", "render", "--inventory", exampleInventory}},
+		{"keepalived/keepalived-lb1.conf", []string{"keepalived", "render", "--inventory", exampleInventory, "--host", "lb1"}},
+		{"keepalived/keepalived-lb2.conf", []string{"keepalived", "render", "--inventory", exampleInventory, "--host", "lb2"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), filepath.Base(tt.file))
+			if _, stderr, err := run(t, append(tt.args, "--out", out)...); err != nil {
+				t.Fatalf("Command(%q) = got error %v (stderr %q), want nil", tt.args, err, stderr)
+			}
+			got, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join("../..", tt.file)
+			if *update {
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("read %s (go test ./internal/lb -update writes it): %v", tt.file, err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("%s is stale: Command(%q) = got\n%s\nwant the checked-in file to match; run go test ./internal/lb -update", tt.file, tt.args, got)
+			}
+		})
+	}
+}
+
+func TestCommandUsage(t *testing.T) {
+	for _, args := range [][]string{nil, {"help"}, {"-h"}} {
+		stdout, _, err := run(t, args...)
+		if err != nil || !strings.Contains(stdout, "usage:") {
+			t.Errorf("Command(%q) = got %v and stdout %q, want nil and the usage", args, err, stdout)
+		}
+	}
+	for _, args := range [][]string{
+		{"haproxy", "render", "-h"},
+		{"keepalived", "render", "--help"},
+		{"haproxy", "status", "-h"},
+		{"haproxy", "drain", "-h"},
+	} {
+		_, stderr, err := run(t, args...)
+		if !errors.Is(err, flag.ErrHelp) || !strings.Contains(stderr, "usage: "+Prog+" "+args[0]) {
+			t.Errorf("Command(%q) = got %v and stderr %q, want flag.ErrHelp and the command's usage", args, err, stderr)
+		}
+	}
+}
+
+func TestCommandErrors(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	raw, err := os.ReadFile(exampleInventory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, bytes.Replace(raw, []byte("router_id: 51"), []byte("router_id: 300"), 1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		err  error  // wrapped, if set
+		text string // in the message
+	}{
+		{"unknown tool", []string{"nginx", "render"}, nil, `unknown command "nginx render"`},
+		{"unknown command", []string{"haproxy", "reload"}, nil, `unknown command "haproxy reload"`},
+		{"missing command", []string{"haproxy"}, nil, "missing command"},
+		{"no inventory", []string{"haproxy", "render"}, nil, "--inventory is required"},
+		{"missing inventory", []string{"haproxy", "render", "--inventory", "/nonexistent.yaml"}, nil, "nonexistent.yaml"},
+		{"bad inventory", []string{"haproxy", "render", "--inventory", bad}, inventory.ErrInvalid, "vip.router_id"},
+		{"keepalived without host", []string{"keepalived", "render", "--inventory", exampleInventory}, nil, "--host is required"},
+		{"keepalived unknown host", []string{"keepalived", "render", "--inventory", exampleInventory, "--host", "lb7"}, inventory.ErrInvalid, "lb7"},
+		{"haproxy unknown host", []string{"haproxy", "render", "--inventory", exampleInventory, "--host", "lb7"}, inventory.ErrInvalid, "lb7"},
+		{"stray argument", []string{"haproxy", "render", "--inventory", exampleInventory, "extra"}, nil, "unexpected arguments"},
+		{"drain without name", []string{"haproxy", "drain", "--socket", "/nonexistent.sock"}, nil, "exactly one server NAME"},
+		{"socket missing", []string{"haproxy", "status", "--socket", "/nonexistent.sock"}, haproxy.ErrRuntime, "/nonexistent.sock"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stdout, _, err := run(t, tt.args...)
+			if err == nil || (tt.err != nil && !errors.Is(err, tt.err)) || !strings.Contains(err.Error(), tt.text) {
+				t.Fatalf("Command(%q) = got error %v, want one wrapping %v that says %q", tt.args, err, tt.err, tt.text)
+			}
+			if stdout != "" {
+				t.Errorf("Command(%q) = got stdout %q, want nothing on error", tt.args, stdout)
+			}
+		})
+	}
+}
+
+// TestRenderOutChangesNothingOnError: a failed render leaves --out as it was.
+func TestRenderOutChangesNothingOnError(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "haproxy.cfg")
+	if err := os.WriteFile(out, []byte("old\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := run(t, "haproxy", "render", "--inventory", exampleInventory, "--host", "nosuch", "--out", out); err == nil {
+		t.Fatalf("Command(haproxy render --host nosuch) = got nil error, want one")
+	}
+	got, err := os.ReadFile(out)
+	if err != nil || string(got) != "old\n" {
+		t.Errorf("--out after a failed render = got %q (%v), want the old content", got, err)
+	}
+	entries, _ := os.ReadDir(filepath.Dir(out))
+	if len(entries) != 1 {
+		t.Errorf("directory of --out = got %d entries, want only the old file (no temporary left)", len(entries))
+	}
+}
+
+func TestRenderOut(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "keepalived.conf")
+	stdout, _, err := run(t, "keepalived", "render", "--host", "lb1", "--inventory", exampleInventory, "--out", out)
+	if err != nil || stdout != "" {
+		t.Fatalf("Command(keepalived render --out) = got %v, stdout %q, want nil and nothing on stdout", err, stdout)
+	}
+	fi, err := os.Stat(out)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("keepalived.conf = got %v (%v), want mode 0600 (it holds the VRRP password)", fi, err)
+	}
+	stdout, _, err = run(t, "haproxy", "render", "--inventory", exampleInventory, "--pid-file", "/run/x.pid")
+	if err != nil || !strings.Contains(stdout, "pidfile /run/x.pid\n") {
+		t.Errorf("Command(haproxy render --pid-file) = got %v, stdout\n%s\nwant pidfile /run/x.pid", err, stdout)
+	}
+}
+
+// TestRuntimeCommands runs status, drain, maint and ready against a real
+// HAProxy in front of fake servers.
+func TestRuntimeCommands(t *testing.T) {
+	active := haproxytest.NewServer(t, "active", http.StatusOK)
+	standby := haproxytest.NewServer(t, "standby", http.StatusNotFound)
+	broken := haproxytest.NewServer(t, "broken", http.StatusServiceUnavailable)
+	dir := t.TempDir()
+	inv := haproxytest.LoopbackInventory(t, dir, active, standby, broken)
+	p := haproxytest.Start(t, inv, dir)
+	haproxytest.WaitStatus(t, p.Runtime, map[string]string{"active": "UP", "standby": "NOLB", "broken": "DOWN"})
+
+	stdout, _, err := run(t, "haproxy", "status", "--socket", p.Socket)
+	if err != nil {
+		t.Fatalf("Command(haproxy status) = got error %v, want nil", err)
+	}
+	for _, re := range []string{
+		`(?m)^SERVER +ADDRESS +STATE +ADMIN +CHECK +WEIGHT +HAPROXY STATUS$`,
+		`(?m)^active +127\.0\.0\.1:\d+ +UP +ready +L7OK/200 +1 +UP$`,
+		`(?m)^standby +127\.0\.0\.1:\d+ +NOLB +ready +L7OKC/404 +1 +NOLB$`,
+		`(?m)^broken +127\.0\.0\.1:\d+ +DOWN +ready +L7STS/503 +1 +DOWN$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(stdout) {
+			t.Errorf("Command(haproxy status) = got\n%s\nwant a line matching %s", stdout, re)
+		}
+	}
+
+	tests := []struct {
+		name   string
+		args   []string
+		err    error
+		stdout string
+		want   map[string]string
+	}{
+		{"drain last UP", []string{"haproxy", "drain", "active", "--socket", p.Socket}, haproxy.ErrLastUp, "", map[string]string{"active": "UP/ready"}},
+		{"maint last UP", []string{"haproxy", "maint", "--socket", p.Socket, "active"}, haproxy.ErrLastUp, "", map[string]string{"active": "UP/ready"}},
+		{"unknown server", []string{"haproxy", "maint", "nosuch", "--socket", p.Socket}, haproxy.ErrUnknownServer, "", nil},
+		{"maint DOWN server", []string{"haproxy", "maint", "broken", "--socket", p.Socket}, nil, "repool/broken: maint\n", map[string]string{"broken": "MAINT/maint"}},
+		{"drain last UP forced", []string{"haproxy", "drain", "active", "--force", "--socket", p.Socket}, nil, "repool/active: drain\n", map[string]string{"active": "DRAIN/drain"}},
+		{"ready", []string{"haproxy", "ready", "active", "--socket", p.Socket}, nil, "repool/active: ready\n", map[string]string{"active": "UP/ready"}},
+		{"ready broken", []string{"haproxy", "ready", "broken", "--socket", p.Socket}, nil, "repool/broken: ready\n", map[string]string{"broken": "DOWN/ready"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stdout, _, err := run(t, tt.args...)
+			if (tt.err == nil) != (err == nil) || (tt.err != nil && !errors.Is(err, tt.err)) {
+				t.Fatalf("Command(%q) = got error %v, want %v", tt.args, err, tt.err)
+			}
+			if stdout != tt.stdout {
+				t.Errorf("Command(%q) = got stdout %q, want %q", tt.args, stdout, tt.stdout)
+			}
+			haproxytest.WaitStatus(t, p.Runtime, tt.want)
+		})
+	}
+}

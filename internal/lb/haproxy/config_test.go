@@ -1,0 +1,166 @@
+package haproxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/repool/repool/internal/lb/inventory"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden from the renderer's output")
+
+// examplePath is the inventory checked in for operators.
+const examplePath = "../../../haproxy/inventory.yaml"
+
+func loadExample(tb testing.TB) *inventory.Inventory {
+	tb.Helper()
+	inv, err := inventory.Load(examplePath)
+	if err != nil {
+		tb.Fatalf("inventory.Load(%s) = got error %v, want nil", examplePath, err)
+	}
+	return inv
+}
+
+// TestRenderGolden renders the example inventory, compares the result with
+// testdata/<name>.golden (-update rewrites it) and has the real HAProxy
+// check it.
+func TestRenderGolden(t *testing.T) {
+	tests := []struct {
+		name   string
+		golden string
+		opts   Options
+	}{
+		{"shared by all LB hosts", "haproxy.cfg.golden", Options{}},
+		{"lb2 with its own pid file", "haproxy-lb2.cfg.golden", Options{Host: "lb2", PIDFile: "/run/haproxy-lb2.pid"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Render(context.Background(), loadExample(t), tt.opts)
+			if err != nil {
+				t.Fatalf("Render(example, %+v) = got error %v, want nil", tt.opts, err)
+			}
+			golden := filepath.Join("testdata", tt.golden)
+			if *update {
+				if err := os.WriteFile(golden, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("read golden file (run go test -update to create it): %v", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("Render(example, %+v) = got\n%s\nwant (%s)\n%s", tt.opts, got, golden, want)
+			}
+			checkConfig(t, got)
+		})
+	}
+}
+
+// checkConfig runs "haproxy -c -f" on cfg.
+func checkConfig(tb testing.TB, cfg []byte) {
+	tb.Helper()
+	path := filepath.Join(tb.TempDir(), "haproxy.cfg")
+	if err := os.WriteFile(path, cfg, 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	out, err := exec.Command(DefaultBinary, "-c", "-f", path).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "Configuration file is valid") {
+		tb.Fatalf("haproxy -c -f %s = got %v\n%s\nwant a valid configuration", path, err, out)
+	}
+}
+
+// TestRenderDirectives pins the lines DESIGN.md §6 and §8 depend on, so a
+// golden update cannot silently drop one.
+func TestRenderDirectives(t *testing.T) {
+	got, err := Render(context.Background(), loadExample(t), Options{})
+	if err != nil {
+		t.Fatalf("Render(example) = got error %v, want nil", err)
+	}
+	for _, line := range []string{
+		"  stats socket /run/haproxy/admin.sock expose-fd listeners level admin mode 600\n",
+		"  pidfile /run/haproxy.pid\n",
+		"defaults repool\n  mode http\n",
+		"  timeout tunnel 3600000\n",
+		"  bind 10.0.0.100:9090 name vip transparent proto h2\n",
+		"  monitor-uri /lb-health\n",
+		"  option httpchk\n",
+		"  http-check send meth GET uri /readyz/active\n",
+		"  http-check expect status 200\n",
+		"  http-check disable-on-404\n",
+		"  server repool1 10.0.0.21:9090 check check-proto h1 fall 1 inter 500 on-marked-down shutdown-sessions port 8081 proto h2 rise 1\n",
+	} {
+		if !strings.Contains(string(got), line) {
+			t.Errorf("Render(example) = got\n%s\nwant it to contain %q", got, line)
+		}
+	}
+}
+
+func TestRenderErrors(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(*inventory.Inventory)
+		opts   Options
+		err    error  // wrapped, if set
+		text   string // in the message
+	}{
+		{"invalid inventory", func(i *inventory.Inventory) { i.VIP.RouterID = 0 }, Options{}, inventory.ErrInvalid, "vip.router_id"},
+		{"unknown host", func(*inventory.Inventory) {}, Options{Host: "lb9"}, inventory.ErrInvalid, "lb9"},
+		{"hosts differ", func(i *inventory.Inventory) { i.LBHosts[1].MonitorPort = 8405 }, Options{}, ErrHostsDiffer, ""},
+		{"hosts differ, per host is fine", func(i *inventory.Inventory) { i.LBHosts[1].MonitorPort = 8405 }, Options{Host: "lb2"}, nil, ""},
+		{"no haproxy binary", func(*inventory.Inventory) {}, Options{Binary: "/nonexistent/haproxy"}, nil, "haproxy"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			inv := loadExample(t)
+			tt.change(inv)
+			_, err := Render(context.Background(), inv, tt.opts)
+			wantErr := tt.err != nil || tt.text != ""
+			switch {
+			case !wantErr && err != nil:
+				t.Fatalf("Render() = got error %v, want nil", err)
+			case wantErr && err == nil:
+				t.Fatalf("Render() = got nil error, want %v %q", tt.err, tt.text)
+			case tt.err != nil && !errors.Is(err, tt.err):
+				t.Fatalf("Render() = got error %v, want %v", err, tt.err)
+			case !strings.Contains(errString(err), tt.text):
+				t.Fatalf("Render() = got error %v, want it to mention %q", err, tt.text)
+			}
+		})
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// TestRenderConcurrent renders in parallel: each call has its own file and
+// transactions directory.
+func TestRenderConcurrent(t *testing.T) {
+	inv := loadExample(t)
+	want, err := Render(context.Background(), inv, Options{})
+	if err != nil {
+		t.Fatalf("Render(example) = got error %v, want nil", err)
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			got, err := Render(context.Background(), inv, Options{})
+			if err != nil || !bytes.Equal(got, want) {
+				t.Errorf("concurrent Render(example) = got %v and a different file, want the same file", err)
+			}
+		})
+	}
+	wg.Wait()
+}

@@ -1,0 +1,16 @@
+// Package haproxy renders repool's haproxy.cfg from the LB inventory with
+// haproxytech/client-native v5's configuration API (Render), and drives a
+// running HAProxy's servers through client-native's runtime API client on
+// the stats socket (Dial, Runtime: status, drain, ready, maint).
+//
+// The configuration (DESIGN.md §6, §8): a gRPC frontend speaking h2c on the
+// VIP, a monitor frontend whose monitor-uri Keepalived's track script checks,
+// and one backend whose health check GETs /readyz/active on each server's
+// HTTP port over HTTP/1 (check-proto h1 on every server line: on
+// default-server it would be ignored and the checks would speak HTTP/2) and
+// expects 200, with disable-on-404 so that a healthy standby is NOLB rather
+// than DOWN.
+//
+// Every directive goes through client-native's models; none needed its raw
+// configuration API. Package haproxytest runs the real HAProxy for tests.
+package haproxy

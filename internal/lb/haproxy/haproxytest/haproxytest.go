@@ -1,0 +1,294 @@
+// Package haproxytest runs the real HAProxy for tests, in front of fake
+// repool servers, all on loopback.
+//
+// A Server is a fake repool server: an HTTP/1-only health port answering
+// GET /readyz/active with a status the test sets (200 active, 404 standby,
+// 503 not ready) and an h2c-only "gRPC" port answering every request with the
+// server's name. Start renders a configuration with package haproxy and runs
+// "haproxy -f cfg -db" as a child process. Everything started is stopped in
+// tb.Cleanup; HAProxy also gets SIGKILL if the test binary dies.
+//
+// Nothing is skipped: a missing haproxy binary fails the test.
+package haproxytest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/repool/repool/internal/lb/haproxy"
+	"github.com/repool/repool/internal/lb/inventory"
+	"github.com/repool/repool/internal/testenv"
+)
+
+// WaitFor bounds every wait of this package. Waiting is not a timing
+// assertion: with the 100ms checks of LoopbackInventory states settle in well
+// under a second.
+const WaitFor = 15 * time.Second
+
+// Server is a fake repool server on loopback. SetStatus is safe for
+// concurrent use.
+type Server struct {
+	Name     string
+	GRPCPort int // h2c only; answers with Name
+	HTTPPort int // HTTP/1 only; GET /readyz/active answers the set status
+	status   atomic.Int32
+}
+
+// NewServer starts a fake server whose health check answers status;
+// tb.Cleanup stops it.
+func NewServer(tb testing.TB, name string, status int) *Server {
+	tb.Helper()
+	s := &Server{Name: name}
+	s.status.Store(int32(status))
+
+	health := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != haproxy.HealthURI || r.ProtoMajor != 1 {
+			http.Error(w, "unexpected "+r.Proto+" "+r.URL.Path, http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(int(s.status.Load()))
+	})}
+	health.Protocols = new(http.Protocols)
+	health.Protocols.SetHTTP1(true)
+
+	grpc := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, s.Name)
+	})}
+	grpc.Protocols = new(http.Protocols)
+	grpc.Protocols.SetUnencryptedHTTP2(true)
+
+	for _, l := range []struct {
+		srv  *http.Server
+		port *int
+	}{{health, &s.HTTPPort}, {grpc, &s.GRPCPort}} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatalf("haproxytest: listen on 127.0.0.1:0 = got error %v, want nil", err)
+		}
+		*l.port = ln.Addr().(*net.TCPAddr).Port
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			l.srv.Serve(ln)
+		}()
+		tb.Cleanup(func() {
+			l.srv.Close()
+			<-done
+		})
+	}
+	return s
+}
+
+// SetStatus changes what the health check answers.
+func (s *Server) SetStatus(status int) { s.status.Store(int32(status)) }
+
+// LoopbackInventory returns an inventory whose HAProxy binds only loopback:
+// the VIP is 127.0.0.1 on a free port; LB host lb1 is 127.0.0.2 with its
+// monitor frontend on another free port and its stats socket in dir; lb2
+// (127.0.0.3) exists only because an inventory needs a VRRP pair. Checks run
+// every 100ms, fall 1, rise 1.
+func LoopbackInventory(tb testing.TB, dir string, servers ...*Server) *inventory.Inventory {
+	tb.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "vip: {address: 127.0.0.1/8, interface: lo, router_id: 1, auth_pass: test, grpc_port: %d}\n", testenv.FreePort(tb))
+	fmt.Fprintf(&b, "lb_hosts:\n")
+	fmt.Fprintf(&b, "  - {name: lb1, address: 127.0.0.2, priority: 150, state: MASTER, monitor_port: %d, stats_socket: %s}\n",
+		testenv.FreePort(tb), filepath.Join(dir, "lb1.sock"))
+	fmt.Fprintf(&b, "  - {name: lb2, address: 127.0.0.3, priority: 100, state: BACKUP}\n")
+	fmt.Fprintf(&b, "servers:\n")
+	for _, s := range servers {
+		fmt.Fprintf(&b, "  - {name: %s, address: 127.0.0.1, grpc_port: %d, http_port: %d}\n", s.Name, s.GRPCPort, s.HTTPPort)
+	}
+	fmt.Fprintf(&b, "checks: {inter: 100ms, fall: 1, rise: 1}\n")
+	inv, err := inventory.Parse(strings.NewReader(b.String()))
+	if err != nil {
+		tb.Fatalf("haproxytest: inventory.Parse = got error %v, want nil\n%s", err, b.String())
+	}
+	return inv
+}
+
+// Process is a running HAProxy.
+type Process struct {
+	Config  []byte           // the rendered haproxy.cfg it runs
+	Socket  string           // its stats socket
+	Runtime *haproxy.Runtime // connected to Socket
+	out     syncBuffer
+}
+
+// Output returns what HAProxy printed so far.
+func (p *Process) Output() string { return p.out.String() }
+
+// Start renders inv for LB host lb1 (pid file in dir) and runs the real
+// HAProxy on it in the foreground. It returns once the stats socket
+// answers; tb.Cleanup stops HAProxy (SIGTERM, then SIGKILL after 5 s) and
+// waits for it. If another process took the VIP's or lb1's monitor port
+// first, Start moves both to fresh free ports in inv and tries again.
+func Start(tb testing.TB, inv *inventory.Inventory, dir string) *Process {
+	tb.Helper()
+	for attempt := 1; ; attempt++ {
+		p, inUse := start(tb, inv, dir)
+		if p != nil {
+			return p
+		}
+		if !inUse || attempt == 3 {
+			tb.Fatalf("haproxytest: haproxy did not start")
+		}
+		inv.VIP.GRPCPort = testenv.FreePort(tb)
+		for i := range inv.LBHosts {
+			if inv.LBHosts[i].Name == "lb1" {
+				inv.LBHosts[i].MonitorPort = testenv.FreePort(tb)
+			}
+		}
+	}
+}
+
+// start makes one attempt. It returns nil and whether a port was in use if
+// HAProxy exited, after logging why.
+func start(tb testing.TB, inv *inventory.Inventory, dir string) (_ *Process, inUse bool) {
+	tb.Helper()
+	lb1, err := inv.Host("lb1")
+	if err != nil {
+		tb.Fatalf("haproxytest: %v", err)
+	}
+	cfg, err := haproxy.Render(context.Background(), inv, haproxy.Options{Host: "lb1", PIDFile: filepath.Join(dir, "haproxy.pid")})
+	if err != nil {
+		tb.Fatalf("haproxytest: Render = got error %v, want nil", err)
+	}
+	path := filepath.Join(dir, "haproxy.cfg")
+	if err := os.WriteFile(path, cfg, 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	p := &Process{Config: cfg, Socket: lb1.StatsSocket}
+	cmd := exec.Command(haproxy.DefaultBinary, "-f", path, "-db")
+	cmd.Stdout, cmd.Stderr = &p.out, &p.out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("haproxytest: start %s = got error %v, want nil", haproxy.DefaultBinary, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(5 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+	}
+	tb.Cleanup(stop)
+
+	deadline := time.Now().Add(WaitFor)
+	for {
+		select {
+		case err := <-exited:
+			stopped = true
+			tb.Logf("haproxytest: haproxy exited early (%v):\n%s", err, p.Output())
+			return nil, strings.Contains(p.Output(), "Address already in use")
+		default:
+		}
+		if _, err := os.Stat(p.Socket); err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			rt, err := haproxy.Dial(ctx, p.Socket)
+			cancel()
+			if err == nil {
+				p.Runtime = rt
+				tb.Cleanup(func() { rt.Close() })
+				return p, false
+			}
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("haproxytest: stats socket %s not answering after %s:\n%s", p.Socket, WaitFor, p.Output())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// WaitStatus polls rt until every named server matches its wanted state: a
+// Status ("UP") or a Status and an AdminState ("NOLB/drain").
+func WaitStatus(tb testing.TB, rt *haproxy.Runtime, want map[string]string) {
+	tb.Helper()
+	deadline := time.Now().Add(WaitFor)
+	for {
+		servers, err := rt.Servers()
+		if err != nil {
+			tb.Fatalf("haproxytest: Servers() = got error %v, want nil", err)
+		}
+		ok := true
+		for _, s := range servers {
+			w, care := want[s.Name]
+			got := string(s.Status)
+			if strings.Contains(w, "/") {
+				got += "/" + string(s.Admin)
+			}
+			if care && got != w {
+				ok = false
+			}
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("haproxytest: Servers() = got %+v, want %v within %s", servers, want, WaitFor)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Get sends one h2c request to HAProxy's gRPC frontend on the VIP and
+// returns the name of the server that answered.
+func Get(tb testing.TB, inv *inventory.Inventory) string {
+	tb.Helper()
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	url := "http://" + net.JoinHostPort(inv.VIP.IP().String(), strconv.Itoa(inv.VIP.GRPCPort)) + "/"
+	resp, err := c.Get(url)
+	if err != nil {
+		tb.Fatalf("haproxytest: GET %s = got error %v, want nil", url, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK || resp.ProtoMajor != 2 {
+		tb.Fatalf("haproxytest: GET %s = got %s %s %q (%v), want HTTP/2.0 200", url, resp.Proto, resp.Status, body, err)
+	}
+	return string(body)
+}
+
+// syncBuffer collects a child's output.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

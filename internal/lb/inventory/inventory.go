@@ -1,0 +1,535 @@
+// Package inventory describes the HAProxy + Keepalived front end of a repool
+// cluster (DESIGN.md §6): the virtual IP, the load-balancer hosts that pass it
+// between them with VRRP, the repool servers behind HAProxy, and the timings
+// of HAProxy's health checks and of Keepalived's track script.
+//
+// The HAProxy and Keepalived renderers (packages haproxy and keepalived) read
+// the same Inventory, so the two configurations cannot disagree on an address
+// or a port. Load and Parse return an Inventory with defaults applied (in one
+// place, setDefaults) and validated; Validate names the bad field.
+//
+// Only IPv4 is supported: VRRP authentication (auth_type PASS) exists only in
+// VRRPv2, and VRRPv2 carries IPv4 only.
+//
+// An Inventory is a plain value, safe for concurrent reads; nothing in this
+// package holds resources.
+package inventory
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// ErrInvalid is wrapped by every error of Validate, Parse and Load that is
+// about the inventory's content (not about reading the file).
+var ErrInvalid = errors.New("invalid inventory")
+
+// Defaults for the fields that may be left out. See each field for its meaning.
+const (
+	DefaultGRPCPort       = 9090 // VIP.GRPCPort and Server.GRPCPort
+	DefaultHTTPPort       = 8081 // Server.HTTPPort
+	DefaultStatsSocket    = "/run/haproxy/admin.sock"
+	DefaultMonitorPort    = 8404
+	DefaultNotifyScript   = "/etc/keepalived/notify.sh"
+	DefaultScriptUser     = "root"
+	DefaultCheckInter     = 500 * time.Millisecond
+	DefaultCheckFall      = 1
+	DefaultCheckRise      = 1
+	DefaultConnectTimeout = time.Second
+	DefaultClientTimeout  = time.Hour
+	DefaultServerTimeout  = time.Hour
+	DefaultTunnelTimeout  = time.Hour
+	DefaultRequestTimeout = 10 * time.Second
+	DefaultTrackInterval  = 1 // seconds
+	DefaultTrackFall      = 1
+	DefaultTrackRise      = 2
+	DefaultAdvertInterval = 1 // seconds
+)
+
+// MonitorURI is the path of HAProxy's monitor frontend that Keepalived's
+// track script checks: the contract between the two renderers.
+const MonitorURI = "/lb-health"
+
+// VRRP states of an LB host.
+const (
+	StateMaster = "MASTER"
+	StateBackup = "BACKUP"
+)
+
+// Inventory is the whole front end: one VIP, its LB hosts and the servers
+// behind them.
+type Inventory struct {
+	VIP        VIP        `yaml:"vip"`
+	LBHosts    []LBHost   `yaml:"lb_hosts"`
+	Servers    []Server   `yaml:"servers"`
+	Checks     Checks     `yaml:"checks"`
+	Timeouts   Timeouts   `yaml:"timeouts"`
+	Keepalived Keepalived `yaml:"keepalived"`
+}
+
+// VIP is the virtual IP clients and sidecars dial; Keepalived holds it on
+// exactly one LB host at a time.
+type VIP struct {
+	// Address is the VIP with its prefix length, e.g. "10.0.0.100/24".
+	// Required, IPv4.
+	Address string `yaml:"address"`
+	// Interface carries the VIP on every LB host whose own Interface is
+	// empty. Required.
+	Interface string `yaml:"interface"`
+	// RouterID is the VRRP virtual_router_id, 1..255, the same on all LB
+	// hosts and unique on their network. Required.
+	RouterID int `yaml:"router_id"`
+	// AuthPass is the VRRP PASS authentication password, 1..8 printable
+	// characters without spaces or quotes (VRRPv2 uses only the first 8, so
+	// longer ones are refused rather than silently cut). Required.
+	AuthPass string `yaml:"auth_pass"`
+	// GRPCPort is the port of HAProxy's gRPC (h2c) frontend on the VIP.
+	// Default 9090.
+	GRPCPort int `yaml:"grpc_port"`
+}
+
+// IP returns the VIP without its prefix length. It is meaningful only on a
+// validated inventory (the zero netip.Addr otherwise).
+func (v VIP) IP() netip.Addr {
+	p, _ := netip.ParsePrefix(v.Address)
+	return p.Addr()
+}
+
+// LBHost is one host running HAProxy and Keepalived.
+type LBHost struct {
+	// Name identifies the host (keepalived router_id, --host flags):
+	// lowercase letters, digits, '-' and '_'. Required, unique.
+	Name string `yaml:"name"`
+	// Address is the host's own IPv4 address: Keepalived's unicast source
+	// and its peers' unicast_peer, and where its track script reaches
+	// HAProxy's monitor frontend. Required, unique.
+	Address string `yaml:"address"`
+	// Interface is the interface VRRP runs on and the VIP is added to.
+	// Default VIP.Interface.
+	Interface string `yaml:"interface"`
+	// Priority is the VRRP priority, 1..254, unique; the MASTER's must be the
+	// highest. The backup's priority sets how fast it takes over when the
+	// master gives up the VIP: after (256-priority)/256 advert intervals.
+	// Required.
+	Priority int `yaml:"priority"`
+	// State is the initial VRRP state, MASTER or BACKUP; exactly one host is
+	// MASTER. Required.
+	State string `yaml:"state"`
+	// StatsSocket is the path of this host's HAProxy runtime API socket
+	// (stats socket, level admin). Absolute. Default /run/haproxy/admin.sock.
+	StatsSocket string `yaml:"stats_socket"`
+	// MonitorPort is the port of HAProxy's monitor frontend (monitor-uri
+	// /lb-health) that Keepalived's track script checks. It must differ from
+	// VIP.GRPCPort. Default 8404.
+	MonitorPort int `yaml:"monitor_port"`
+	// NotifyLog is the file keepalived/notify.sh appends VRRP transitions
+	// to. Absolute. Default /var/log/keepalived-repool-<name>.log.
+	NotifyLog string `yaml:"notify_log"`
+}
+
+// Server is one repool server behind HAProxy.
+type Server struct {
+	// Name is the HAProxy server name in backend "repool": lowercase
+	// letters, digits, '-' and '_' (HAProxy's CSV stats are read
+	// case-insensitively by client-native). Required, unique.
+	Name string `yaml:"name"`
+	// Address is the server's IPv4 address. Required.
+	Address string `yaml:"address"`
+	// GRPCPort is the server's gRPC (h2c) port. Default 9090.
+	GRPCPort int `yaml:"grpc_port"`
+	// HTTPPort is the server's HTTP port, where HAProxy checks
+	// GET /readyz/active. Default 8081.
+	HTTPPort int `yaml:"http_port"`
+}
+
+// Checks are HAProxy's health-check timings for every server
+// (DESIGN.md §8: fast checks make a handover take well under a second).
+type Checks struct {
+	// Inter is the time between two checks of a server, a whole number of
+	// milliseconds. Default 500ms.
+	Inter time.Duration `yaml:"inter"`
+	// Fall is the number of consecutive failed checks that mark a server
+	// DOWN. Default 1.
+	Fall int `yaml:"fall"`
+	// Rise is the number of consecutive passed checks that mark a server
+	// UP. Default 1.
+	Rise int `yaml:"rise"`
+}
+
+// Timeouts are HAProxy's proxy timeouts, whole numbers of milliseconds.
+// Client, Server and Tunnel are long because SubscribeEvents is a
+// server-streaming RPC that may stay quiet for a long time; in HTTP/2 an idle
+// stream is bounded by timeout client/server, not by timeout tunnel, which
+// only covers upgraded connections.
+type Timeouts struct {
+	// Connect bounds a TCP connect to a server. Default 1s.
+	Connect time.Duration `yaml:"connect"`
+	// Client is the client-side inactivity timeout. Default 1h.
+	Client time.Duration `yaml:"client"`
+	// Server is the server-side inactivity timeout. Default 1h.
+	Server time.Duration `yaml:"server"`
+	// Tunnel is the inactivity timeout of an upgraded (tunnelled)
+	// connection. Default 1h.
+	Tunnel time.Duration `yaml:"tunnel"`
+	// HTTPRequest bounds the time to receive a request's headers.
+	// Default 10s.
+	HTTPRequest time.Duration `yaml:"http_request"`
+}
+
+// Keepalived tunes the VRRP side. keepalived 2.2.7 accepts only whole
+// seconds for both intervals: a vrrp_script interval below 1 is refused, and
+// a fractional advert_int needs VRRPv3, which has no authentication.
+//
+// On HAProxy death the VIP moves within about
+// TrackInterval*TrackFall + (256-backup priority)/256*AdvertInterval
+// seconds: the master's track script fails (connection refused, at once),
+// the master enters FAULT and sends a priority-0 advert, and the backup takes
+// over after its skew time. With the defaults and a backup priority of 200
+// that is at most 1 + 0.22 s.
+type Keepalived struct {
+	// TrackInterval is the seconds between two runs of the track script.
+	// At least 1. Default 1.
+	TrackInterval int `yaml:"track_interval"`
+	// TrackFall is the consecutive failures that put the instance in FAULT.
+	// Default 1 (2 would make the VIP move take up to 2 s + skew).
+	TrackFall int `yaml:"track_fall"`
+	// TrackRise is the consecutive successes that leave FAULT. Default 2.
+	TrackRise int `yaml:"track_rise"`
+	// AdvertInterval is the VRRP advert_int in seconds. Default 1.
+	AdvertInterval int `yaml:"advert_interval"`
+	// NotifyScript is the installed path of keepalived/notify.sh. Absolute.
+	// Default /etc/keepalived/notify.sh.
+	NotifyScript string `yaml:"notify_script"`
+	// ScriptUser runs the track and notify scripts (script_user; scripts
+	// are run with enable_script_security). Default root.
+	ScriptUser string `yaml:"script_user"`
+}
+
+// Load reads the inventory file at path and parses it like Parse. Errors
+// about the content wrap ErrInvalid and name the file; a failure to read it
+// wraps the os error.
+func Load(path string) (*Inventory, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read inventory: %w", err)
+	}
+	inv, err := Parse(bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return inv, nil
+}
+
+// Parse decodes a YAML inventory (unknown keys are errors), applies the
+// defaults and validates it.
+func Parse(r io.Reader) (*Inventory, error) {
+	dec := yaml.NewDecoder(r)
+	dec.KnownFields(true)
+	var inv Inventory
+	if err := dec.Decode(&inv); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%w: empty document", ErrInvalid)
+		}
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	inv.setDefaults()
+	if err := inv.Validate(); err != nil {
+		return nil, err
+	}
+	return &inv, nil
+}
+
+// setDefaults fills every zero field that has a default. It is the only
+// place defaults are applied.
+func (inv *Inventory) setDefaults() {
+	if inv.VIP.GRPCPort == 0 {
+		inv.VIP.GRPCPort = DefaultGRPCPort
+	}
+	for i := range inv.LBHosts {
+		h := &inv.LBHosts[i]
+		if h.Interface == "" {
+			h.Interface = inv.VIP.Interface
+		}
+		if h.StatsSocket == "" {
+			h.StatsSocket = DefaultStatsSocket
+		}
+		if h.MonitorPort == 0 {
+			h.MonitorPort = DefaultMonitorPort
+		}
+		if h.NotifyLog == "" && h.Name != "" {
+			h.NotifyLog = "/var/log/keepalived-repool-" + h.Name + ".log"
+		}
+	}
+	for i := range inv.Servers {
+		s := &inv.Servers[i]
+		if s.GRPCPort == 0 {
+			s.GRPCPort = DefaultGRPCPort
+		}
+		if s.HTTPPort == 0 {
+			s.HTTPPort = DefaultHTTPPort
+		}
+	}
+	setDur(&inv.Checks.Inter, DefaultCheckInter)
+	setInt(&inv.Checks.Fall, DefaultCheckFall)
+	setInt(&inv.Checks.Rise, DefaultCheckRise)
+	setDur(&inv.Timeouts.Connect, DefaultConnectTimeout)
+	setDur(&inv.Timeouts.Client, DefaultClientTimeout)
+	setDur(&inv.Timeouts.Server, DefaultServerTimeout)
+	setDur(&inv.Timeouts.Tunnel, DefaultTunnelTimeout)
+	setDur(&inv.Timeouts.HTTPRequest, DefaultRequestTimeout)
+	setInt(&inv.Keepalived.TrackInterval, DefaultTrackInterval)
+	setInt(&inv.Keepalived.TrackFall, DefaultTrackFall)
+	setInt(&inv.Keepalived.TrackRise, DefaultTrackRise)
+	setInt(&inv.Keepalived.AdvertInterval, DefaultAdvertInterval)
+	if inv.Keepalived.NotifyScript == "" {
+		inv.Keepalived.NotifyScript = DefaultNotifyScript
+	}
+	if inv.Keepalived.ScriptUser == "" {
+		inv.Keepalived.ScriptUser = DefaultScriptUser
+	}
+}
+
+func setDur(d *time.Duration, def time.Duration) {
+	if *d == 0 {
+		*d = def
+	}
+}
+
+func setInt(n *int, def int) {
+	if *n == 0 {
+		*n = def
+	}
+}
+
+var (
+	nameRE      = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
+	interfaceRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,15}$`)
+	userRE      = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
+	// safePathRE keeps paths free of spaces and quotes: they are written
+	// into keepalived's quoted script lines and HAProxy's config.
+	safePathRE = regexp.MustCompile(`^/[A-Za-z0-9_./@+-]*$`)
+)
+
+// Validate reports the first invalid field, named by its YAML path (for
+// example "lb_hosts[1].priority"). The error wraps ErrInvalid. It does not
+// apply defaults: Parse and Load do that first.
+func (inv *Inventory) Validate() error {
+	var v validator
+	v.vip(inv.VIP)
+	if len(inv.LBHosts) < 2 {
+		v.fail("lb_hosts", "need at least 2 LB hosts (a VRRP pair), got %d", len(inv.LBHosts))
+	}
+	names := map[string]string{}
+	addrs := map[netip.Addr]string{}
+	if vip := inv.VIP.IP(); vip.IsValid() {
+		addrs[vip] = "vip.address"
+	}
+	prios := map[int]string{}
+	masters := 0
+	for i, h := range inv.LBHosts {
+		f := fmt.Sprintf("lb_hosts[%d]", i)
+		v.name(f+".name", h.Name, names)
+		v.addr(f+".address", h.Address, addrs)
+		v.iface(f+".interface", h.Interface)
+		switch {
+		case h.Priority < 1 || h.Priority > 254:
+			v.fail(f+".priority", "%d is outside 1..254 (255 means address owner and cannot be lowered by the track script)", h.Priority)
+		case prios[h.Priority] != "":
+			v.fail(f+".priority", "%d is already the priority of %s; VRRP priorities must differ", h.Priority, prios[h.Priority])
+		default:
+			prios[h.Priority] = f
+		}
+		switch h.State {
+		case StateMaster:
+			masters++
+		case StateBackup:
+		default:
+			v.fail(f+".state", "%q is neither MASTER nor BACKUP", h.State)
+		}
+		v.path(f+".stats_socket", h.StatsSocket)
+		v.port(f+".monitor_port", h.MonitorPort)
+		if h.MonitorPort == inv.VIP.GRPCPort {
+			v.fail(f+".monitor_port", "%d is also vip.grpc_port", h.MonitorPort)
+		}
+		v.path(f+".notify_log", h.NotifyLog)
+	}
+	if len(inv.LBHosts) > 0 && masters != 1 {
+		v.fail("lb_hosts", "exactly one host must have state MASTER, got %d", masters)
+	}
+	for i, h := range inv.LBHosts {
+		if h.State == StateMaster {
+			for _, o := range inv.LBHosts {
+				if o.State == StateBackup && o.Priority >= h.Priority {
+					v.fail(fmt.Sprintf("lb_hosts[%d].priority", i), "MASTER %s has priority %d, not above BACKUP %s (%d)", h.Name, h.Priority, o.Name, o.Priority)
+					break
+				}
+			}
+		}
+	}
+	if len(inv.Servers) == 0 {
+		v.fail("servers", "need at least one server")
+	}
+	snames := map[string]string{}
+	endpoints := map[netip.AddrPort]string{}
+	for i, s := range inv.Servers {
+		f := fmt.Sprintf("servers[%d]", i)
+		v.name(f+".name", s.Name, snames)
+		v.addr(f+".address", s.Address, nil)
+		v.port(f+".grpc_port", s.GRPCPort)
+		v.port(f+".http_port", s.HTTPPort)
+		if a, err := netip.ParseAddr(s.Address); err == nil {
+			for _, p := range []struct {
+				field string
+				port  int
+			}{{"grpc_port", s.GRPCPort}, {"http_port", s.HTTPPort}} {
+				ap := netip.AddrPortFrom(a, uint16(p.port))
+				if other, dup := endpoints[ap]; dup {
+					v.fail(f+"."+p.field, "%s is also %s", ap, other)
+				}
+				endpoints[ap] = f + "." + p.field
+			}
+		}
+	}
+	v.ms("checks.inter", inv.Checks.Inter)
+	v.positive("checks.fall", inv.Checks.Fall)
+	v.positive("checks.rise", inv.Checks.Rise)
+	v.ms("timeouts.connect", inv.Timeouts.Connect)
+	v.ms("timeouts.client", inv.Timeouts.Client)
+	v.ms("timeouts.server", inv.Timeouts.Server)
+	v.ms("timeouts.tunnel", inv.Timeouts.Tunnel)
+	v.ms("timeouts.http_request", inv.Timeouts.HTTPRequest)
+	v.positive("keepalived.track_interval", inv.Keepalived.TrackInterval)
+	v.positive("keepalived.track_fall", inv.Keepalived.TrackFall)
+	v.positive("keepalived.track_rise", inv.Keepalived.TrackRise)
+	v.positive("keepalived.advert_interval", inv.Keepalived.AdvertInterval)
+	if inv.Keepalived.AdvertInterval > 255 {
+		v.fail("keepalived.advert_interval", "%d is above VRRPv2's 255 seconds", inv.Keepalived.AdvertInterval)
+	}
+	v.path("keepalived.notify_script", inv.Keepalived.NotifyScript)
+	if !userRE.MatchString(inv.Keepalived.ScriptUser) {
+		v.fail("keepalived.script_user", "%q is not a user name", inv.Keepalived.ScriptUser)
+	}
+	return v.err
+}
+
+// Host returns the LB host called name; an unknown name is an error
+// wrapping ErrInvalid that lists the known ones.
+func (inv *Inventory) Host(name string) (LBHost, error) {
+	var known []string
+	for _, h := range inv.LBHosts {
+		if h.Name == name {
+			return h, nil
+		}
+		known = append(known, h.Name)
+	}
+	return LBHost{}, fmt.Errorf("%w: no LB host %q (have %s)", ErrInvalid, name, strings.Join(known, ", "))
+}
+
+// validator keeps the first failure.
+type validator struct{ err error }
+
+func (v *validator) fail(field, format string, args ...any) {
+	if v.err == nil {
+		v.err = fmt.Errorf("%w: %s: %s", ErrInvalid, field, fmt.Sprintf(format, args...))
+	}
+}
+
+func (v *validator) vip(vip VIP) {
+	p, err := netip.ParsePrefix(vip.Address)
+	switch {
+	case vip.Address == "":
+		v.fail("vip.address", "required (an IPv4 address with prefix length, e.g. 10.0.0.100/24)")
+	case err != nil || !p.Addr().Is4():
+		v.fail("vip.address", "%q is not an IPv4 address with prefix length (e.g. 10.0.0.100/24)", vip.Address)
+	case p.Addr().IsUnspecified() || p.Addr().IsMulticast():
+		v.fail("vip.address", "%q cannot be a virtual IP", vip.Address)
+	}
+	v.iface("vip.interface", vip.Interface)
+	if vip.RouterID < 1 || vip.RouterID > 255 {
+		v.fail("vip.router_id", "%d is outside 1..255", vip.RouterID)
+	}
+	switch {
+	case vip.AuthPass == "":
+		v.fail("vip.auth_pass", "required")
+	case len(vip.AuthPass) > 8:
+		v.fail("vip.auth_pass", "longer than 8 characters (VRRPv2 PASS authentication uses only 8)")
+	case strings.ContainsAny(vip.AuthPass, " \t\"'\\{}#!"):
+		v.fail("vip.auth_pass", "must not contain spaces, quotes, backslashes, braces, '#' or '!'")
+	default:
+		for _, r := range vip.AuthPass {
+			if r < 0x21 || r > 0x7e {
+				v.fail("vip.auth_pass", "must be printable ASCII")
+				break
+			}
+		}
+	}
+	v.port("vip.grpc_port", vip.GRPCPort)
+}
+
+func (v *validator) name(field, name string, seen map[string]string) {
+	switch {
+	case !nameRE.MatchString(name):
+		v.fail(field, "%q is not a name (lowercase letters, digits, '-', '_'; at most 32)", name)
+	case seen[name] != "":
+		v.fail(field, "%q is also %s", name, seen[name])
+	default:
+		seen[name] = field
+	}
+}
+
+// addr checks an IPv4 host address; with seen it must also be unique.
+func (v *validator) addr(field, s string, seen map[netip.Addr]string) {
+	a, err := netip.ParseAddr(s)
+	switch {
+	case s == "":
+		v.fail(field, "required (an IPv4 address)")
+	case err != nil || !a.Is4():
+		v.fail(field, "%q is not an IPv4 address", s)
+	case a.IsUnspecified() || a.IsMulticast():
+		v.fail(field, "%q is not a host address", s)
+	case seen != nil && seen[a] != "":
+		v.fail(field, "%s is also %s", a, seen[a])
+	case seen != nil:
+		seen[a] = field
+	}
+}
+
+func (v *validator) iface(field, name string) {
+	if !interfaceRE.MatchString(name) {
+		v.fail(field, "%q is not an interface name", name)
+	}
+}
+
+func (v *validator) port(field string, p int) {
+	if p < 1 || p > 65535 {
+		v.fail(field, "%d is not a port (1..65535)", p)
+	}
+}
+
+func (v *validator) positive(field string, n int) {
+	if n < 1 {
+		v.fail(field, "%d is below 1", n)
+	}
+}
+
+func (v *validator) ms(field string, d time.Duration) {
+	if d < time.Millisecond || d%time.Millisecond != 0 {
+		v.fail(field, "%s is not a positive whole number of milliseconds", d)
+	}
+}
+
+func (v *validator) path(field, p string) {
+	if !safePathRE.MatchString(p) || filepath.Clean(p) != p {
+		v.fail(field, "%q is not a clean absolute path (letters, digits, _ . / @ + - only)", p)
+	}
+}

@@ -1,0 +1,186 @@
+package inventory
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// examplePath is the inventory checked in for operators to start from.
+const examplePath = "../../../haproxy/inventory.yaml"
+
+func TestLoadExample(t *testing.T) {
+	inv, err := Load(examplePath)
+	if err != nil {
+		t.Fatalf("Load(%s) = got error %v, want nil", examplePath, err)
+	}
+	if got, want := len(inv.LBHosts), 2; got != want {
+		t.Errorf("len(LBHosts) = got %d, want %d", got, want)
+	}
+	if got, want := len(inv.Servers), 3; got != want {
+		t.Errorf("len(Servers) = got %d, want %d", got, want)
+	}
+	// Defaults fill what the example leaves out.
+	lb2 := inv.LBHosts[1]
+	if got, want := lb2.Interface, "eth0"; got != want {
+		t.Errorf("lb2.Interface = got %q, want %q", got, want)
+	}
+	if got, want := lb2.StatsSocket, DefaultStatsSocket; got != want {
+		t.Errorf("lb2.StatsSocket = got %q, want %q", got, want)
+	}
+	if got, want := lb2.NotifyLog, "/var/log/keepalived-repool-lb2.log"; got != want {
+		t.Errorf("lb2.NotifyLog = got %q, want %q", got, want)
+	}
+	if got, want := inv.Servers[2].HTTPPort, DefaultHTTPPort; got != want {
+		t.Errorf("repool3.HTTPPort = got %d, want %d", got, want)
+	}
+	if got, want := inv.VIP.IP().String(), "10.0.0.100"; got != want {
+		t.Errorf("VIP.IP() = got %s, want %s", got, want)
+	}
+}
+
+func TestParseDefaults(t *testing.T) {
+	inv, err := Parse(strings.NewReader(minimal))
+	if err != nil {
+		t.Fatalf("Parse(minimal) = got error %v, want nil", err)
+	}
+	tests := []struct {
+		name      string
+		got, want any
+	}{
+		{"vip.grpc_port", inv.VIP.GRPCPort, DefaultGRPCPort},
+		{"lb_hosts[0].monitor_port", inv.LBHosts[0].MonitorPort, DefaultMonitorPort},
+		{"servers[0].grpc_port", inv.Servers[0].GRPCPort, DefaultGRPCPort},
+		{"checks.inter", inv.Checks.Inter, 500 * time.Millisecond},
+		{"checks.fall", inv.Checks.Fall, 1},
+		{"checks.rise", inv.Checks.Rise, 1},
+		{"timeouts.connect", inv.Timeouts.Connect, time.Second},
+		{"timeouts.client", inv.Timeouts.Client, time.Hour},
+		{"timeouts.server", inv.Timeouts.Server, time.Hour},
+		{"timeouts.tunnel", inv.Timeouts.Tunnel, time.Hour},
+		{"keepalived.track_interval", inv.Keepalived.TrackInterval, 1},
+		{"keepalived.track_fall", inv.Keepalived.TrackFall, 1},
+		{"keepalived.track_rise", inv.Keepalived.TrackRise, 2},
+		{"keepalived.advert_interval", inv.Keepalived.AdvertInterval, 1},
+		{"keepalived.notify_script", inv.Keepalived.NotifyScript, DefaultNotifyScript},
+		{"keepalived.script_user", inv.Keepalived.ScriptUser, "root"},
+	}
+	for _, tt := range tests {
+		if tt.got != tt.want {
+			t.Errorf("%s = got %v, want %v", tt.name, tt.got, tt.want)
+		}
+	}
+}
+
+// minimal is the smallest valid inventory.
+const minimal = `
+vip: {address: 192.0.2.100/24, interface: eth0, router_id: 7, auth_pass: secret}
+lb_hosts:
+  - {name: a, address: 192.0.2.1, priority: 150, state: MASTER}
+  - {name: b, address: 192.0.2.2, priority: 100, state: BACKUP}
+servers:
+  - {name: s1, address: 192.0.2.10}
+`
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		want string // substring of the error
+	}{
+		{"empty", "", "empty document"},
+		{"unknown key", minimal + "extra: 1\n", "field extra not found"},
+		{"bad duration", minimal + "checks: {inter: fast}\n", "fast"},
+		{"invalid after defaults", strings.Replace(minimal, "router_id: 7", "router_id: 0", 1), "vip.router_id"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse(strings.NewReader(tt.yaml))
+			if err == nil || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Parse() = got error %v, want one wrapping ErrInvalid that contains %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(*Inventory)
+		field  string // the error must name it
+	}{
+		{"valid", func(*Inventory) {}, ""},
+		{"vip missing", func(i *Inventory) { i.VIP.Address = "" }, "vip.address"},
+		{"vip without prefix", func(i *Inventory) { i.VIP.Address = "192.0.2.100" }, "vip.address"},
+		{"vip IPv6", func(i *Inventory) { i.VIP.Address = "2001:db8::1/64" }, "vip.address"},
+		{"vip interface", func(i *Inventory) { i.VIP.Interface = "eth 0" }, "vip.interface"},
+		{"router id", func(i *Inventory) { i.VIP.RouterID = 256 }, "vip.router_id"},
+		{"auth pass missing", func(i *Inventory) { i.VIP.AuthPass = "" }, "vip.auth_pass"},
+		{"auth pass too long", func(i *Inventory) { i.VIP.AuthPass = "123456789" }, "vip.auth_pass"},
+		{"auth pass quote", func(i *Inventory) { i.VIP.AuthPass = `a"b` }, "vip.auth_pass"},
+		{"grpc port", func(i *Inventory) { i.VIP.GRPCPort = 70000 }, "vip.grpc_port"},
+		{"one host", func(i *Inventory) { i.LBHosts = i.LBHosts[:1] }, "lb_hosts"},
+		{"host name", func(i *Inventory) { i.LBHosts[1].Name = "LB 2" }, "lb_hosts[1].name"},
+		{"host name dup", func(i *Inventory) { i.LBHosts[1].Name = "a" }, "lb_hosts[1].name"},
+		{"host address", func(i *Inventory) { i.LBHosts[0].Address = "lb1.example" }, "lb_hosts[0].address"},
+		{"host address is vip", func(i *Inventory) { i.LBHosts[1].Address = "192.0.2.100" }, "lb_hosts[1].address"},
+		{"host address dup", func(i *Inventory) { i.LBHosts[1].Address = "192.0.2.1" }, "lb_hosts[1].address"},
+		{"priority 255", func(i *Inventory) { i.LBHosts[0].Priority = 255 }, "lb_hosts[0].priority"},
+		{"priority dup", func(i *Inventory) { i.LBHosts[1].Priority = 150 }, "lb_hosts[1].priority"},
+		{"master not highest", func(i *Inventory) { i.LBHosts[1].Priority = 200 }, "lb_hosts[0].priority"},
+		{"state", func(i *Inventory) { i.LBHosts[1].State = "backup" }, "lb_hosts[1].state"},
+		{"two masters", func(i *Inventory) { i.LBHosts[1].State = StateMaster }, "lb_hosts"},
+		{"stats socket relative", func(i *Inventory) { i.LBHosts[0].StatsSocket = "admin.sock" }, "lb_hosts[0].stats_socket"},
+		{"monitor port is grpc port", func(i *Inventory) { i.LBHosts[0].MonitorPort = 9090 }, "lb_hosts[0].monitor_port"},
+		{"notify log with space", func(i *Inventory) { i.LBHosts[1].NotifyLog = "/var/log/a b" }, "lb_hosts[1].notify_log"},
+		{"no servers", func(i *Inventory) { i.Servers = nil }, "servers"},
+		{"server name upper", func(i *Inventory) { i.Servers[0].Name = "S1" }, "servers[0].name"},
+		{"server address", func(i *Inventory) { i.Servers[0].Address = "0.0.0.0" }, "servers[0].address"},
+		{"server http port", func(i *Inventory) { i.Servers[0].HTTPPort = -1 }, "servers[0].http_port"},
+		{"server same ports", func(i *Inventory) { i.Servers[0].HTTPPort = i.Servers[0].GRPCPort }, "servers[0].http_port"},
+		{"server endpoint dup", func(i *Inventory) {
+			i.Servers = append(i.Servers, Server{Name: "s2", Address: "192.0.2.10", GRPCPort: 9090, HTTPPort: 9091})
+		}, "servers[1].grpc_port"},
+		{"inter sub-millisecond", func(i *Inventory) { i.Checks.Inter = 1500 * time.Microsecond }, "checks.inter"},
+		{"fall", func(i *Inventory) { i.Checks.Fall = -1 }, "checks.fall"},
+		{"timeout client", func(i *Inventory) { i.Timeouts.Client = -time.Second }, "timeouts.client"},
+		{"track interval", func(i *Inventory) { i.Keepalived.TrackInterval = -1 }, "keepalived.track_interval"},
+		{"advert interval", func(i *Inventory) { i.Keepalived.AdvertInterval = 256 }, "keepalived.advert_interval"},
+		{"notify script", func(i *Inventory) { i.Keepalived.NotifyScript = "/etc/../notify.sh" }, "keepalived.notify_script"},
+		{"script user", func(i *Inventory) { i.Keepalived.ScriptUser = "root; rm" }, "keepalived.script_user"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			inv, err := Parse(strings.NewReader(minimal))
+			if err != nil {
+				t.Fatalf("Parse(minimal) = got error %v, want nil", err)
+			}
+			tt.change(inv)
+			err = inv.Validate()
+			if tt.field == "" {
+				if err != nil {
+					t.Fatalf("Validate() = got error %v, want nil", err)
+				}
+				return
+			}
+			if err == nil || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), ": "+tt.field+": ") {
+				t.Fatalf("Validate() = got error %v, want one wrapping ErrInvalid that names %s", err, tt.field)
+			}
+		})
+	}
+}
+
+func TestHost(t *testing.T) {
+	inv, err := Parse(strings.NewReader(minimal))
+	if err != nil {
+		t.Fatalf("Parse(minimal) = got error %v, want nil", err)
+	}
+	h, err := inv.Host("b")
+	if err != nil || h.Address != "192.0.2.2" {
+		t.Errorf("Host(b) = got %+v, %v, want address 192.0.2.2", h, err)
+	}
+	if _, err := inv.Host("c"); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Host(c) = got error %v, want ErrInvalid", err)
+	}
+}

@@ -1,0 +1,181 @@
+package keepalived
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/repool/repool/internal/lb/inventory"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden from the renderer's output")
+
+// Paths relative to this package.
+const (
+	examplePath = "../../../haproxy/inventory.yaml"
+	notifyPath  = "../../../keepalived/notify.sh"
+)
+
+func loadExample(tb testing.TB) *inventory.Inventory {
+	tb.Helper()
+	inv, err := inventory.Load(examplePath)
+	if err != nil {
+		tb.Fatalf("inventory.Load(%s) = got error %v, want nil", examplePath, err)
+	}
+	return inv
+}
+
+// TestRenderGolden renders keepalived.conf for each LB host of the example
+// inventory, compares it with testdata/keepalived-<host>.conf.golden
+// (-update rewrites it) and has the real keepalived check it.
+func TestRenderGolden(t *testing.T) {
+	for _, host := range []string{"lb1", "lb2"} {
+		t.Run(host, func(t *testing.T) {
+			inv := loadExample(t)
+			got, err := Render(inv, host)
+			if err != nil {
+				t.Fatalf("Render(example, %s) = got error %v, want nil", host, err)
+			}
+			golden := filepath.Join("testdata", "keepalived-"+host+".conf.golden")
+			if *update {
+				if err := os.WriteFile(golden, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("read golden file (run go test -update to create it): %v", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("Render(example, %s) = got\n%s\nwant (%s)\n%s", host, got, golden, want)
+			}
+			self, _ := inv.Host(host)
+			checkConfig(t, got, self.Interface)
+		})
+	}
+}
+
+// checkConfig fails tb unless "keepalived -t" accepts conf silently.
+func checkConfig(tb testing.TB, conf []byte, iface string) {
+	tb.Helper()
+	out, err := configTest(tb, conf, iface)
+	if err != nil || len(bytes.TrimSpace(out)) != 0 {
+		tb.Fatalf("keepalived -t (in a private netns with link %s) = got %v\n%s\nwant exit 0 and no complaint\n%s", iface, err, out, conf)
+	}
+}
+
+// configTest runs "keepalived -t -f" on conf. keepalived checks that the
+// VRRP interface exists (and refuses loopback), so the check runs in a
+// private network namespace (unshare --net: needs root, as in CI) holding
+// one link of that name, with no address: a dummy link where the kernel has
+// the module, else one end of a veth pair. "keepalived -t" only reads: it
+// writes no pid file and opens only a netlink socket, which in the private
+// namespace sees nothing of the host.
+func configTest(tb testing.TB, conf []byte, iface string) ([]byte, error) {
+	tb.Helper()
+	path := filepath.Join(tb.TempDir(), "keepalived.conf")
+	if err := os.WriteFile(path, conf, 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	script := `ip link add "$1" type dummy 2>/dev/null || ip link add "$1" type veth peer name ktpeer0 || exit 99
+exec keepalived -t -f "$2"`
+	return exec.Command("unshare", "--net", "/bin/sh", "-c", script, "keepalived-check", iface, path).CombinedOutput()
+}
+
+// TestRenderBadConfigFailsCheck proves configTest catches what keepalived
+// rejects: a fractional advert_int with VRRPv2 authentication.
+func TestRenderBadConfigFailsCheck(t *testing.T) {
+	got, err := Render(loadExample(t), "lb1")
+	if err != nil {
+		t.Fatalf("Render(example, lb1) = got error %v, want nil", err)
+	}
+	bad := bytes.Replace(got, []byte("advert_int 1\n"), []byte("advert_int 0.5\n"), 1)
+	out, err := configTest(t, bad, "eth0")
+	if err == nil || !strings.Contains(string(out), "must be an integer") {
+		t.Errorf("keepalived -t on advert_int 0.5 = got %v\n%s\nwant a failure saying it must be an integer", err, out)
+	}
+}
+
+// TestRenderDirectives pins what DESIGN.md §6/§8 and the VIP-move target
+// depend on.
+func TestRenderDirectives(t *testing.T) {
+	inv := loadExample(t)
+	got, err := Render(inv, "lb2")
+	if err != nil {
+		t.Fatalf("Render(example, lb2) = got error %v, want nil", err)
+	}
+	for _, want := range []string{
+		`script "/usr/bin/curl -fsS -o /dev/null --max-time 1 http://10.0.0.12:8404/lb-health"`,
+		"    interval 1\n    timeout 2\n    fall 1\n    rise 2\n",
+		"    state BACKUP\n    interface eth0\n    virtual_router_id 51\n    priority 200\n    advert_int 1\n",
+		"    unicast_src_ip 10.0.0.12\n    unicast_peer {\n        10.0.0.11\n    }\n",
+		"        auth_type PASS\n        auth_pass rp00lHA1\n",
+		"        10.0.0.100/24 dev eth0\n",
+		"    track_script {\n        chk_haproxy\n    }\n",
+		`notify "/etc/keepalived/notify.sh /var/log/keepalived-repool-lb2.log"`,
+	} {
+		if !strings.Contains(string(got), want) {
+			t.Errorf("Render(example, lb2) = got\n%s\nwant it to contain %q", got, want)
+		}
+	}
+	// Never a process-name check (all namespaces share one process table).
+	for _, bad := range []string{"killall", "pidof", "pgrep", "chk_process", "track_process"} {
+		if strings.Contains(string(got), bad) {
+			t.Errorf("Render(example, lb2) = got a process check %q, want a network check only", bad)
+		}
+	}
+}
+
+func TestRenderErrors(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(*inventory.Inventory)
+		host   string
+		field  string
+	}{
+		{"unknown host", func(*inventory.Inventory) {}, "lb3", `"lb3"`},
+		{"invalid inventory", func(i *inventory.Inventory) { i.VIP.AuthPass = "" }, "lb1", "vip.auth_pass"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			inv := loadExample(t)
+			tt.change(inv)
+			_, err := Render(inv, tt.host)
+			if !errors.Is(err, inventory.ErrInvalid) || !strings.Contains(err.Error(), tt.field) {
+				t.Fatalf("Render(%s) = got error %v, want ErrInvalid naming %s", tt.host, err, tt.field)
+			}
+		})
+	}
+}
+
+// TestNotifyScript runs keepalived/notify.sh the way keepalived does.
+func TestNotifyScript(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "sub", "notify.log")
+	for _, args := range [][]string{
+		{"INSTANCE", "repool", "BACKUP", "200"},
+		{"INSTANCE", "repool", "MASTER", "200"},
+	} {
+		out, err := exec.Command(notifyPath, append([]string{log}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("notify.sh %s %v = got %v\n%s, want success", log, args, err, out)
+		}
+	}
+	raw, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatalf("read %s = got error %v, want the log", log, err)
+	}
+	line := regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z INSTANCE repool (BACKUP|MASTER) priority=200$`)
+	lines := strings.Split(strings.TrimSuffix(string(raw), "\n"), "\n")
+	if len(lines) != 2 || !line.MatchString(lines[0]) || !line.MatchString(lines[1]) || !strings.Contains(lines[1], "MASTER") {
+		t.Errorf("notify log = got %q, want a BACKUP then a MASTER line matching %s", raw, line)
+	}
+	if err := exec.Command(notifyPath, log).Run(); err == nil {
+		t.Errorf("notify.sh with only LOGFILE = got success, want a usage error")
+	}
+}
