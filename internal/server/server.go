@@ -119,6 +119,9 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	if s.store, err = open.Store(ctx, cfg.Store, store.Options{Clock: opts.Clock}); err != nil {
 		return nil, fmt.Errorf("opening the store: %w", err)
 	}
+	if h, ok := s.store.(store.HA); ok && cfg.HA {
+		s.store = newFenceCounter(s.store, h, s.reg)
+	}
 	key, err := s.store.SigningKey(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("reading the signing key: %w", err)
