@@ -19,9 +19,9 @@ type cell struct {
 
 // findCell returns the slot of the resource's cell for ctx, or -1.
 func (p *Pool) findCell(r *resource, idx, ctx int32) int32 {
-	for i := range r.ictx {
-		if r.ictx[i] == ctx+1 {
-			return r.islot[i]
+	for i := range r.inline {
+		if r.inline[i].ctx == ctx+1 {
+			return r.inline[i].slot
 		}
 	}
 	if r.ncells <= inlineCells {
@@ -47,9 +47,9 @@ func (p *Pool) newCell(idx, ctx int32, c cell) int32 {
 	}
 	p.cellIdx[cellKey{idx, ctx}] = slot
 	r := &p.res[idx]
-	for i := range r.ictx {
-		if r.ictx[i] == 0 {
-			r.ictx[i], r.islot[i] = ctx+1, slot
+	for i := range r.inline {
+		if r.inline[i].ctx == 0 {
+			r.inline[i] = cellRef{ctx: ctx + 1, slot: slot}
 			break
 		}
 	}
@@ -72,7 +72,7 @@ func (p *Pool) dropCells(idx int32) {
 		}
 	}
 	r.ncells = 0
-	r.ictx = [inlineCells]int32{}
+	r.inline = [inlineCells]cellRef{}
 }
 
 func (p *Pool) markCell(slot int32) {

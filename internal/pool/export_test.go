@@ -1,6 +1,10 @@
 package pool
 
-import "fmt"
+import (
+	"fmt"
+	"testing"
+	"unsafe"
+)
 
 // checkInvariants verifies the pool's internal bookkeeping: every live
 // resource's active count equals its live leases and never exceeds its
@@ -46,4 +50,11 @@ func (p *Pool) checkInvariants() error {
 		return fmt.Errorf("avail holds %d entries, %d resources are available", len(p.avail), inAvail)
 	}
 	return nil
+}
+
+func TestResourceHotFieldsFitOneCacheLine(t *testing.T) {
+	var r resource
+	if end := unsafe.Offsetof(r.inline) + unsafe.Sizeof(r.inline); end > 64 {
+		t.Fatalf("availability and the inline cell table end at byte %d, want within the first 64", end)
+	}
 }

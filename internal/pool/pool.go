@@ -121,22 +121,28 @@ type quarantine struct {
 	state uint8
 }
 
+// resource is laid out so that what Acquire reads for every candidate —
+// availability and the inline cell table — fills exactly the first cache
+// line.
 type resource struct {
 	capacity   int32
 	active     int32
-	availPos   int32 // index in Pool.avail, or -1
+	availPos   int32 // index in Pool.avail, or -1; >= 0 iff live, not full, not quarantined
+	ncells     int32
+	inline     [inlineCells]cellRef
 	consecFail int32
+	gen        uint32 // bumped when the slot is reused
 	q          quarantine
 	agg        counts
-	ictx       [inlineCells]int32 // context id + 1 of inline cells; 0 is empty
-	islot      [inlineCells]int32 // their slots
-	ncells     int32
-	gen        uint32 // bumped when the slot is reused
 	live       bool
 	dirty      bool
 	id         string
 	labels     map[string]string
 }
+
+// cellRef is an inline cell table entry: context id + 1 (0 is empty) and
+// the cell's slot.
+type cellRef struct{ ctx, slot int32 }
 
 type leaseRec struct {
 	context string

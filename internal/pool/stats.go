@@ -18,7 +18,30 @@ func decayFactor(dt, hl int64) float64 {
 	if dt <= 0 || hl <= 0 {
 		return 1
 	}
-	return math.Exp2(-float64(dt) / float64(hl))
+	return exp2neg(-float64(dt) / float64(hl))
+}
+
+// exp2neg is 2^x for x <= 0 to a relative error below 2e-7 (exact at
+// whole numbers), several times cheaper than math.Exp2: Acquire decays every
+// candidate's counts, so this is on its hot path. It splits x into the
+// nearest whole power of two, applied to the exponent bits, and a fraction
+// in [-0.5, 0.5], approximated by its Taylor polynomial.
+func exp2neg(x float64) float64 {
+	if x < -1000 {
+		return 0
+	}
+	i := math.Floor(x + 0.5)
+	f := x - i
+	const (
+		c1 = 0.6931471805599453     // ln 2
+		c2 = 0.2402265069591007     // ln²2 / 2!
+		c3 = 0.05550410866482158    // ln³2 / 3!
+		c4 = 0.009618129107628477   // ...
+		c5 = 0.0013333558146428443
+		c6 = 0.00015403530393381606
+	)
+	p := 1 + f*(c1+f*(c2+f*(c3+f*(c4+f*(c5+f*c6)))))
+	return math.Float64frombits(math.Float64bits(p) + uint64(int64(i))<<52)
 }
 
 // at returns the counts decayed to now, without changing c.
