@@ -3,14 +3,38 @@ package resilience
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
+// hopPrefix starts grpc-go's message for an answer that is not gRPC at all,
+// such as a proxy's own error page; grpc-go reports 502, 503 and 504 alike
+// as UNAVAILABLE, followed by this text and the HTTP status.
+const hopPrefix = "unexpected HTTP status code received from server: "
+
+// hopStatus returns the HTTP status of a proxy's non-gRPC answer, or 0.
+func hopStatus(s *status.Status) int {
+	msg := s.Message()
+	i := strings.Index(msg, hopPrefix)
+	if i < 0 {
+		return 0
+	}
+	rest := msg[i+len(hopPrefix):]
+	if j := strings.IndexFunc(rest, func(r rune) bool { return r < '0' || r > '9' }); j >= 0 {
+		rest = rest[:j]
+	}
+	n, _ := strconv.Atoi(rest)
+	return n
+}
+
 // Code returns the gRPC code of err: codes.OK for nil, DEADLINE_EXCEEDED and
 // CANCELED for context errors, UNAVAILABLE for an open breaker, the status
-// code for a (possibly wrapped) status error, and UNKNOWN otherwise.
+// code for a (possibly wrapped) status error, and UNKNOWN otherwise. A
+// proxy's HTTP 504 (its own timeout), which grpc-go reports as UNAVAILABLE,
+// is DEADLINE_EXCEEDED: a timeout, never retried.
 func Code(err error) codes.Code {
 	if err == nil {
 		return codes.OK
@@ -19,6 +43,9 @@ func Code(err error) codes.Code {
 		return codes.Unavailable
 	}
 	if s, ok := status.FromError(err); ok {
+		if s.Code() == codes.Unavailable && hopStatus(s) == 504 {
+			return codes.DeadlineExceeded
+		}
 		return s.Code()
 	}
 	switch {
@@ -31,9 +58,10 @@ func Code(err error) codes.Code {
 }
 
 // Retryable reports whether a failed attempt may be retried: only
-// UNAVAILABLE, which is also what grpc-go reports for an HTTP 502, 503 or
-// 504 from a proxy on the way (HAProxy with no server up). INTERNAL,
-// DEADLINE_EXCEEDED and every business code are final.
+// UNAVAILABLE, which is also what grpc-go reports for an HTTP 502 or 503
+// from a proxy on the way (HAProxy with no server up). INTERNAL,
+// DEADLINE_EXCEEDED (a proxy's 504 included) and every business code are
+// final.
 func Retryable(err error) bool {
 	return err != nil && !errors.Is(err, ErrCircuitOpen) && Code(err) == codes.Unavailable
 }

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/repool/repool/internal/sidecar"
+	"github.com/repool/repool/internal/sidecar/fakeserver"
+)
+
+// syncBuffer collects the sidecar's logs.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+func writeConfig(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func status(t *testing.T, url string) int {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(`{"context":"c","ttl_seconds":30}`))
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func TestSIGHUPReloadsTheFile(t *testing.T) {
+	a := fakeserver.Start(t, fakeserver.Config{})
+	b := fakeserver.Start(t, fakeserver.Config{})
+	path := filepath.Join(t.TempDir(), "sidecar.yaml")
+	writeConfig(t, path, "providers:\n  a: {endpoint: "+a.Addr()+", api_key_env: KEY_A}\n")
+	getenv := env(map[string]string{"KEY_A": fakeserver.DefaultAPIKey})
+
+	var logs syncBuffer
+	ready := make(chan *sidecar.Sidecar, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--config", path, "--listen", "127.0.0.1:0"}, getenv, &logs, func(s *sidecar.Sidecar) { ready <- s })
+	}()
+	var s *sidecar.Sidecar
+	select {
+	case s = <-ready:
+	case err := <-done:
+		t.Fatalf("run() = %v before the sidecar was ready", err)
+	}
+	base := "http://" + s.Addr() + "/v1/providers/"
+	if got := status(t, base+"a/acquire"); got != 200 {
+		t.Fatalf("acquire on a = %d, want 200", got)
+	}
+
+	// A broken file: rejected, logged, and the running configuration stays.
+	writeConfig(t, path, "providers:\n  a: {endpoint: [\n")
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the rejected reload to be logged", func() bool { return strings.Contains(logs.String(), "configuration reload rejected") })
+	if got := status(t, base+"a/acquire"); got != 200 {
+		t.Fatalf("acquire on a after a rejected reload = %d, want 200", got)
+	}
+
+	// A good file: provider b added, a removed.
+	writeConfig(t, path, "providers:\n  b: {endpoint: "+b.Addr()+", api_key: "+fakeserver.DefaultAPIKey+"}\n")
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "provider b after SIGHUP", func() bool { _, ok := s.Config().Providers["b"]; return ok })
+	if got := status(t, base+"b/acquire"); got != 200 {
+		t.Fatalf("acquire on b = %d, want 200", got)
+	}
+	if got := status(t, base+"a/acquire"); got != 404 {
+		t.Fatalf("acquire on the removed a = %d, want 404", got)
+	}
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run() = %v, want nil after the context ended", err)
+	}
+}
+
+func TestRunRefuses(t *testing.T) {
+	fake := fakeserver.Start(t, fakeserver.Config{})
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"no API key", nil, map[string]string{}, "REPOOL_API_KEY"},
+		{"non-loopback listen", []string{"--listen", "0.0.0.0:0"}, map[string]string{"REPOOL_API_KEY": "k", "REPOOL_ENDPOINT": fake.Addr()}, "not a loopback address"},
+		{"non-loopback listen from the environment", nil, map[string]string{"REPOOL_API_KEY": "k", "REPOOL_SIDECAR_LISTEN": "10.0.0.1:7070"}, "not a loopback address"},
+		{"missing file", []string{"--config", "/nonexistent/sidecar.yaml"}, map[string]string{}, "config file"},
+		{"bad log level", []string{"--log-level", "chatty"}, map[string]string{"REPOOL_API_KEY": "k"}, "log_level"},
+		{"stray argument", []string{"serve"}, map[string]string{}, "unexpected arguments"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := run(context.Background(), tt.args, env(tt.env), io.Discard, nil)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("run(%v) = %v, want an error containing %q", tt.args, err, tt.want)
+			}
+		})
+	}
+	if err := run(context.Background(), []string{"-h"}, env(nil), io.Discard, nil); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("run(-h) = %v, want flag.ErrHelp", err)
+	}
+}
+
+func TestRunNoFileMode(t *testing.T) {
+	fake := fakeserver.Start(t, fakeserver.Config{})
+	ready := make(chan *sidecar.Sidecar, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--listen", "127.0.0.1:0"},
+			env(map[string]string{"REPOOL_ENDPOINT": fake.Addr(), "REPOOL_API_KEY": fakeserver.DefaultAPIKey}),
+			io.Discard, func(s *sidecar.Sidecar) { ready <- s })
+	}()
+	var s *sidecar.Sidecar
+	select {
+	case s = <-ready:
+	case err := <-done:
+		t.Fatalf("run() = %v before the sidecar was ready", err)
+	}
+	if got := status(t, "http://"+s.Addr()+"/v1/providers/default/acquire"); got != 200 {
+		t.Fatalf("acquire on provider default = %d, want 200", got)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run() = %v", err)
+	}
+}

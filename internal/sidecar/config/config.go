@@ -1,0 +1,420 @@
+// Package config is the sidecar's configuration: the YAML file, the
+// environment overrides, defaults applied in one place (WithDefaults), and
+// validation that names the bad field (Validate).
+//
+// The file (sidecar.yaml; every key is optional except each provider's
+// endpoint and API key):
+//
+//	listen: 127.0.0.1:7070        # loopback host:port, or unix:/path
+//	allow_remote: false           # allow a non-loopback listen address
+//	max_body_bytes: 1048576       # larger request bodies are refused (413)
+//	shutdown_grace: 10s           # drain time on SIGTERM/SIGINT
+//	log_level: info               # debug, info, warn, error
+//	redis:                        # optional shared token cache
+//	  addr: 127.0.0.1:6379
+//	  key_prefix: "repool:"
+//	  username: ""
+//	  password_env: REDIS_PASSWORD
+//	  db: 0
+//	  timeout: 250ms
+//	providers:
+//	  eu:
+//	    endpoint: 10.0.0.100:9090   # the VIP, host:port
+//	    api_key_env: REPOOL_EU_KEY  # or api_key: rpk_..., or api_key_file: /path
+//	    timeout: 3s                 # one logical call, retries included
+//	    token: {skew: 30s, refresh_at: 0.8, issue_timeout: 5s}
+//	    retry: {max_retries: 3, initial_interval: 50ms, multiplier: 2,
+//	            max_interval: 1s, randomization_factor: 1, max_elapsed: 2s}
+//	    retry_budget: {ratio: 0.2, min_per_second: 10, window: 10s}
+//	    breaker: {failure_ratio: 0.5, min_requests: 20, window: 10s,
+//	              buckets: 10, open_timeout: 5s, half_open_probes: 3}
+//
+// Without a file, one provider named "default" is built from
+// REPOOL_ENDPOINT (default 127.0.0.1:9090) and REPOOL_API_KEY.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/repool/repool/internal/sidecar/resilience"
+	"github.com/repool/repool/internal/sidecar/token"
+)
+
+// DefaultProvider is the name of the provider of the no-file mode.
+const DefaultProvider = "default"
+
+// Config is the sidecar's configuration. The zero value of every field
+// means its default (WithDefaults).
+type Config struct {
+	// Listen is the HTTP address: a loopback host:port (127.0.0.0/8, ::1 or
+	// localhost) or unix:/path/to/socket. Default 127.0.0.1:7070.
+	Listen string `yaml:"listen"`
+	// AllowRemote permits a Listen address that is not loopback. The
+	// sidecar holds credentials and has no authentication of its own: only
+	// set this behind a network boundary you trust. Default false.
+	AllowRemote bool `yaml:"allow_remote"`
+	// MaxBodyBytes bounds a request body. Default 1 MiB.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// ShutdownGrace bounds the drain of in-flight requests at shutdown.
+	// Default 10s.
+	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
+	// LogLevel is debug, info, warn or error. Default info.
+	LogLevel string `yaml:"log_level"`
+	// Redis, when set, is the token cache shared with other sidecars.
+	Redis *Redis `yaml:"redis"`
+	// Providers are the reputation clusters, by name (the {p} of the URLs:
+	// lower-case letters, digits, '-' and '_'). At least one.
+	Providers map[string]Provider `yaml:"providers"`
+}
+
+// Redis configures the shared token cache.
+type Redis struct {
+	// Addr is host:port. Required.
+	Addr string `yaml:"addr"`
+	// KeyPrefix starts every key. Default "repool:".
+	KeyPrefix string `yaml:"key_prefix"`
+	// Username is the Redis ACL user; empty for none.
+	Username string `yaml:"username"`
+	// PasswordEnv names the environment variable holding the password;
+	// empty for none. Load reads it into Password.
+	PasswordEnv string `yaml:"password_env"`
+	// Password is the password, from PasswordEnv; never in the file.
+	Password string `yaml:"-"`
+	// DB is the database number. Default 0.
+	DB int `yaml:"db"`
+	// Timeout bounds each Redis operation. Default 250ms.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// Provider configures one reputation cluster.
+type Provider struct {
+	// Endpoint is the cluster's VIP, host:port (gRPC, h2c). Required.
+	Endpoint string `yaml:"endpoint"`
+	// APIKey, APIKeyEnv and APIKeyFile give the API key: inline, from an
+	// environment variable, or from a file (trimmed; a relative path is
+	// relative to the configuration file). Exactly one. Load resolves
+	// APIKeyEnv and APIKeyFile into APIKey, on every (re)load.
+	APIKey     string `yaml:"api_key"`
+	APIKeyEnv  string `yaml:"api_key_env"`
+	APIKeyFile string `yaml:"api_key_file"`
+	// Timeout bounds one logical call, retries included. Default 3s.
+	Timeout time.Duration `yaml:"timeout"`
+	// Token is the token cache policy.
+	Token token.Policy `yaml:"token"`
+	// Retry is the retry policy for transient failures.
+	Retry resilience.RetryPolicy `yaml:"retry"`
+	// RetryBudget bounds the retries.
+	RetryBudget resilience.BudgetPolicy `yaml:"retry_budget"`
+	// Breaker is the circuit breaker policy.
+	Breaker resilience.BreakerPolicy `yaml:"breaker"`
+}
+
+// WithDefaults returns c with defaults in place of zero values, in the
+// configuration and in every provider and policy.
+func (c Config) WithDefaults() Config {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:7070"
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = 1 << 20
+	}
+	if c.ShutdownGrace == 0 {
+		c.ShutdownGrace = 10 * time.Second
+	}
+	if c.LogLevel == "" {
+		c.LogLevel = "info"
+	}
+	if c.Redis != nil {
+		r := *c.Redis
+		tr := token.Redis{KeyPrefix: r.KeyPrefix, Timeout: r.Timeout}.WithDefaults()
+		r.KeyPrefix, r.Timeout = tr.KeyPrefix, tr.Timeout
+		c.Redis = &r
+	}
+	providers := make(map[string]Provider, len(c.Providers))
+	for name, p := range c.Providers {
+		if p.Timeout == 0 {
+			p.Timeout = 3 * time.Second
+		}
+		p.Token = p.Token.WithDefaults()
+		p.Retry = p.Retry.WithDefaults()
+		p.RetryBudget = p.RetryBudget.WithDefaults()
+		p.Breaker = p.Breaker.WithDefaults()
+		providers[name] = p
+	}
+	c.Providers = providers
+	return c
+}
+
+// providerName is what a provider may be called: it appears in URLs,
+// metric labels and environment variable names.
+var providerName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// Validate names the first bad field (by its YAML path), after defaults.
+// Providers are checked in name order.
+func (c Config) Validate() error {
+	c = c.WithDefaults()
+	if err := CheckListen(c.Listen, c.AllowRemote); err != nil {
+		return fmt.Errorf("config: listen: %w", err)
+	}
+	var lv slog.Level
+	switch {
+	case c.MaxBodyBytes < 1024:
+		return fmt.Errorf("config: max_body_bytes %d: want at least 1024", c.MaxBodyBytes)
+	case c.ShutdownGrace < 0:
+		return fmt.Errorf("config: shutdown_grace %v: must not be negative", c.ShutdownGrace)
+	case lv.UnmarshalText([]byte(c.LogLevel)) != nil:
+		return fmt.Errorf("config: log_level %q: want debug, info, warn or error", c.LogLevel)
+	}
+	if r := c.Redis; r != nil {
+		switch {
+		case checkHostPort(r.Addr) != nil:
+			return fmt.Errorf("config: redis.addr %q: %w", r.Addr, checkHostPort(r.Addr))
+		case r.DB < 0:
+			return fmt.Errorf("config: redis.db %d: must not be negative", r.DB)
+		case r.Timeout < time.Millisecond:
+			return fmt.Errorf("config: redis.timeout %v: want at least 1ms", r.Timeout)
+		}
+	}
+	if len(c.Providers) == 0 {
+		return errors.New("config: providers: want at least one provider")
+	}
+	for _, name := range c.Names() {
+		if err := c.Providers[name].validate(name); err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
+	}
+	return nil
+}
+
+// Names returns the provider names, sorted.
+func (c Config) Names() []string {
+	names := make([]string, 0, len(c.Providers))
+	for n := range c.Providers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func (p Provider) validate(name string) error {
+	field := "providers." + name
+	if !providerName.MatchString(name) {
+		return fmt.Errorf("%s: provider name %q: want 1 to 63 of a-z, 0-9, '-' and '_', starting with a letter or digit", field, name)
+	}
+	if err := checkHostPort(p.Endpoint); err != nil {
+		return fmt.Errorf("%s.endpoint %q: %w", field, p.Endpoint, err)
+	}
+	sources := 0
+	for _, s := range []string{p.APIKey, p.APIKeyEnv, p.APIKeyFile} {
+		if s != "" {
+			sources++
+		}
+	}
+	switch {
+	case sources != 1:
+		return fmt.Errorf("%s.api_key: set exactly one of api_key, api_key_env and api_key_file (%d set)", field, sources)
+	case p.APIKeyEnv != "" || p.APIKeyFile != "":
+		return fmt.Errorf("%s.api_key: not resolved (api_key_env and api_key_file are read by config.Load)", field)
+	case strings.ContainsAny(p.APIKey, " \t\r\n"):
+		return fmt.Errorf("%s.api_key: contains white space", field)
+	case p.Timeout < time.Millisecond:
+		return fmt.Errorf("%s.timeout %v: want at least 1ms", field, p.Timeout)
+	}
+	if err := p.Token.Validate(); err != nil {
+		return fmt.Errorf("%s.token.%w", field, err)
+	}
+	if err := p.Retry.Validate(); err != nil {
+		return fmt.Errorf("%s.retry.%w", field, err)
+	}
+	if err := p.RetryBudget.Validate(); err != nil {
+		return fmt.Errorf("%s.retry_budget.%w", field, err)
+	}
+	if err := p.Breaker.Validate(); err != nil {
+		return fmt.Errorf("%s.breaker.%w", field, err)
+	}
+	return nil
+}
+
+// CheckListen accepts unix:/path, and host:port with a loopback host
+// (127.0.0.0/8, ::1, localhost) — or any host when allowRemote is set.
+func CheckListen(addr string, allowRemote bool) error {
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		if path == "" {
+			return fmt.Errorf("%q: want unix:/path/to/socket", addr)
+		}
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q: %v", addr, err)
+	}
+	if err := checkHostPort(addr); err != nil {
+		return fmt.Errorf("%q: %w", addr, err)
+	}
+	if allowRemote || host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("%q is not a loopback address (127.0.0.0/8, ::1, localhost) or unix:/path; the sidecar holds credentials and has no authentication of its own (--allow-remote overrides this)", addr)
+	}
+	return nil
+}
+
+// checkHostPort accepts host:port with a non-empty host and a port number.
+func checkHostPort(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if host == "" {
+		return errors.New("missing host")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("port %q: want a number from 0 to 65535", port)
+	}
+	return nil
+}
+
+// Load builds the configuration from, in increasing precedence, the YAML
+// file at path (none if path is empty: the no-file mode) and the
+// environment (getenv), and resolves API keys and the Redis password. It
+// neither applies defaults nor validates: callers apply their flags, then
+// WithDefaults and Validate.
+//
+// Environment overrides:
+//
+//	REPOOL_SIDECAR_LISTEN, REPOOL_SIDECAR_ALLOW_REMOTE (true/false),
+//	REPOOL_SIDECAR_LOG_LEVEL, REPOOL_REDIS_ADDR, REPOOL_REDIS_KEY_PREFIX,
+//	REPOOL_PROVIDER_<NAME>_ENDPOINT, REPOOL_PROVIDER_<NAME>_API_KEY
+//	  (NAME upper-cased, '-' as '_'; the provider must exist),
+//	REPOOL_ENDPOINT, REPOOL_API_KEY for the provider "default" (created
+//	  in the no-file mode, with endpoint 127.0.0.1:9090 unless set).
+func Load(path string, getenv func(string) string) (Config, error) {
+	var c Config
+	dir := "."
+	if path != "" {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return Config{}, fmt.Errorf("config file: %w", err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(raw))
+		dec.KnownFields(true)
+		if err := dec.Decode(&c); err != nil {
+			return Config{}, fmt.Errorf("config file %s: %w", path, err)
+		}
+		dir = filepath.Dir(path)
+	} else {
+		c.Providers = map[string]Provider{DefaultProvider: {Endpoint: "127.0.0.1:9090"}}
+	}
+	if err := c.applyEnv(getenv); err != nil {
+		return Config{}, err
+	}
+	if err := c.resolve(dir, getenv); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// applyEnv applies the environment overrides.
+func (c *Config) applyEnv(getenv func(string) string) error {
+	if v := getenv("REPOOL_SIDECAR_LISTEN"); v != "" {
+		c.Listen = v
+	}
+	if v := getenv("REPOOL_SIDECAR_ALLOW_REMOTE"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("REPOOL_SIDECAR_ALLOW_REMOTE %q: want true or false", v)
+		}
+		c.AllowRemote = b
+	}
+	if v := getenv("REPOOL_SIDECAR_LOG_LEVEL"); v != "" {
+		c.LogLevel = v
+	}
+	if v := getenv("REPOOL_REDIS_ADDR"); v != "" {
+		if c.Redis == nil {
+			c.Redis = &Redis{}
+		}
+		c.Redis.Addr = v
+	}
+	if v := getenv("REPOOL_REDIS_KEY_PREFIX"); v != "" && c.Redis != nil {
+		c.Redis.KeyPrefix = v
+	}
+	providers := make(map[string]Provider, len(c.Providers))
+	for name, p := range c.Providers {
+		env := "REPOOL_PROVIDER_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_")) + "_"
+		endpoint, key := getenv(env+"ENDPOINT"), getenv(env+"API_KEY")
+		if name == DefaultProvider {
+			endpoint = firstSet(endpoint, getenv("REPOOL_ENDPOINT"))
+			key = firstSet(key, getenv("REPOOL_API_KEY"))
+		}
+		if endpoint != "" {
+			p.Endpoint = endpoint
+		}
+		if key != "" {
+			p.APIKey, p.APIKeyEnv, p.APIKeyFile = key, "", ""
+		}
+		providers[name] = p
+	}
+	c.Providers = providers
+	return nil
+}
+
+// firstSet returns the first non-empty string.
+func firstSet(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// resolve reads API keys from their environment variables and files, and
+// the Redis password from its variable.
+func (c *Config) resolve(dir string, getenv func(string) string) error {
+	for name, p := range c.Providers {
+		field := "providers." + name
+		switch {
+		case p.APIKey != "" && (p.APIKeyEnv != "" || p.APIKeyFile != ""),
+			p.APIKeyEnv != "" && p.APIKeyFile != "":
+			return fmt.Errorf("config: %s.api_key: set exactly one of api_key, api_key_env and api_key_file", field)
+		case p.APIKeyEnv != "":
+			if p.APIKey = getenv(p.APIKeyEnv); p.APIKey == "" {
+				return fmt.Errorf("config: %s.api_key_env: environment variable %s is empty or unset", field, p.APIKeyEnv)
+			}
+		case p.APIKeyFile != "":
+			path := p.APIKeyFile
+			if !filepath.IsAbs(path) {
+				path = filepath.Join(dir, path)
+			}
+			raw, err := os.ReadFile(path)
+			if err != nil {
+				return fmt.Errorf("config: %s.api_key_file: %w", field, err)
+			}
+			if p.APIKey = strings.TrimSpace(string(raw)); p.APIKey == "" {
+				return fmt.Errorf("config: %s.api_key_file: %s is empty", field, path)
+			}
+		case p.APIKey == "" && name == DefaultProvider && len(c.Providers) == 1:
+			return fmt.Errorf("config: %s.api_key: no API key: set REPOOL_API_KEY (or use --config)", field)
+		}
+		p.APIKeyEnv, p.APIKeyFile = "", ""
+		c.Providers[name] = p
+	}
+	if c.Redis != nil && c.Redis.PasswordEnv != "" {
+		if c.Redis.Password = getenv(c.Redis.PasswordEnv); c.Redis.Password == "" {
+			return fmt.Errorf("config: redis.password_env: environment variable %s is empty or unset", c.Redis.PasswordEnv)
+		}
+	}
+	return nil
+}

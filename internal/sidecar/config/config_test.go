@@ -1,0 +1,185 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// env returns a getenv over m.
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func valid() Config {
+	return Config{Providers: map[string]Provider{"eu": {Endpoint: "10.0.0.1:9090", APIKey: "rpk_x"}}}
+}
+
+func TestValidateNamesTheBadField(t *testing.T) {
+	tests := []struct {
+		name string
+		edit func(*Config)
+		want string // substring of the error; "" for valid
+	}{
+		{"valid", func(*Config) {}, ""},
+		{"unix socket", func(c *Config) { c.Listen = "unix:/tmp/s.sock" }, ""},
+		{"ipv6 loopback", func(c *Config) { c.Listen = "[::1]:7070" }, ""},
+		{"127/8", func(c *Config) { c.Listen = "127.0.0.2:7070" }, ""},
+		{"localhost", func(c *Config) { c.Listen = "localhost:7070" }, ""},
+		{"all interfaces refused", func(c *Config) { c.Listen = "0.0.0.0:7070" }, "config: listen: \"0.0.0.0:7070\" is not a loopback address"},
+		{"empty host refused", func(c *Config) { c.Listen = ":7070" }, "config: listen: \":7070\""},
+		{"public address refused", func(c *Config) { c.Listen = "10.1.2.3:7070" }, "not a loopback address"},
+		{"public address allowed remote", func(c *Config) { c.Listen, c.AllowRemote = "0.0.0.0:7070", true }, ""},
+		{"listen without port", func(c *Config) { c.Listen = "127.0.0.1" }, "config: listen:"},
+		{"no providers", func(c *Config) { c.Providers = nil }, "config: providers: want at least one provider"},
+		{"bad provider name", func(c *Config) { c.Providers["EU!"] = c.Providers["eu"] }, "providers.EU!: provider name"},
+		{"missing endpoint", func(c *Config) { p := c.Providers["eu"]; p.Endpoint = ""; c.Providers["eu"] = p }, "config: providers.eu.endpoint \"\""},
+		{"endpoint without port", func(c *Config) { p := c.Providers["eu"]; p.Endpoint = "vip"; c.Providers["eu"] = p }, "providers.eu.endpoint \"vip\""},
+		{"no key", func(c *Config) { p := c.Providers["eu"]; p.APIKey = ""; c.Providers["eu"] = p }, "providers.eu.api_key: set exactly one of api_key, api_key_env and api_key_file (0 set)"},
+		{"two key sources", func(c *Config) { p := c.Providers["eu"]; p.APIKeyEnv = "X"; c.Providers["eu"] = p }, "(2 set)"},
+		{"negative timeout", func(c *Config) { p := c.Providers["eu"]; p.Timeout = -1; c.Providers["eu"] = p }, "providers.eu.timeout -1ns"},
+		{"bad retry", func(c *Config) { p := c.Providers["eu"]; p.Retry.Multiplier = 0.5; c.Providers["eu"] = p }, "config: providers.eu.retry.multiplier 0.5: want at least 1"},
+		{"bad breaker", func(c *Config) { p := c.Providers["eu"]; p.Breaker.FailureRatio = 2; c.Providers["eu"] = p }, "config: providers.eu.breaker.failure_ratio 2"},
+		{"bad budget", func(c *Config) {
+			p := c.Providers["eu"]
+			p.RetryBudget.Window = time.Millisecond
+			c.Providers["eu"] = p
+		}, "config: providers.eu.retry_budget.window 1ms"},
+		{"bad token", func(c *Config) { p := c.Providers["eu"]; p.Token.RefreshAt = 0.99; c.Providers["eu"] = p }, "config: providers.eu.token.refresh_at 0.99"},
+		{"bad redis", func(c *Config) { c.Redis = &Redis{Addr: "nope"} }, "config: redis.addr \"nope\""},
+		{"bad log level", func(c *Config) { c.LogLevel = "loud" }, "config: log_level \"loud\""},
+		{"tiny body limit", func(c *Config) { c.MaxBodyBytes = 10 }, "config: max_body_bytes 10"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := valid()
+			tt.edit(&c)
+			err := c.Validate()
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("Validate() = %v, want nil", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Fatalf("Validate() = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestWithDefaults(t *testing.T) {
+	c := valid().WithDefaults()
+	p := c.Providers["eu"]
+	if c.Listen != "127.0.0.1:7070" || c.MaxBodyBytes != 1<<20 || p.Timeout != 3*time.Second ||
+		p.Retry.MaxRetries != 3 || p.RetryBudget.Ratio != 0.2 || p.RetryBudget.MinPerSecond != 10 ||
+		p.Breaker.FailureRatio != 0.5 || p.Breaker.MinRequests != 20 || p.Token.RefreshAt != 0.8 {
+		t.Fatalf("WithDefaults() = %+v, want the documented defaults", c)
+	}
+}
+
+func TestLoadNoFileMode(t *testing.T) {
+	tests := []struct {
+		name    string
+		env     map[string]string
+		want    Provider
+		wantErr string
+	}{
+		{"key and endpoint", map[string]string{"REPOOL_ENDPOINT": "vip:9090", "REPOOL_API_KEY": "rpk_a"}, Provider{Endpoint: "vip:9090", APIKey: "rpk_a"}, ""},
+		{"default endpoint", map[string]string{"REPOOL_API_KEY": "rpk_a"}, Provider{Endpoint: "127.0.0.1:9090", APIKey: "rpk_a"}, ""},
+		{"no key", map[string]string{}, Provider{}, "set REPOOL_API_KEY"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Load("", env(tt.env))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Load() = %v, want an error containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || len(c.Providers) != 1 || c.Providers[DefaultProvider] != tt.want {
+				t.Fatalf("Load() = %+v, %v; want provider default %+v", c.Providers, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestLoadFile(t *testing.T) {
+	keyFile := writeFile(t, "key", "rpk_from_file\n")
+	path := writeFile(t, "sidecar.yaml", `
+listen: unix:/tmp/repool-sidecar.sock
+redis:
+  addr: 127.0.0.1:6379
+  password_env: REDIS_PW
+providers:
+  eu:
+    endpoint: 10.0.0.1:9090
+    api_key_env: EU_KEY
+    timeout: 1500ms
+    retry: {max_retries: -1}
+    breaker: {min_requests: 50, open_timeout: 2s}
+  us:
+    endpoint: 10.0.1.1:9090
+    api_key_file: `+keyFile+`
+  asia:
+    endpoint: 10.0.2.1:9090
+    api_key: rpk_inline
+`)
+	c, err := Load(path, env(map[string]string{
+		"EU_KEY": "rpk_from_env", "REDIS_PW": "pw",
+		"REPOOL_PROVIDER_ASIA_ENDPOINT": "10.9.9.9:9090", "REPOOL_SIDECAR_LISTEN": "127.0.0.1:7171",
+	}))
+	if err != nil {
+		t.Fatalf("Load() = %v", err)
+	}
+	c = c.WithDefaults()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Validate() = %v", err)
+	}
+	eu, us, asia := c.Providers["eu"], c.Providers["us"], c.Providers["asia"]
+	switch {
+	case c.Listen != "127.0.0.1:7171":
+		t.Errorf("listen = %q, want the environment's 127.0.0.1:7171", c.Listen)
+	case eu.APIKey != "rpk_from_env" || us.APIKey != "rpk_from_file" || asia.APIKey != "rpk_inline":
+		t.Errorf("API keys = %q, %q, %q; want them resolved from env, file, inline", eu.APIKey, us.APIKey, asia.APIKey)
+	case asia.Endpoint != "10.9.9.9:9090":
+		t.Errorf("asia endpoint = %q, want the environment's", asia.Endpoint)
+	case eu.Timeout != 1500*time.Millisecond || eu.Retry.MaxRetries != -1 || eu.Breaker.MinRequests != 50 || eu.Breaker.OpenTimeout != 2*time.Second || eu.Breaker.FailureRatio != 0.5:
+		t.Errorf("eu policies = %+v, want the file's values over the defaults", eu)
+	case c.Redis == nil || c.Redis.Password != "pw" || c.Redis.KeyPrefix != "repool:":
+		t.Errorf("redis = %+v, want the password from REDIS_PW and the default prefix", c.Redis)
+	}
+}
+
+func TestLoadRejects(t *testing.T) {
+	tests := []struct {
+		name, yaml string
+		env        map[string]string
+		want       string
+	}{
+		{"unknown key", "providers: {eu: {endpoint: a:1, api_key: k, retries: 3}}", nil, "field retries not found"},
+		{"not yaml", "providers: [", nil, "config file"},
+		{"unset key variable", "providers: {eu: {endpoint: a:1, api_key_env: NOPE}}", nil, "providers.eu.api_key_env: environment variable NOPE is empty or unset"},
+		{"missing key file", "providers: {eu: {endpoint: a:1, api_key_file: /nonexistent/key}}", nil, "providers.eu.api_key_file"},
+		{"two key sources", "providers: {eu: {endpoint: a:1, api_key: k, api_key_env: K}}", map[string]string{"K": "v"}, "set exactly one"},
+		{"bad bool", "providers: {eu: {endpoint: a:1, api_key: k}}", map[string]string{"REPOOL_SIDECAR_ALLOW_REMOTE": "maybe"}, "REPOOL_SIDECAR_ALLOW_REMOTE"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Load(writeFile(t, "c.yaml", tt.yaml), env(tt.env))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Load() = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+	if _, err := Load("/nonexistent/sidecar.yaml", env(nil)); err == nil {
+		t.Fatal("Load(missing file) = nil, want an error")
+	}
+}

@@ -1,0 +1,275 @@
+// Package fakeserver is a fake repool server for the sidecar's tests:
+// AuthService and PoolService over gRPC on a real loopback listener, with
+// function-field handlers and per-method call counters.
+//
+// By default it behaves like the real server as far as the sidecar can
+// tell: IssueToken trades the configured API key for a token, and every
+// PoolService call needs `authorization: Bearer <token>` with a token it
+// issued, has not revoked, and that has not expired by the fake's clock.
+package fakeserver
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	repoolv1 "github.com/repool/repool/api/repool/v1"
+	"github.com/repool/repool/internal/clock"
+)
+
+// DefaultAPIKey is the API key the fake accepts unless Config.APIKey says
+// otherwise.
+const DefaultAPIKey = "rpk_test-key"
+
+// Config configures Start. Every handler left nil has the default
+// behaviour described on it; handlers run after the fake's authentication
+// and may be called concurrently.
+type Config struct {
+	// APIKey is the key IssueToken accepts. Default DefaultAPIKey.
+	APIKey string
+	// TokenTTL is the lifetime of issued tokens. Default 15m.
+	TokenTTL time.Duration
+	// Clock dates tokens and checks their expiry. Default the wall clock.
+	Clock clock.Clock
+	// NoAuth turns off the bearer check of PoolService calls.
+	NoAuth bool
+
+	// IssueToken replaces the default (check the key, issue a token).
+	IssueToken func(ctx context.Context, req *repoolv1.IssueTokenRequest) (*repoolv1.IssueTokenResponse, error)
+	// Register: default counts every resource as registered.
+	Register func(ctx context.Context, req *repoolv1.RegisterRequest) (*repoolv1.RegisterResponse, error)
+	// Deregister: default counts every id as removed.
+	Deregister func(ctx context.Context, req *repoolv1.DeregisterRequest) (*repoolv1.DeregisterResponse, error)
+	// Acquire: default leases resource "r1" with a fresh lease id and
+	// fencing token.
+	Acquire func(ctx context.Context, req *repoolv1.AcquireRequest) (*repoolv1.AcquireResponse, error)
+	// Renew: default renews the lease.
+	Renew func(ctx context.Context, req *repoolv1.RenewRequest) (*repoolv1.RenewResponse, error)
+	// Release: default succeeds.
+	Release func(ctx context.Context, req *repoolv1.ReleaseRequest) (*repoolv1.ReleaseResponse, error)
+	// Report: default succeeds.
+	Report func(ctx context.Context, req *repoolv1.ReportRequest) (*repoolv1.ReportResponse, error)
+	// SubscribeEvents: default sends nothing and waits for the client to
+	// leave.
+	SubscribeEvents func(req *repoolv1.SubscribeEventsRequest, stream grpc.ServerStreamingServer[repoolv1.Event]) error
+}
+
+// Server is a running fake. Safe for concurrent use.
+type Server struct {
+	cfg  Config
+	addr string
+	grpc *grpc.Server
+
+	next    atomic.Uint64 // token, lease and fencing numbers
+	mu      sync.Mutex
+	tokens  map[string]time.Time // issued token → expiry
+	calls   map[string]int64     // method → calls received
+	revoked map[string]bool
+}
+
+// Start serves a fake on a free port of 127.0.0.1 until the test ends.
+func Start(tb testing.TB, cfg Config) *Server {
+	tb.Helper()
+	if cfg.APIKey == "" {
+		cfg.APIKey = DefaultAPIKey
+	}
+	if cfg.TokenTTL == 0 {
+		cfg.TokenTTL = 15 * time.Minute
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("fakeserver: listen: %v", err)
+	}
+	s := &Server{cfg: cfg, addr: ln.Addr().String(),
+		tokens: map[string]time.Time{}, calls: map[string]int64{}, revoked: map[string]bool{}}
+	s.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(s.unary), grpc.ChainStreamInterceptor(s.stream))
+	repoolv1.RegisterAuthServiceServer(s.grpc, authServer{s: s})
+	repoolv1.RegisterPoolServiceServer(s.grpc, poolServer{s: s})
+	go s.grpc.Serve(ln) // returns when Stop closes the listener
+	tb.Cleanup(s.Stop)
+	return s
+}
+
+// Addr returns the fake's host:port.
+func (s *Server) Addr() string { return s.addr }
+
+// Stop stops the fake at once, failing calls in flight. Idempotent.
+func (s *Server) Stop() { s.grpc.Stop() }
+
+// Calls returns how many calls of a method ("IssueToken", "Acquire", ...)
+// the fake received, refused ones included.
+func (s *Server) Calls(method string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls[method]
+}
+
+// Revoke makes the fake refuse a token it issued (UNAUTHENTICATED).
+func (s *Server) Revoke(token string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.revoked[token] = true
+}
+
+// RevokeAll revokes every token issued so far.
+func (s *Server) RevokeAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for t := range s.tokens {
+		s.revoked[t] = true
+	}
+}
+
+// Bearer returns the token a call carried ("" if none).
+func Bearer(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	v := md.Get("authorization")
+	if len(v) != 1 {
+		return ""
+	}
+	t, _ := strings.CutPrefix(v[0], "Bearer ")
+	return t
+}
+
+func (s *Server) count(fullMethod string) {
+	method := fullMethod[strings.LastIndex(fullMethod, "/")+1:]
+	s.mu.Lock()
+	s.calls[method]++
+	s.mu.Unlock()
+}
+
+// authorize checks a PoolService call's bearer token.
+func (s *Server) authorize(ctx context.Context, fullMethod string) error {
+	if s.cfg.NoAuth || !strings.HasPrefix(fullMethod, "/repool.v1.PoolService/") {
+		return nil
+	}
+	tok := Bearer(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	exp, ok := s.tokens[tok]
+	if !ok || s.revoked[tok] || !s.cfg.Clock.Now().Before(exp) {
+		return status.Error(codes.Unauthenticated, "unauthenticated")
+	}
+	return nil
+}
+
+func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	s.count(info.FullMethod)
+	if err := s.authorize(ctx, info.FullMethod); err != nil {
+		return nil, err
+	}
+	return h(ctx, req)
+}
+
+func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	s.count(info.FullMethod)
+	if err := s.authorize(ss.Context(), info.FullMethod); err != nil {
+		return err
+	}
+	return h(srv, ss)
+}
+
+// Issue is the default IssueToken: check the key and issue a token.
+func (s *Server) Issue(ctx context.Context) (*repoolv1.IssueTokenResponse, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if keys := md.Get("x-api-key"); len(keys) != 1 || keys[0] != s.cfg.APIKey {
+		return nil, status.Error(codes.Unauthenticated, "unauthenticated")
+	}
+	tok := fmt.Sprintf("tok-%d", s.next.Add(1))
+	exp := s.cfg.Clock.Now().Add(s.cfg.TokenTTL)
+	s.mu.Lock()
+	s.tokens[tok] = exp
+	s.mu.Unlock()
+	return &repoolv1.IssueTokenResponse{Token: tok, ExpiresAt: timestamppb.New(exp)}, nil
+}
+
+type authServer struct {
+	repoolv1.UnimplementedAuthServiceServer
+	s *Server
+}
+
+func (a authServer) IssueToken(ctx context.Context, req *repoolv1.IssueTokenRequest) (*repoolv1.IssueTokenResponse, error) {
+	if a.s.cfg.IssueToken != nil {
+		return a.s.cfg.IssueToken(ctx, req)
+	}
+	return a.s.Issue(ctx)
+}
+
+type poolServer struct {
+	repoolv1.UnimplementedPoolServiceServer
+	s *Server
+}
+
+func (p poolServer) Register(ctx context.Context, req *repoolv1.RegisterRequest) (*repoolv1.RegisterResponse, error) {
+	if p.s.cfg.Register != nil {
+		return p.s.cfg.Register(ctx, req)
+	}
+	return &repoolv1.RegisterResponse{Registered: int32(len(req.GetResources()))}, nil
+}
+
+func (p poolServer) Deregister(ctx context.Context, req *repoolv1.DeregisterRequest) (*repoolv1.DeregisterResponse, error) {
+	if p.s.cfg.Deregister != nil {
+		return p.s.cfg.Deregister(ctx, req)
+	}
+	return &repoolv1.DeregisterResponse{Removed: int32(len(req.GetResourceIds()))}, nil
+}
+
+func (p poolServer) lease(ctx string, ttl int32) *repoolv1.Lease {
+	n := p.s.next.Add(1)
+	return &repoolv1.Lease{
+		LeaseId: fmt.Sprintf("lease-%d", n), ResourceId: "r1", Context: ctx, FencingToken: n,
+		ExpiresAt: timestamppb.New(p.s.cfg.Clock.Now().Add(time.Duration(ttl) * time.Second)),
+	}
+}
+
+func (p poolServer) Acquire(ctx context.Context, req *repoolv1.AcquireRequest) (*repoolv1.AcquireResponse, error) {
+	if p.s.cfg.Acquire != nil {
+		return p.s.cfg.Acquire(ctx, req)
+	}
+	return &repoolv1.AcquireResponse{Lease: p.lease(req.GetContext(), req.GetTtlSeconds())}, nil
+}
+
+func (p poolServer) Renew(ctx context.Context, req *repoolv1.RenewRequest) (*repoolv1.RenewResponse, error) {
+	if p.s.cfg.Renew != nil {
+		return p.s.cfg.Renew(ctx, req)
+	}
+	l := p.lease("", req.GetTtlSeconds())
+	l.LeaseId, l.FencingToken = req.GetLeaseId(), req.GetFencingToken()
+	return &repoolv1.RenewResponse{Lease: l}, nil
+}
+
+func (p poolServer) Release(ctx context.Context, req *repoolv1.ReleaseRequest) (*repoolv1.ReleaseResponse, error) {
+	if p.s.cfg.Release != nil {
+		return p.s.cfg.Release(ctx, req)
+	}
+	return &repoolv1.ReleaseResponse{}, nil
+}
+
+func (p poolServer) Report(ctx context.Context, req *repoolv1.ReportRequest) (*repoolv1.ReportResponse, error) {
+	if p.s.cfg.Report != nil {
+		return p.s.cfg.Report(ctx, req)
+	}
+	return &repoolv1.ReportResponse{}, nil
+}
+
+func (p poolServer) SubscribeEvents(req *repoolv1.SubscribeEventsRequest, stream grpc.ServerStreamingServer[repoolv1.Event]) error {
+	if p.s.cfg.SubscribeEvents != nil {
+		return p.s.cfg.SubscribeEvents(req, stream)
+	}
+	<-stream.Context().Done()
+	return status.FromContextError(stream.Context().Err()).Err()
+}

@@ -1,0 +1,335 @@
+// Package httpapi is the sidecar's HTTP/JSON API for backends (DESIGN.md
+// section 8): the PoolService calls of each provider, its event stream as
+// server-sent events, the breakers view, health and metrics.
+//
+// Request and response bodies mirror the gRPC messages in snake case
+// (protojson with proto field names); 64-bit integers such as fencing
+// tokens are written as JSON strings and accepted as strings or numbers.
+// Every error is JSON: {"error":{"code","message","retry_after_ms"}}.
+// A request the sidecar refuses itself (unknown provider, malformed or
+// oversized body, unknown field) never reaches the provider.
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	repoolv1 "github.com/repool/repool/api/repool/v1"
+	"github.com/repool/repool/internal/sidecar/provider"
+	"github.com/repool/repool/internal/sidecar/resilience"
+)
+
+// Handle is a provider in use by one request.
+type Handle struct {
+	Provider *provider.Provider
+	// Release must be called once the request is done with Provider.
+	Release func()
+	// Retired is closed when the provider is removed from the
+	// configuration; long-lived streams end then.
+	Retired <-chan struct{}
+}
+
+// Providers is what the API needs from the sidecar.
+type Providers interface {
+	// Lookup returns the named provider, or false if there is none.
+	Lookup(name string) (Handle, bool)
+	// Breakers returns every provider's breaker status.
+	Breakers() []resilience.Status
+}
+
+// Config configures New.
+type Config struct {
+	// Providers looks providers up. Required.
+	Providers Providers
+	// Metrics serves GET /metrics. Required.
+	Metrics http.Handler
+	// MaxBodyBytes bounds a request body. Required.
+	MaxBodyBytes int64
+	// Stopping, when done, ends every event stream (the sidecar is
+	// shutting down). Default: never.
+	Stopping context.Context
+	// Keepalive is the interval of comment lines on idle event streams.
+	// Default 15s.
+	Keepalive time.Duration
+	// Log receives request failures. Default discards them.
+	Log *slog.Logger
+}
+
+// API serves the sidecar's HTTP API. It is an http.Handler, safe for
+// concurrent use.
+type API struct {
+	providers Providers
+	maxBody   int64
+	stopping  context.Context
+	keepalive time.Duration
+	log       *slog.Logger
+	mux       *http.ServeMux
+}
+
+var _ http.Handler = (*API)(nil)
+
+// New returns the API.
+func New(cfg Config) (*API, error) {
+	if cfg.Providers == nil || cfg.Metrics == nil || cfg.MaxBodyBytes <= 0 {
+		return nil, errors.New("httpapi: Config.Providers, Metrics and MaxBodyBytes are required")
+	}
+	if cfg.Stopping == nil {
+		cfg.Stopping = context.Background()
+	}
+	if cfg.Keepalive <= 0 {
+		cfg.Keepalive = 15 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	a := &API{providers: cfg.Providers, maxBody: cfg.MaxBodyBytes, stopping: cfg.Stopping,
+		keepalive: cfg.Keepalive, log: cfg.Log, mux: http.NewServeMux()}
+
+	routes := []struct {
+		method, path string
+		h            http.HandlerFunc
+	}{
+		{"POST", "/v1/providers/{p}/resources", unary(a, provider.MethodRegister, body[*repoolv1.RegisterRequest](a), repoolv1.PoolServiceClient.Register)},
+		{"DELETE", "/v1/providers/{p}/resources/{id}", unary(a, provider.MethodDeregister, deregisterRequest, repoolv1.PoolServiceClient.Deregister)},
+		{"POST", "/v1/providers/{p}/acquire", unary(a, provider.MethodAcquire, body[*repoolv1.AcquireRequest](a), repoolv1.PoolServiceClient.Acquire)},
+		{"POST", "/v1/providers/{p}/leases/{lease}/renew", unary(a, provider.MethodRenew, a.renewRequest, repoolv1.PoolServiceClient.Renew)},
+		{"POST", "/v1/providers/{p}/leases/{lease}/release", unary(a, provider.MethodRelease, a.releaseRequest, repoolv1.PoolServiceClient.Release)},
+		{"POST", "/v1/providers/{p}/reports", unary(a, provider.MethodReport, body[*repoolv1.ReportRequest](a), repoolv1.PoolServiceClient.Report)},
+		{"GET", "/v1/providers/{p}/events", a.events},
+		{"GET", "/v1/breakers", a.breakers},
+		{"GET", "/healthz", a.healthz},
+		{"GET", "/metrics", cfg.Metrics.ServeHTTP},
+	}
+	allowed := map[string][]string{}
+	for _, rt := range routes {
+		a.mux.HandleFunc(rt.method+" "+rt.path, rt.h)
+		allowed[rt.path] = append(allowed[rt.path], rt.method)
+	}
+	for path, methods := range allowed {
+		a.mux.HandleFunc(path, methodNotAllowed(methods))
+	}
+	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeAnswer(w, answer{status: http.StatusNotFound, code: codeNotFound, msg: "no such endpoint: " + r.Method + " " + r.URL.Path})
+	})
+	return a, nil
+}
+
+// ServeHTTP serves the API.
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
+
+func methodNotAllowed(methods []string) http.HandlerFunc {
+	allow := ""
+	for i, m := range methods {
+		if i > 0 {
+			allow += ", "
+		}
+		allow += m
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		writeAnswer(w, answer{status: http.StatusMethodNotAllowed, code: codeMethodNotAllowed,
+			msg: r.Method + " is not allowed here; allowed: " + allow})
+	}
+}
+
+// lookup finds the request's provider or answers 404.
+func (a *API) lookup(w http.ResponseWriter, r *http.Request) (Handle, bool) {
+	name := r.PathValue("p")
+	h, ok := a.providers.Lookup(name)
+	if !ok {
+		writeAnswer(w, answer{status: http.StatusNotFound, code: codeUnknownProvider,
+			msg: "no provider named " + jsonQuote(name) + " in the sidecar's configuration"})
+	}
+	return h, ok
+}
+
+// rpc is a PoolServiceClient method, as a method expression.
+type rpc[Req, Resp proto.Message] func(repoolv1.PoolServiceClient, context.Context, Req, ...grpc.CallOption) (Resp, error)
+
+// unary serves one PoolService call: find the provider, build the request
+// (nothing reaches the provider if that fails), call through the
+// provider's resilience layers, answer.
+func unary[Req, Resp proto.Message](a *API, method provider.Method, build func(http.ResponseWriter, *http.Request) (Req, error), call rpc[Req, Resp]) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		h, ok := a.lookup(w, r)
+		if !ok {
+			return
+		}
+		defer h.Release()
+		req, err := build(w, r)
+		if err != nil {
+			a.writeError(w, r, err)
+			return
+		}
+		var resp Resp
+		err = h.Provider.Do(r.Context(), method, func(ctx context.Context, c repoolv1.PoolServiceClient, opts ...grpc.CallOption) (err error) {
+			resp, err = call(c, ctx, req, opts...)
+			return err
+		})
+		if err != nil {
+			a.writeError(w, r, err)
+			return
+		}
+		writeProto(w, http.StatusOK, resp)
+	}
+}
+
+// body returns a request builder that decodes the body into a new Req.
+func body[Req interface {
+	proto.Message
+	*T
+}, T any](a *API) func(http.ResponseWriter, *http.Request) (Req, error) {
+	return func(w http.ResponseWriter, r *http.Request) (Req, error) {
+		req := Req(new(T))
+		return req, a.decode(w, r, req)
+	}
+}
+
+func deregisterRequest(_ http.ResponseWriter, r *http.Request) (*repoolv1.DeregisterRequest, error) {
+	return &repoolv1.DeregisterRequest{ResourceIds: []string{r.PathValue("id")}}, nil
+}
+
+func (a *API) renewRequest(w http.ResponseWriter, r *http.Request) (*repoolv1.RenewRequest, error) {
+	req := &repoolv1.RenewRequest{}
+	if err := a.decode(w, r, req); err != nil {
+		return nil, err
+	}
+	return req, leaseFromPath(r, &req.LeaseId)
+}
+
+func (a *API) releaseRequest(w http.ResponseWriter, r *http.Request) (*repoolv1.ReleaseRequest, error) {
+	req := &repoolv1.ReleaseRequest{}
+	if err := a.decode(w, r, req); err != nil {
+		return nil, err
+	}
+	return req, leaseFromPath(r, &req.LeaseId)
+}
+
+// leaseFromPath sets the lease id from the URL; a different one in the
+// body is a contradiction.
+func leaseFromPath(r *http.Request, id *string) error {
+	lease := r.PathValue("lease")
+	if *id != "" && *id != lease {
+		return badRequest("lease_id %s in the body differs from %s in the URL", jsonQuote(*id), jsonQuote(lease))
+	}
+	*id = lease
+	return nil
+}
+
+// decode reads a JSON body of at most maxBody bytes into msg, refusing
+// unknown fields.
+func (a *API) decode(w http.ResponseWriter, r *http.Request, msg proto.Message) error {
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.maxBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return &apiError{http.StatusRequestEntityTooLarge, codeBodyTooLarge,
+				"request body is larger than " + strconv.FormatInt(a.maxBody, 10) + " bytes"}
+		}
+		return badRequest("reading the request body: %v", err)
+	}
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return badRequest("request body is empty; want a JSON object")
+	}
+	if err := protojson.Unmarshal(raw, msg); err != nil {
+		return badRequest("request body: %v", err)
+	}
+	return nil
+}
+
+// marshal writes proto messages as the API's JSON: field names as in the
+// .proto files, every field present.
+var marshal = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
+
+func writeProto(w http.ResponseWriter, status int, m proto.Message) {
+	raw, err := marshal.Marshal(m)
+	if err != nil {
+		writeAnswer(w, answer{status: http.StatusInternalServerError, code: codeInternal, msg: "encoding the answer: " + err.Error()})
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	w.Write(append(raw, '\n')) // an error means the client went away
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v) // an error means the client went away
+}
+
+// breakerView is one provider in GET /v1/breakers.
+type breakerView struct {
+	Provider       string     `json:"provider"`
+	State          string     `json:"state"`
+	Since          time.Time  `json:"since"`
+	SecondsInState float64    `json:"seconds_in_state"`
+	RetryAfterMS   int64      `json:"retry_after_ms,omitempty"`
+	Counts         countsView `json:"counts"`
+	Trips          uint64     `json:"trips"`
+	LastTrip       *tripView  `json:"last_trip,omitempty"`
+}
+
+type countsView struct {
+	Requests             uint32 `json:"requests"`
+	Successes            uint32 `json:"successes"`
+	Failures             uint32 `json:"failures"`
+	Exclusions           uint32 `json:"exclusions"`
+	ConsecutiveSuccesses uint32 `json:"consecutive_successes"`
+	ConsecutiveFailures  uint32 `json:"consecutive_failures"`
+}
+
+type tripView struct {
+	At     time.Time `json:"at"`
+	Reason string    `json:"reason"`
+}
+
+func (a *API) breakers(w http.ResponseWriter, _ *http.Request) {
+	st := a.providers.Breakers()
+	sort.Slice(st, func(i, j int) bool { return st[i].Provider < st[j].Provider })
+	views := make([]breakerView, 0, len(st))
+	now := time.Now()
+	for _, s := range st {
+		v := breakerView{
+			Provider: s.Provider, State: s.State.String(), Since: s.Since.UTC(),
+			SecondsInState: now.Sub(s.Since).Seconds(), RetryAfterMS: s.RetryAfter.Milliseconds(),
+			Counts: countsView{
+				Requests: s.Counts.Requests, Successes: s.Counts.Successes, Failures: s.Counts.Failures,
+				Exclusions: s.Counts.Exclusions, ConsecutiveSuccesses: s.Counts.ConsecutiveSuccesses,
+				ConsecutiveFailures: s.Counts.ConsecutiveFailures,
+			},
+			Trips: s.Trips,
+		}
+		if !s.LastTrip.IsZero() {
+			v.LastTrip = &tripView{At: s.LastTrip.UTC(), Reason: s.LastTripReason}
+		}
+		views = append(views, v)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"breakers": views})
+}
+
+func (a *API) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "providers": len(a.providers.Breakers())})
+}
+
+// jsonQuote quotes s for a message, escaping what a JSON string would.
+func jsonQuote(s string) string {
+	raw, _ := json.Marshal(s) // a string always encodes
+	return string(raw)
+}

@@ -1,0 +1,184 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/repool/repool/internal/sidecar/resilience"
+	"github.com/repool/repool/internal/sidecar/token"
+)
+
+// Error codes of {"error":{"code","message","retry_after_ms"}} bodies that
+// are not gRPC codes. gRPC codes are written in snake case
+// ("failed_precondition"), like the server's control plane does.
+const (
+	codeCircuitOpen        = "circuit_open"
+	codeInvalidCredentials = "invalid_credentials"
+	codeUnknownProvider    = "unknown_provider"
+	codeBodyTooLarge       = "body_too_large"
+	codeInvalidArgument    = "invalid_argument"
+	codeNotFound           = "not_found"
+	codeMethodNotAllowed   = "method_not_allowed"
+	codeInternal           = "internal"
+)
+
+// FastFailHeader says why a call failed fast: circuit-open, timeout or
+// upstream.
+const FastFailHeader = "X-Repool-Fast-Fail"
+
+// httpStatus maps the gRPC codes of upstream answers to HTTP statuses
+// (DESIGN.md section 8). UNAUTHENTICATED, CANCELED and codes not listed are
+// handled in classify.
+var httpStatus = [...]int{
+	codes.InvalidArgument:    http.StatusBadRequest,
+	codes.OutOfRange:         http.StatusBadRequest,
+	codes.NotFound:           http.StatusNotFound,
+	codes.AlreadyExists:      http.StatusConflict,
+	codes.PermissionDenied:   http.StatusForbidden,
+	codes.FailedPrecondition: http.StatusConflict,
+	codes.Aborted:            http.StatusConflict,
+	codes.ResourceExhausted:  http.StatusTooManyRequests,
+	codes.Unavailable:        http.StatusServiceUnavailable,
+	codes.DeadlineExceeded:   http.StatusGatewayTimeout,
+	codes.Internal:           http.StatusBadGateway,
+	codes.Unknown:            http.StatusBadGateway,
+	codes.DataLoss:           http.StatusBadGateway,
+	codes.Unimplemented:      http.StatusBadGateway,
+}
+
+// codeNames are the snake-case names of the gRPC codes.
+var codeNames = [...]string{
+	codes.OK: "ok", codes.Canceled: "canceled", codes.Unknown: "unknown",
+	codes.InvalidArgument: "invalid_argument", codes.DeadlineExceeded: "deadline_exceeded",
+	codes.NotFound: "not_found", codes.AlreadyExists: "already_exists",
+	codes.PermissionDenied: "permission_denied", codes.ResourceExhausted: "resource_exhausted",
+	codes.FailedPrecondition: "failed_precondition", codes.Aborted: "aborted",
+	codes.OutOfRange: "out_of_range", codes.Unimplemented: "unimplemented",
+	codes.Internal: "internal", codes.Unavailable: "unavailable", codes.DataLoss: "data_loss",
+	codes.Unauthenticated: "unauthenticated",
+}
+
+// apiError is a refusal of the sidecar itself (bad request, unknown
+// provider); the upstream was not called.
+type apiError struct {
+	status int
+	code   string
+	msg    string
+}
+
+func (e *apiError) Error() string { return e.code + ": " + e.msg }
+
+func badRequest(format string, args ...any) error {
+	return &apiError{http.StatusBadRequest, codeInvalidArgument, fmt.Sprintf(format, args...)}
+}
+
+// errorBody is the JSON error answer.
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Code         string `json:"code"`
+	Message      string `json:"message"`
+	RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
+}
+
+// answer is how an error is told to the backend.
+type answer struct {
+	status     int
+	code       string
+	msg        string
+	fastFail   string        // X-Repool-Fast-Fail, or ""
+	retryAfter time.Duration // Retry-After and retry_after_ms, or 0
+}
+
+// classify is the one place where errors become HTTP answers.
+func classify(err error) answer {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return answer{status: ae.status, code: ae.code, msg: ae.msg}
+	}
+	a := answer{fastFail: resilience.FastFail(err), msg: message(err)}
+	var hint interface{ RetryAfter() time.Duration }
+	if errors.As(err, &hint) {
+		a.retryAfter = hint.RetryAfter()
+	}
+	c := resilience.Code(err)
+	switch {
+	case errors.Is(err, resilience.ErrCircuitOpen):
+		a.status, a.code = http.StatusServiceUnavailable, codeCircuitOpen
+	case errors.Is(err, token.ErrInvalidCredentials), c == codes.Unauthenticated:
+		// The backend did nothing wrong and cannot fix it: the sidecar's
+		// own credentials for the provider are refused. A gateway error.
+		a.status, a.code, a.fastFail = http.StatusBadGateway, codeInvalidCredentials, ""
+		a.msg = "the provider refused the sidecar's credentials (API key or token): " + a.msg
+	case c == codes.Canceled:
+		a.status, a.code = 499, codeNames[c] // client closed the request; nobody reads this
+	case int(c) < len(httpStatus) && httpStatus[c] != 0:
+		a.status, a.code = httpStatus[c], codeNames[c]
+	default:
+		a.status, a.code = http.StatusBadGateway, codeNames[codes.Unknown]
+	}
+	return a
+}
+
+// message is the text for the backend: the server's own message for a
+// status error (with why retries stopped), otherwise the error's text.
+func message(err error) string {
+	var gs interface{ GRPCStatus() *status.Status }
+	msg := err.Error()
+	if errors.As(err, &gs) {
+		msg = gs.GRPCStatus().Message()
+	}
+	if errors.Is(err, resilience.ErrBudgetSpent) {
+		msg = "retry budget spent; last attempt: " + msg
+	}
+	return msg
+}
+
+// writeError answers err as JSON and logs what the backend cannot act on.
+func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	ans := classify(err)
+	level := slog.LevelDebug
+	if ans.code == codeInternal || ans.code == codeNames[codes.Unknown] || ans.code == codeInvalidCredentials {
+		level = slog.LevelWarn
+	}
+	a.log.Log(r.Context(), level, "call failed", "route", r.Pattern, "provider", r.PathValue("p"),
+		"status", ans.status, "code", ans.code, "fast_fail", ans.fastFail, "err", err)
+	writeAnswer(w, ans)
+}
+
+func writeAnswer(w http.ResponseWriter, ans answer) {
+	h := w.Header()
+	if ans.fastFail != "" {
+		h.Set(FastFailHeader, ans.fastFail)
+	}
+	body := errorBody{Error: errorDetail{Code: ans.code, Message: ans.msg}}
+	if ans.retryAfter > 0 {
+		ms := ans.retryAfter.Milliseconds()
+		if time.Duration(ms)*time.Millisecond < ans.retryAfter {
+			ms++
+		}
+		body.Error.RetryAfterMS = ms
+		h.Set("Retry-After", strconv.FormatInt((ms+999)/1000, 10))
+	}
+	writeJSON(w, ans.status, body)
+}
+
+// mustMarshalError encodes an answer's error body.
+func mustMarshalError(ans answer) []byte {
+	body := errorBody{Error: errorDetail{Code: ans.code, Message: ans.msg, RetryAfterMS: ans.retryAfter.Milliseconds()}}
+	raw, err := json.Marshal(body)
+	if err != nil {
+		panic(fmt.Sprintf("httpapi: encoding an error body: %v", err)) // strings and numbers always encode
+	}
+	return raw
+}

@@ -1,0 +1,268 @@
+// Package provider is one reputation cluster as the sidecar sees it: a gRPC
+// connection to its VIP, its tokens, its circuit breaker, its retrier and
+// retry budget, and the one function that composes them (Provider.Do).
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	repoolv1 "github.com/repool/repool/api/repool/v1"
+	"github.com/repool/repool/internal/sidecar/resilience"
+	"github.com/repool/repool/internal/sidecar/token"
+)
+
+// RetryAfterKey is the trailing metadata entry of the server's rate-limit
+// refusals (RESOURCE_EXHAUSTED): how long to wait, in milliseconds.
+const RetryAfterKey = "retry-after-ms"
+
+// Method names a PoolService call, for metrics.
+type Method int
+
+// The PoolService calls the sidecar makes.
+const (
+	MethodRegister Method = iota
+	MethodDeregister
+	MethodAcquire
+	MethodRenew
+	MethodRelease
+	MethodReport
+	MethodSubscribeEvents
+	numMethods
+)
+
+// String returns the gRPC method name, for example "Acquire".
+func (m Method) String() string {
+	switch m {
+	case MethodRegister:
+		return "Register"
+	case MethodDeregister:
+		return "Deregister"
+	case MethodAcquire:
+		return "Acquire"
+	case MethodRenew:
+		return "Renew"
+	case MethodRelease:
+		return "Release"
+	case MethodReport:
+		return "Report"
+	case MethodSubscribeEvents:
+		return "SubscribeEvents"
+	}
+	return "Method(" + strconv.Itoa(int(m)) + ")"
+}
+
+// Call is one attempt of a PoolService call: it must use ctx (which carries
+// the bearer token and the call's deadline) and pass opts on to the client
+// method.
+type Call func(ctx context.Context, pool repoolv1.PoolServiceClient, opts ...grpc.CallOption) error
+
+// Config configures New. Every field is required.
+type Config struct {
+	// Name is the provider's name in URLs, metrics and logs.
+	Name string
+	// Timeout bounds one logical call, its retries included.
+	Timeout time.Duration
+	// Pool is the provider's PoolService client.
+	Pool repoolv1.PoolServiceClient
+	// Tokens supplies the provider's bearer tokens.
+	Tokens *token.Source
+	// Breaker is the provider's circuit breaker.
+	Breaker *resilience.Breaker
+	// Retrier retries transient failures within the provider's budget.
+	Retrier *resilience.Retrier
+	// Metrics counts the calls.
+	Metrics *Metrics
+}
+
+// Provider makes calls to one reputation cluster. Safe for concurrent use.
+// It owns nothing that needs closing: the connection and the token source
+// belong to whoever created them, and may outlive the Provider across
+// configuration reloads.
+type Provider struct {
+	name    string
+	timeout time.Duration
+	pool    repoolv1.PoolServiceClient
+	tokens  *token.Source
+	breaker *resilience.Breaker
+	retrier *resilience.Retrier
+	series  *series
+}
+
+// New returns a Provider.
+func New(cfg Config) (*Provider, error) {
+	switch {
+	case cfg.Name == "":
+		return nil, errors.New("provider: Config.Name is required")
+	case cfg.Timeout <= 0, cfg.Pool == nil, cfg.Tokens == nil, cfg.Breaker == nil, cfg.Retrier == nil, cfg.Metrics == nil:
+		return nil, fmt.Errorf("provider %q: Config.Timeout, Pool, Tokens, Breaker, Retrier and Metrics are required", cfg.Name)
+	}
+	return &Provider{
+		name: cfg.Name, timeout: cfg.Timeout, pool: cfg.Pool, tokens: cfg.Tokens,
+		breaker: cfg.Breaker, retrier: cfg.Retrier,
+		series: newSeries(cfg.Metrics, cfg.Name,
+			resilience.FastFailCircuitOpen, resilience.FastFailTimeout, resilience.FastFailUpstream),
+	}, nil
+}
+
+// Name returns the provider's name.
+func (p *Provider) Name() string { return p.name }
+
+// Breaker returns the provider's circuit breaker.
+func (p *Provider) Breaker() *resilience.Breaker { return p.breaker }
+
+// Do runs one logical call to the provider. This is the only place where
+// the resilience layers are composed, and their order is the design
+// (DESIGN.md section 5, STYLE.md rule 15):
+//
+//		breaker.Execute( retry( auth( call ) ) )
+//
+//	 1. The breaker is outermost, so an open breaker rejects the call before
+//	    any attempt, any token fetch and any timer — in well under a
+//	    microsecond, without allocating — and so it sees one outcome per
+//	    logical call: the final one, after retries. A breaker inside the
+//	    retry would count every attempt and trip on one unlucky call's
+//	    retries.
+//	 2. The retrier runs within the call's deadline (Timeout, which starts
+//	    only once the breaker has admitted the call) and the provider's retry
+//	    budget; it retries UNAVAILABLE only.
+//	 3. The auth layer is innermost, so each attempt carries a current token,
+//	    and a token the server refuses is replaced and the attempt repeated
+//	    once without spending a retry; an IssueToken that fails with
+//	    UNAVAILABLE is retried like the call itself.
+//
+// The error is the call's (a gRPC status error, possibly wrapped), or one
+// matching resilience.ErrCircuitOpen, resilience.ErrBudgetSpent,
+// token.ErrInvalidCredentials or a context error. A RESOURCE_EXHAUSTED
+// answer with a retry-after trailer has a RetryAfter() time.Duration
+// method, as does a circuit-open rejection.
+func (p *Provider) Do(ctx context.Context, method Method, call Call) error {
+	start := time.Now()
+	err := p.breaker.Execute(func() error {
+		ctx, cancel := context.WithTimeout(ctx, p.timeout)
+		defer cancel()
+		var trailer metadata.MD
+		err := p.retrier.Do(ctx, func(ctx context.Context) error {
+			return p.tokens.Do(ctx, func(ctx context.Context, bearer string) error {
+				trailer = nil
+				return call(metadata.AppendToOutgoingContext(ctx, "authorization", bearer), p.pool, grpc.Trailer(&trailer))
+			})
+		})
+		return withRetryAfter(err, trailer)
+	})
+	p.observe(method, start, err)
+	return err
+}
+
+// observe records a finished call.
+func (p *Provider) observe(method Method, start time.Time, err error) {
+	p.series.call(method, resilience.Code(err)).Inc()
+	p.series.observer(method).Observe(time.Since(start).Seconds())
+	if reason := resilience.FastFail(err); reason != "" {
+		p.series.fastFail[reason].Inc()
+	}
+}
+
+// Subscribe opens the provider's event stream. The breaker only admits the
+// stream (an open breaker rejects it with an error matching
+// resilience.ErrCircuitOpen); a stream has no single outcome for it to
+// count. A token refused before the first event is replaced once, as in Do.
+// The stream ends with ctx.
+func (p *Provider) Subscribe(ctx context.Context, req *repoolv1.SubscribeEventsRequest) (*EventStream, error) {
+	if err := p.breaker.Admit(); err != nil {
+		p.observe(MethodSubscribeEvents, time.Now(), err)
+		return nil, err
+	}
+	s := &EventStream{p: p, ctx: ctx, req: req}
+	tok, err := p.tokens.Token(ctx)
+	if err != nil {
+		p.observe(MethodSubscribeEvents, time.Now(), err)
+		return nil, err
+	}
+	if err := s.open(tok); err != nil {
+		p.observe(MethodSubscribeEvents, time.Now(), err)
+		return nil, err
+	}
+	return s, nil
+}
+
+// EventStream is an open event stream. Not safe for concurrent use.
+type EventStream struct {
+	p        *Provider
+	ctx      context.Context
+	req      *repoolv1.SubscribeEventsRequest
+	tok      *token.Token
+	stream   grpc.ServerStreamingClient[repoolv1.Event]
+	received bool // an event arrived: a refusal can no longer be retried
+	retried  bool
+}
+
+func (s *EventStream) open(tok *token.Token) error {
+	s.tok = tok
+	stream, err := s.p.pool.SubscribeEvents(metadata.AppendToOutgoingContext(s.ctx, "authorization", tok.Bearer()), s.req)
+	s.stream = stream
+	return err
+}
+
+// Recv returns the next event, or the error that ended the stream.
+func (s *EventStream) Recv() (*repoolv1.Event, error) {
+	for {
+		ev, err := s.stream.Recv()
+		if err == nil {
+			s.received = true
+			return ev, nil
+		}
+		if s.received || s.retried || status.Code(err) != codes.Unauthenticated {
+			s.p.observe(MethodSubscribeEvents, time.Now(), err)
+			return nil, err
+		}
+		s.retried = true
+		tok, terr := s.p.tokens.Refresh(s.ctx, s.tok)
+		if terr != nil {
+			return nil, terr
+		}
+		if err := s.open(tok); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// rateLimitedError is a RESOURCE_EXHAUSTED answer with the server's
+// retry-after hint.
+type rateLimitedError struct {
+	err   error
+	after time.Duration
+}
+
+func (e *rateLimitedError) Error() string { return e.err.Error() }
+
+// Unwrap returns the status error.
+func (e *rateLimitedError) Unwrap() error { return e.err }
+
+// RetryAfter is the server's hint.
+func (e *rateLimitedError) RetryAfter() time.Duration { return e.after }
+
+// withRetryAfter attaches the trailer's retry-after hint to a
+// RESOURCE_EXHAUSTED error.
+func withRetryAfter(err error, trailer metadata.MD) error {
+	if resilience.Code(err) != codes.ResourceExhausted {
+		return err
+	}
+	v := trailer.Get(RetryAfterKey)
+	if len(v) == 0 {
+		return err
+	}
+	ms, perr := strconv.ParseInt(v[0], 10, 64)
+	if perr != nil || ms <= 0 {
+		return err
+	}
+	return &rateLimitedError{err: err, after: time.Duration(ms) * time.Millisecond}
+}

@@ -1,0 +1,73 @@
+package provider
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	repoolv1 "github.com/repool/repool/api/repool/v1"
+	"github.com/repool/repool/internal/sidecar/resilience"
+	"github.com/repool/repool/internal/sidecar/token"
+)
+
+// refusingIssuer fails every IssueToken; it counts the calls.
+type refusingIssuer struct{ calls int }
+
+func (r *refusingIssuer) IssueToken(context.Context, *repoolv1.IssueTokenRequest, ...grpc.CallOption) (*repoolv1.IssueTokenResponse, error) {
+	r.calls++
+	return nil, status.Error(codes.Unavailable, "down")
+}
+
+// openProvider returns a provider whose breaker is open.
+func openProvider(tb testing.TB) (*Provider, *refusingIssuer) {
+	tb.Helper()
+	iss := &refusingIssuer{}
+	tokens, err := token.New(token.Config{Provider: "p", APIKey: "k", Issuer: iss})
+	if err != nil {
+		tb.Fatalf("token.New() = %v", err)
+	}
+	tb.Cleanup(func() { tokens.Close() })
+	br := resilience.NewBreaker(resilience.BreakerConfig{Provider: "p", Policy: resilience.BreakerPolicy{MinRequests: 1, OpenTimeout: time.Hour}})
+	_ = br.Execute(func() error { return status.Error(codes.Unavailable, "down") })
+	p, err := New(Config{Name: "p", Timeout: time.Second, Pool: repoolv1.NewPoolServiceClient(nil), Tokens: tokens, Breaker: br,
+		Retrier: resilience.NewRetrier(resilience.RetrierConfig{Provider: "p", Budget: resilience.NewBudget(resilience.BudgetPolicy{}, nil)}),
+		Metrics: NewMetrics(nil)})
+	if err != nil {
+		tb.Fatalf("New() = %v", err)
+	}
+	return p, iss
+}
+
+func TestDoWithAnOpenBreakerTouchesNothing(t *testing.T) {
+	p, iss := openProvider(t)
+	called := false
+	err := p.Do(context.Background(), MethodAcquire, func(context.Context, repoolv1.PoolServiceClient, ...grpc.CallOption) error {
+		called = true
+		return nil
+	})
+	if !errors.Is(err, resilience.ErrCircuitOpen) || called || iss.calls != 0 {
+		t.Fatalf("Do() with the breaker open = %v (call ran %v, IssueToken %d times), want ErrCircuitOpen and nothing run", err, called, iss.calls)
+	}
+	if got := testing.AllocsPerRun(1000, func() { _ = p.Do(context.Background(), MethodAcquire, nil) }); got != 0 {
+		t.Fatalf("Do() with the breaker open allocates %v times per call, want 0", got)
+	}
+}
+
+// BenchmarkDoOpenReject measures a whole logical call rejected by an open
+// breaker, metrics included: what a backend's call costs in the sidecar
+// during an outage, before HTTP.
+func BenchmarkDoOpenReject(b *testing.B) {
+	p, _ := openProvider(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := p.Do(ctx, MethodAcquire, nil); err == nil {
+			b.Fatal("Do() = nil with the breaker open")
+		}
+	}
+}

@@ -1,0 +1,288 @@
+package sidecar
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+
+	repoolv1 "github.com/repool/repool/api/repool/v1"
+	"github.com/repool/repool/internal/sidecar/config"
+	"github.com/repool/repool/internal/sidecar/httpapi"
+	"github.com/repool/repool/internal/sidecar/provider"
+	"github.com/repool/repool/internal/sidecar/resilience"
+	"github.com/repool/repool/internal/sidecar/token"
+)
+
+// providerSet is the providers in effect, by name. A set is never modified
+// once published; Apply publishes a new one.
+type providerSet map[string]*entry
+
+// entry is one provider with the parts a reload may keep.
+type entry struct {
+	cfg     config.Provider
+	prov    *provider.Provider
+	up      *upstream
+	breaker *resilience.Breaker
+	budget  *resilience.Budget
+}
+
+// upstream is a provider's connection and token source. It is shared by
+// the successive configurations that keep the provider's endpoint, API
+// key, token policy and Redis settings, and closed once it is retired and
+// the last request using it is done.
+type upstream struct {
+	key    string // what must not change for it to be kept
+	conn   *grpc.ClientConn
+	tokens *token.Source
+
+	mu      sync.Mutex
+	refs    int
+	retired bool
+	gone    chan struct{} // closed on retire
+	closed  chan struct{} // closed once conn and tokens are closed
+}
+
+// acquire counts a request in, unless the upstream is retired.
+func (u *upstream) acquire() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.retired {
+		return false
+	}
+	u.refs++
+	return true
+}
+
+// release counts a request out and closes a retired upstream after its
+// last request.
+func (u *upstream) release() {
+	u.mu.Lock()
+	u.refs--
+	last := u.retired && u.refs == 0
+	u.mu.Unlock()
+	if last {
+		u.close()
+	}
+}
+
+// retire stops new requests; the upstream closes once in-flight ones are
+// done (at once if there are none).
+func (u *upstream) retire() {
+	u.mu.Lock()
+	if u.retired {
+		u.mu.Unlock()
+		return
+	}
+	u.retired = true
+	close(u.gone)
+	idle := u.refs == 0
+	u.mu.Unlock()
+	if idle {
+		u.close()
+	}
+}
+
+func (u *upstream) close() {
+	u.tokens.Close()
+	u.conn.Close()
+	close(u.closed)
+}
+
+// wait returns once the upstream is closed.
+func (u *upstream) wait() { <-u.closed }
+
+// upstreamKey identifies what an upstream is built from. The API key is
+// hashed so that the key can be logged or compared without exposing it.
+func upstreamKey(name string, p config.Provider, r *config.Redis) string {
+	sum := sha256.Sum256([]byte(p.APIKey))
+	k := fmt.Sprintf("%s|%s|%s|%+v", name, p.Endpoint, hex.EncodeToString(sum[:]), p.Token)
+	if r != nil {
+		rs := sha256.Sum256([]byte(r.Password))
+		k += fmt.Sprintf("|redis %s %s %s %d %v %s", r.Addr, r.KeyPrefix, r.Username, r.DB, r.Timeout, hex.EncodeToString(rs[:]))
+	}
+	return k
+}
+
+// dial builds an upstream. The connection is lazy: nothing is dialled
+// until the first call.
+func (s *Sidecar) dial(name string, p config.Provider, r *config.Redis) (*upstream, error) {
+	opts := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()), // h2c to the VIP
+		// Our retrier is the only retry layer.
+		grpc.WithDisableRetry(),
+		// Reconnect quickly once the VIP answers again (failover takes well
+		// under a second); grpc-go's default backoff grows to 120s.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: time.Second,
+		}),
+	}, s.dialOpt...)
+	conn, err := grpc.NewClient(p.Endpoint, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("provider %q: endpoint %q: %w", name, p.Endpoint, err)
+	}
+	var tr *token.Redis
+	if r != nil {
+		tr = &token.Redis{Addr: r.Addr, KeyPrefix: r.KeyPrefix, Username: r.Username, Password: r.Password, DB: r.DB, Timeout: r.Timeout}
+	}
+	tokens, err := token.New(token.Config{
+		Provider: name, APIKey: p.APIKey, Issuer: repoolv1.NewAuthServiceClient(conn), Policy: p.Token,
+		Redis: tr, Clock: s.clock, Log: s.log, Metrics: s.tokMetrics,
+	})
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return &upstream{key: upstreamKey(name, p, r), conn: conn, tokens: tokens,
+		gone: make(chan struct{}), closed: make(chan struct{})}, nil
+}
+
+// Apply validates cfg and makes it the configuration in effect. Providers
+// that are new are built, removed ones retired (their in-flight calls
+// finish on the old connection, then it closes), and changed ones rebuilt
+// keeping what did not change: the connection and tokens if the endpoint,
+// key, token policy and Redis settings are the same, the breaker (and its
+// state) and the retry budget if their policies are too. A request holds
+// the provider it started with until it ends. Settings of the listener
+// (listen, allow_remote, max_body_bytes) and log_level take effect at the
+// next start.
+//
+// An invalid cfg changes nothing.
+func (s *Sidecar) Apply(cfg config.Config) error {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopping.Err() != nil {
+		return fmt.Errorf("sidecar: shutting down")
+	}
+	old := *s.set.Load()
+	next := make(providerSet, len(cfg.Providers))
+	var built []*upstream
+	fail := func(err error) error {
+		for _, u := range built {
+			u.retire()
+		}
+		return err
+	}
+	var added, changed, removed []string
+	for _, name := range cfg.Names() {
+		pc := cfg.Providers[name]
+		oe := old[name]
+		switch {
+		case oe == nil:
+			added = append(added, name)
+		case oe.cfg != pc:
+			changed = append(changed, name)
+		}
+		e := &entry{cfg: pc}
+		if oe != nil && oe.up.key == upstreamKey(name, pc, cfg.Redis) {
+			e.up = oe.up
+		} else {
+			u, err := s.dial(name, pc, cfg.Redis)
+			if err != nil {
+				return fail(err)
+			}
+			built = append(built, u)
+			e.up = u
+		}
+		sameUp := oe != nil && oe.up == e.up
+		if sameUp && oe.cfg.Breaker == pc.Breaker {
+			e.breaker = oe.breaker
+		} else {
+			e.breaker = resilience.NewBreaker(resilience.BreakerConfig{
+				Provider: name, Policy: pc.Breaker, Metrics: s.resMetrics, Notify: s.transitions})
+		}
+		if sameUp && oe.cfg.RetryBudget == pc.RetryBudget {
+			e.budget = oe.budget
+		} else {
+			e.budget = resilience.NewBudget(pc.RetryBudget, s.clock)
+		}
+		prov, err := provider.New(provider.Config{
+			Name: name, Timeout: pc.Timeout, Pool: repoolv1.NewPoolServiceClient(e.up.conn), Tokens: e.up.tokens,
+			Breaker: e.breaker, Metrics: s.provMetrics,
+			Retrier: resilience.NewRetrier(resilience.RetrierConfig{
+				Provider: name, Policy: pc.Retry, Budget: e.budget, Clock: s.clock, Metrics: s.resMetrics}),
+		})
+		if err != nil {
+			return fail(err)
+		}
+		e.prov = prov
+		next[name] = e
+	}
+	var retire []*upstream
+	for name, oe := range old {
+		ne := next[name]
+		if ne == nil {
+			removed = append(removed, name)
+			s.resMetrics.Forget(name)
+			s.tokMetrics.Forget(name)
+			s.provMetrics.Forget(name)
+		}
+		if ne == nil || ne.up != oe.up {
+			retire = append(retire, oe.up)
+		}
+	}
+	slices.Sort(removed)
+	if len(old) > 0 {
+		s.warnRestartOnly(cfg)
+	}
+	s.set.Store(&next)
+	s.cfg = cfg
+	for _, u := range retire { // after the new set is published
+		u.retire()
+	}
+	if len(old) > 0 {
+		s.log.Info("configuration applied", "added", added, "changed", changed, "removed", removed)
+	}
+	return nil
+}
+
+// warnRestartOnly logs settings that a reload cannot change. The caller
+// holds s.mu.
+func (s *Sidecar) warnRestartOnly(cfg config.Config) {
+	c := s.cfg
+	if c.Listen != cfg.Listen || c.AllowRemote != cfg.AllowRemote || c.MaxBodyBytes != cfg.MaxBodyBytes || c.LogLevel != cfg.LogLevel {
+		s.log.Warn("listen, allow_remote, max_body_bytes and log_level changes take effect at the next start")
+	}
+}
+
+// lookup gives the HTTP API the providers in effect.
+type lookup struct{ s *Sidecar }
+
+var _ httpapi.Providers = lookup{}
+
+// Lookup returns the named provider, holding its upstream open until
+// Release.
+func (l lookup) Lookup(name string) (httpapi.Handle, bool) {
+	for range 2 { // a reload may retire the upstream between load and acquire
+		e, ok := (*l.s.set.Load())[name]
+		if !ok {
+			return httpapi.Handle{}, false
+		}
+		if e.up.acquire() {
+			var once sync.Once
+			return httpapi.Handle{Provider: e.prov, Release: func() { once.Do(e.up.release) }, Retired: e.up.gone}, true
+		}
+	}
+	return httpapi.Handle{}, false
+}
+
+// Breakers returns every provider's breaker status.
+func (l lookup) Breakers() []resilience.Status {
+	set := *l.s.set.Load()
+	out := make([]resilience.Status, 0, len(set))
+	for _, e := range set {
+		out = append(out, e.breaker.Status())
+	}
+	return out
+}

@@ -1,0 +1,224 @@
+package sidecar_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+
+	repoolv1 "github.com/repool/repool/api/repool/v1"
+	"github.com/repool/repool/internal/sidecar"
+	"github.com/repool/repool/internal/sidecar/config"
+	"github.com/repool/repool/internal/sidecar/fakeserver"
+	"github.com/repool/repool/internal/testenv"
+)
+
+// loader is a configuration loader the test can change.
+type loader struct {
+	mu  sync.Mutex
+	cfg config.Config
+	err error
+}
+
+func (l *loader) set(cfg config.Config, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.cfg, l.err = cfg, err
+}
+
+func (l *loader) load() (config.Config, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cfg, l.err
+}
+
+func TestReload(t *testing.T) {
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	slowA := fakeserver.Start(t, fakeserver.Config{
+		Acquire: func(_ context.Context, req *repoolv1.AcquireRequest) (*repoolv1.AcquireResponse, error) {
+			if req.GetContext() == "slow" {
+				entered <- struct{}{}
+				<-release
+			}
+			return &repoolv1.AcquireResponse{Lease: &repoolv1.Lease{LeaseId: "a"}}, nil
+		},
+	})
+	b := fakeserver.Start(t, fakeserver.Config{})
+	first := config.Config{Providers: map[string]config.Provider{"a": fast(slowA)}}
+	l := &loader{}
+	sig := make(chan os.Signal, 1)
+	h := start(t, first, sidecar.Options{Loader: l.load, Reload: sig})
+
+	t.Run("a bad configuration is rejected and the old one keeps serving", func(t *testing.T) {
+		bad := []struct {
+			cfg config.Config
+			err error
+		}{
+			{config.Config{}, errors.New("config file sidecar.yaml: yaml: line 3: did not find expected key")},
+			{config.Config{Providers: map[string]config.Provider{"a": {Endpoint: "nope"}}}, nil},
+		}
+		for _, tt := range bad {
+			l.set(tt.cfg, tt.err)
+			if err := h.s.Reload(); err == nil {
+				t.Fatalf("Reload() of a bad configuration = nil, want an error")
+			}
+			if r := h.acquire("a"); r.status != 200 {
+				t.Fatalf("acquire after a rejected reload = %d %s, want 200", r.status, r.raw)
+			}
+		}
+	})
+
+	t.Run("in-flight calls survive the removal of their provider", func(t *testing.T) {
+		inflight := make(chan response, 1)
+		go func() { inflight <- h.do("POST", "/v1/providers/a/acquire", `{"context":"slow","ttl_seconds":30}`) }()
+		<-entered
+		l.set(config.Config{Providers: map[string]config.Provider{"b": fast(b)}}, nil)
+		if err := h.s.Reload(); err != nil {
+			t.Fatalf("Reload() = %v", err)
+		}
+		if r := h.acquire("a"); r.status != 404 || r.errCode() != "unknown_provider" {
+			t.Fatalf("acquire on the removed provider = %d %s, want 404 unknown_provider", r.status, r.raw)
+		}
+		if r := h.acquire("b"); r.status != 200 {
+			t.Fatalf("acquire on the added provider = %d %s, want 200", r.status, r.raw)
+		}
+		close(release)
+		if r := <-inflight; r.status != 200 {
+			t.Fatalf("the call in flight during the reload = %d %s, want 200", r.status, r.raw)
+		}
+	})
+
+	t.Run("policy changes keep the connection and the token", func(t *testing.T) {
+		issued := b.Calls("IssueToken")
+		pc := fast(b)
+		pc.Breaker.MinRequests = 7
+		pc.Timeout = 1500 * time.Millisecond
+		l.set(config.Config{Providers: map[string]config.Provider{"b": pc}}, nil)
+		sig <- syscall.SIGHUP // the Run loop's reload, as on a real SIGHUP
+		waitFor(t, "the reload through the signal channel", func() bool {
+			return h.s.Config().Providers["b"].Breaker.MinRequests == 7
+		})
+		if r := h.acquire("b"); r.status != 200 {
+			t.Fatalf("acquire after the policy change = %d %s, want 200", r.status, r.raw)
+		}
+		if got := b.Calls("IssueToken"); got != issued {
+			t.Fatalf("IssueToken calls after a policy-only reload = got %d more, want none", got-issued)
+		}
+	})
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+func TestListenIsLoopbackOnly(t *testing.T) {
+	fake := fakeserver.Start(t, fakeserver.Config{})
+	tests := []struct {
+		name   string
+		listen string
+		remote bool
+		want   string // error substring; "" to succeed
+	}{
+		{"all interfaces refused", "0.0.0.0:0", false, "not a loopback address"},
+		{"all interfaces IPv6 refused", "[::]:0", false, "not a loopback address"},
+		{"empty host refused", ":0", false, "listen"},
+		{"all interfaces with allow_remote", "0.0.0.0:0", true, ""},
+		{"127.0.0.1", "127.0.0.1:0", false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := one("p", fast(fake))
+			cfg.Listen, cfg.AllowRemote = tt.listen, tt.remote
+			s, err := sidecar.New(cfg, sidecar.Options{Registry: prometheus.NewRegistry()})
+			if s != nil {
+				defer s.Close()
+			}
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("sidecar.New(listen %q) = %v, want success", tt.listen, err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Fatalf("sidecar.New(listen %q) = %v, want an error containing %q", tt.listen, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestUnixSocket(t *testing.T) {
+	fake := fakeserver.Start(t, fakeserver.Config{})
+	path := filepath.Join(t.TempDir(), "sidecar.sock")
+	cfg := one("p", fast(fake))
+	cfg.Listen = "unix:" + path
+	h := start(t, cfg, sidecar.Options{})
+	h.base = "http://sidecar"
+	h.client = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", path)
+	}}}
+	if r := h.acquire("p"); r.status != 200 {
+		t.Fatalf("acquire over the unix socket = %d %s, want 200", r.status, r.raw)
+	}
+}
+
+func TestLifecycleLeaksNoGoroutine(t *testing.T) {
+	redisAddr, stopRedis := testenv.Redis(t)
+	fake := fakeserver.Start(t, fakeserver.Config{})
+	other := fakeserver.Start(t, fakeserver.Config{})
+	snapshot := goleak.IgnoreCurrent()
+
+	cfg := config.Config{Listen: "127.0.0.1:0", Redis: &config.Redis{Addr: redisAddr},
+		Providers: map[string]config.Provider{"p": fast(fake)}}
+	l := &loader{}
+	s, err := sidecar.New(cfg, sidecar.Options{Registry: prometheus.NewRegistry(), Loader: l.load, Keepalive: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("sidecar.New() = %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	h := &harness{t: t, s: s, base: "http://" + s.Addr(), client: &http.Client{}}
+
+	if r := h.acquire("p"); r.status != 200 {
+		t.Fatalf("acquire = %d %s", r.status, r.raw)
+	}
+	// An event stream open across a reload and the shutdown.
+	req, _ := http.NewRequest("GET", h.base+"/v1/providers/p/events", nil)
+	resp, err := h.client.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET events = %v, %v", resp, err)
+	}
+	defer resp.Body.Close()
+	// Replace the provider's endpoint: the old connection must close.
+	l.set(config.Config{Providers: map[string]config.Provider{"p": fast(other)}}, nil)
+	if err := s.Reload(); err != nil {
+		t.Fatalf("Reload() = %v", err)
+	}
+	if r := h.acquire("p"); r.status != 200 {
+		t.Fatalf("acquire after reload = %d %s", r.status, r.raw)
+	}
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run() = %v", err)
+	}
+	resp.Body.Close()
+	h.client.CloseIdleConnections()
+	fake.Stop()
+	other.Stop()
+	stopRedis()
+	goleak.VerifyNone(t, snapshot)
+}

@@ -1,0 +1,78 @@
+package resilience
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func TestClassify(t *testing.T) {
+	open := NewBreaker(BreakerConfig{Provider: "p"}).errOpen
+	tests := []struct {
+		name      string
+		err       error
+		code      codes.Code
+		retryable bool
+		fastFail  string
+	}{
+		{"nil", nil, codes.OK, false, ""},
+		{"UNAVAILABLE", grpcErr(codes.Unavailable), codes.Unavailable, true, FastFailUpstream},
+		{"wrapped UNAVAILABLE", fmt.Errorf("x: %w", grpcErr(codes.Unavailable)), codes.Unavailable, true, FastFailUpstream},
+		{"INTERNAL", grpcErr(codes.Internal), codes.Internal, false, FastFailUpstream},
+		{"DEADLINE_EXCEEDED", grpcErr(codes.DeadlineExceeded), codes.DeadlineExceeded, false, FastFailTimeout},
+		{"context deadline", context.DeadlineExceeded, codes.DeadlineExceeded, false, FastFailTimeout},
+		{"context canceled", context.Canceled, codes.Canceled, false, ""},
+		{"open breaker", open, codes.Unavailable, false, FastFailCircuitOpen},
+		{"NOT_FOUND", grpcErr(codes.NotFound), codes.NotFound, false, ""},
+		{"RESOURCE_EXHAUSTED", grpcErr(codes.ResourceExhausted), codes.ResourceExhausted, false, ""},
+		{"plain error", fmt.Errorf("boom"), codes.Unknown, false, FastFailUpstream},
+		{"a proxy's 503", status.Error(codes.Unavailable, hopPrefix+"503 (Service Unavailable); transport: received unexpected content-type \"text/html\""), codes.Unavailable, true, FastFailUpstream},
+		{"a proxy's 502", status.Error(codes.Unavailable, hopPrefix+"502 (Bad Gateway)"), codes.Unavailable, true, FastFailUpstream},
+		{"a proxy's 504 is a timeout", status.Error(codes.Unavailable, hopPrefix+"504 (Gateway Timeout); transport: received unexpected content-type \"text/html\""), codes.DeadlineExceeded, false, FastFailTimeout},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Code(tt.err); got != tt.code {
+				t.Errorf("Code(%v) = got %v, want %v", tt.err, got, tt.code)
+			}
+			if got := Retryable(tt.err); got != tt.retryable {
+				t.Errorf("Retryable(%v) = got %v, want %v", tt.err, got, tt.retryable)
+			}
+			if got := FastFail(tt.err); got != tt.fastFail {
+				t.Errorf("FastFail(%v) = got %q, want %q", tt.err, got, tt.fastFail)
+			}
+		})
+	}
+}
+
+func TestPolicyValidation(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"defaults are valid", BreakerPolicy{}.Validate(), ""},
+		{"failure ratio above 1", BreakerPolicy{FailureRatio: 1.5}.Validate(), "failure_ratio 1.5: want a value in (0, 1]"},
+		{"too many buckets", BreakerPolicy{Buckets: 5000}.Validate(), "buckets 5000: want 1 to 1000"},
+		{"retry defaults are valid", RetryPolicy{}.Validate(), ""},
+		{"multiplier below 1", RetryPolicy{Multiplier: 0.5}.Validate(), "multiplier 0.5: want at least 1"},
+		{"max interval below initial", RetryPolicy{InitialInterval: 2e9, MaxInterval: 1e9}.Validate(), "max_interval 1s: want at least initial_interval 2s"},
+		{"randomization above 1", RetryPolicy{RandomizationFactor: 2}.Validate(), "randomization_factor 2: want at most 1"},
+		{"budget defaults are valid", BudgetPolicy{}.Validate(), ""},
+		{"budget window too short", BudgetPolicy{Window: 1}.Validate(), "window 1ns: want at least 10ms"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := ""
+			if tt.err != nil {
+				got = tt.err.Error()
+			}
+			if got != tt.want {
+				t.Fatalf("Validate() = got %q, want %q", got, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,55 @@
+package resilience
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the resilience layer's Prometheus metrics, labelled by
+// provider. Create them once per registry and share them between the
+// breakers and retriers of all providers, across reloads.
+type Metrics struct {
+	state          *prometheus.GaugeVec
+	transitions    *prometheus.CounterVec
+	droppedEvents  *prometheus.CounterVec
+	retries        *prometheus.CounterVec
+	budgetRefusals *prometheus.CounterVec
+}
+
+// NewMetrics creates the metrics and registers them on reg unless reg is
+// nil. It panics if they are already registered on reg (a wiring bug).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "repool_sidecar_breaker_state",
+			Help: "Circuit breaker state per provider: 0 closed, 1 half-open, 2 open. Updated on transitions; an open breaker becomes half-open on the next call after its timeout.",
+		}, []string{"provider"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "repool_sidecar_breaker_transitions_total",
+			Help: "Circuit breaker state transitions.",
+		}, []string{"provider", "from", "to"}),
+		droppedEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "repool_sidecar_breaker_events_dropped_total",
+			Help: "Breaker transitions not logged because the log queue was full.",
+		}, []string{"provider"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "repool_sidecar_retries_total",
+			Help: "Retries of transient failures (attempts after the first).",
+		}, []string{"provider"}),
+		budgetRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "repool_sidecar_retry_budget_refusals_total",
+			Help: "Retries refused because the provider's retry budget was spent.",
+		}, []string{"provider"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.state, m.transitions, m.droppedEvents, m.retries, m.budgetRefusals)
+	}
+	return m
+}
+
+// Forget drops the series of a provider that was removed.
+func (m *Metrics) Forget(provider string) {
+	l := prometheus.Labels{"provider": provider}
+	m.state.DeletePartialMatch(l)
+	m.transitions.DeletePartialMatch(l)
+	m.droppedEvents.DeletePartialMatch(l)
+	m.retries.DeletePartialMatch(l)
+	m.budgetRefusals.DeletePartialMatch(l)
+}

@@ -1,0 +1,201 @@
+package resilience
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/repool/repool/internal/clock"
+)
+
+// ErrBudgetSpent is matched (errors.Is) by the error of a call whose retry
+// was refused by the retry budget; the error also wraps the last attempt's
+// error, so it keeps that error's gRPC code.
+var ErrBudgetSpent = errors.New("retry budget spent")
+
+// RetryPolicy configures the retries of transient failures (UNAVAILABLE)
+// with exponential backoff and jitter. The zero value of every field means
+// its default. Retries always stop at the call's deadline.
+type RetryPolicy struct {
+	// MaxRetries is the number of retries after the first attempt. Default
+	// 3; negative means no retries.
+	MaxRetries int `yaml:"max_retries"`
+	// InitialInterval is the nominal wait before the first retry. Default
+	// 50ms.
+	InitialInterval time.Duration `yaml:"initial_interval"`
+	// Multiplier grows the nominal wait after each retry. Default 2; at
+	// least 1.
+	Multiplier float64 `yaml:"multiplier"`
+	// MaxInterval caps the nominal wait. Default 1s.
+	MaxInterval time.Duration `yaml:"max_interval"`
+	// RandomizationFactor spreads each wait uniformly over
+	// [1-f, 1+f] × nominal. Default 1 (full jitter: anywhere from 0 to twice
+	// the nominal wait, same mean); negative means 0 (no jitter).
+	RandomizationFactor float64 `yaml:"randomization_factor"`
+	// MaxElapsed bounds the time spent retrying, measured from the first
+	// failure; the call's deadline bounds it further. Default 2s.
+	MaxElapsed time.Duration `yaml:"max_elapsed"`
+}
+
+// WithDefaults returns p with defaults in place of zero values.
+func (p RetryPolicy) WithDefaults() RetryPolicy {
+	if p.MaxRetries == 0 {
+		p.MaxRetries = 3
+	}
+	if p.InitialInterval == 0 {
+		p.InitialInterval = 50 * time.Millisecond
+	}
+	if p.Multiplier == 0 {
+		p.Multiplier = 2
+	}
+	if p.MaxInterval == 0 {
+		p.MaxInterval = time.Second
+	}
+	if p.RandomizationFactor == 0 {
+		p.RandomizationFactor = 1
+	}
+	if p.MaxElapsed == 0 {
+		p.MaxElapsed = 2 * time.Second
+	}
+	return p
+}
+
+// Validate names the first bad field (YAML name), after defaults.
+func (p RetryPolicy) Validate() error {
+	p = p.WithDefaults()
+	switch {
+	case p.MaxRetries > 10:
+		return fmt.Errorf("max_retries %d: want at most 10", p.MaxRetries)
+	case p.InitialInterval < 0:
+		return fmt.Errorf("initial_interval %v: must not be negative", p.InitialInterval)
+	case p.Multiplier < 1:
+		return fmt.Errorf("multiplier %v: want at least 1", p.Multiplier)
+	case p.MaxInterval < p.InitialInterval:
+		return fmt.Errorf("max_interval %v: want at least initial_interval %v", p.MaxInterval, p.InitialInterval)
+	case p.RandomizationFactor > 1:
+		return fmt.Errorf("randomization_factor %v: want at most 1", p.RandomizationFactor)
+	case p.MaxElapsed < 0:
+		return fmt.Errorf("max_elapsed %v: must not be negative", p.MaxElapsed)
+	}
+	return nil
+}
+
+// RetrierConfig configures NewRetrier.
+type RetrierConfig struct {
+	// Provider labels the metrics. Required.
+	Provider string
+	// Policy is the retry policy; zero fields mean their defaults.
+	Policy RetryPolicy
+	// Budget bounds the retries. Required; share one per provider.
+	Budget *Budget
+	// Clock measures elapsed time for MaxElapsed. Default the wall clock.
+	// Waits between attempts always use real timers.
+	Clock clock.Clock
+	// Metrics counts retries and budget refusals. Default: metrics that are
+	// not registered anywhere.
+	Metrics *Metrics
+}
+
+// Retrier retries transient failures (see Retryable) of one provider's
+// calls. Safe for concurrent use; it holds no goroutine.
+type Retrier struct {
+	policy   RetryPolicy
+	budget   *Budget
+	clock    clock.Clock
+	retries  prometheus.Counter
+	refusals prometheus.Counter
+}
+
+// NewRetrier returns a retrier. cfg.Policy must be valid.
+func NewRetrier(cfg RetrierConfig) *Retrier {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(nil)
+	}
+	return &Retrier{
+		policy:   cfg.Policy.WithDefaults(),
+		budget:   cfg.Budget,
+		clock:    cfg.Clock,
+		retries:  cfg.Metrics.retries.WithLabelValues(cfg.Provider),
+		refusals: cfg.Metrics.budgetRefusals.WithLabelValues(cfg.Provider),
+	}
+}
+
+// Policy returns the retrier's policy, defaults applied.
+func (r *Retrier) Policy() RetryPolicy { return r.policy }
+
+// Do runs op, and runs it again after a backoff while it fails with a
+// retryable error, the policy allows another retry, the budget has one to
+// spend and ctx's deadline leaves time for the wait. It returns op's last
+// error; if the budget refused a retry, that error also matches
+// ErrBudgetSpent; if ctx ended during a wait, ctx's error.
+//
+// Every call to Do is one call for the budget.
+func (r *Retrier) Do(ctx context.Context, op func(context.Context) error) error {
+	r.budget.Call()
+	err := op(ctx)
+	if !Retryable(err) || r.policy.MaxRetries < 0 {
+		return err
+	}
+	b := r.backOff(ctx)
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		wait := b.NextBackOff()
+		if wait == backoff.Stop {
+			return err // retries, elapsed time or the deadline are used up
+		}
+		if !r.budget.TryRetry() {
+			r.refusals.Inc()
+			return fmt.Errorf("%w: %w", ErrBudgetSpent, err)
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+		} else {
+			timer.Reset(wait)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (waiting to retry after: %v)", ctx.Err(), err)
+		case <-timer.C:
+		}
+		r.retries.Inc()
+		if err = op(ctx); !Retryable(err) {
+			return err
+		}
+	}
+}
+
+// backOff builds the wait schedule of one call, every field set: the
+// library's defaults would allow 15 minutes of retrying.
+func (r *Retrier) backOff(ctx context.Context) backoff.BackOff {
+	p := r.policy
+	elapsed := p.MaxElapsed
+	if dl, ok := ctx.Deadline(); ok {
+		// Never plan a wait that ends after the deadline (a wall-clock time,
+		// like the timers). MaxElapsedTime 0 would mean "no limit", hence
+		// the 1ns floor.
+		elapsed = max(min(elapsed, time.Until(dl)), time.Nanosecond)
+	}
+	exp := &backoff.ExponentialBackOff{
+		InitialInterval:     p.InitialInterval,
+		RandomizationFactor: max(p.RandomizationFactor, 0),
+		Multiplier:          p.Multiplier,
+		MaxInterval:         p.MaxInterval,
+		MaxElapsedTime:      elapsed,
+		Stop:                backoff.Stop,
+		Clock:               r.clock,
+	}
+	exp.Reset()
+	return backoff.WithContext(backoff.WithMaxRetries(exp, uint64(p.MaxRetries)), ctx)
+}

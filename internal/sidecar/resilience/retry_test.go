@@ -1,0 +1,102 @@
+package resilience
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/repool/repool/internal/clock"
+)
+
+// fastRetry retries quickly so that tests do not wait.
+var fastRetry = RetryPolicy{MaxRetries: 3, InitialInterval: time.Millisecond, MaxInterval: 2 * time.Millisecond, MaxElapsed: time.Second}
+
+func newRetrier(p RetryPolicy, b BudgetPolicy) *Retrier {
+	return NewRetrier(RetrierConfig{Provider: "p", Policy: p, Budget: NewBudget(b, nil)})
+}
+
+func TestRetrierRetriesOnlyUnavailable(t *testing.T) {
+	tests := []struct {
+		name     string
+		errs     []error // one per attempt; nil after the list
+		want     codes.Code
+		attempts int
+	}{
+		{"UNAVAILABLE then success", []error{grpcErr(codes.Unavailable), grpcErr(codes.Unavailable)}, codes.OK, 3},
+		{"INTERNAL is not retried", []error{grpcErr(codes.Internal)}, codes.Internal, 1},
+		{"DEADLINE_EXCEEDED is not retried", []error{grpcErr(codes.DeadlineExceeded)}, codes.DeadlineExceeded, 1},
+		{"a context deadline is not retried", []error{context.DeadlineExceeded}, codes.DeadlineExceeded, 1},
+		{"NOT_FOUND is not retried", []error{grpcErr(codes.NotFound)}, codes.NotFound, 1},
+		{"FAILED_PRECONDITION is not retried", []error{grpcErr(codes.FailedPrecondition)}, codes.FailedPrecondition, 1},
+		{"RESOURCE_EXHAUSTED is not retried", []error{grpcErr(codes.ResourceExhausted)}, codes.ResourceExhausted, 1},
+		{"UNAUTHENTICATED is not retried", []error{grpcErr(codes.Unauthenticated)}, codes.Unauthenticated, 1},
+		{"UNAVAILABLE until max_retries", []error{grpcErr(codes.Unavailable), grpcErr(codes.Unavailable), grpcErr(codes.Unavailable), grpcErr(codes.Unavailable), grpcErr(codes.Unavailable)}, codes.Unavailable, 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRetrier(fastRetry, BudgetPolicy{})
+			attempts := 0
+			err := r.Do(context.Background(), func(context.Context) error {
+				attempts++
+				if attempts <= len(tt.errs) {
+					return tt.errs[attempts-1]
+				}
+				return nil
+			})
+			if Code(err) != tt.want || attempts != tt.attempts {
+				t.Fatalf("Do() = got %v after %d attempts, want %v after %d", err, attempts, tt.want, tt.attempts)
+			}
+		})
+	}
+}
+
+func TestRetrierNegativeMaxRetriesDisablesRetries(t *testing.T) {
+	p := fastRetry
+	p.MaxRetries = -1
+	r := newRetrier(p, BudgetPolicy{})
+	attempts := 0
+	err := r.Do(context.Background(), func(context.Context) error { attempts++; return grpcErr(codes.Unavailable) })
+	if attempts != 1 || Code(err) != codes.Unavailable {
+		t.Fatalf("Do() with max_retries -1 = got %v after %d attempts, want Unavailable after 1", err, attempts)
+	}
+}
+
+func TestRetrierStaysWithinTheDeadline(t *testing.T) {
+	p := RetryPolicy{MaxRetries: 5, InitialInterval: 200 * time.Millisecond, MaxInterval: time.Second, RandomizationFactor: -1, MaxElapsed: 10 * time.Second}
+	r := newRetrier(p, BudgetPolicy{})
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	attempts := 0
+	start := time.Now()
+	err := r.Do(ctx, func(context.Context) error { attempts++; return grpcErr(codes.Unavailable) })
+	if attempts != 1 || Code(err) != codes.Unavailable || time.Since(start) > 40*time.Millisecond {
+		t.Fatalf("Do() with a 200ms wait and a 50ms deadline = got %v after %d attempts in %v, want Unavailable at once after 1",
+			err, attempts, time.Since(start))
+	}
+}
+
+func TestRetrierBudget(t *testing.T) {
+	// No floor: retries are bounded by 20% of the calls alone.
+	budget := BudgetPolicy{Ratio: 0.2, MinPerSecond: -1, Window: time.Minute}
+	r := NewRetrier(RetrierConfig{Provider: "p", Policy: fastRetry, Budget: NewBudget(budget, clock.NewFake(time.Unix(1e9, 0)))})
+	const calls = 200
+	attempts, spent := 0, 0
+	for range calls {
+		err := r.Do(context.Background(), func(context.Context) error { attempts++; return grpcErr(codes.Unavailable) })
+		if errors.Is(err, ErrBudgetSpent) {
+			spent++
+			if Code(err) != codes.Unavailable {
+				t.Fatalf("Code(budget refusal) = got %v, want Unavailable (the last attempt's)", Code(err))
+			}
+		}
+	}
+	if max := calls + calls/5; attempts > max {
+		t.Fatalf("%d failing calls made %d attempts, want at most %d ((1 + 0.2) × calls)", calls, attempts, max)
+	}
+	if spent == 0 {
+		t.Fatalf("no call reported ErrBudgetSpent")
+	}
+}

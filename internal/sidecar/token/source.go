@@ -1,0 +1,415 @@
+// Package token supplies a provider's bearer tokens: an in-process cache,
+// then an optional shared cache in Redis, then AuthService.IssueToken, one
+// call at a time per provider (single-flight), refreshed ahead of expiry so
+// that no request waits for a token once the first one is held.
+//
+// A token the server refuses (UNAUTHENTICATED) is dropped — from Redis only
+// if Redis still holds that very token — and the call is retried once with a
+// fresh one (Source.Do). A second refusal is an invalid-credentials error
+// (ErrInvalidCredentials), which the circuit breaker ignores.
+package token
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/singleflight"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	repoolv1 "github.com/repool/repool/api/repool/v1"
+	"github.com/repool/repool/internal/clock"
+)
+
+// ErrInvalidCredentials is matched (errors.Is) by the error of a call whose
+// API key or fresh token the server refused. The error keeps the server's
+// UNAUTHENTICATED status.
+var ErrInvalidCredentials = errors.New("invalid credentials")
+
+// ErrClosed is returned by a Source after Close.
+var ErrClosed = errors.New("token source closed")
+
+// refreshRetry is how long after a failed fetch the next refresh-ahead may
+// start, so that an outage does not turn every request into an IssueToken.
+const refreshRetry = time.Second
+
+// flightKey is the one single-flight key of a Source: it fetches one token.
+const flightKey = "token"
+
+// Issuer is the part of repoolv1.AuthServiceClient a Source uses.
+type Issuer interface {
+	IssueToken(ctx context.Context, in *repoolv1.IssueTokenRequest, opts ...grpc.CallOption) (*repoolv1.IssueTokenResponse, error)
+}
+
+var _ Issuer = repoolv1.AuthServiceClient(nil)
+
+// Config configures New.
+type Config struct {
+	// Provider names the source in keys, metrics and logs. Required.
+	Provider string
+	// APIKey is sent as x-api-key to IssueToken. Required; never logged.
+	APIKey string
+	// Issuer issues tokens. Required.
+	Issuer Issuer
+	// Policy is the token policy; zero fields mean their defaults.
+	Policy Policy
+	// Redis, when set, is the shared cache. The Source owns its client.
+	Redis *Redis
+	// Clock tells the time for token lifetimes. Default the wall clock.
+	// The background refresher sleeps on real timers for the durations this
+	// clock computes.
+	Clock clock.Clock
+	// Log receives the source's logs. Default discards them.
+	Log *slog.Logger
+	// Metrics counts lookups, issuances, refreshes and Redis errors.
+	// Default: metrics that are not registered anywhere.
+	Metrics *Metrics
+}
+
+// Token is a bearer token with its lifetime.
+type Token struct {
+	Value     string
+	IssuedAt  time.Time
+	ExpiresAt time.Time
+
+	usableUntil time.Time // ExpiresAt - skew
+	refreshAt   time.Time // jittered refresh point
+	bearer      string    // "Bearer " + Value
+	raw         string    // Redis value, for compare-and-delete
+}
+
+// Source supplies one provider's tokens. Safe for concurrent use. It runs
+// one background goroutine (the refresher) until Close.
+type Source struct {
+	provider string
+	apiKey   string
+	issuer   Issuer
+	policy   Policy
+	clock    clock.Clock
+	log      *slog.Logger
+	redis    *shared // nil without Redis
+
+	local     prometheus.Counter // lookups served by the local cache
+	fromRedis prometheus.Counter
+	issued    prometheus.Counter
+	issuances *prometheus.CounterVec // curried: code
+	refreshes *prometheus.CounterVec // curried: reason
+
+	cur     atomic.Pointer[Token]
+	nextTry atomic.Int64 // clock unix nanos before which no refresh-ahead starts
+	failing atomic.Bool  // a refresh-ahead failed and was logged
+	group   singleflight.Group
+
+	life context.Context // cancelled by Close; parent of every fetch
+	stop context.CancelFunc
+	wake chan struct{} // re-arm the refresher: a new token, or one past its refresh point
+	done chan struct{} // closed when the refresher returns
+}
+
+// New returns a Source holding no token yet and starts its refresher.
+func New(cfg Config) (*Source, error) {
+	switch {
+	case cfg.Provider == "":
+		return nil, errors.New("token: Config.Provider is required")
+	case cfg.APIKey == "":
+		return nil, fmt.Errorf("token: provider %q: Config.APIKey is required", cfg.Provider)
+	case cfg.Issuer == nil:
+		return nil, fmt.Errorf("token: provider %q: Config.Issuer is required", cfg.Provider)
+	}
+	if err := cfg.Policy.Validate(); err != nil {
+		return nil, fmt.Errorf("token: provider %q: %w", cfg.Provider, err)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(nil)
+	}
+	log := cfg.Log.With("provider", cfg.Provider)
+	l := prometheus.Labels{"provider": cfg.Provider}
+	s := &Source{
+		provider:  cfg.Provider,
+		apiKey:    cfg.APIKey,
+		issuer:    cfg.Issuer,
+		policy:    cfg.Policy.WithDefaults(),
+		clock:     cfg.Clock,
+		log:       log,
+		local:     cfg.Metrics.lookups.WithLabelValues(cfg.Provider, TierLocal),
+		fromRedis: cfg.Metrics.lookups.WithLabelValues(cfg.Provider, TierRedis),
+		issued:    cfg.Metrics.lookups.WithLabelValues(cfg.Provider, TierIssue),
+		issuances: cfg.Metrics.issuances.MustCurryWith(l),
+		refreshes: cfg.Metrics.refreshes.MustCurryWith(l),
+		wake:      make(chan struct{}, 1),
+		done:      make(chan struct{}),
+	}
+	if cfg.Redis != nil {
+		if cfg.Redis.Addr == "" {
+			return nil, fmt.Errorf("token: provider %q: Redis.Addr is required", cfg.Provider)
+		}
+		s.redis = newShared(*cfg.Redis, Key(cfg.Redis.WithDefaults().KeyPrefix, cfg.Provider, cfg.APIKey),
+			log, cfg.Metrics.redisErrors.MustCurryWith(l))
+	}
+	s.life, s.stop = context.WithCancel(context.Background())
+	go s.refresher()
+	return s, nil
+}
+
+// Key is the Redis key of a provider's token: one per provider and API key,
+// without revealing the key.
+func Key(prefix, provider, apiKey string) string {
+	sum := sha256.Sum256([]byte(apiKey))
+	return prefix + "token:" + provider + ":" + hex.EncodeToString(sum[:8])
+}
+
+// Close stops the refresher, waits for a fetch in flight, and closes the
+// Redis client. Call it once no caller uses the Source any more.
+func (s *Source) Close() error {
+	s.stop()
+	<-s.done
+	// Do joins a fetch in flight (which ends soon: its context is gone) and
+	// returns when it has.
+	s.group.Do(flightKey, func() (any, error) { return nil, ErrClosed })
+	if s.redis != nil {
+		return s.redis.close()
+	}
+	return nil
+}
+
+// Token returns a usable token: the cached one (waking the refresher if it
+// is past its refresh point), else the result of the shared fetch. It waits
+// no longer than ctx allows; the fetch goes on for the other callers.
+func (s *Source) Token(ctx context.Context) (*Token, error) {
+	now := s.clock.Now()
+	if t := s.cur.Load(); t != nil && now.Before(t.usableUntil) {
+		s.local.Inc()
+		if !now.Before(t.refreshAt) && now.UnixNano() >= s.nextTry.Load() {
+			s.poke()
+		}
+		return t, nil
+	}
+	s.refreshes.WithLabelValues(reasonMiss).Inc()
+	return s.await(ctx, s.cur.Load())
+}
+
+// poke wakes the refresher without blocking.
+func (s *Source) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// await joins (or starts) the shared fetch of a token other than stale and
+// waits for it or for ctx. If the fetch it joined had started too early to
+// know that stale is bad and returns it anyway, it fetches once more.
+func (s *Source) await(ctx context.Context, stale *Token) (*Token, error) {
+	for range 2 {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case r := <-s.group.DoChan(flightKey, func() (any, error) { return s.fetch(stale, false) }):
+			if r.Err != nil {
+				return nil, r.Err
+			}
+			t := r.Val.(*Token)
+			if stale == nil || t.Value != stale.Value {
+				return t, nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("token: provider %q: the fetched token is the one being replaced", s.provider)
+}
+
+// fetch runs inside the single flight, on a context no caller owns: the
+// cached token if another flight already replaced stale, else the Redis
+// entry if it is usable and is not stale, else a new token from
+// IssueToken, stored in both caches.
+func (s *Source) fetch(stale *Token, background bool) (*Token, error) {
+	if err := s.life.Err(); err != nil {
+		return nil, ErrClosed
+	}
+	ctx, cancel := context.WithTimeout(s.life, s.policy.IssueTimeout)
+	defer cancel()
+	fresh := func(t *Token, now time.Time) bool {
+		return t != nil && now.Before(t.usableUntil) && (stale == nil || t.Value != stale.Value)
+	}
+	if t := s.cur.Load(); fresh(t, s.clock.Now()) && s.clock.Now().Before(t.refreshAt) {
+		return t, nil
+	}
+	if s.redis != nil {
+		if e, raw := s.redis.get(ctx); e != nil {
+			if t := s.token(e, raw); fresh(t, s.clock.Now()) {
+				s.fromRedis.Inc()
+				s.hold(t)
+				return t, nil
+			}
+		}
+	}
+	t, err := s.issue(ctx)
+	if err != nil {
+		s.nextTry.Store(s.clock.Now().Add(refreshRetry).UnixNano())
+		if background && !s.failing.Swap(true) {
+			// Nobody waits for a refresh-ahead: this is the only report,
+			// once until a fetch succeeds again.
+			s.log.Warn("token refresh failing; serving the current token until it expires", "err", err)
+		}
+		return nil, err
+	}
+	if s.failing.Swap(false) {
+		s.log.Info("token refresh recovered")
+	}
+	if s.redis != nil {
+		e := entry{Token: t.Value, IssuedAt: t.IssuedAt.UnixMilli(), ExpiresAt: t.ExpiresAt.UnixMilli()}
+		t.raw = s.redis.set(ctx, e, t.usableUntil.Sub(s.clock.Now()))
+	}
+	s.issued.Inc()
+	s.hold(t)
+	return t, nil
+}
+
+// issue calls IssueToken with the API key.
+func (s *Source) issue(ctx context.Context) (*Token, error) {
+	resp, err := s.issuer.IssueToken(metadata.AppendToOutgoingContext(ctx, "x-api-key", s.apiKey), &repoolv1.IssueTokenRequest{})
+	s.issuances.WithLabelValues(status.Code(err).String()).Inc()
+	switch {
+	case status.Code(err) == codes.Unauthenticated:
+		return nil, &credentialsError{err: err}
+	case err != nil:
+		return nil, err
+	case resp.GetToken() == "" || resp.GetExpiresAt() == nil:
+		return nil, status.Error(codes.Internal, "IssueToken answered without a token or an expiry")
+	}
+	now := s.clock.Now()
+	return s.token(&entry{Token: resp.GetToken(), IssuedAt: now.UnixMilli(), ExpiresAt: resp.GetExpiresAt().AsTime().UnixMilli()}, ""), nil
+}
+
+// token builds a Token from an entry, with its jittered refresh point.
+func (s *Source) token(e *entry, raw string) *Token {
+	t := &Token{
+		Value:     e.Token,
+		IssuedAt:  time.UnixMilli(e.IssuedAt),
+		ExpiresAt: time.UnixMilli(e.ExpiresAt),
+		bearer:    "Bearer " + e.Token,
+		raw:       raw,
+	}
+	t.usableUntil = t.ExpiresAt.Add(-s.policy.Skew)
+	life := t.usableUntil.Sub(t.IssuedAt)
+	frac := s.policy.RefreshAt - 0.05*rand.Float64()
+	t.refreshAt = t.IssuedAt.Add(time.Duration(frac * float64(life)))
+	return t
+}
+
+// hold caches t locally and re-arms the refresher.
+func (s *Source) hold(t *Token) {
+	s.cur.Store(t)
+	s.nextTry.Store(0)
+	s.poke()
+}
+
+// Bearer returns the authorization metadata value: "Bearer <token>".
+func (t *Token) Bearer() string { return t.bearer }
+
+// Refresh replaces a token the server refused: it drops bad (Invalidate)
+// and returns another token from the shared fetch.
+func (s *Source) Refresh(ctx context.Context, bad *Token) (*Token, error) {
+	s.refreshes.WithLabelValues(reasonUnauthenticated).Inc()
+	s.Invalidate(ctx, bad)
+	return s.await(ctx, bad)
+}
+
+// Invalidate drops t from the caches if they still hold it: locally by
+// compare-and-swap, in Redis by compare-and-delete.
+func (s *Source) Invalidate(ctx context.Context, t *Token) {
+	s.cur.CompareAndSwap(t, nil)
+	if s.redis != nil && t.raw != "" {
+		s.redis.delete(ctx, t.raw)
+	}
+}
+
+// Do is the authentication layer of a call: it runs call with a bearer
+// ("Bearer <token>") and, if the server answers UNAUTHENTICATED, drops that
+// token, fetches a fresh one through the single flight and runs call once
+// more. It returns call's error, or the token fetch's error; a second
+// UNAUTHENTICATED (or IssueToken refusing the key) matches
+// ErrInvalidCredentials.
+func (s *Source) Do(ctx context.Context, call func(ctx context.Context, bearer string) error) error {
+	t, err := s.Token(ctx)
+	if err != nil {
+		return err
+	}
+	err = call(ctx, t.bearer)
+	if status.Code(err) != codes.Unauthenticated {
+		return err
+	}
+	if t, err = s.Refresh(ctx, t); err != nil {
+		return err
+	}
+	if err = call(ctx, t.bearer); status.Code(err) == codes.Unauthenticated {
+		return &credentialsError{err: err}
+	}
+	return err
+}
+
+// refresher refreshes the held token at its refresh point, so that no
+// request waits for a token at expiry. It sleeps until the refresh point
+// (or, after a failed fetch, until the next try) and is woken early by a
+// new token or by a request that finds the token past its refresh point.
+func (s *Source) refresher() {
+	defer close(s.done)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		var fire <-chan time.Time
+		if t := s.cur.Load(); t != nil {
+			at := t.refreshAt
+			if next := time.Unix(0, s.nextTry.Load()); next.After(at) {
+				at = next
+			}
+			timer.Reset(max(at.Sub(s.clock.Now()), 0))
+			fire = timer.C
+		}
+		select {
+		case <-s.life.Done():
+			return
+		case <-s.wake:
+			timer.Stop()
+		case <-fire:
+			t := s.cur.Load()
+			now := s.clock.Now()
+			if t == nil || now.Before(t.refreshAt) || now.UnixNano() < s.nextTry.Load() {
+				continue
+			}
+			s.refreshes.WithLabelValues(reasonAhead).Inc()
+			select {
+			case <-s.group.DoChan(flightKey, func() (any, error) { return s.fetch(t, true) }):
+			case <-s.life.Done():
+				return
+			}
+		}
+	}
+}
+
+// credentialsError is an UNAUTHENTICATED answer after the one refresh.
+type credentialsError struct{ err error }
+
+func (e *credentialsError) Error() string { return "invalid credentials: " + e.err.Error() }
+
+// Is makes the error match ErrInvalidCredentials.
+func (e *credentialsError) Is(target error) bool { return target == ErrInvalidCredentials }
+
+// Unwrap returns the server's UNAUTHENTICATED status error.
+func (e *credentialsError) Unwrap() error { return e.err }
