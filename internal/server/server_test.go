@@ -312,3 +312,33 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+func TestDataPlaneChangesAreAudited(t *testing.T) {
+	r := start(t, Config{Store: sqliteStore(t)})
+	ctx := withKey(r.key)
+	if _, err := r.pool.Register(ctx, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "a"}, {Id: "b"}}}); err != nil {
+		t.Fatal(err)
+	}
+	// Five failures in a row quarantine a for the context: a block event.
+	for i := 0; i < 5; i++ {
+		if _, err := r.pool.Report(ctx, &repoolv1.ReportRequest{ResourceId: "a", Context: "x", Outcome: repoolv1.Outcome_FAILURE}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.pool.Deregister(ctx, &repoolv1.DeregisterRequest{ResourceIds: []string{"b"}}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"resources.register": false, "resources.deregister": false, "resource.blocked": false}
+	waitFor(t, func() bool {
+		var page struct {
+			Entries []struct{ Action, Target string }
+		}
+		r.api(t, "GET", "/api/v1/tenants/demo/audit", r.op, "", &page)
+		for _, e := range page.Entries {
+			if _, ok := want[e.Action]; ok {
+				want[e.Action] = true
+			}
+		}
+		return want["resources.register"] && want["resources.deregister"] && want["resource.blocked"]
+	})
+}
