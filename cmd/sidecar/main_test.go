@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -10,32 +9,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/repool/repool/internal/sidecar"
 	"github.com/repool/repool/internal/sidecar/fakeserver"
+	"github.com/repool/repool/internal/testenv"
 )
-
-// syncBuffer collects the sidecar's logs.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
@@ -73,7 +54,7 @@ func TestSIGHUPReloadsTheFile(t *testing.T) {
 	writeConfig(t, path, "providers:\n  a: {endpoint: "+a.Addr()+", api_key_env: KEY_A}\n")
 	getenv := env(map[string]string{"KEY_A": fakeserver.DefaultAPIKey})
 
-	var logs syncBuffer
+	var logs testenv.Output
 	ready := make(chan *sidecar.Sidecar, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

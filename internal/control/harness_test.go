@@ -219,24 +219,6 @@ func showLimits(l store.Limits) string {
 	return string(b)
 }
 
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // harness is an API on a real store behind a faultStore, with fake hooks,
 // a fake clock and captured logs.
 type harness struct {
@@ -246,7 +228,7 @@ type harness struct {
 	clk    *clock.Fake
 	signer *token.Signer
 	hooks  *fakeHooks
-	logs   *syncBuffer
+	logs   *testenv.Output
 	api    *API
 }
 
@@ -258,7 +240,7 @@ func newHarness(t *testing.T, open openFunc) *harness {
 	if err != nil {
 		t.Fatalf("token.NewSigner() = got error %v, want nil", err)
 	}
-	h := &harness{t: t, real: real, st: &faultStore{Store: real}, clk: clk, signer: signer, hooks: &fakeHooks{}, logs: &syncBuffer{}}
+	h := &harness{t: t, real: real, st: &faultStore{Store: real}, clk: clk, signer: signer, hooks: &fakeHooks{}, logs: &testenv.Output{}}
 	h.api, err = New(Config{
 		Store: h.st, Signer: signer, Hooks: h.hooks, Clock: clk,
 		Log: slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),

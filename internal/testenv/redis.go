@@ -43,22 +43,22 @@ func Redis(tb testing.TB) (addr string, stop func()) {
 	return "", nil
 }
 
-// syncBuffer is a bytes.Buffer safe for the writes of the child's output
-// copier and a concurrent read.
-type syncBuffer struct {
+// Output is a bytes.Buffer safe for concurrent writes and reads: the sink
+// for a child process's output or a test's logs. The zero value is ready.
+type Output struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
 // Write appends p.
-func (s *syncBuffer) Write(p []byte) (int, error) {
+func (s *Output) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
 // String returns everything written so far.
-func (s *syncBuffer) String() string {
+func (s *Output) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
@@ -68,7 +68,7 @@ func startRedis(bin string, port int) (string, func(), error) {
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no")
-	var out syncBuffer
+	var out Output
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		return "", nil, fmt.Errorf("start %s: %w", bin, err)

@@ -12,7 +12,6 @@
 package haproxytest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -23,7 +22,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -126,7 +124,7 @@ type Process struct {
 	Config  []byte           // the rendered haproxy.cfg it runs
 	Socket  string           // its stats socket
 	Runtime *haproxy.Runtime // connected to Socket
-	out     syncBuffer
+	out     testenv.Output
 }
 
 // Output returns what HAProxy printed so far.
@@ -273,22 +271,4 @@ func Get(tb testing.TB, inv *inventory.Inventory) string {
 		tb.Fatalf("haproxytest: GET %s = got %s %s %q (%v), want HTTP/2.0 200", url, resp.Proto, resp.Status, body, err)
 	}
 	return string(body)
-}
-
-// syncBuffer collects a child's output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
