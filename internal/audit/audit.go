@@ -100,12 +100,18 @@ func (w *Writer) write(ctx context.Context, e store.AuditEntry) {
 // ends. If it falls behind and its subscription is cut, it resubscribes
 // from where it was; events lost meanwhile are recorded as a gap.
 func (w *Writer) Watch(ctx context.Context, tenant string, p *pool.Pool) {
+	kinds := pool.KindsOf(pool.EventBlocked, pool.EventRecovered)
+	// The first subscription is made before Watch returns, so no event of
+	// the pool's first requests is missed.
+	sub := p.Subscribe(kinds, 0)
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
 		var after uint64
-		for ctx.Err() == nil {
-			sub := p.Subscribe(pool.KindsOf(pool.EventBlocked, pool.EventRecovered), after)
+		for first := true; ctx.Err() == nil; first = false {
+			if !first {
+				sub = p.Subscribe(kinds, after)
+			}
 			after = w.drain(ctx, tenant, sub, after)
 			why := sub.Err()
 			sub.Close()

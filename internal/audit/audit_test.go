@@ -42,7 +42,6 @@ func TestWatchRecordsBlocksAndRecoveries(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Watch(ctx, "acme", p)
-	time.Sleep(10 * time.Millisecond) // let the watcher subscribe
 	if _, err := p.Report(pool.Report{Resource: "r", Context: "x", Outcome: pool.Failure}); err != nil {
 		t.Fatal(err)
 	}

@@ -196,14 +196,15 @@ func (s *Service) Register(ctx context.Context, req *repoolv1.RegisterRequest) (
 	}
 	specs := make([]pool.Spec, len(req.GetResources()))
 	seen := make(map[string]bool, len(specs))
-	fresh := 0
+	var freshIDs []string
 	for i, r := range req.GetResources() {
 		specs[i] = pool.Spec{ID: r.GetId(), Capacity: int(r.GetCapacity()), Labels: r.GetLabels()}
 		if !seen[r.GetId()] && !p.HasResource(r.GetId()) {
-			fresh++
+			freshIDs = append(freshIDs, r.GetId())
 		}
 		seen[r.GetId()] = true
 	}
+	fresh := len(freshIDs)
 	if fresh > 0 {
 		if err := s.cfg.Budget.Reserve(tenant, Resources, fresh); err != nil {
 			return nil, toStatus(s.log, err)
@@ -220,6 +221,11 @@ func (s *Service) Register(ctx context.Context, req *repoolv1.RegisterRequest) (
 			ids = append(ids, id)
 		}
 		if err := s.cfg.Journal.Registered(ctx, tenant, ids); err != nil {
+			// Take back what this call created: kept in memory, a retry
+			// would find it "existing" and acknowledge it undurably.
+			removed, cells, _ := p.Deregister(freshIDs)
+			s.cfg.Budget.Release(tenant, Resources, removed)
+			s.cfg.Budget.Release(tenant, Cells, cells)
 			return nil, toStatus(s.log, fmt.Errorf("%w: registration not durable: %v", ErrNotActive, err))
 		}
 	}

@@ -21,6 +21,21 @@ type binding struct {
 	set   func(*Config, string) error
 }
 
+// switches are the bindings given as bare flags (--ha means --ha=true).
+var switches = map[string]bool{"ha": true}
+
+// boolValue is a string-valued flag that may be given without a value.
+type boolValue struct{ v *string }
+
+func (b boolValue) String() string {
+	if b.v == nil {
+		return ""
+	}
+	return *b.v
+}
+func (b boolValue) Set(s string) error { *b.v = s; return nil }
+func (b boolValue) IsBoolFlag() bool   { return true }
+
 func str(f func(*Config) *string) func(*Config, string) error {
 	return func(c *Config, v string) error { *f(c) = v; return nil }
 }
@@ -91,7 +106,14 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 	bs := bindings()
 	vals := make(map[string]*string, len(bs))
 	for _, b := range bs {
-		vals[b.name] = fs.String(b.name, b.def, fmt.Sprintf("%s (env %s)", b.usage, envName(b.name)))
+		usage := fmt.Sprintf("%s (env %s)", b.usage, envName(b.name))
+		if switches[b.name] {
+			v := b.def
+			vals[b.name] = &v
+			fs.Var(boolValue{&v}, b.name, usage)
+			continue
+		}
+		vals[b.name] = fs.String(b.name, b.def, usage)
 	}
 	file := fs.String("config", "", "YAML configuration file (env REPOOL_CONFIG); keys are the flag names with underscores")
 	if err := fs.Parse(args); err != nil {

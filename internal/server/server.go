@@ -13,7 +13,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -116,7 +118,11 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	}()
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	if s.store, err = open.Store(ctx, cfg.Store, store.Options{Clock: opts.Clock}); err != nil {
+	dsn := cfg.Store
+	if cfg.HA {
+		dsn = haDSN(dsn, cfg.HASessionTimeout)
+	}
+	if s.store, err = open.Store(ctx, dsn, store.Options{Clock: opts.Clock}); err != nil {
 		return nil, fmt.Errorf("opening the store: %w", err)
 	}
 	if h, ok := s.store.(store.HA); ok && cfg.HA {
@@ -215,6 +221,36 @@ func (s *Server) becomeActive(ctx context.Context, epoch uint32) error {
 	s.ready.Store(true)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	return nil
+}
+
+// haDSN makes the store's sessions of an HA server die with the server: a
+// leader paused or cut off inside a fenced transaction holds the epoch row,
+// so its successor's epoch bump would wait for it. The database ends such a
+// session after timeout, and TCP keepalives notice a vanished host.
+func haDSN(dsn string, timeout time.Duration) string {
+	params := map[string]string{
+		"idle_in_transaction_session_timeout": strconv.FormatInt(timeout.Milliseconds(), 10),
+		"tcp_keepalives_idle":                 strconv.Itoa(max(1, int(timeout.Seconds()/2))),
+		"tcp_keepalives_interval":             "1",
+		"tcp_keepalives_count":                "2",
+	}
+	keys := []string{"idle_in_transaction_session_timeout", "tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count"}
+	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		q := u.Query()
+		for _, k := range keys {
+			if q.Get(k) == "" {
+				q.Set(k, params[k])
+			}
+		}
+		u.RawQuery = q.Encode()
+		return u.String()
+	}
+	for _, k := range keys {
+		if !strings.Contains(dsn, k+"=") {
+			dsn += " " + k + "=" + params[k]
+		}
+	}
+	return dsn
 }
 
 // redact hides a DSN's password in logs.
