@@ -45,7 +45,7 @@ const (
 	DefaultCheckInter     = 500 * time.Millisecond
 	DefaultCheckFall      = 1
 	DefaultCheckRise      = 1
-	DefaultConnectTimeout = time.Second
+	DefaultConnectTimeout = 100 * time.Millisecond // HAProxy retries a refused connect only after min(connect, 1s): keep failover short
 	DefaultClientTimeout  = time.Hour
 	DefaultServerTimeout  = time.Hour
 	DefaultTunnelTimeout  = time.Hour

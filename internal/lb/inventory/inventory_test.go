@@ -55,7 +55,7 @@ func TestParseDefaults(t *testing.T) {
 		{"checks.inter", inv.Checks.Inter, 500 * time.Millisecond},
 		{"checks.fall", inv.Checks.Fall, 1},
 		{"checks.rise", inv.Checks.Rise, 1},
-		{"timeouts.connect", inv.Timeouts.Connect, time.Second},
+		{"timeouts.connect", inv.Timeouts.Connect, 100 * time.Millisecond},
 		{"timeouts.client", inv.Timeouts.Client, time.Hour},
 		{"timeouts.server", inv.Timeouts.Server, time.Hour},
 		{"timeouts.tunnel", inv.Timeouts.Tunnel, time.Hour},
