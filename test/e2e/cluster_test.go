@@ -1,0 +1,504 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Tools the test runs. scripts/test installs them.
+const (
+	pgBin         = "/usr/lib/postgresql/15/bin"
+	haproxyBin    = "/usr/sbin/haproxy"
+	keepalivedBin = "/usr/sbin/keepalived"
+	scriptHint    = "run scripts/test as root: it installs PostgreSQL 15, HAProxy, Keepalived, iproute2 and curl"
+)
+
+// Ports and timings of the cluster under test.
+const (
+	grpcPort       = 9090 // servers and the VIP
+	httpPort       = 8081 // servers: health, metrics
+	pgPort         = 5432
+	sidecarPort    = 7070
+	sessionTimeout = 2 * time.Second // --ha-session-timeout
+)
+
+// cluster is one run's topology and processes.
+type cluster struct {
+	tb   testing.TB
+	dir  string // run directory: binaries, configs, logs, PostgreSQL data
+	root string // module root
+	ps   *procs
+
+	serverBin, sidecarBin string
+
+	dsn    string    // the servers' store
+	db     *pgx.Conn // the test's own connection (root namespace)
+	apiKey string    // the demo tenant's key
+
+	servers map[string]*server
+	lbs     map[string]*lb
+	sidecar *proc
+}
+
+// server is one repool server host.
+type server struct {
+	host host
+	p    *proc
+}
+
+func (s *server) httpURL(path string) string {
+	return fmt.Sprintf("http://%s:%d%s", s.host.addr, httpPort, path)
+}
+
+// lb is one load-balancer host: HAProxy and Keepalived.
+type lb struct {
+	host       host
+	dir        string
+	haproxyCfg string
+	kaConf     string
+	socket     string // HAProxy stats socket
+	notifyLog  string
+	haproxy    *proc
+	keepalived *proc
+}
+
+// newCluster prepares the run directory and the binaries; the caller
+// builds the network and starts the parts.
+func newCluster(tb testing.TB) *cluster {
+	tb.Helper()
+	dir, err := os.MkdirTemp("", Prefix+"run-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	// PostgreSQL runs as its own user and Keepalived checks that scripts
+	// live in directories only root can write: 0755, owned by root.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { os.RemoveAll(dir) })
+	c := &cluster{tb: tb, dir: dir, servers: map[string]*server{}, lbs: map[string]*lb{}}
+	c.ps = &procs{tb: tb, dir: dir}
+	c.root = moduleRoot(tb)
+	return c
+}
+
+func moduleRoot(tb testing.TB) string {
+	tb.Helper()
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil || strings.TrimSpace(string(out)) == "" {
+		tb.Fatalf("go env GOMOD = %q, %v: want the module's go.mod", out, err)
+	}
+	return filepath.Dir(strings.TrimSpace(string(out)))
+}
+
+// build compiles cmd/server and cmd/sidecar into the run directory.
+func (c *cluster) build() {
+	c.tb.Helper()
+	for _, b := range []struct {
+		pkg string
+		out *string
+	}{{"./cmd/server", &c.serverBin}, {"./cmd/sidecar", &c.sidecarBin}} {
+		*b.out = filepath.Join(c.dir, "bin", filepath.Base(b.pkg))
+		cmd := exec.Command("go", "build", "-o", *b.out, b.pkg)
+		cmd.Dir = c.root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			c.tb.Fatalf("go build %s = got error %v, want nil\n%s", b.pkg, err, out)
+		}
+	}
+}
+
+// postgres initialises a cluster in the run directory and runs it in the
+// db namespace, listening on the db host's address only, trusting the
+// subnet, with fsync off.
+func (c *cluster) postgres() {
+	c.tb.Helper()
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		c.tb.Fatalf("OS user postgres missing (%v): %s", err, scriptHint)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	pgDir := filepath.Join(c.dir, "pg")
+	data := filepath.Join(pgDir, "data")
+	if err := os.Mkdir(pgDir, 0o700); err != nil {
+		c.tb.Fatal(err)
+	}
+	if err := os.Chown(pgDir, uid, gid); err != nil {
+		c.tb.Fatal(err)
+	}
+	asPG := []string{"setpriv", "--reuid=" + u.Uid, "--regid=" + u.Gid, "--init-groups"}
+	initdb := exec.Command(asPG[0], append(asPG[1:], filepath.Join(pgBin, "initdb"), "-D", data, "-U", "postgres",
+		"--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync", "--no-instructions")...)
+	initdb.Env = append(os.Environ(), "HOME="+pgDir)
+	if out, err := initdb.CombinedOutput(); err != nil {
+		c.tb.Fatalf("initdb = got error %v, want nil (%s)\n%s", err, scriptHint, out)
+	}
+	hba, err := os.OpenFile(filepath.Join(data, "pg_hba.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		c.tb.Fatal(err)
+	}
+	fmt.Fprintf(hba, "host all all %s trust\n", subnet)
+	hba.Close()
+
+	c.ps.start("postgres", hostDB.ns(), []string{"HOME=" + pgDir}, append(asPG, filepath.Join(pgBin, "postgres"), "-D", data,
+		"-c", "listen_addresses="+hostDB.addr, "-c", "port="+strconv.Itoa(pgPort),
+		"-c", "unix_socket_directories="+pgDir, "-c", "fsync=off", "-c", "synchronous_commit=off",
+		"-c", "full_page_writes=off", "-c", "max_connections=200", "-c", "log_min_messages=warning")...)
+
+	admin := fmt.Sprintf("postgres://postgres@%s:%d/postgres?sslmode=disable&connect_timeout=2", hostDB.addr, pgPort)
+	var conn *pgx.Conn
+	waitFor(c.tb, 30*time.Second, "PostgreSQL to accept connections", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		conn, err = pgx.Connect(ctx, admin)
+		return err == nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := conn.Exec(ctx, "CREATE DATABASE repool"); err != nil {
+		c.tb.Fatalf("CREATE DATABASE repool = got error %v, want nil", err)
+	}
+	conn.Close(ctx)
+	c.dsn = fmt.Sprintf("postgres://postgres@%s:%d/repool?sslmode=disable", hostDB.addr, pgPort)
+	if c.db, err = pgx.Connect(ctx, c.dsn); err != nil {
+		c.tb.Fatalf("connect to %s = got error %v, want nil", c.dsn, err)
+	}
+	c.tb.Cleanup(func() { c.db.Close(context.Background()) })
+}
+
+// startServer runs (or restarts) the repool server on h.
+func (c *cluster) startServer(h host) *server {
+	c.tb.Helper()
+	p := c.ps.start("server-"+h.name, h.ns(), nil, c.serverBin, "run",
+		"--ha=true", "--store", c.dsn, // --ha alone takes the next argument as its value (see the reply)
+		"--grpc-addr", fmt.Sprintf("%s:%d", h.addr, grpcPort),
+		"--http-addr", fmt.Sprintf("%s:%d", h.addr, httpPort),
+		"--ha-name", h.name,
+		"--ha-session-timeout", sessionTimeout.String(),
+		"--ha-interval", "250ms",
+		"--checkpoint-interval", "500ms",
+		// The load is one tenant at tens of calls per second; the
+		// default per-tenant limit (10/s) would refuse most of it.
+		"--rate-per-second", "100000", "--burst", "100000",
+	)
+	s := &server{host: h, p: p}
+	c.servers[h.name] = s
+	return s
+}
+
+var demoKeyRE = regexp.MustCompile(`demo API key:\s+(rpk_\S+)`)
+
+// waitDemoKey reads the demo API key the first server printed.
+func (c *cluster) waitDemoKey(s *server) {
+	c.tb.Helper()
+	waitFor(c.tb, 30*time.Second, "server "+s.host.name+" to print the demo API key", func() bool {
+		if m := demoKeyRE.FindStringSubmatch(s.p.output()); m != nil {
+			c.apiKey = m[1]
+			return true
+		}
+		return s.p.exited()
+	})
+	if c.apiKey == "" {
+		c.tb.Fatalf("server %s exited without printing a demo API key", s.host.name)
+	}
+}
+
+// probe is an HTTP client for health checks and metrics: short timeouts,
+// no keep-alive (a stopped server must not hold a pooled connection).
+var probe = &http.Client{Timeout: 400 * time.Millisecond, Transport: &http.Transport{DisableKeepAlives: true}}
+
+// readyActive returns the status of GET /readyz/active, or 0 if the server
+// does not answer.
+func (s *server) readyActive() int {
+	resp, err := probe.Get(s.httpURL("/readyz/active"))
+	if err != nil {
+		return 0
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// metric returns the value of an unlabelled metric from /metrics.
+func (s *server) metric(name string) (float64, error) {
+	resp, err := probe.Get(s.httpURL("/metrics"))
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return 0, fmt.Errorf("metric %s not found on %s", name, s.host.name)
+}
+
+// active returns the servers answering 200 on /readyz/active.
+func (c *cluster) active() []*server {
+	var out []*server
+	for _, name := range []string{"s1", "s2", "s3"} {
+		if s := c.servers[name]; s != nil && !s.p.exited() && s.readyActive() == http.StatusOK {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// waitActive waits until exactly one server other than except is active
+// and returns it.
+func (c *cluster) waitActive(timeout time.Duration, except *server) *server {
+	c.tb.Helper()
+	var got *server
+	waitFor(c.tb, timeout, "one active server", func() bool {
+		a := c.active()
+		if len(a) == 1 && a[0] != except {
+			got = a[0]
+			return true
+		}
+		return false
+	})
+	return got
+}
+
+// inventory writes the LB inventory for this topology.
+func (c *cluster) inventory() string {
+	c.tb.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "# The e2e topology (test/e2e): rendered per LB host.\n")
+	fmt.Fprintf(&b, "vip: {address: %s/24, interface: %s, router_id: 231, auth_pass: rpe2e, grpc_port: %d}\n", vipAddr, hostDev, grpcPort)
+	fmt.Fprintf(&b, "lb_hosts:\n")
+	for i, h := range []host{hostLB1, hostLB2} {
+		state, prio := "MASTER", 250
+		if i > 0 {
+			state, prio = "BACKUP", 200
+		}
+		d := filepath.Join(c.dir, h.name)
+		fmt.Fprintf(&b, "  - {name: %s, address: %s, priority: %d, state: %s, stats_socket: %s, notify_log: %s}\n",
+			h.name, h.addr, prio, state, filepath.Join(d, "admin.sock"), filepath.Join(d, "notify.log"))
+	}
+	fmt.Fprintf(&b, "servers:\n")
+	for _, h := range []host{hostS1, hostS2, hostS3} {
+		fmt.Fprintf(&b, "  - {name: %s, address: %s, grpc_port: %d, http_port: %d}\n", h.name, h.addr, grpcPort, httpPort)
+	}
+	fmt.Fprintf(&b, "keepalived: {notify_script: %s}\n", filepath.Join(c.dir, "notify.sh"))
+	// HAProxy waits min(timeout connect, 1s) before it retries a refused
+	// connection: with the 1s default, requests that meet a dead active
+	// server wait a second, longer than the sidecar's retries last. The
+	// servers are on the LB hosts' LAN: a connect takes well under 100ms.
+	fmt.Fprintf(&b, "timeouts: {connect: 100ms}\n")
+	path := filepath.Join(c.dir, "inventory.yaml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		c.tb.Fatal(err)
+	}
+	return path
+}
+
+// render runs "server <args>" (a render command) and fails on error.
+func (c *cluster) render(args ...string) {
+	c.tb.Helper()
+	out, err := exec.Command(c.serverBin, args...).CombinedOutput()
+	if err != nil {
+		c.tb.Fatalf("server %s = got error %v, want nil\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// loadBalancers renders the HAProxy and Keepalived configurations of lb1
+// and lb2 from one inventory and starts both on both hosts.
+func (c *cluster) loadBalancers() {
+	c.tb.Helper()
+	notify, err := os.ReadFile(filepath.Join(c.root, "keepalived", "notify.sh"))
+	if err != nil {
+		c.tb.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(c.dir, "notify.sh"), notify, 0o755); err != nil {
+		c.tb.Fatal(err)
+	}
+	inv := c.inventory()
+	for _, h := range []host{hostLB1, hostLB2} {
+		d := filepath.Join(c.dir, h.name)
+		if err := os.Mkdir(d, 0o755); err != nil {
+			c.tb.Fatal(err)
+		}
+		l := &lb{host: h, dir: d, haproxyCfg: filepath.Join(d, "haproxy.cfg"), kaConf: filepath.Join(d, "keepalived.conf"),
+			socket: filepath.Join(d, "admin.sock"), notifyLog: filepath.Join(d, "notify.log")}
+		c.render("haproxy", "render", "--inventory", inv, "--host", h.name, "--out", l.haproxyCfg, "--pid-file", filepath.Join(d, "haproxy.pid"))
+		c.render("keepalived", "render", "--inventory", inv, "--host", h.name, "--out", l.kaConf)
+		c.lbs[h.name] = l
+		c.startHAProxy(l)
+		l.keepalived = c.ps.start("keepalived-"+h.name, h.ns(), nil, keepalivedBin,
+			"--vrrp", "--dont-fork", "--log-console", "--log-detail", "--no-syslog",
+			"--use-file", l.kaConf, "--pid", filepath.Join(d, "keepalived.pid"),
+			"--vrrp_pid", filepath.Join(d, "vrrp.pid"), "--checkers_pid", filepath.Join(d, "checkers.pid"))
+	}
+}
+
+// startHAProxy runs (or restarts) HAProxy on l and waits for its monitor
+// frontend.
+func (c *cluster) startHAProxy(l *lb) {
+	c.tb.Helper()
+	l.haproxy = c.ps.start("haproxy-"+l.host.name, l.host.ns(), nil, haproxyBin, "-f", l.haproxyCfg, "-db")
+	url := fmt.Sprintf("http://%s:8404/lb-health", l.host.addr)
+	waitFor(c.tb, 15*time.Second, "HAProxy on "+l.host.name+" to answer "+url, func() bool {
+		resp, err := probe.Get(url)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+}
+
+// haproxyStatus returns "server haproxy status" of l, for the log.
+func (c *cluster) haproxyStatus(l *lb) string {
+	out, err := exec.Command(c.serverBin, "haproxy", "status", "--socket", l.socket).CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("haproxy status on %s: %v\n%s", l.host.name, err, out)
+	}
+	return string(out)
+}
+
+// upServers returns the servers l's HAProxy has UP, space-separated.
+func (c *cluster) upServers(l *lb) string {
+	var up []string
+	for _, line := range strings.Split(c.haproxyStatus(l), "\n") {
+		if f := strings.Fields(line); len(f) > 2 && f[2] == "UP" {
+			up = append(up, f[0])
+		}
+	}
+	return strings.Join(up, " ")
+}
+
+// startSidecar runs the sidecar in the client namespace, listening on the
+// client's address (the test drives it like a backend would), with one
+// provider on the VIP.
+func (c *cluster) startSidecar() {
+	c.tb.Helper()
+	keyFile := filepath.Join(c.dir, "api.key")
+	if err := os.WriteFile(keyFile, []byte(c.apiKey+"\n"), 0o600); err != nil {
+		c.tb.Fatal(err)
+	}
+	cfg := fmt.Sprintf(`# The e2e client's sidecar (test/e2e).
+listen: %s:%d
+allow_remote: true
+providers:
+  default:
+    endpoint: %s:%d
+    api_key_file: %s
+    # Backend calls have a 2 s deadline; the sidecar answers within its own
+    # timeout (retries included), well before.
+    timeout: %s
+    # Retries must span a server handover (no server UP for up to about a
+    # second: lock, restore, one HAProxy check interval).
+    retry: {max_retries: 10, initial_interval: 50ms, multiplier: 1.5, max_interval: 250ms, randomization_factor: 0.5, max_elapsed: %s}
+    retry_budget: {ratio: 1, min_per_second: 100}
+`, hostClient.addr, sidecarPort, vipAddr, grpcPort, keyFile, sidecarTimeout, sidecarTimeout)
+	path := filepath.Join(c.dir, "sidecar.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		c.tb.Fatal(err)
+	}
+	c.sidecar = c.ps.start("sidecar", hostClient.ns(), nil, c.sidecarBin, "--config", path)
+	waitFor(c.tb, 15*time.Second, "the sidecar to answer /healthz", func() bool {
+		resp, err := probe.Get(sidecarURL("/healthz"))
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+}
+
+func sidecarURL(path string) string {
+	return fmt.Sprintf("http://%s:%d%s", hostClient.addr, sidecarPort, path)
+}
+
+// dump logs every process's output and the LB files (on failure).
+func (c *cluster) dump() {
+	var extra []string
+	for _, name := range []string{"lb1", "lb2"} {
+		if l := c.lbs[name]; l != nil {
+			extra = append(extra, l.notifyLog, l.haproxyCfg, l.kaConf)
+		}
+	}
+	extra = append(extra, filepath.Join(c.dir, "inventory.yaml"), filepath.Join(c.dir, "sidecar.yaml"))
+	c.ps.dump(extra...)
+}
+
+// waitFor polls cond every 20 ms until it holds or timeout passes, which
+// fails tb. Waiting is not a timing assertion: timings are measured and
+// reported separately.
+func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("waited %v for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// sidecarCounters returns the sidecar's retry, budget, breaker and
+// fast-fail counters, for the log.
+func sidecarCounters() string {
+	resp, err := probe.Get(sidecarURL("/metrics"))
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	var out []string
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		for _, name := range []string{"repool_sidecar_retries_total", "repool_sidecar_retry_budget_refusals_total",
+			"repool_sidecar_breaker_transitions_total", "repool_sidecar_fast_fails_total"} {
+			if strings.HasPrefix(line, name) {
+				out = append(out, strings.TrimPrefix(line, "repool_sidecar_"))
+			}
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// sidecarBreakerClosed reports whether GET /v1/breakers shows the provider's
+// breaker closed.
+func sidecarBreakerClosed() bool {
+	resp, err := probe.Get(sidecarURL("/v1/breakers"))
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Breakers []struct {
+			Provider string `json:"provider"`
+			State    string `json:"state"`
+		} `json:"breakers"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		return false
+	}
+	for _, b := range v.Breakers {
+		if b.Provider == provider {
+			return b.State == "closed"
+		}
+	}
+	return false
+}

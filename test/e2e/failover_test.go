@@ -1,0 +1,511 @@
+// Package e2e holds repool's end-to-end failover test (DESIGN.md §6): the
+// real topology in network namespaces — PostgreSQL, three servers in one
+// active/standby group, two LB hosts with HAProxy and Keepalived sharing a
+// VIP, a client host with the sidecar — under load while parts of it are
+// killed, paused and cut off.
+//
+// The test needs root (network namespaces, veths, a bridge) and the tools
+// scripts/test installs; it fails, never skips, without them. It creates
+// and removes everything itself: namespaces rpe2e-*, the veth rpe2e0 in
+// its own namespace and a run directory rpe2e-run-* in $TMPDIR. Traffic
+// stays in 10.231.0.0/24 on that bridge; no default route is added. A run
+// that dies without cleaning up is cleaned after by a watchdog process, and
+// the next run removes whatever is still left at its start.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	repoolv1 "github.com/repool/repool/api/repool/v1"
+)
+
+// initialResources are registered before the load starts; more are
+// registered during it.
+const initialResources = 40
+
+// phase marks the start of a step of the scenario.
+type phase struct {
+	name string
+	at   time.Time
+}
+
+// TestFailover runs a load of acquire → report → release through the
+// sidecar and the VIP while it
+//
+//	(a) kills the active server (kill -9): a standby takes over;
+//	(b) pauses the new active server (SIGSTOP) past its session timeout,
+//	    then resumes it: it must step down without writing anything;
+//	(c) kills HAProxy on the MASTER LB host: the VIP moves;
+//	(d) cuts the MASTER LB host's link: the VIP moves.
+//
+// It asserts the correctness properties — no resource ever leased beyond
+// its capacity, no acknowledged registration lost, no write of a deposed
+// leader accepted, every backend call answered within its deadline — and
+// prints the measured times as "measure: name=value" lines.
+func TestFailover(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatalf("TestFailover builds network namespaces and must run as root (euid %d); %s", os.Geteuid(), scriptHint)
+	}
+	for _, bin := range []string{"ip", "setpriv", "curl", haproxyBin, keepalivedBin, pgBin + "/initdb", pgBin + "/postgres"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Fatalf("%s not found (%v): %s", bin, err, scriptHint)
+		}
+	}
+	began := time.Now()
+
+	lock := lockRun(t)
+	t.Cleanup(func() { lock.Close() })
+	removeLeftovers(t)
+	c := newCluster(t)
+	t.Cleanup(watchdog(t, lock, c.dir))
+	t.Cleanup(func() {
+		if t.Failed() {
+			c.dump()
+		}
+	})
+
+	c.build()
+	t.Logf("built cmd/server and cmd/sidecar in %v", time.Since(began).Round(time.Millisecond))
+	network(t)
+	c.postgres()
+
+	s1 := c.startServer(hostS1)
+	c.waitDemoKey(s1)
+	if a := c.waitActive(30*time.Second, nil); a != s1 {
+		t.Fatalf("active server = %s, want s1 (the only one)", a.host.name)
+	}
+	c.installAudit(s1)
+	for _, h := range []host{hostS2, hostS3} {
+		c.startServer(h)
+	}
+	for _, name := range []string{"s2", "s3"} {
+		s := c.servers[name]
+		waitFor(t, 30*time.Second, name+" to be a healthy standby (404 on /readyz/active)", func() bool {
+			return s.readyActive() == http.StatusNotFound
+		})
+	}
+
+	c.loadBalancers()
+	lb1, lb2 := c.lbs["lb1"], c.lbs["lb2"]
+	waitFor(t, 20*time.Second, "the VIP on lb1 only", func() bool {
+		h := vipHolders(hostLB1, hostLB2)
+		return len(h) == 1 && h[0] == "lb1"
+	})
+	waitFor(t, 10*time.Second, "HAProxy on lb1 and lb2 to see s1 UP", func() bool {
+		return c.upServers(lb1) == "s1" && c.upServers(lb2) == "s1"
+	})
+	t.Logf("HAProxy on lb1:\n%s", c.haproxyStatus(lb1))
+
+	c.startSidecar()
+	b := newBackend()
+	var ids []string
+	for i := range initialResources {
+		ids = append(ids, fmt.Sprintf("r-%03d", i))
+	}
+	waitFor(t, 15*time.Second, "the first registration through the sidecar", func() bool { return b.register(ids...) })
+	t.Logf("cluster up in %v: PostgreSQL on db, s1 active, s2 and s3 standby, VIP %s on lb1, sidecar on client", time.Since(began).Round(time.Millisecond), vipAddr)
+
+	// The load, until the scenario ends (or fails: cleanups run last first,
+	// so the load stops before the processes do).
+	loadCtx, stopLoad := context.WithCancel(context.Background())
+	var loadWG sync.WaitGroup
+	loadWG.Go(func() { b.run(loadCtx, "late-") })
+	var stopOnce sync.Once
+	endLoad := func() { stopOnce.Do(func() { stopLoad(); loadWG.Wait() }) }
+	t.Cleanup(endLoad)
+
+	var phases []phase
+	mark := func(name string) {
+		now := time.Now()
+		phases = append(phases, phase{name, now})
+		t.Logf("---- %s %s (sidecar so far: %s)", now.Format("15:04:05.000"), name, sidecarCounters())
+	}
+	mark("warm-up")
+	time.Sleep(3 * time.Second)
+	if calls, _ := b.snapshot(); count(calls, func(c call) bool { return c.op == "acquire" && c.outcome == ok }) == 0 {
+		t.Fatalf("no acquire succeeded in the warm-up; calls: %v", calls)
+	}
+
+	// (a) kill -9 the active server.
+	old := c.waitActive(5*time.Second, nil)
+	oldEpoch := c.epoch()
+	mark("a: kill -9 the active server " + old.host.name)
+	tKill := time.Now()
+	old.p.kill9()
+	next := c.waitActive(20*time.Second, old)
+	t.Logf("%s active %v after the kill (epoch %d -> %d)", next.host.name, time.Since(tKill).Round(time.Millisecond), oldEpoch, c.epoch())
+	time.Sleep(3 * time.Second)
+	// Replace the dead server: it rejoins as a standby.
+	c.startServer(old.host)
+	waitFor(t, 30*time.Second, "the restarted "+old.host.name+" to be a healthy standby", func() bool {
+		return c.servers[old.host.name].readyActive() == http.StatusNotFound
+	})
+	time.Sleep(time.Second)
+
+	// (b) SIGSTOP the new active server past its session timeout, and
+	// queue requests straight to it (not through HAProxy, as a client that
+	// cached its address would): it serves them when it resumes, racing
+	// its own discovery that it was deposed. The fence must refuse every
+	// write it attempts after its successor raised the epoch.
+	victim := next
+	fenced0, err := victim.metric("repool_store_fenced_writes_total")
+	if err != nil {
+		t.Fatalf("metric of %s: %v", victim.host.name, err)
+	}
+	victimEpoch := c.epoch()
+	direct := c.dial(t, victim)
+	mark("b: SIGSTOP the active server " + victim.host.name)
+	tStop := time.Now()
+	if err := victim.p.signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	staleDone := direct.queue(b)
+	// Keep it stopped for twice its session timeout: its session (and so
+	// the leader lock) ends after one.
+	var succ *server
+	var tSucc time.Time
+	explained := false
+	for time.Since(tStop) < 2*sessionTimeout {
+		if a := c.active(); len(a) == 1 && a[0] != victim && succ == nil {
+			succ, tSucc = a[0], time.Now()
+		}
+		if succ == nil && !explained && time.Since(tStop) > sessionTimeout+1500*time.Millisecond {
+			// Why is nobody taking over? Show who waits for what.
+			t.Logf("no successor %v after SIGSTOP; database sessions:\n%s", time.Since(tStop).Round(time.Millisecond), c.sessions())
+			explained = true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	tCont := time.Now()
+	if err := victim.p.signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if succ == nil {
+		succ = c.waitActive(20*time.Second, victim)
+		tSucc = time.Now()
+		t.Logf("NOTE: no successor took over while %s was stopped; %s became active only %v after SIGCONT", victim.host.name, succ.host.name, tSucc.Sub(tCont).Round(time.Millisecond))
+	}
+	t.Logf("%s active %v after %s was stopped (epoch %d -> %d)", succ.host.name, tSucc.Sub(tStop).Round(time.Millisecond), victim.host.name, victimEpoch, c.epoch())
+	// "Within a few seconds": it notices at its next session check.
+	const stepDownBound = 5 * time.Second
+	deadline := time.Now().Add(stepDownBound)
+	for victim.readyActive() != http.StatusNotFound && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	stepDown := time.Since(tCont)
+	if got := victim.readyActive(); got != http.StatusNotFound {
+		t.Errorf("GET /readyz/active on %s %v after SIGCONT = %d, want 404 (stepped down) within %v", victim.host.name, stepDown.Round(time.Millisecond), got, stepDownBound)
+	}
+	// An answer the stopped server gave is legitimate only if its write
+	// committed before the successor raised the epoch (then the successor
+	// restored it): acknowledged leases and registrations joined the
+	// ledger and are checked with the others below.
+	t.Logf("requests queued at the stopped %s, by answer: %s", victim.host.name, staleDone())
+	time.Sleep(time.Second) // let its stragglers try to write
+	fenced1, err := victim.metric("repool_store_fenced_writes_total")
+	if err != nil {
+		t.Fatalf("metric of %s: %v", victim.host.name, err)
+	}
+	if n := c.writesBy(t, victim.host.addr, tSucc); n != 0 {
+		t.Errorf("writes of the deposed leader %s accepted after %s took over = %d, want 0", victim.host.name, succ.host.name, n)
+	}
+	t.Logf("%s stepped down %v after SIGCONT; writes it tried that the fence refused: %v", victim.host.name, stepDown.Round(time.Millisecond), fenced1-fenced0)
+	time.Sleep(time.Second)
+
+	// A long step (b) can spend the sidecar's retry budget and open its
+	// breaker: the LB steps are measured from a closed breaker.
+	waitFor(t, 30*time.Second, "the sidecar's breaker to close", sidecarBreakerClosed)
+
+	// (c) kill -9 HAProxy on the MASTER LB host.
+	master, backup := vipMaster(t, lb1, lb2)
+	mark("c: kill -9 HAProxy on the MASTER " + master.host.name)
+	t0 := time.Now()
+	master.haproxy.kill9()
+	vipMoveHAProxy := waitVIP(t, t0, backup.host)
+	t.Logf("%s VIP on %s %v after HAProxy on %s died", time.Now().Format("15:04:05.000"), backup.host.name, vipMoveHAProxy.Round(time.Millisecond), master.host.name)
+	time.Sleep(2 * time.Second)
+	c.startHAProxy(master)
+	tBack := time.Now()
+	t.Logf("%s HAProxy on %s restarted", tBack.Format("15:04:05.000"), master.host.name)
+	waitVIP(t, tBack, master.host) // it preempts: higher priority
+	t.Logf("%s VIP back on %s %v after its HAProxy restarted", time.Now().Format("15:04:05.000"), master.host.name, time.Since(tBack).Round(time.Millisecond))
+	time.Sleep(2 * time.Second)
+
+	// (d) cut the MASTER LB host's link (its veth's switch end).
+	master, backup = vipMaster(t, lb1, lb2)
+	mark("d: link of the MASTER " + master.host.name + " down")
+	t0 = time.Now()
+	ip(t, "-n", switchNS, "link", "set", master.host.port(), "down")
+	vipMoveLink := waitVIP(t, t0, backup.host)
+	t.Logf("%s VIP on %s %v after %s's link went down", time.Now().Format("15:04:05.000"), backup.host.name, vipMoveLink.Round(time.Millisecond), master.host.name)
+	time.Sleep(3 * time.Second)
+	mark("end")
+	endLoad()
+
+	// Verification.
+	calls, leases := b.snapshot()
+	t.Logf("HAProxy on %s:\n%s", backup.host.name, c.haproxyStatus(backup))
+	t.Logf("epochs: %s", c.epochAuthors(t))
+	t.Logf("load: %d calls, %d leases, %d iterations dropped (more than %d in flight)", len(calls), len(leases), b.dropped.Load(), maxInFlight)
+	logPhases(t, phases, calls)
+	t.Logf("latency of successful calls in the warm-up (steady state, through sidecar, VIP and HAProxy): %s", latencies(calls, phases[0].at, phases[1].at))
+
+	b.mu.Lock()
+	for _, a := range b.anomalies {
+		t.Errorf("sidecar answer: %s", a)
+	}
+	b.mu.Unlock()
+	violations := capacityViolations(leases)
+	for _, v := range violations {
+		t.Errorf("capacity violation: %v", v)
+	}
+	stale, audited := c.staleWrites(t)
+	for _, w := range stale {
+		t.Errorf("stale leader write accepted: %v", w)
+	}
+	t.Logf("write audit: %d writes to fenced tables, %d not by the holder of their epoch", audited, len(stale))
+	lost := c.lostRegistrations(t, b.registeredIDs())
+	for _, id := range lost {
+		t.Errorf("registration of %s was acknowledged but the resource is gone", id)
+	}
+	var late []call
+	var longest time.Duration
+	for _, cl := range calls {
+		if cl.late {
+			late = append(late, cl)
+		}
+		longest = max(longest, cl.end.Sub(cl.start))
+	}
+	for _, cl := range late {
+		t.Errorf("backend call not answered within its %v deadline: %v", callDeadline, cl)
+	}
+	t.Logf("longest backend call: %v (deadline %v, sidecar timeout %v)", longest.Round(time.Millisecond), callDeadline, sidecarTimeout)
+
+	// The server failover's window: the calls that could meet the kill
+	// (started at most a deadline before it) and could not meet the
+	// SIGSTOP of step (b) (started at least a deadline before it).
+	failedKill := count(calls, func(cl call) bool {
+		return cl.outcome == failed && !cl.start.Before(tKill.Add(-callDeadline)) && cl.start.Before(phases[2].at.Add(-callDeadline))
+	})
+	firstSuccess := firstSuccessAfter(calls, leases, tKill, oldEpoch)
+
+	fmt.Printf("measure: vip_move_haproxy_kill_s=%.3f\n", vipMoveHAProxy.Seconds())
+	fmt.Printf("measure: vip_move_link_cut_s=%.3f\n", vipMoveLink.Seconds())
+	fmt.Printf("measure: first_success_after_server_kill_s=%.3f\n", firstSuccess.Seconds())
+	fmt.Printf("measure: failed_backend_calls=%d\n", failedKill)
+	fmt.Printf("measure: stale_leader_writes_accepted=%d\n", len(stale))
+	fmt.Printf("measure: capacity_violations=%d\n", len(violations))
+	fmt.Printf("measure: lost_registrations=%d\n", len(lost))
+	t.Logf("whole test %v", time.Since(began).Round(time.Millisecond))
+}
+
+// vipMaster returns the LB host holding the VIP and the other one; it
+// fails tb unless exactly one holds it.
+func vipMaster(tb testing.TB, a, b *lb) (master, backup *lb) {
+	tb.Helper()
+	h := vipHolders(a.host, b.host)
+	switch {
+	case len(h) != 1:
+		tb.Fatalf("VIP holders = %v, want exactly one", h)
+	case h[0] == a.host.name:
+		return a, b
+	}
+	return b, a
+}
+
+// waitVIP waits until h holds the VIP and returns the time since t0.
+func waitVIP(tb testing.TB, t0 time.Time, h host) time.Duration {
+	tb.Helper()
+	for {
+		if held := vipHolders(h); len(held) == 1 {
+			return time.Since(t0)
+		}
+		if time.Since(t0) > 20*time.Second {
+			tb.Fatalf("the VIP did not reach %s within 20s", h.name)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// firstSuccessAfter is how long after t0 (the active server's death) the
+// first backend call succeeded that the dead server cannot have served:
+// one started after t0, or an acquire whose fencing token carries a later
+// epoch than the dead server's.
+func firstSuccessAfter(calls []call, leases []lease, t0 time.Time, deadEpoch uint64) time.Duration {
+	best := time.Duration(-1)
+	better := func(d time.Duration) {
+		if best < 0 || d < best {
+			best = d
+		}
+	}
+	for _, cl := range calls {
+		if cl.outcome == ok && !cl.start.Before(t0) {
+			better(cl.end.Sub(t0))
+		}
+	}
+	for _, l := range leases {
+		if l.token>>40 > deadEpoch && l.acked.After(t0) {
+			better(l.acked.Sub(t0))
+		}
+	}
+	return best
+}
+
+// logPhases logs, per step of the scenario, the backend calls by outcome
+// and the failed ones in detail.
+func logPhases(tb testing.TB, phases []phase, calls []call) {
+	tb.Helper()
+	for i, p := range phases[:len(phases)-1] {
+		end := phases[i+1].at
+		byOutcome := map[string]int{}
+		var failures []string
+		var firstFail, lastFail time.Time
+		for _, cl := range calls {
+			if cl.start.Before(p.at) || !cl.start.Before(end) {
+				continue
+			}
+			byOutcome[cl.op+" "+cl.outcome.String()]++
+			if cl.outcome == failed {
+				failures = append(failures, cl.String())
+				if firstFail.IsZero() || cl.start.Before(firstFail) {
+					firstFail = cl.start
+				}
+				if cl.end.After(lastFail) {
+					lastFail = cl.end
+				}
+			}
+		}
+		keys := make([]string, 0, len(byOutcome))
+		for k := range byOutcome {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var b strings.Builder
+		for _, k := range keys {
+			fmt.Fprintf(&b, "%s=%d ", k, byOutcome[k])
+		}
+		tb.Logf("calls started in %q (%v): %s", p.name, end.Sub(p.at).Round(time.Millisecond), b.String())
+		if len(failures) > 0 {
+			tb.Logf("  failed calls started from +%.3fs, answered until +%.3fs", firstFail.Sub(p.at).Seconds(), lastFail.Sub(p.at).Seconds())
+		}
+		const show = 15
+		for j, f := range failures {
+			if j == show {
+				tb.Logf("  ... and %d more failed calls", len(failures)-show)
+				break
+			}
+			tb.Logf("  failed: %s", f)
+		}
+	}
+}
+
+// latencies returns p50/p95/p99 per operation of the successful calls
+// started in [from, to).
+func latencies(calls []call, from, to time.Time) string {
+	byOp := map[string][]time.Duration{}
+	for _, cl := range calls {
+		if cl.outcome == ok && !cl.start.Before(from) && cl.start.Before(to) {
+			byOp[cl.op] = append(byOp[cl.op], cl.end.Sub(cl.start))
+		}
+	}
+	ops := make([]string, 0, len(byOp))
+	for op := range byOp {
+		ops = append(ops, op)
+	}
+	sort.Strings(ops)
+	var b strings.Builder
+	for _, op := range ops {
+		ds := byOp[op]
+		sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+		q := func(p float64) time.Duration { return ds[int(p*float64(len(ds)-1))].Round(100 * time.Microsecond) }
+		fmt.Fprintf(&b, "%s p50=%v p95=%v p99=%v (n=%d); ", op, q(0.5), q(0.95), q(0.99), len(ds))
+	}
+	return b.String()
+}
+
+func count(calls []call, pred func(call) bool) int {
+	n := 0
+	for _, c := range calls {
+		if pred(c) {
+			n++
+		}
+	}
+	return n
+}
+
+// lostRegistrations lists the acknowledged registrations that the cluster
+// no longer has, read with ListResources through the VIP (and GetResource
+// for every id the listing misses, to be sure).
+func (c *cluster) lostRegistrations(tb testing.TB, ids []string) []string {
+	tb.Helper()
+	conn, err := grpc.NewClient(fmt.Sprintf("%s:%d", vipAddr, grpcPort), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		tb.Fatalf("grpc.NewClient(VIP) = got error %v, want nil", err)
+	}
+	defer conn.Close()
+	pool := repoolv1.NewPoolServiceClient(conn)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", c.apiKey)
+
+	// retry rides out a moment without an active server.
+	retry := func(f func(ctx context.Context) error) error {
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			err := f(cctx)
+			cancel()
+			if err == nil || status.Code(err) != codes.Unavailable && status.Code(err) != codes.DeadlineExceeded || time.Now().After(deadline) {
+				return err
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	have := map[string]bool{}
+	token := ""
+	for {
+		var resp *repoolv1.ListResourcesResponse
+		err := retry(func(ctx context.Context) (err error) {
+			resp, err = pool.ListResources(ctx, &repoolv1.ListResourcesRequest{PageSize: 1000, PageToken: token})
+			return err
+		})
+		if err != nil {
+			tb.Fatalf("ListResources through the VIP = got error %v, want nil", err)
+		}
+		for _, r := range resp.GetResources() {
+			have[r.GetId()] = true
+		}
+		if token = resp.GetNextPageToken(); token == "" {
+			break
+		}
+	}
+	var lost []string
+	for _, id := range ids {
+		if have[id] {
+			continue
+		}
+		err := retry(func(ctx context.Context) error {
+			_, err := pool.GetResource(ctx, &repoolv1.GetResourceRequest{Id: id})
+			return err
+		})
+		if err != nil {
+			lost = append(lost, id)
+		}
+	}
+	tb.Logf("registrations: %d acknowledged, %d resources listed, %d lost", len(ids), len(have), len(lost))
+	return lost
+}
