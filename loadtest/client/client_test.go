@@ -1,0 +1,130 @@
+package client
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	repoolv1 "github.com/repool/repool/api/repool/v1"
+)
+
+// fakePool answers Acquire with the error of its function field.
+type fakePool struct {
+	repoolv1.UnimplementedPoolServiceServer
+	calls   atomic.Int64
+	acquire func(n int64) error
+}
+
+func (f *fakePool) Acquire(context.Context, *repoolv1.AcquireRequest) (*repoolv1.AcquireResponse, error) {
+	if err := f.acquire(f.calls.Add(1)); err != nil {
+		return nil, err
+	}
+	return &repoolv1.AcquireResponse{Lease: &repoolv1.Lease{LeaseId: "7", ResourceId: "r", FencingToken: 42}}, nil
+}
+
+// serve runs f on a loopback listener until the test ends.
+func serve(t *testing.T, f *fakePool) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	repoolv1.RegisterPoolServiceServer(s, f)
+	go s.Serve(ln)
+	t.Cleanup(s.Stop)
+	return ln.Addr().String()
+}
+
+func TestNaiveWalksHosts(t *testing.T) {
+	unavailable := status.Error(codes.Unavailable, "overloaded")
+	standby := status.Error(codes.Unavailable, "not the active server")
+	tests := []struct {
+		name           string
+		first, second  func(int64) error
+		wantFirst      int64 // calls that reached each host
+		wantSecond     int64
+		wantStatus     int
+		wantMinElapsed time.Duration // fixed delays taken
+	}{
+		{"first host answers", func(int64) error { return nil }, func(int64) error { return nil }, 1, 0, 200, 0},
+		{"standby is followed at once", func(int64) error { return standby }, func(int64) error { return nil }, 1, 1, 200, 0},
+		{"transient failure is retried on the same host", func(n int64) error {
+			if n < 3 {
+				return unavailable
+			}
+			return nil
+		}, func(int64) error { return nil }, 3, 0, 200, 2 * 20 * time.Millisecond},
+		{"all hosts down: every attempt, then the last error", func(int64) error { return unavailable }, func(int64) error { return unavailable }, 3, 3, 503, 5 * 20 * time.Millisecond},
+		{"business error ends the call", func(int64) error { return status.Error(codes.NotFound, "no resource") }, func(int64) error { return nil }, 1, 0, 404, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, b := &fakePool{acquire: tt.first}, &fakePool{acquire: tt.second}
+			n, err := NewNaive(map[string][]string{"p": {serve(t, a), serve(t, b)}}, map[string]string{"p": "key"},
+				NaivePolicy{AttemptsPerHost: 3, RetryDelay: 20 * time.Millisecond, AttemptTimeout: 5 * time.Second})
+			if err != nil {
+				t.Fatalf("NewNaive() = %v", err)
+			}
+			defer n.Close()
+			start := time.Now()
+			l, r := n.Acquire(context.Background(), "p", "search", 30)
+			elapsed := time.Since(start)
+			if r.Status != tt.wantStatus || a.calls.Load() != tt.wantFirst || b.calls.Load() != tt.wantSecond {
+				t.Errorf("Acquire() = status %d after %d+%d calls, want %d after %d+%d", r.Status, a.calls.Load(), b.calls.Load(), tt.wantStatus, tt.wantFirst, tt.wantSecond)
+			}
+			if elapsed < tt.wantMinElapsed {
+				t.Errorf("Acquire() took %v, want at least the fixed delays, %v", elapsed, tt.wantMinElapsed)
+			}
+			if r.Status == 200 && (l.ID != "7" || l.FencingToken != "42") {
+				t.Errorf("Acquire() lease = %+v, want id 7 and token 42", l)
+			}
+		})
+	}
+}
+
+func TestSidecarClient(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/providers/ok/acquire", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"lease":{"lease_id":"9","resource_id":"r1","context":"search","fencing_token":"18446744073709551615"}}`))
+	})
+	mux.HandleFunc("POST /v1/providers/down/acquire", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set(fastFailHeader, "circuit-open")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write([]byte(`{"error":{"code":"circuit_open","message":"open","retry_after_ms":900}}`))
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	c := NewSidecar(srv.URL, 5*time.Second, 4)
+	defer c.Close()
+
+	l, r := c.Acquire(context.Background(), "ok", "search", 30)
+	if r.Failed() || l.ID != "9" || l.Resource != "r1" || l.FencingToken != "18446744073709551615" {
+		t.Errorf("Acquire(ok) = %+v, %+v; want lease 9 on r1 with the token kept exact", l, r)
+	}
+	_, r = c.Acquire(context.Background(), "down", "search", 30)
+	if want := (Result{Status: 503, Code: "circuit_open", FastFail: "circuit-open"}); r != want {
+		t.Errorf("Acquire(down) = %+v, want %+v", r, want)
+	}
+	if r = c.Release(context.Background(), "none", Lease{ID: "1"}); !r.Failed() || r.Status != 404 {
+		t.Errorf("Release(unknown route) = %+v, want a failed 404", r)
+	}
+}
+
+func TestCodeName(t *testing.T) {
+	for c, want := range map[codes.Code]string{codes.DeadlineExceeded: "deadline_exceeded", codes.Unavailable: "unavailable", codes.OK: "ok"} {
+		if got := codeName(c); got != want {
+			t.Errorf("codeName(%v) = %q, want %q", c, got, want)
+		}
+	}
+}

@@ -1,0 +1,187 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/repool/repool/loadtest/scenario"
+	"github.com/repool/repool/loadtest/summary"
+	"github.com/repool/repool/loadtest/topology"
+)
+
+// Faults is the part of a topology the fault plan drives; *topology.Topology
+// implements it.
+type Faults interface {
+	StopServers(provider string) error
+	StartServers(ctx context.Context, provider string) error
+	KillActive(ctx context.Context, provider string) (string, error)
+	StartServer(ctx context.Context, provider, name string) error
+	AddToxics(provider string, toxics ...topology.Toxic) (remove func(), err error)
+	SetBrownout(provider string, share float64) error
+}
+
+var _ Faults = (*topology.Topology)(nil)
+
+// plan runs a scenario's fault plan against a topology on the run's clock.
+type plan struct {
+	faults   []scenario.Fault
+	duration time.Duration
+	target   Faults
+	event    func(at time.Duration, text string)
+
+	mu      sync.Mutex
+	pending map[int]func() // reverts of applied faults, by index
+	wg      sync.WaitGroup
+}
+
+func newPlan(sc *scenario.Scenario, target Faults, event func(time.Duration, string)) *plan {
+	return &plan{faults: sc.Faults, duration: sc.Duration.D(), target: target, event: event, pending: map[int]func(){}}
+}
+
+// windows returns the faults' planned spans.
+func (p *plan) windows() []summary.Window {
+	out := make([]summary.Window, 0, len(p.faults))
+	for _, f := range p.faults {
+		end := f.End(p.duration)
+		out = append(out, summary.Window{Provider: f.Provider, Kind: f.Kind, Start: f.At.D(), End: end,
+			StartS: f.At.D().Seconds(), EndS: end.Seconds()})
+	}
+	return out
+}
+
+// start schedules every fault from t0 until ctx ends. Wait for it with
+// finish.
+func (p *plan) start(ctx context.Context, t0 time.Time) {
+	type step struct {
+		at     time.Duration
+		index  int
+		revert bool
+	}
+	var steps []step
+	for i, f := range p.faults {
+		steps = append(steps, step{f.At.D(), i, false})
+		if f.For.D() > 0 && f.At.D()+f.For.D() < p.duration {
+			steps = append(steps, step{f.At.D() + f.For.D(), i, true})
+		}
+	}
+	sort.SliceStable(steps, func(i, j int) bool { return steps[i].at < steps[j].at })
+	// A revert waits for its fault's apply, which may still be running.
+	applied := make([]chan struct{}, len(p.faults))
+	for i := range applied {
+		applied[i] = make(chan struct{})
+	}
+	p.wg.Go(func() {
+		timer := time.NewTimer(0)
+		defer timer.Stop()
+		<-timer.C
+		for _, s := range steps {
+			timer.Reset(time.Until(t0.Add(s.at)))
+			select {
+			case <-ctx.Done():
+				return
+			case <-timer.C:
+			}
+			if s.revert {
+				p.wg.Go(func() {
+					<-applied[s.index]
+					p.revert(s.index, time.Since(t0))
+				})
+				continue
+			}
+			// Apply in the background: stopping or starting servers takes
+			// time that must not delay the next step.
+			p.wg.Go(func() {
+				defer close(applied[s.index])
+				p.apply(ctx, s.index, t0)
+			})
+		}
+	})
+}
+
+func (p *plan) apply(ctx context.Context, i int, t0 time.Time) {
+	f := p.faults[i]
+	at := time.Since(t0)
+	undo, what, err := p.inject(ctx, f)
+	if err != nil {
+		p.event(time.Since(t0), fmt.Sprintf("fault %s on %s failed: %v", f.Kind, f.Provider, err))
+		return
+	}
+	p.event(at, fmt.Sprintf("fault on: %s %s (took %v)", f.Provider, what, (time.Since(t0)-at).Round(time.Millisecond)))
+	p.mu.Lock()
+	p.pending[i] = undo
+	p.mu.Unlock()
+}
+
+// revert undoes fault i if it was applied.
+func (p *plan) revert(i int, at time.Duration) {
+	p.mu.Lock()
+	undo := p.pending[i]
+	delete(p.pending, i)
+	p.mu.Unlock()
+	if undo == nil {
+		return
+	}
+	p.event(at, fmt.Sprintf("fault off: %s %s", p.faults[i].Provider, p.faults[i].Kind))
+	undo()
+}
+
+// finish waits for the schedule, then reverts what is still applied
+// (faults that last until the end) without reporting it.
+func (p *plan) finish() {
+	p.wg.Wait()
+	p.mu.Lock()
+	undo := p.pending
+	p.pending = map[int]func(){}
+	p.mu.Unlock()
+	for _, u := range undo {
+		u()
+	}
+}
+
+// inject applies one fault and returns how to undo it.
+func (p *plan) inject(ctx context.Context, f scenario.Fault) (undo func(), what string, err error) {
+	t := p.target
+	switch f.Kind {
+	case scenario.KindDown:
+		if err := t.StopServers(f.Provider); err != nil {
+			return nil, "", err
+		}
+		return func() { _ = t.StartServers(context.WithoutCancel(ctx), f.Provider) }, "down: every server stopped", nil
+	case scenario.KindKillActive:
+		name, err := t.KillActive(ctx, f.Provider)
+		if err != nil {
+			return nil, "", err
+		}
+		undo := func() {}
+		if f.For.D() > 0 {
+			undo = func() { _ = t.StartServer(context.WithoutCancel(ctx), f.Provider, name) }
+		}
+		return undo, "kill-active: " + name + " killed", nil
+	case scenario.KindBlackhole:
+		remove, err := t.AddToxics(f.Provider,
+			topology.Toxic{Type: "timeout", Stream: "upstream", Attributes: map[string]any{"timeout": 0}},
+			topology.Toxic{Type: "timeout", Stream: "downstream", Attributes: map[string]any{"timeout": 0}})
+		return remove, "blackhole: timeout toxic (0 = hang) on every link", err
+	case scenario.KindSlow:
+		remove, err := t.AddToxics(f.Provider, topology.Toxic{Type: "latency", Attributes: map[string]any{
+			"latency": f.Latency.D().Milliseconds(), "jitter": f.Jitter.D().Milliseconds()}})
+		return remove, fmt.Sprintf("slow: latency toxic %v ± %v", f.Latency.D(), f.Jitter.D()), err
+	case scenario.KindBrownout:
+		if err := t.SetBrownout(f.Provider, f.Share); err != nil {
+			return nil, "", err
+		}
+		return func() { _ = t.SetBrownout(f.Provider, 0) }, fmt.Sprintf("brownout: %.0f%% of calls UNAVAILABLE", f.Share*100), nil
+	case scenario.KindToxic:
+		var tx topology.Toxic
+		if err := json.Unmarshal(f.Toxic, &tx); err != nil {
+			return nil, "", err
+		}
+		remove, err := t.AddToxics(f.Provider, tx)
+		return remove, "toxic: " + tx.Type, err
+	}
+	return nil, "", fmt.Errorf("unknown fault kind %q", f.Kind)
+}

@@ -1,0 +1,257 @@
+// Package runner runs a load-test scenario end to end: it starts the
+// scenario's topology on loopback (package topology), drives iterations
+// with k6's constant-arrival-rate semantics (package arrival) through the
+// sidecar or the naive client (package client), applies the fault plan on
+// the run's clock, and returns the summary (package summary). cmd/run is a
+// thin main around it; its test reuses it.
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/repool/repool/loadtest/arrival"
+	"github.com/repool/repool/loadtest/client"
+	"github.com/repool/repool/loadtest/scenario"
+	"github.com/repool/repool/loadtest/summary"
+	"github.com/repool/repool/loadtest/topology"
+)
+
+// Modes.
+const (
+	ModeSidecar = "sidecar"
+	ModeNaive   = "naive"
+	ModeBoth    = "both"
+)
+
+// Client is one way of calling providers; client.Sidecar and client.Naive
+// implement it.
+type Client interface {
+	Acquire(ctx context.Context, provider, workContext string, ttlSeconds int) (client.Lease, client.Result)
+	Report(ctx context.Context, provider string, l client.Lease, workContext, outcome string) client.Result
+	Release(ctx context.Context, provider string, l client.Lease) client.Result
+	Close() error
+}
+
+var (
+	_ Client = (*client.Sidecar)(nil)
+	_ Client = (*client.Naive)(nil)
+)
+
+// Config configures Run.
+type Config struct {
+	// Scenario is the scenario to run. Required.
+	Scenario *scenario.Scenario
+	// Mode is ModeSidecar or ModeNaive.
+	Mode string
+	// Postgres holds the servers' databases (HA mode); nil runs each
+	// provider on two SQLite servers (see package topology).
+	Postgres *topology.Postgres
+	// Dir receives the topology's configurations and logs. Required.
+	Dir string
+	// Progress, when set, receives a progress bar (redrawn in place when
+	// Interactive, a line every few seconds otherwise).
+	Progress    io.Writer
+	Interactive bool
+	// Log receives progress messages. Default discards them.
+	Log *slog.Logger
+}
+
+// Run runs one mode of the scenario and returns its summary. Everything it
+// starts is stopped before it returns, also when ctx is cancelled (the
+// summary then covers what ran).
+func Run(ctx context.Context, cfg Config) (*summary.Summary, error) {
+	sc := cfg.Scenario
+	if sc == nil || cfg.Dir == "" || (cfg.Mode != ModeSidecar && cfg.Mode != ModeNaive) {
+		return nil, errors.New("runner: Config.Scenario, Dir and Mode (sidecar or naive) are required")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	rec := summary.NewRecorder(sc.Names())
+	var started atomic.Int64 // t0 in UnixNano, once the run started
+	event := func(text string) {
+		if t := started.Load(); t != 0 { // setup's events are noise
+			rec.AddEvent(time.Since(time.Unix(0, t)), text)
+		}
+	}
+	brownout := map[string]bool{}
+	for _, f := range sc.Faults {
+		if f.Kind == scenario.KindBrownout {
+			brownout[f.Provider] = true
+		}
+	}
+	cfg.Log.Info("starting the topology", "scenario", sc.Name, "mode", cfg.Mode, "dir", cfg.Dir)
+	topo, err := topology.Start(ctx, topology.Config{
+		Providers: sc.Names(), Brownout: brownout, Sidecar: cfg.Mode == ModeSidecar,
+		SidecarPolicies: sc.Sidecar, Resources: sc.Request.Resources, Capacity: sc.Request.Capacity,
+		Postgres: cfg.Postgres, Dir: cfg.Dir, Event: event, Log: cfg.Log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("starting the topology: %w", err)
+	}
+	defer topo.Close()
+
+	var c Client
+	if cfg.Mode == ModeSidecar {
+		c = client.NewSidecar(topo.SidecarURL(), sc.Request.Timeout.D(), sc.MaxVUs)
+	} else {
+		hosts, keys := map[string][]string{}, map[string]string{}
+		for _, p := range sc.Names() {
+			hosts[p], keys[p] = topo.Hosts(p), topo.APIKey(p)
+		}
+		if c, err = client.NewNaive(hosts, keys, client.NaivePolicy{
+			AttemptsPerHost: sc.Naive.AttemptsPerHost, RetryDelay: sc.Naive.RetryDelay.D(), AttemptTimeout: sc.Naive.AttemptTimeout.D(),
+		}); err != nil {
+			return nil, err
+		}
+	}
+	defer c.Close()
+	if err := warmUp(ctx, c, sc); err != nil {
+		return nil, err
+	}
+
+	r := &iterations{sc: sc, c: c, rec: rec, mix: mixIndexes(sc)}
+	exec, err := arrival.New(arrival.Config{
+		Rate: sc.Rate, TimeUnit: sc.TimeUnit.D(), Duration: sc.Duration.D(),
+		PreAllocatedVUs: sc.PreAllocatedVUs, MaxVUs: sc.MaxVUs, GracefulStop: sc.GracefulStop.D(),
+	}, r.run)
+	if err != nil {
+		return nil, err
+	}
+	pl := newPlan(sc, topo, func(at time.Duration, text string) { rec.AddEvent(at, text) })
+	faultCtx, stopFaults := context.WithCancel(ctx)
+	defer stopFaults()
+	bar := newProgress(cfg.Progress, cfg.Interactive, sc, cfg.Mode, exec, rec)
+	startedAt := time.Now()
+	stats := exec.Run(ctx, func(start time.Time) {
+		r.t0, startedAt = start, start
+		started.Store(start.UnixNano())
+		pl.start(faultCtx, start)
+		bar.start()
+	})
+	bar.stop()
+	stopFaults()
+	pl.finish()
+	cfg.Log.Info("run finished; stopping the topology", "iterations", stats.Iterations, "dropped", stats.Dropped)
+	if err := topo.Close(); err != nil {
+		cfg.Log.Warn("a child exited with an error", "err", err)
+	}
+	return summary.Compute(summary.Input{
+		Mode: cfg.Mode, Scenario: sc, Stats: stats, Windows: pl.windows(), Recorder: rec, StartedAt: startedAt,
+	}), nil
+}
+
+// iterations runs the scenario's iterations.
+type iterations struct {
+	sc  *scenario.Scenario
+	c   Client
+	rec *summary.Recorder
+	mix []int
+	t0  time.Time // written before the first iteration starts
+}
+
+// run is one iteration: acquire, report, release on one provider. A
+// failed acquire ends it; release follows even a failed report, so that
+// no lease is left behind. Calls interrupted by the end of the run are not
+// recorded (as k6 does not).
+func (it *iterations) run(ctx context.Context, iter int64) {
+	pi := it.mix[iter%int64(len(it.mix))]
+	p := it.sc.Providers[pi].Name
+	req := it.sc.Request
+	start := time.Now()
+	lease, res := it.c.Acquire(ctx, p, req.Context, req.TTLSeconds)
+	if !it.record(ctx, pi, summary.Acquire, start, res) || res.Failed() {
+		it.finish(ctx, pi, start)
+		return
+	}
+	outcome := "SUCCESS"
+	if it.sc.FailureReport(iter) {
+		outcome = "FAILURE"
+	}
+	t := time.Now()
+	res = it.c.Report(ctx, p, lease, req.Context, outcome)
+	if !it.record(ctx, pi, summary.Report, t, res) {
+		return
+	}
+	t = time.Now()
+	res = it.c.Release(ctx, p, lease)
+	it.record(ctx, pi, summary.Release, t, res)
+	it.finish(ctx, pi, start)
+}
+
+func (it *iterations) record(ctx context.Context, pi int, op summary.Op, start time.Time, res client.Result) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	it.rec.Add(summary.Sample{
+		Start: start.Sub(it.t0), Dur: time.Since(start), Provider: pi, Op: op,
+		Failed: res.Failed(), Status: res.Status, Code: res.Code, FastFail: res.FastFail,
+	})
+	return true
+}
+
+func (it *iterations) finish(ctx context.Context, pi int, start time.Time) {
+	if ctx.Err() == nil {
+		it.rec.AddIteration(pi, time.Since(start))
+	}
+}
+
+// mixIndexes is the scenario's weighted round robin as provider indexes.
+func mixIndexes(sc *scenario.Scenario) []int {
+	idx := map[string]int{}
+	for i, p := range sc.Providers {
+		idx[p.Name] = i
+	}
+	names := sc.Mix()
+	out := make([]int, len(names))
+	for i, n := range names {
+		out[i] = idx[n]
+	}
+	return out
+}
+
+// warmUp makes one acquire and release per provider (tokens, connections,
+// HAProxy's first checks), retrying for up to 15s.
+func warmUp(ctx context.Context, c Client, sc *scenario.Scenario) error {
+	for _, p := range sc.Names() {
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			l, res := c.Acquire(cctx, p, sc.Request.Context, sc.Request.TTLSeconds)
+			if !res.Failed() {
+				res = c.Release(cctx, p, l)
+			}
+			cancel()
+			if !res.Failed() {
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return fmt.Errorf("warm-up on provider %s: status %d %s", p, res.Status, res.Code)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// WorkDir returns a new directory for a run's files under parent (the
+// system's temporary directory when empty).
+func WorkDir(parent, scenarioName string) (string, error) {
+	if parent != "" {
+		if err := os.MkdirAll(parent, 0o700); err != nil {
+			return "", err
+		}
+	}
+	return os.MkdirTemp(parent, "repool-loadtest-"+filepath.Base(scenarioName)+"-")
+}

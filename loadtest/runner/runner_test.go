@@ -1,0 +1,139 @@
+package runner_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/repool/repool/loadtest/runner"
+	"github.com/repool/repool/loadtest/topology"
+)
+
+// TestMain lets the test binary serve as the servers and the sidecar that
+// the runner starts as child processes.
+func TestMain(m *testing.M) {
+	if child, code := topology.RunChild(); child {
+		os.Exit(code)
+	}
+	os.Exit(m.Run())
+}
+
+// TestShortScenarios runs every shipped scenario's short variant end to
+// end — real servers (PostgreSQL HA pairs), HAProxy, toxiproxy, the
+// sidecar, the faults — and checks that each run produced a summary, a
+// JSON summary with the required fields and evaluated thresholds, and an
+// HTML report. It checks that the harness works, not that anything was
+// fast: the thresholds may hold or not. provider-down also runs the naive
+// client (-mode both) for the before/after table.
+func TestShortScenarios(t *testing.T) {
+	if topology.PostgresBinDir() == "" {
+		t.Fatal("PostgreSQL is not installed: run scripts/test, which installs it")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	pg, err := topology.StartPostgres(ctx)
+	if err != nil {
+		t.Fatalf("StartPostgres() = %v", err)
+	}
+	t.Cleanup(func() { pg.Close() })
+
+	tests := []struct {
+		scenario, mode string
+	}{
+		{"baseline", runner.ModeSidecar},
+		{"provider-down", runner.ModeBoth},
+		{"blackhole", runner.ModeSidecar},
+		{"brownout", runner.ModeSidecar},
+		{"failover", runner.ModeSidecar},
+	}
+	for _, tt := range tests {
+		t.Run(tt.scenario, func(t *testing.T) {
+			dir := t.TempDir()
+			var out bytes.Buffer
+			o := runner.Options{
+				Scenario: tt.scenario, Short: true, Mode: tt.mode, Store: runner.StorePostgres, Dir: dir,
+				JSON: filepath.Join(dir, "summary.json"), HTML: filepath.Join(dir, "report.html"), Out: &out,
+			}
+			o.Postgres = pg
+			res, err := runner.Execute(ctx, o)
+			if err != nil {
+				t.Fatalf("Execute(%s, %s) = %v\n%s", tt.scenario, tt.mode, err, out.String())
+			}
+			t.Logf("%s", out.String())
+			for _, want := range []string{"http_req_duration", "dropped_iterations", "vus_max", "thresholds"} {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("summary lacks %q", want)
+				}
+			}
+			raw, err := os.ReadFile(o.JSON)
+			if err != nil {
+				t.Fatalf("reading the JSON summary: %v", err)
+			}
+			var doc map[string]any
+			if err := json.Unmarshal(raw, &doc); err != nil {
+				t.Fatalf("JSON summary does not decode: %v", err)
+			}
+			runs := []any{doc}
+			if tt.mode == runner.ModeBoth {
+				runs, _ = doc["runs"].([]any)
+				if len(runs) != 2 || doc["before_after"] == nil {
+					t.Fatalf("JSON of -mode both = %d runs, before_after %v; want 2 runs and a table", len(runs), doc["before_after"] != nil)
+				}
+				if !strings.Contains(out.String(), "naive/sidecar") {
+					t.Error("summary lacks the before/after table")
+				}
+			}
+			for _, r := range runs {
+				checkRun(t, r.(map[string]any), tt.scenario)
+			}
+			html, err := os.ReadFile(o.HTML)
+			if err != nil || !bytes.Contains(html, []byte("<svg")) {
+				t.Errorf("HTML report = %d bytes, %v; want one with SVG charts", len(html), err)
+			}
+			if len(res.Runs) == 0 || res.Runs[0].Iterations+res.Runs[0].DroppedIterations == 0 {
+				t.Errorf("Execute() ran no iteration")
+			}
+		})
+	}
+}
+
+func checkRun(t *testing.T, run map[string]any, scenarioName string) {
+	t.Helper()
+	for _, k := range []string{"mode", "scenario", "iterations", "dropped_iterations", "max_vus", "providers", "thresholds"} {
+		if _, found := run[k]; !found {
+			t.Errorf("JSON summary lacks %q", k)
+		}
+	}
+	if run["scenario"] != scenarioName {
+		t.Errorf("JSON scenario = %v, want %s", run["scenario"], scenarioName)
+	}
+	providers, _ := run["providers"].(map[string]any)
+	if len(providers) != 2 {
+		t.Fatalf("JSON providers = %v, want eu and us", providers)
+	}
+	for name, p := range providers {
+		for _, k := range []string{"requests", "errors", "avg_ms", "p95_ms", "p99_ms", "fast_fail_within_10ms", "fast_fail_within_100ms"} {
+			if _, found := p.(map[string]any)[k]; !found {
+				t.Errorf("JSON providers.%s lacks %q", name, k)
+			}
+		}
+		if p.(map[string]any)["requests"].(float64) == 0 {
+			t.Errorf("JSON providers.%s.requests = 0, want traffic", name)
+		}
+	}
+	ths, _ := run["thresholds"].([]any)
+	if len(ths) == 0 {
+		t.Fatal("JSON thresholds = none, want the scenario's thresholds evaluated")
+	}
+	for _, th := range ths {
+		m := th.(map[string]any)
+		if _, found := m["ok"]; !found || m["error"] != nil {
+			t.Errorf("threshold %v %v was not evaluated: %v", m["metric"], m["expr"], m["error"])
+		}
+	}
+}

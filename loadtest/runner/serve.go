@@ -1,0 +1,161 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/repool/repool/loadtest/summary"
+	"github.com/repool/repool/loadtest/topology"
+)
+
+// Serve starts the scenario's topology with the sidecar, and a fault
+// controller through which a k6 run starts the fault plan on its own
+// clock, prints both addresses and the k6 command, and waits for ctx. The
+// controller (HTTP on loopback) answers:
+//
+//	POST /start   starts the fault plan now (k6's setup() calls it); 409 if started
+//	POST /stop    reverts the faults still applied (k6's teardown() calls it)
+//	GET  /events  {"started": bool, "faults": [...], "events": [...]}
+func Serve(ctx context.Context, o Options) error {
+	if o.Store == "" {
+		o.Store = StoreAuto
+	}
+	if o.Out == nil {
+		o.Out = os.Stdout
+	}
+	sc, err := LoadScenario(o.Scenario, o.Short)
+	if err != nil {
+		return err
+	}
+	var pg *topology.Postgres
+	if o.Store == StorePostgres || (o.Store == StoreAuto && topology.PostgresBinDir() != "") {
+		if pg, err = topology.StartPostgres(ctx); err != nil {
+			return err
+		}
+		defer pg.Close()
+	}
+	dir, err := WorkDir(o.Dir, sc.Name)
+	if err != nil {
+		return err
+	}
+	if !o.Keep {
+		defer os.RemoveAll(dir)
+	}
+	c := &controller{}
+	brownout := map[string]bool{}
+	for _, f := range sc.Faults {
+		brownout[f.Provider] = brownout[f.Provider] || f.Kind == "brownout"
+	}
+	topo, err := topology.Start(ctx, topology.Config{
+		Providers: sc.Names(), Brownout: brownout, Sidecar: true, SidecarPolicies: sc.Sidecar,
+		Resources: sc.Request.Resources, Capacity: sc.Request.Capacity, Postgres: pg, Dir: dir, Event: c.event, Log: o.Log,
+	})
+	if err != nil {
+		return err
+	}
+	defer topo.Close()
+	c.plan = newPlan(sc, topo, c.addEvent)
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: c.handler(ctx), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+
+	faults := "http://" + ln.Addr().String()
+	fmt.Fprintf(o.Out, `%s
+  sidecar: %s
+  faults:  %s   (POST /start begins the fault plan; the k6 script's setup() does it)
+  logs:    %s
+
+Run k6 against it (from the repository root):
+  k6 run -e SCENARIO=%s%s -e SIDECAR=%s -e FAULTS=%s loadtest/k6/repool.js
+
+Ctrl-C stops everything.
+`, sc, topo.SidecarURL(), faults, dir, sc.Name, map[bool]string{true: " -e SHORT=1"}[sc.IsShort], topo.SidecarURL(), faults)
+	<-ctx.Done()
+	c.stop()
+	return ctx.Err()
+}
+
+// controller runs the fault plan when k6 says so.
+type controller struct {
+	plan *plan
+
+	mu      sync.Mutex
+	t0      time.Time
+	cancel  context.CancelFunc
+	events  []summary.Event
+	stopped bool
+}
+
+func (c *controller) event(text string) {
+	c.mu.Lock()
+	t0 := c.t0
+	c.mu.Unlock()
+	if !t0.IsZero() {
+		c.addEvent(time.Since(t0), text)
+	}
+}
+
+func (c *controller) addEvent(at time.Duration, text string) {
+	c.mu.Lock()
+	c.events = append(c.events, summary.Event{At: at, AtS: at.Seconds(), Text: text})
+	c.mu.Unlock()
+}
+
+func (c *controller) stop() {
+	c.mu.Lock()
+	cancel, started := c.cancel, !c.t0.IsZero() && !c.stopped
+	c.stopped = true
+	c.mu.Unlock()
+	if started {
+		cancel()
+		c.plan.finish()
+	}
+}
+
+func (c *controller) handler(ctx context.Context) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /start", func(w http.ResponseWriter, _ *http.Request) {
+		c.mu.Lock()
+		if !c.t0.IsZero() {
+			c.mu.Unlock()
+			http.Error(w, "the fault plan has started already; restart the runner for another run", http.StatusConflict)
+			return
+		}
+		c.t0 = time.Now()
+		var fctx context.Context
+		fctx, c.cancel = context.WithCancel(ctx)
+		c.plan.start(fctx, c.t0)
+		c.mu.Unlock()
+		writeJSON(w, map[string]any{"started_at": c.t0.UTC(), "faults": c.plan.windows()})
+	})
+	mux.HandleFunc("POST /stop", func(w http.ResponseWriter, _ *http.Request) {
+		c.stop()
+		writeJSON(w, map[string]any{"stopped": true})
+	})
+	mux.HandleFunc("GET /events", func(w http.ResponseWriter, _ *http.Request) {
+		c.mu.Lock()
+		events := append([]summary.Event{}, c.events...)
+		started := !c.t0.IsZero()
+		c.mu.Unlock()
+		sort.SliceStable(events, func(i, j int) bool { return events[i].At < events[j].At })
+		writeJSON(w, map[string]any{"started": started, "faults": c.plan.windows(), "events": events})
+	})
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v) // an error means the client went away
+}

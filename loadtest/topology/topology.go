@@ -1,0 +1,488 @@
+// Package topology starts, on loopback, what a load-test scenario runs
+// against, injects its faults, and stops it all again:
+//
+//	load generator ──HTTP──▶ sidecar ──▶ toxiproxy "P-vip" ──▶ HAProxy ──▶ [brownout proxy] ──▶ server P-s1 (active)
+//	                                                                     └▶ [brownout proxy] ──▶ server P-s2 (standby)
+//	naive client ──gRPC──▶ toxiproxy "P-s1" ──▶ [brownout proxy] ──▶ server P-s1
+//	                    └▶ toxiproxy "P-s2" ──▶ [brownout proxy] ──▶ server P-s2
+//
+// for every provider P. Servers are real repool servers, started as child
+// processes of this executable (see RunChild), two per provider sharing one
+// PostgreSQL database in HA mode (one active, one standby; leases carry
+// over a failover). Without PostgreSQL each provider gets two independent
+// SQLite servers started from one copied store, the second one HAProxy's
+// backup: failover then switches servers but leases do not carry over.
+// HAProxy is the real binary with a generated configuration; toxiproxy runs
+// in this process, as a library; the brownout proxy (gRPC level) is only
+// put in front of the servers of providers that need it; the sidecar is a
+// child process too.
+//
+// Faults hit both clients alike: every connection from either client into
+// a provider passes one of the provider's toxiproxies, and the servers and
+// their brownout proxies are the same for both.
+//
+// A Topology is safe for concurrent use. Close stops everything it
+// started, in reverse order; children also die with this process (Linux
+// parent-death signal).
+package topology
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"gopkg.in/yaml.v3"
+
+	repoolv1 "github.com/repool/repool/api/repool/v1"
+)
+
+// Config configures Start.
+type Config struct {
+	// Providers are the provider names. At least one.
+	Providers []string
+	// Brownout names the providers whose servers get a brownout proxy.
+	Brownout map[string]bool
+	// Sidecar starts the sidecar, configured for every provider.
+	Sidecar bool
+	// SidecarPolicies are merged into each provider's entry of the
+	// sidecar's configuration (timeout, retry, breaker, ...).
+	SidecarPolicies map[string]map[string]any
+	// Resources and Capacity: registered per provider before the run,
+	// named res-0000... Defaults 64 and 4.
+	Resources, Capacity int
+	// Postgres, when set, holds the providers' databases (HA mode);
+	// otherwise every server has its own SQLite file.
+	Postgres *Postgres
+	// Servers per provider. Default 2.
+	Servers int
+	// Dir receives configurations, logs and SQLite files. Required.
+	Dir string
+	// Event, when set, is told what happens: HAProxy state changes,
+	// servers stopped, killed and started.
+	Event func(text string)
+	// Log receives progress. Default discards it.
+	Log *slog.Logger
+}
+
+// Topology is a running topology.
+type Topology struct {
+	cfg       Config
+	log       *slog.Logger
+	tox       *toxiproxy.ApiServer
+	clusters  map[string]*cluster
+	sidecar   *proc
+	sidecarAt string
+
+	mu     sync.Mutex // guards servers' proc fields and toxics
+	toxics int        // names toxics uniquely
+	closed bool
+}
+
+// cluster is one provider.
+type cluster struct {
+	name      string
+	key       string
+	servers   []*node
+	brownouts []*brownout
+	ha        *haproxy
+	vip       *toxiproxy.Proxy
+	edges     []*toxiproxy.Proxy
+}
+
+// node is one server.
+type node struct {
+	name    string
+	store   string
+	ha      bool
+	grpc    string // fixed after the first start: restarts reuse it
+	http    string
+	logPath string
+	proc    *proc
+}
+
+// Start starts the topology. On error it stops what it started.
+func Start(ctx context.Context, cfg Config) (_ *Topology, err error) {
+	if len(cfg.Providers) == 0 || cfg.Dir == "" {
+		return nil, errors.New("topology: Config.Providers and Config.Dir are required")
+	}
+	if cfg.Servers == 0 {
+		cfg.Servers = 2
+	}
+	if cfg.Resources == 0 {
+		cfg.Resources = 64
+	}
+	if cfg.Capacity == 0 {
+		cfg.Capacity = 4
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Event == nil {
+		cfg.Event = func(string) {}
+	}
+	t := &Topology{
+		cfg: cfg, log: cfg.Log, clusters: map[string]*cluster{},
+		tox: toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop()),
+	}
+	defer func() {
+		if err != nil {
+			t.Close()
+		}
+	}()
+	for _, p := range cfg.Providers {
+		c, err := t.startCluster(ctx, p)
+		if err != nil {
+			return nil, fmt.Errorf("provider %s: %w", p, err)
+		}
+		t.clusters[p] = c
+	}
+	if cfg.Sidecar {
+		if err := t.startSidecar(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+func (t *Topology) startCluster(ctx context.Context, p string) (*cluster, error) {
+	c := &cluster{name: p}
+	ha := t.cfg.Postgres != nil
+	var dsn string
+	if ha {
+		var err error
+		if dsn, err = t.cfg.Postgres.CreateDB(ctx, strings.ReplaceAll(p, "-", "_")); err != nil {
+			return nil, err
+		}
+	}
+	for i := range t.cfg.Servers {
+		n := &node{name: fmt.Sprintf("%s-s%d", p, i+1), ha: ha, grpc: "127.0.0.1:0", http: "127.0.0.1:0"}
+		n.logPath = filepath.Join(t.cfg.Dir, n.name+".log")
+		n.store = dsn
+		if !ha {
+			n.store = "sqlite:" + filepath.Join(t.cfg.Dir, n.name+".db")
+		}
+		c.servers = append(c.servers, n)
+	}
+	// The first server creates the store and prints the demo key; it is
+	// active before the others start, so it is the naive client's first
+	// host and HAProxy's active server.
+	first := c.servers[0]
+	key, err := t.startNode(ctx, first)
+	if err != nil {
+		return nil, err
+	}
+	if key == "" {
+		return nil, fmt.Errorf("%s printed no demo API key on an empty store", first.name)
+	}
+	c.key = key
+	if err := waitStatus(ctx, "http://"+first.http+"/readyz/active", http.StatusOK, 30*time.Second); err != nil {
+		return nil, fmt.Errorf("%s never became active: %w (see %s)", first.name, err, first.logPath)
+	}
+	if err := c.register(ctx, t.cfg.Resources, t.cfg.Capacity); err != nil {
+		return nil, err
+	}
+	if !ha {
+		// Independent SQLite servers need the same tenant and key: stop
+		// the first (it checkpoints), copy its store to the others, and
+		// start the first again.
+		first.proc.stop(syscall.SIGTERM, 10*time.Second)
+		for _, n := range c.servers[1:] {
+			if err := copyStore(strings.TrimPrefix(first.store, "sqlite:"), strings.TrimPrefix(n.store, "sqlite:")); err != nil {
+				return nil, err
+			}
+		}
+		if _, err := t.startNode(ctx, first); err != nil {
+			return nil, err
+		}
+	}
+	for _, n := range c.servers[1:] {
+		if _, err := t.startNode(ctx, n); err != nil {
+			return nil, err
+		}
+	}
+	want := http.StatusNotFound // a standby
+	if !ha {
+		want = http.StatusOK
+	}
+	for i, n := range c.servers {
+		w := want
+		if i == 0 {
+			w = http.StatusOK
+		}
+		if err := waitStatus(ctx, "http://"+n.http+"/readyz/active", w, 30*time.Second); err != nil {
+			return nil, fmt.Errorf("%s: %w (see %s)", n.name, err, n.logPath)
+		}
+	}
+
+	backends := make([]haBackend, len(c.servers))
+	upstream := make([]string, len(c.servers))
+	for i, n := range c.servers {
+		upstream[i] = n.grpc
+		if t.cfg.Brownout[p] {
+			b, err := startBrownout(n.grpc)
+			if err != nil {
+				return nil, err
+			}
+			c.brownouts = append(c.brownouts, b)
+			upstream[i] = b.addr()
+		}
+		backends[i] = haBackend{Name: n.name, Addr: upstream[i], Check: port(n.http), Backup: !ha && i > 0}
+	}
+	wantUp := 1
+	if !ha {
+		wantUp = len(c.servers)
+	}
+	if c.ha, err = startHAProxy(ctx, t.cfg.Dir, p, backends, wantUp, t.cfg.Event); err != nil {
+		return nil, err
+	}
+	if c.vip, err = t.proxy(p+"-vip", c.ha.addr); err != nil {
+		return nil, err
+	}
+	for i, n := range c.servers {
+		e, err := t.proxy(n.name, upstream[i])
+		if err != nil {
+			return nil, err
+		}
+		c.edges = append(c.edges, e)
+	}
+	t.log.Info("provider up", "provider", p, "haproxy", c.ha.addr, "vip", c.vip.Listen, "ha", ha)
+	return c, nil
+}
+
+// startNode starts a server child and returns the demo key it printed, if
+// any. A restart reuses the node's addresses.
+func (t *Topology) startNode(ctx context.Context, n *node) (string, error) {
+	cmd, err := childCmd(roleServer, serverChild{Store: n.store, GRPCAddr: n.grpc, HTTPAddr: n.http, HA: n.ha, Name: n.name})
+	if err != nil {
+		return "", err
+	}
+	var hello serverHello
+	var p *proc
+	for attempt := 0; ; attempt++ {
+		if p, err = start(ctx, n.name, cmd, n.logPath, &hello, 60*time.Second); err == nil {
+			break
+		}
+		// A restart may find its port still held for a moment.
+		if attempt == 20 || !strings.Contains(err.Error(), "exited before it was ready") || ctx.Err() != nil {
+			return "", err
+		}
+		time.Sleep(250 * time.Millisecond)
+		if cmd, err = childCmd(roleServer, serverChild{Store: n.store, GRPCAddr: n.grpc, HTTPAddr: n.http, HA: n.ha, Name: n.name}); err != nil {
+			return "", err
+		}
+	}
+	t.mu.Lock()
+	n.proc, n.grpc, n.http = p, hello.GRPC, hello.HTTP
+	t.mu.Unlock()
+	return hello.Key, nil
+}
+
+// register registers the scenario's resources on the active first server.
+func (c *cluster) register(ctx context.Context, resources, capacity int) error {
+	conn, err := grpc.NewClient(c.servers[0].grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	client := repoolv1.NewPoolServiceClient(conn)
+	ctx = metadata.AppendToOutgoingContext(ctx, "x-api-key", c.key)
+	for lo := 0; lo < resources; lo += 500 {
+		req := &repoolv1.RegisterRequest{}
+		for i := lo; i < resources && i < lo+500; i++ {
+			req.Resources = append(req.Resources, &repoolv1.Resource{Id: fmt.Sprintf("res-%04d", i), Capacity: int32(capacity)})
+		}
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err := client.Register(cctx, req)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("registering resources: %w", err)
+		}
+	}
+	return nil
+}
+
+// proxy starts a toxiproxy proxy on a free port of 127.0.0.1.
+func (t *Topology) proxy(name, upstream string) (*toxiproxy.Proxy, error) {
+	px := toxiproxy.NewProxy(t.tox, name, "127.0.0.1:0", upstream)
+	if err := t.tox.Collection.Add(px, true); err != nil {
+		return nil, fmt.Errorf("toxiproxy %s: %w", name, err)
+	}
+	return px, nil
+}
+
+func (t *Topology) startSidecar(ctx context.Context) error {
+	providers := map[string]any{}
+	for _, name := range t.cfg.Providers {
+		c := t.clusters[name]
+		entry := map[string]any{}
+		for k, v := range t.cfg.SidecarPolicies[name] {
+			entry[k] = v
+		}
+		entry["endpoint"] = c.vip.Listen
+		entry["api_key"] = c.key
+		providers[name] = entry
+	}
+	doc := map[string]any{"listen": "127.0.0.1:0", "log_level": "warn", "shutdown_grace": "2s", "providers": providers}
+	raw, err := yaml.Marshal(doc)
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(t.cfg.Dir, "sidecar.yaml")
+	if err := os.WriteFile(path, raw, 0o600); err != nil { // holds API keys
+		return err
+	}
+	cmd, err := childCmd(roleSidecar, sidecarChild{Config: path})
+	if err != nil {
+		return err
+	}
+	var hello sidecarHello
+	if t.sidecar, err = start(ctx, "sidecar", cmd, filepath.Join(t.cfg.Dir, "sidecar.log"), &hello, 30*time.Second); err != nil {
+		return err
+	}
+	t.sidecarAt = hello.Addr
+	return nil
+}
+
+// SidecarURL returns the sidecar's base URL, http://127.0.0.1:PORT; empty
+// without a sidecar.
+func (t *Topology) SidecarURL() string {
+	if t.sidecarAt == "" {
+		return ""
+	}
+	return "http://" + t.sidecarAt
+}
+
+// Hosts returns the provider's server addresses for a client that talks to
+// servers itself (each through the server's toxiproxy), first server first.
+func (t *Topology) Hosts(provider string) []string {
+	c := t.clusters[provider]
+	out := make([]string, len(c.edges))
+	for i, e := range c.edges {
+		out[i] = e.Listen
+	}
+	return out
+}
+
+// APIKey returns the provider's demo API key.
+func (t *Topology) APIKey(provider string) string { return t.clusters[provider].key }
+
+// Endpoint returns the provider's VIP as the sidecar sees it (its
+// toxiproxy in front of HAProxy).
+func (t *Topology) Endpoint(provider string) string { return t.clusters[provider].vip.Listen }
+
+// Close stops the sidecar, HAProxy, the servers, the proxies, in that
+// order. It is idempotent.
+func (t *Topology) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	t.mu.Unlock()
+	if t.sidecar != nil {
+		t.sidecar.stop(syscall.SIGTERM, 5*time.Second)
+	}
+	var (
+		errMu sync.Mutex
+		errs  []error
+		wg    sync.WaitGroup
+	)
+	for _, c := range t.clusters {
+		if c.ha != nil {
+			wg.Go(c.ha.stop)
+		}
+		for _, n := range c.servers {
+			t.mu.Lock()
+			p := n.proc
+			t.mu.Unlock()
+			if p != nil {
+				wg.Go(func() {
+					p.stop(syscall.SIGTERM, 5*time.Second)
+					if err := p.exitErr(); err != nil {
+						errMu.Lock()
+						errs = append(errs, fmt.Errorf("%s: %w", n.name, err))
+						errMu.Unlock()
+					}
+				})
+			}
+		}
+	}
+	wg.Wait()
+	for _, c := range t.clusters {
+		for _, b := range c.brownouts {
+			b.close()
+		}
+	}
+	_ = t.tox.Collection.Clear()
+	return errors.Join(errs...)
+}
+
+// waitStatus polls url until it answers want.
+func waitStatus(ctx context.Context, url string, want int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	client := &http.Client{Timeout: time.Second}
+	last := "no answer"
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := client.Do(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == want {
+				return nil
+			}
+			last = resp.Status
+		} else {
+			last = err.Error()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("GET %s: want %d within %v, last: %s", url, want, timeout, last)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func port(addr string) int {
+	var p int
+	if i := strings.LastIndexByte(addr, ':'); i >= 0 {
+		fmt.Sscanf(addr[i+1:], "%d", &p)
+	}
+	return p
+}
+
+// copyStore copies a SQLite store with its WAL files.
+func copyStore(from, to string) error {
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		raw, err := os.ReadFile(from + suffix)
+		if errors.Is(err, os.ErrNotExist) && suffix != "" {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(to+suffix, raw, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
