@@ -74,8 +74,14 @@ func TestHAFailoverKeepsLeasesAndFencesTokens(t *testing.T) {
 	}
 	took := waitStatus(t, b, http.StatusOK, 5*time.Second)
 	t.Logf("standby active %v after the leader's session died", took)
-	if got := activeStatus(t, a); got == http.StatusOK {
-		t.Fatal("former leader still answers /readyz/active 200 after losing its session")
+	// The former leader notices at its next session check (HAInterval);
+	// until then its writes are fenced in SQL.
+	deadline := time.Now().Add(time.Second)
+	for activeStatus(t, a) == http.StatusOK {
+		if time.Now().After(deadline) {
+			t.Fatal("former leader still answers /readyz/active 200 a second after losing its session")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 
 	// The lease granted by the former leader holds capacity on the new one,
