@@ -46,7 +46,7 @@ global
 
 defaults
     mode http
-    timeout connect 1s
+    timeout connect 100ms
     timeout client 1m
     timeout server 1m
     timeout check 1s
