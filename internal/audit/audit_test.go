@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/repool/repool/internal/pool"
 	"github.com/repool/repool/internal/store"
 )
@@ -73,5 +75,8 @@ func TestFullQueueDrops(t *testing.T) {
 	w.Record(store.AuditEntry{TenantID: "a", Action: "y"}) // queue full, no Run
 	if got := len(w.queue); got != 1 {
 		t.Fatalf("queue holds %d, want 1", got)
+	}
+	if got := testutil.ToFloat64(w.dropped); got != 1 {
+		t.Fatalf("repool_audit_dropped_total = %v, want 1", got)
 	}
 }
