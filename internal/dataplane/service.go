@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
@@ -535,6 +536,12 @@ func (s *Service) SubscribeEvents(req *repoolv1.SubscribeEventsRequest, stream g
 	}
 	sub := p.Subscribe(kinds, req.GetAfterSeq())
 	defer sub.Close()
+	// The headers tell the client that the subscription exists: every
+	// event from now on reaches it (a client may wait for them before
+	// acting on the pool).
+	if err := stream.SendHeader(metadata.MD{}); err != nil {
+		return err
+	}
 	for {
 		select {
 		case <-ctx.Done():

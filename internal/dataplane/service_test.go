@@ -154,6 +154,33 @@ func wantCode(t *testing.T, call string, err error, want codes.Code) {
 	}
 }
 
+// TestEventStreamHeadersMeanSubscribed: the response headers come once the
+// server has subscribed to the pool, before any event, so a client that
+// waits for them misses nothing it causes afterwards.
+func TestEventStreamHeadersMeanSubscribed(t *testing.T) {
+	e := newEnv(t)
+	a := as("key-a")
+	for i := range 20 {
+		ctx, cancel := context.WithTimeout(a, 10*time.Second)
+		stream, err := e.client.SubscribeEvents(ctx, &repoolv1.SubscribeEventsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stream.Header(); err != nil {
+			t.Fatalf("Header() = %v", err)
+		}
+		id := fmt.Sprintf("r%d", i)
+		if _, err := e.client.Register(a, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: id}}}); err != nil {
+			t.Fatal(err)
+		}
+		ev, err := stream.Recv()
+		if err != nil || ev.GetResourceId() != id {
+			t.Fatalf("round %d: first event = %v, %v; want the registration of %s", i, ev, err, id)
+		}
+		cancel()
+	}
+}
+
 func TestTenantsAreIsolated(t *testing.T) {
 	e := newEnv(t)
 	a, b := as("key-a"), as("key-b")
@@ -162,6 +189,9 @@ func TestTenantsAreIsolated(t *testing.T) {
 	}
 	subB, err := e.client.SubscribeEvents(b, &repoolv1.SubscribeEventsRequest{})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := subB.Header(); err != nil {
 		t.Fatal(err)
 	}
 	acq, err := e.client.Acquire(a, &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 60})

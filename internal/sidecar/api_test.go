@@ -116,32 +116,48 @@ func TestJSONMirrorsTheMessages(t *testing.T) {
 // sseEvent is one server-sent event.
 type sseEvent struct{ id, event, data string }
 
-// readEvents reads n events (comments skipped) from an SSE body.
+// readEvents reads n events (comments skipped) from an SSE body, failing
+// the test if they have not all come within 10 s. The caller closes the
+// body, which ends the reader.
 func readEvents(t *testing.T, sc *bufio.Scanner, n int) []sseEvent {
 	t.Helper()
-	var out []sseEvent
-	var cur sseEvent
-	for len(out) < n && sc.Scan() {
-		line := sc.Text()
-		switch {
-		case line == "":
-			if cur != (sseEvent{}) {
-				out = append(out, cur)
+	type result struct {
+		evs []sseEvent
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var out []sseEvent
+		var cur sseEvent
+		for len(out) < n && sc.Scan() {
+			line := sc.Text()
+			switch {
+			case line == "":
+				if cur != (sseEvent{}) {
+					out = append(out, cur)
+				}
+				cur = sseEvent{}
+			case strings.HasPrefix(line, ":"):
+			case strings.HasPrefix(line, "id: "):
+				cur.id = line[4:]
+			case strings.HasPrefix(line, "event: "):
+				cur.event = line[7:]
+			case strings.HasPrefix(line, "data: "):
+				cur.data = line[6:]
 			}
-			cur = sseEvent{}
-		case strings.HasPrefix(line, ":"):
-		case strings.HasPrefix(line, "id: "):
-			cur.id = line[4:]
-		case strings.HasPrefix(line, "event: "):
-			cur.event = line[7:]
-		case strings.HasPrefix(line, "data: "):
-			cur.data = line[6:]
 		}
+		done <- result{out, sc.Err()}
+	}()
+	select {
+	case r := <-done:
+		if len(r.evs) < n {
+			t.Fatalf("read %d events, want %d (%v)", len(r.evs), n, r.err)
+		}
+		return r.evs
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no %d events within 10s", n)
+		return nil
 	}
-	if len(out) < n {
-		t.Fatalf("read %d events, want %d (%v)", len(out), n, sc.Err())
-	}
-	return out
 }
 
 func TestEventStream(t *testing.T) {

@@ -61,7 +61,8 @@ type Config struct {
 	// Report: default succeeds.
 	Report func(ctx context.Context, req *repoolv1.ReportRequest) (*repoolv1.ReportResponse, error)
 	// SubscribeEvents: default sends nothing and waits for the client to
-	// leave.
+	// leave. Like the real server, the fake sends the response headers
+	// first: they tell the client the subscription exists.
 	SubscribeEvents func(req *repoolv1.SubscribeEventsRequest, stream grpc.ServerStreamingServer[repoolv1.Event]) error
 }
 
@@ -267,6 +268,9 @@ func (p poolServer) Report(ctx context.Context, req *repoolv1.ReportRequest) (*r
 }
 
 func (p poolServer) SubscribeEvents(req *repoolv1.SubscribeEventsRequest, stream grpc.ServerStreamingServer[repoolv1.Event]) error {
+	if err := stream.SendHeader(metadata.MD{}); err != nil {
+		return err
+	}
 	if p.s.cfg.SubscribeEvents != nil {
 		return p.s.cfg.SubscribeEvents(req, stream)
 	}

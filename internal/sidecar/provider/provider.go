@@ -209,6 +209,13 @@ func (s *EventStream) open(tok *token.Token) error {
 	s.tok = tok
 	stream, err := s.p.pool.SubscribeEvents(metadata.AppendToOutgoingContext(s.ctx, "authorization", tok.Bearer()), s.req)
 	s.stream = stream
+	if err != nil {
+		return err
+	}
+	// The server sends its headers once it has subscribed: from then on no
+	// event is missed. A refusal ends the stream without headers (nil, nil)
+	// and surfaces at the first Recv.
+	_, err = stream.Header()
 	return err
 }
 
