@@ -87,6 +87,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := ensureDir(cfg.Store); err != nil {
 		return err
 	}
+	defer server.TuneRuntime(cfg, os.Getenv)()
 	s, err := server.New(ctx, cfg, server.Options{Log: log, Out: stdout})
 	if err != nil {
 		return err

@@ -87,14 +87,15 @@ func (s *Service) activeStream(srv any, ss grpc.ServerStream, info *grpc.StreamS
 // authenticate puts the caller's principal on ctx: from `x-api-key`, or from
 // `authorization: Bearer <token>`.
 func (s *Service) authenticate(ctx context.Context) (context.Context, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
+	// ValueFromIncomingContext reads one key without copying the whole
+	// metadata, as FromIncomingContext does.
 	var (
 		p   auth.Principal
 		err = auth.ErrUnauthenticated
 	)
-	if keys := md.Get("x-api-key"); len(keys) == 1 {
+	if keys := metadata.ValueFromIncomingContext(ctx, "x-api-key"); len(keys) == 1 {
 		p, err = s.cfg.Auth.APIKey(ctx, keys[0])
-	} else if authz := md.Get("authorization"); len(authz) == 1 && len(authz[0]) > 7 && strings.EqualFold(authz[0][:7], "bearer ") {
+	} else if authz := metadata.ValueFromIncomingContext(ctx, "authorization"); len(authz) == 1 && len(authz[0]) > 7 && strings.EqualFold(authz[0][:7], "bearer ") {
 		p, err = s.cfg.Auth.Bearer(ctx, authz[0][7:])
 	}
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math/rand/v2"
+	"os"
 	"sort"
 	"strconv"
 	"sync"
@@ -117,7 +119,11 @@ func run(clients int, d time.Duration, fn func(ctx context.Context, worker, i in
 // sorted sets) against a real redis-server. It prints both rates and their
 // ratio.
 func BenchmarkAcquireReportVsRedis(b *testing.B) {
-	r := start(b, Config{Store: sqliteStore(b), RatePerSecond: 1e9, Burst: 1 << 30})
+	cfg := Config{Store: sqliteStore(b), RatePerSecond: 1e9, Burst: 1 << 30}
+	// The process runs with the server's runtime settings, as cmd/server
+	// does; the Redis client, in the same process, gets them too.
+	defer TuneRuntime(cfg, os.Getenv)()
+	r := start(b, cfg)
 	ctx := withKey(r.key)
 	var res []*repoolv1.Resource
 	for i := 0; i < benchResources; i++ {
@@ -169,40 +175,53 @@ func BenchmarkAcquireReportVsRedis(b *testing.B) {
 	}
 }
 
-// latencies sends one call every interval (open loop, so a slow server
-// cannot slow the sender down) for d and returns the sorted latencies of
-// the calls and the number that failed.
-func latencies(d, interval time.Duration, call func() error) ([]time.Duration, int) {
-	var mu sync.Mutex
+// poisson calls fn at exponentially spaced moments, rate per second on
+// average (open loop: a slow server cannot slow the sender down), each call
+// on its own goroutine, until ctx ends; it returns when the calls have.
+func poisson(ctx context.Context, rate float64, seed uint64, fn func()) {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	next := time.Now()
+	for {
+		next = next.Add(time.Duration(rng.ExpFloat64() / rate * float64(time.Second)))
+		t := time.NewTimer(time.Until(next))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); fn() }()
+	}
+}
+
+// sample is one of B's calls: when it started, how long it took, whether
+// it failed.
+type sample struct {
+	start time.Time
+	took  time.Duration
+	err   bool
+}
+
+// phase sorts the latencies of B's calls that started in windows where
+// flooding equals want, and counts their errors.
+func phase(samples []sample, flooding func(time.Time) (bool, bool), want bool) ([]time.Duration, int) {
 	var lat []time.Duration
 	errs := 0
-	var wg sync.WaitGroup
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	end := time.After(d)
-	for {
-		select {
-		case <-end:
-			wg.Wait()
-			sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-			return lat, errs
-		case <-t.C:
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				start := time.Now()
-				err := call()
-				el := time.Since(start)
-				mu.Lock()
-				defer mu.Unlock()
-				if err != nil {
-					errs++
-					return
-				}
-				lat = append(lat, el)
-			}()
+	for _, s := range samples {
+		if f, ok := flooding(s.start); !ok || f != want {
+			continue
 		}
+		if s.err {
+			errs++
+			continue
+		}
+		lat = append(lat, s.took)
 	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	return lat, errs
 }
 
 func pct(lat []time.Duration, p float64) time.Duration {
@@ -212,11 +231,18 @@ func pct(lat []time.Duration, p float64) time.Duration {
 	return lat[min(len(lat)-1, int(float64(len(lat))*p))]
 }
 
-// BenchmarkNoisyNeighbour runs tenant B at its normal rate alone, then
-// again while tenant A floods at 10× its own limit, and prints B's p50,
-// p99 and errors in both runs.
+// BenchmarkNoisyNeighbour measures tenant B's latency alone and while
+// tenant A floods at 10× its own limit, and prints B's p50, p99 and errors
+// in both. B runs throughout at its normal rate; A's flood is switched on
+// and off in alternate one-second windows (2×bench.for in all), so that
+// both of B's measurements share the same moments of the machine's life,
+// and B's calls are attributed to the window they started in (calls
+// starting in the first 50 ms after a switch are left out). Arrivals are
+// Poisson for both tenants.
 func BenchmarkNoisyNeighbour(b *testing.B) {
-	r := start(b, Config{Store: sqliteStore(b)})
+	cfg := Config{Store: sqliteStore(b)}
+	defer TuneRuntime(cfg, os.Getenv)() // as cmd/server does
+	r := start(b, cfg)
 	keys := map[string]string{}
 	for _, tenant := range []string{"a", "b"} {
 		if code := r.api(b, "POST", "/api/v1/tenants", r.op, fmt.Sprintf(`{"id":%q,"name":%q}`, tenant, tenant), nil); code != 201 {
@@ -249,37 +275,55 @@ func BenchmarkNoisyNeighbour(b *testing.B) {
 			return err
 		}
 	}
-	// B: 50 cycles/s = 100 calls/s, half its limit. A: 1,000 cycles/s =
-	// 2,000 calls/s, 10× its limit of 200/s.
+	// B: 50 cycles/s = 100 calls/s, half its limit. A: 2,000 cycles/s, at
+	// least 2,000 calls/s (a refused Acquire has no Release), 10× its
+	// limit of 200/s.
+	const window, settle = time.Second, 50 * time.Millisecond
 	for b.Loop() {
-		solo, soloErr := latencies(*benchFor, 20*time.Millisecond, cycle(keys["b"]))
-		stop := make(chan struct{})
-		var flood sync.WaitGroup
-		var floodRefused, floodOK atomic.Int64
-		for w := 0; w < 20; w++ {
-			flood.Add(1)
-			go func() {
-				defer flood.Done()
-				call := cycle(keys["a"])
-				t := time.NewTicker(20 * time.Millisecond) // 20 × 50/s = 1,000 cycles/s
-				defer t.Stop()
-				for {
-					select {
-					case <-stop:
-						return
-					case <-t.C:
-						if err := call(); status.Code(err) == codes.ResourceExhausted {
-							floodRefused.Add(1)
-						} else if err == nil {
-							floodOK.Add(1)
-						}
-					}
-				}
-			}()
+		windows := 2 * int(*benchFor/window)
+		begin := time.Now()
+		// flooding reports whether A floods at t, and whether t is far
+		// enough from a switch to count.
+		flooding := func(t time.Time) (bool, bool) {
+			d := t.Sub(begin)
+			w := int(d / window)
+			return w%2 == 1, w < windows && d-time.Duration(w)*window >= settle
 		}
-		noisy, noisyErr := latencies(*benchFor, 20*time.Millisecond, cycle(keys["b"]))
-		close(stop)
-		flood.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(windows)*window)
+		var mu sync.Mutex
+		var samples []sample
+		var floodRefused, floodOK atomic.Int64
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			call := cycle(keys["b"])
+			poisson(ctx, 50, 1, func() {
+				s := time.Now()
+				err := call()
+				mu.Lock()
+				samples = append(samples, sample{s, time.Since(s), err != nil})
+				mu.Unlock()
+			})
+		}()
+		go func() {
+			defer wg.Done()
+			call := cycle(keys["a"])
+			poisson(ctx, 2000, 2, func() {
+				if f, _ := flooding(time.Now()); !f {
+					return
+				}
+				if err := call(); status.Code(err) == codes.ResourceExhausted {
+					floodRefused.Add(1)
+				} else if err == nil {
+					floodOK.Add(1)
+				}
+			})
+		}()
+		wg.Wait()
+		cancel()
+		solo, soloErr := phase(samples, flooding, false)
+		noisy, noisyErr := phase(samples, flooding, true)
 		b.ReportMetric(float64(pct(solo, 0.99).Microseconds()), "solo_p99_µs")
 		b.ReportMetric(float64(pct(noisy, 0.99).Microseconds()), "noisy_p99_µs")
 		b.ReportMetric(float64(noisyErr), "noisy_errors")

@@ -57,6 +57,15 @@ type Config struct {
 	// HAInterval is how often a standby tries the lock and the leader
 	// checks its session. Default 250ms.
 	HAInterval time.Duration
+	// GCPercent is the garbage collector's target (GOGC) that TuneRuntime
+	// applies: the heap may grow by this percentage of the live heap
+	// before a collection. -1 turns the collector off and needs a
+	// MemoryLimit. Default 400.
+	GCPercent int
+	// MemoryLimit is the soft memory limit (GOMEMLIMIT) in bytes that
+	// TuneRuntime applies; the collector runs as often as it must to stay
+	// under it. 0 means none. Default 0.
+	MemoryLimit int64
 }
 
 // WithDefaults returns c with defaults in place of zero values.
@@ -105,6 +114,9 @@ func (c Config) WithDefaults() Config {
 	if c.HAInterval == 0 {
 		c.HAInterval = 250 * time.Millisecond
 	}
+	if c.GCPercent == 0 {
+		c.GCPercent = 400
+	}
 	return c
 }
 
@@ -137,6 +149,14 @@ func (c Config) Validate() error {
 		return errors.New("config: ha needs a postgres:// store (the servers share it)")
 	case c.HASessionTimeout <= c.HAInterval:
 		return fmt.Errorf("config: ha_session_timeout %v must exceed ha_interval %v", c.HASessionTimeout, c.HAInterval)
+	case c.GCPercent != -1 && (c.GCPercent < 10 || c.GCPercent > 10000):
+		return fmt.Errorf("config: gc_percent %d: want -1 (off, with a memory_limit) or 10..10000", c.GCPercent)
+	case c.GCPercent == -1 && c.MemoryLimit == 0:
+		return errors.New("config: gc_percent -1 turns the collector off and needs a memory_limit")
+	case c.MemoryLimit < 0:
+		return errors.New("config: memory_limit must not be negative")
+	case c.MemoryLimit > 0 && c.MemoryLimit < 64<<20:
+		return fmt.Errorf("config: memory_limit %d bytes is below 64MiB", c.MemoryLimit)
 	}
 	return nil
 }

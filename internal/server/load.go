@@ -92,6 +92,12 @@ func bindings() []binding {
 		{"ha-name", "this server's name in the leader election (default: the gRPC address)", "", str(func(c *Config) *string { return &c.HAName })},
 		{"ha-session-timeout", "how long a silent leader keeps the lock", d.HASessionTimeout.String(), dur(func(c *Config) *time.Duration { return &c.HASessionTimeout })},
 		{"ha-interval", "how often a standby tries the lock and the leader checks its session", d.HAInterval.String(), dur(func(c *Config) *time.Duration { return &c.HAInterval })},
+		{"gc-percent", "garbage collector target, as GOGC (-1: off, needs --memory-limit; GOGC wins if set)", strconv.Itoa(d.GCPercent), integer(func(c *Config) *int { return &c.GCPercent })},
+		{"memory-limit", "soft memory limit, as GOMEMLIMIT: bytes or 512MiB, 2GiB (0: none; GOMEMLIMIT wins if set)", "0", func(c *Config, v string) error {
+			n, err := parseBytes(v)
+			c.MemoryLimit = n
+			return err
+		}},
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"testing"
 	"time"
 )
@@ -29,6 +30,17 @@ func TestLoad(t *testing.T) {
 				return c.Burst == 90 && c.RatePerSecond == 7 && c.CheckpointInterval == 3*time.Second
 			}, false},
 		{"bad duration", []string{"--token-ttl", "soon"}, nil, nil, true},
+		{"gc defaults", nil, nil, func(c Config) bool { return c.GCPercent == 400 && c.MemoryLimit == 0 }, false},
+		{"memory limit with a unit", []string{"--memory-limit", "512MiB", "--gc-percent", "200"}, nil,
+			func(c Config) bool { return c.MemoryLimit == 512<<20 && c.GCPercent == 200 }, false},
+		{"memory limit from env in bytes", nil, map[string]string{"REPOOL_MEMORY_LIMIT": "1073741824"}, func(c Config) bool { return c.MemoryLimit == 1<<30 }, false},
+		{"gc off with a limit", []string{"--gc-percent", "-1", "--memory-limit", "2GiB"}, nil, func(c Config) bool { return c.GCPercent == -1 }, false},
+		{"gc off without a limit", []string{"--gc-percent", "-1"}, nil, nil, true},
+		{"gc percent too low", []string{"--gc-percent", "5"}, nil, nil, true},
+		{"memory limit too small", []string{"--memory-limit", "1MiB"}, nil, nil, true},
+		{"memory limit unknown unit", []string{"--memory-limit", "2GB"}, nil, nil, true},
+		{"memory limit negative", []string{"--memory-limit", "-5"}, nil, nil, true},
+		{"memory limit overflow", []string{"--memory-limit", "9999999999TiB"}, nil, nil, true},
 		{"stray argument", []string{"extra"}, nil, nil, true},
 	}
 	for _, tt := range tests {
@@ -43,5 +55,36 @@ func TestLoad(t *testing.T) {
 				t.Fatalf("Load(%v) = %+v", tt.args, cfg)
 			}
 		})
+	}
+}
+
+// TestTuneRuntime: the configured GC settings reach the runtime, GOGC and
+// GOMEMLIMIT in the environment win, and restore puts the old ones back.
+func TestTuneRuntime(t *testing.T) {
+	before := debug.SetGCPercent(100)
+	beforeLimit := debug.SetMemoryLimit(-1)
+	defer debug.SetGCPercent(before)
+	defer debug.SetMemoryLimit(beforeLimit)
+
+	restore := TuneRuntime(Config{GCPercent: 300, MemoryLimit: 256 << 20}, func(string) string { return "" })
+	if got := debug.SetGCPercent(300); got != 300 {
+		t.Errorf("GC percent = %d, want 300", got)
+	}
+	if got := debug.SetMemoryLimit(-1); got != 256<<20 {
+		t.Errorf("memory limit = %d, want %d", got, 256<<20)
+	}
+	restore()
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("GC percent after restore = %d, want 100", got)
+	}
+
+	env := map[string]string{"GOGC": "150", "GOMEMLIMIT": "1GiB"}
+	restore = TuneRuntime(Config{GCPercent: 300, MemoryLimit: 256 << 20}, func(k string) string { return env[k] })
+	defer restore()
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("GC percent with GOGC set = %d, want it untouched (100)", got)
+	}
+	if got := debug.SetMemoryLimit(-1); got == 256<<20 {
+		t.Errorf("memory limit with GOMEMLIMIT set = %d, want it untouched", got)
 	}
 }
