@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"time"
+	"unsafe"
 )
 
 // dueBudget bounds the expired leases and ended cooldowns that one Acquire
@@ -187,12 +188,12 @@ func (p *Pool) considerExplore(s *picker, res *reservoir, ctx int32, now int64) 
 	}
 	k := p.cfg.Candidates
 	for res.n < k {
-		res.idx[res.n] = p.avail[p.rng.IntN(n)]
+		res.idx[res.n] = p.nextCandidate(res, n)
 		res.n++
 	}
 	if p.rng.Uint32()%4 == 0 {
 		res.rot = (res.rot + 1) % k
-		res.idx[res.rot] = p.avail[p.rng.IntN(n)]
+		res.idx[res.rot] = p.nextCandidate(res, n)
 	}
 	var b batch
 	for i := 0; i < k; i++ {
@@ -203,8 +204,49 @@ func (p *Pool) considerExplore(s *picker, res *reservoir, ctx int32, now int64) 
 	// take a lease, so the reservoir keeps offering live candidates.
 	for i := 0; i < k; i++ {
 		if r := &p.res[res.idx[i]]; res.idx[i] == s.best || !r.live || r.availPos < 0 {
-			res.idx[i] = p.avail[p.rng.IntN(n)]
+			res.idx[i] = p.nextCandidate(res, n)
 		}
+	}
+	p.warmCandidates(res, ctx, n)
+}
+
+// nextCandidate returns a replacement for a reservoir: a warm one that can
+// still take a lease, or else a fresh uniform draw from the available set
+// (every warm one was such a draw).
+func (p *Pool) nextCandidate(res *reservoir, n int) int32 {
+	for res.nwarm > 0 {
+		res.nwarm--
+		if c := res.warm[res.nwarm]; int(c) < len(p.res) && p.res[c].availPos >= 0 {
+			return c
+		}
+	}
+	return p.avail[p.rng.IntN(n)]
+}
+
+// warmCandidates moves a reservoir's replacements one stage on: drawn ones
+// become warm, their cell for ctx prefetched (their resource's line came
+// in since the last call), and fresh draws take their place, their
+// resource's line prefetched. Nothing waits for memory here.
+func (p *Pool) warmCandidates(res *reservoir, ctx int32, n int) {
+	for res.ndrawn > 0 && res.nwarm < warmAhead {
+		res.ndrawn--
+		c := res.drawn[res.ndrawn]
+		if int(c) >= len(p.res) {
+			continue
+		}
+		if r := &p.res[c]; ctx >= 0 && r.live {
+			if slot := p.findCell(r, c, ctx); slot >= 0 {
+				prefetch(unsafe.Pointer(&p.cellSlab[slot]))
+			}
+		}
+		res.warm[res.nwarm] = c
+		res.nwarm++
+	}
+	for res.ndrawn < warmAhead {
+		c := p.avail[p.rng.IntN(n)]
+		prefetch(unsafe.Pointer(&p.res[c]))
+		res.drawn[res.ndrawn] = c
+		res.ndrawn++
 	}
 }
 

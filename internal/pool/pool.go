@@ -177,7 +177,16 @@ type reservoir struct {
 	idx [maxBatch]int32
 	n   int
 	rot int
+	// Replacements are drawn two calls ahead, so that a new candidate is in
+	// cache when it is first scored: drawn ones have had their resource's
+	// line prefetched, warm ones their cell's line too.
+	drawn, warm   [warmAhead]int32
+	ndrawn, nwarm int
 }
+
+// warmAhead is how many replacement candidates a reservoir keeps in each
+// stage of warming; a call replaces about one candidate (the winner).
+const warmAhead = 2
 
 type leader struct {
 	res   int32

@@ -852,3 +852,74 @@ func TestBusyLeadersDoNotCrowdOutTheNextBest(t *testing.T) {
 		t.Fatalf("%d of 10 acquires took one of the 10 known-good resources, want at least 9: busy leaders must let the next best through", good)
 	}
 }
+
+// TestWarmCandidatesStayValid: replacements drawn ahead for the explore
+// reservoir are only handed out while they can still take a lease, and a
+// full or removed resource is never acquired through them.
+func TestWarmCandidatesStayValid(t *testing.T) {
+	p, _ := newTestPool(t, Config{})
+	var specs []Spec
+	for i := range 200 {
+		id := fmt.Sprintf("r%03d", i)
+		specs = append(specs, Spec{ID: id, Capacity: 1, Labels: map[string]string{"id": id}})
+	}
+	register(t, p, specs...)
+	// Warm the reservoir of a context, then make every drawn-ahead
+	// candidate unable to take a lease: lease one, deregister the other.
+	if _, err := p.Report(Report{Resource: "r000", Context: "c", Outcome: Success}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Acquire("c", time.Minute, nil); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	res := &p.ctxs[p.ctxIDs["c"]].explore
+	var ahead []string
+	for _, c := range append(res.warm[:res.nwarm:res.nwarm], res.drawn[:res.ndrawn]...) {
+		ahead = append(ahead, p.res[c].id)
+	}
+	p.mu.Unlock()
+	if len(ahead) == 0 {
+		t.Fatal("no candidates drawn ahead after an Acquire")
+	}
+	gone := map[string]bool{}
+	for i, id := range ahead {
+		if gone[id] {
+			continue
+		}
+		gone[id] = true
+		if i%2 == 0 {
+			if _, _, err := p.Deregister([]string{id}); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if l, err := p.Acquire("c", time.Minute, map[string]string{"id": id}); err != nil || l.Resource != id {
+			t.Fatalf("Acquire(id=%s) = %v, %v", id, l, err)
+		}
+	}
+	p.mu.Lock()
+	p.warmCandidates(res, p.ctxIDs["c"], len(p.avail)) // drawn ones become warm
+	for range 4 * warmAhead {
+		if c := p.nextCandidate(res, len(p.avail)); p.res[c].availPos < 0 || gone[p.res[c].id] {
+			p.mu.Unlock()
+			t.Fatalf("nextCandidate = %s, which is full or removed", p.res[c].id)
+		}
+	}
+	p.mu.Unlock()
+	for range 300 {
+		l, err := p.Acquire("c", time.Minute, nil)
+		if errors.Is(err, ErrExhausted) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gone[l.Resource] {
+			t.Fatalf("Acquire leased %s, which was full or removed when drawn ahead", l.Resource)
+		}
+	}
+	if err := p.checkInvariants(); err != nil {
+		t.Fatal(err)
+	}
+}
