@@ -156,10 +156,21 @@ func (p *Provider) Do(ctx context.Context, method Method, call Call) error {
 				return call(metadata.AppendToOutgoingContext(ctx, "authorization", bearer), p.pool, grpc.Trailer(&trailer))
 			})
 		})
-		return withRetryAfter(err, trailer)
+		return withRetryAfter(ownTimeout(ctx, err, p.timeout), trailer)
 	})
 	p.observe(method, start, err)
 	return err
+}
+
+// ownTimeout reports an UNAVAILABLE that arrives once the call's own
+// deadline (ctx, from the provider's timeout) has passed as what it is, the
+// sidecar's timeout: the server gave up because our deadline reached it,
+// and which of the two a client sees first is a race.
+func ownTimeout(ctx context.Context, err error, timeout time.Duration) error {
+	if err == nil || ctx.Err() != context.DeadlineExceeded || resilience.Code(err) != codes.Unavailable {
+		return err
+	}
+	return status.Errorf(codes.DeadlineExceeded, "no answer within the provider timeout (%v): %s", timeout, status.Convert(err).Message())
 }
 
 // observe records a finished call.

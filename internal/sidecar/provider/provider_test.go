@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
 	"github.com/repool/repool/internal/sidecar/resilience"
@@ -69,5 +70,50 @@ func BenchmarkDoOpenReject(b *testing.B) {
 		if err := p.Do(ctx, MethodAcquire, nil); err == nil {
 			b.Fatal("Do() = nil with the breaker open")
 		}
+	}
+}
+
+// grantingIssuer issues a fresh token on every call.
+type grantingIssuer struct{}
+
+func (grantingIssuer) IssueToken(context.Context, *repoolv1.IssueTokenRequest, ...grpc.CallOption) (*repoolv1.IssueTokenResponse, error) {
+	return &repoolv1.IssueTokenResponse{Token: "t", ExpiresAt: timestamppb.New(time.Now().Add(time.Hour))}, nil
+}
+
+// TestUnavailableAfterOurDeadlineIsOurTimeout: a server that gives up
+// because the call's deadline reached it answers UNAVAILABLE at about the
+// moment the sidecar's own deadline passes; Do reports the sidecar's
+// timeout (DEADLINE_EXCEEDED, fast-fail "timeout") and does not retry.
+func TestUnavailableAfterOurDeadlineIsOurTimeout(t *testing.T) {
+	tokens, err := token.New(token.Config{Provider: "p", APIKey: "k", Issuer: grantingIssuer{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tokens.Close()
+	p, err := New(Config{Name: "p", Timeout: 30 * time.Millisecond, Pool: repoolv1.NewPoolServiceClient(nil), Tokens: tokens,
+		Breaker: resilience.NewBreaker(resilience.BreakerConfig{Provider: "p", Policy: resilience.BreakerPolicy{MinRequests: 100, OpenTimeout: time.Hour}}),
+		Retrier: resilience.NewRetrier(resilience.RetrierConfig{Provider: "p", Policy: resilience.RetryPolicy{MaxRetries: 2, InitialInterval: time.Millisecond, MaxInterval: time.Millisecond},
+			Budget: resilience.NewBudget(resilience.BudgetPolicy{}, nil)}),
+		Metrics: NewMetrics(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	err = p.Do(context.Background(), MethodAcquire, func(ctx context.Context, _ repoolv1.PoolServiceClient, _ ...grpc.CallOption) error {
+		calls++
+		<-ctx.Done()
+		return status.Error(codes.Unavailable, "too late")
+	})
+	if resilience.Code(err) != codes.DeadlineExceeded || resilience.FastFail(err) != resilience.FastFailTimeout || calls != 1 {
+		t.Fatalf("Do() = %v (%d attempts), want DEADLINE_EXCEEDED, fast-fail timeout, 1 attempt", err, calls)
+	}
+	// An UNAVAILABLE before the deadline is still the server's, and retried.
+	calls = 0
+	err = p.Do(context.Background(), MethodAcquire, func(context.Context, repoolv1.PoolServiceClient, ...grpc.CallOption) error {
+		calls++
+		return status.Error(codes.Unavailable, "down")
+	})
+	if resilience.Code(err) != codes.Unavailable || calls != 3 {
+		t.Fatalf("Do() = %v (%d attempts), want UNAVAILABLE after 3 attempts", err, calls)
 	}
 }
