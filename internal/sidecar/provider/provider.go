@@ -162,12 +162,18 @@ func (p *Provider) Do(ctx context.Context, method Method, call Call) error {
 	return err
 }
 
-// ownTimeout reports an UNAVAILABLE that arrives once the call's own
-// deadline (ctx, from the provider's timeout) has passed as what it is, the
-// sidecar's timeout: the server gave up because our deadline reached it,
-// and which of the two a client sees first is a race.
+// ownTimeout reports an UNAVAILABLE that arrives at the call's own deadline
+// (ctx, from the provider's timeout) as what it is, the sidecar's timeout:
+// the server gave up because our deadline reached it. The server sees that
+// deadline a little early (transit, and grpc-timeout is rounded down), so
+// its answer can beat our own timer: "at the deadline" means within
+// timeout/50 of it, at least 1 ms, or past it.
 func ownTimeout(ctx context.Context, err error, timeout time.Duration) error {
-	if err == nil || ctx.Err() != context.DeadlineExceeded || resilience.Code(err) != codes.Unavailable {
+	if err == nil || resilience.Code(err) != codes.Unavailable {
+		return err
+	}
+	deadline, ok := ctx.Deadline()
+	if !ok || time.Until(deadline) > max(timeout/50, time.Millisecond) {
 		return err
 	}
 	return status.Errorf(codes.DeadlineExceeded, "no answer within the provider timeout (%v): %s", timeout, status.Convert(err).Message())
