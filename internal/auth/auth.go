@@ -56,6 +56,7 @@ type Authenticator struct {
 	mu       sync.Mutex
 	byDigest map[string]cached // string(digest) → lookup
 	byKeyID  map[string]cached // key id → lookup (for tokens)
+	gen      uint64            // bumped by Invalidate: a lookup begun before is not cached
 }
 
 type cached struct {
@@ -84,11 +85,15 @@ func New(cfg Config) (*Authenticator, error) {
 	return &Authenticator{cfg: cfg, byDigest: map[string]cached{}, byKeyID: map[string]cached{}}, nil
 }
 
-// storeErr turns a store error into ErrUnauthenticated (no such key) or
-// ErrUnavailable (anything else: the store did not answer).
+// storeErr turns a store error into ErrUnauthenticated (no such key), the
+// caller's own deadline or cancellation (returned as is), or ErrUnavailable
+// (anything else: the store did not answer).
 func storeErr(err error) error {
-	if errors.Is(err, store.ErrNotFound) {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
 		return ErrUnauthenticated
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return err
 	}
 	return fmt.Errorf("%w: %v", ErrUnavailable, err)
 }
@@ -115,6 +120,7 @@ func (a *Authenticator) APIKey(ctx context.Context, plain string) (Principal, er
 	digest := Digest(plain)
 	a.mu.Lock()
 	c, ok := a.byDigest[string(digest)]
+	gen := a.gen
 	a.mu.Unlock()
 	if !a.fresh(c, ok) {
 		k, t, err := a.cfg.Store.LookupKey(ctx, digest)
@@ -123,8 +129,10 @@ func (a *Authenticator) APIKey(ctx context.Context, plain string) (Principal, er
 		}
 		c = cached{key: k, tenant: t, at: a.cfg.Clock.Now()}
 		a.mu.Lock()
-		a.byDigest[string(digest)] = c
-		a.byKeyID[k.ID] = c
+		if a.gen == gen {
+			a.byDigest[string(digest)] = c
+			a.byKeyID[k.ID] = c
+		}
 		a.mu.Unlock()
 	}
 	if subtle.ConstantTimeCompare(c.key.Digest, digest) != 1 {
@@ -142,6 +150,7 @@ func (a *Authenticator) Bearer(ctx context.Context, tok string) (Principal, erro
 	}
 	a.mu.Lock()
 	c, ok := a.byKeyID[claims.KeyID]
+	gen := a.gen
 	a.mu.Unlock()
 	if !a.fresh(c, ok) {
 		k, err := a.cfg.Store.GetKey(ctx, claims.Tenant, claims.KeyID)
@@ -154,7 +163,9 @@ func (a *Authenticator) Bearer(ctx context.Context, tok string) (Principal, erro
 		}
 		c = cached{key: k, tenant: t, at: a.cfg.Clock.Now()}
 		a.mu.Lock()
-		a.byKeyID[k.ID] = c
+		if a.gen == gen {
+			a.byKeyID[k.ID] = c
+		}
 		a.mu.Unlock()
 	}
 	if c.tenant.ID != claims.Tenant {
@@ -178,6 +189,7 @@ func (a *Authenticator) IssueToken(p Principal) (string, time.Time, error) {
 func (a *Authenticator) Invalidate(tenant string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.gen++ // a lookup in flight read the store before the change
 	for d, c := range a.byDigest {
 		if c.tenant.ID == tenant {
 			delete(a.byDigest, d)

@@ -20,10 +20,16 @@ type fakeStore struct {
 	tenant store.Tenant
 	down   bool
 	calls  int
+	during func() // when set, runs inside LookupKey after the key is read
 }
 
 func (f *fakeStore) LookupKey(_ context.Context, d []byte) (store.Key, store.Tenant, error) {
 	f.calls++
+	if f.during != nil {
+		k, t := f.key, f.tenant
+		f.during()
+		return k, t, nil
+	}
 	if f.down {
 		return store.Key{}, store.Tenant{}, store.ErrUnavailable
 	}
@@ -159,5 +165,23 @@ func TestContext(t *testing.T) {
 	ctx := NewContext(context.Background(), Principal{Tenant: "t", KeyID: "k"})
 	if p, ok := FromContext(ctx); !ok || p.Tenant != "t" {
 		t.Fatalf("FromContext() = %+v, %v", p, ok)
+	}
+}
+
+// TestInvalidateDuringALookup: a lookup that read the key before a
+// revocation and finishes after its Invalidate must not be cached, or the
+// revoked key would keep working for the cache TTL.
+func TestInvalidateDuringALookup(t *testing.T) {
+	a, fs, _, plain := setup(t)
+	fs.during = func() {
+		fs.key.RevokedAt = time.Now() // revoked through this server meanwhile
+		a.Invalidate("acme")
+	}
+	if _, err := a.APIKey(context.Background(), plain); err != nil {
+		t.Fatalf("APIKey() that began before the revocation = %v, want it admitted", err)
+	}
+	fs.during = nil
+	if _, err := a.APIKey(context.Background(), plain); !errors.Is(err, ErrUnauthenticated) {
+		t.Fatalf("APIKey() after the revocation = %v, want ErrUnauthenticated (the lookup begun before must not be cached)", err)
 	}
 }

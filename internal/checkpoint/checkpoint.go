@@ -51,14 +51,16 @@ type Config struct {
 }
 
 // Checkpointer writes and restores pools. Safe for concurrent use; rounds
-// are serialized.
+// are serialized, and the writes of one tenant are serialized with each
+// other (a round's and Persist's), never with another tenant's.
 type Checkpointer struct {
 	cfg Config
 	log *slog.Logger
 
-	round    sync.Mutex      // one round at a time
-	mu       sync.Mutex      // guards needFull
-	needFull map[string]bool // tenants whose next checkpoint must be full
+	round    sync.Mutex             // one round at a time
+	mu       sync.Mutex             // guards needFull and writing
+	needFull map[string]bool        // tenants whose next checkpoint must be full
+	writing  map[string]*sync.Mutex // per tenant ever written: one write at a time
 
 	restoreFailures prometheus.Counter
 	failures        *prometheus.CounterVec
@@ -81,9 +83,9 @@ func New(cfg Config) (*Checkpointer, error) {
 		cfg.Restored = func(string, int, int) {}
 	}
 	c := &Checkpointer{
-		cfg: cfg, log: cfg.Log.With("component", "checkpoint"), needFull: map[string]bool{},
+		cfg: cfg, log: cfg.Log.With("component", "checkpoint"), needFull: map[string]bool{}, writing: map[string]*sync.Mutex{},
 		restoreFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "repool_restore_failures_total", Help: "Tenants whose pool could not be restored (corrupt or unreadable rows).",
+			Name: "repool_restore_failures_total", Help: "Tenants skipped at restore because their rows are corrupt.",
 		}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "repool_checkpoint_failures_total", Help: "Failed tenant checkpoints.",
@@ -108,11 +110,13 @@ func New(cfg Config) (*Checkpointer, error) {
 }
 
 // RestoreAll restores the pool of every tenant that is not deleted and
-// returns how many failed. A failing tenant is logged, counted in
-// repool_restore_failures_total and skipped; its pool starts empty only when
-// it is first used, and it is checkpointed in full from then on, so a
-// corrupt tenant never blocks the others. The error is for the tenant list
-// itself being unreadable.
+// returns how many were corrupt. A corrupt tenant (its rows fail validation:
+// store.ErrCorrupt) is logged, counted in repool_restore_failures_total and
+// skipped; its pool starts empty only when it is first used, and it is
+// checkpointed in full from then on, so a corrupt tenant never blocks the
+// others. Any other failure (the store unreachable, a timeout) is returned:
+// skipping the tenant would let its first full checkpoint overwrite what is
+// stored, so the caller must not serve.
 func (c *Checkpointer) RestoreAll(ctx context.Context) (failed int, err error) {
 	ts, err := c.cfg.Store.ListTenants(ctx, store.TenantFilter{})
 	if err != nil {
@@ -120,6 +124,9 @@ func (c *Checkpointer) RestoreAll(ctx context.Context) (failed int, err error) {
 	}
 	for _, t := range ts {
 		if err := c.restore(ctx, t.ID); err != nil {
+			if !errors.Is(err, store.ErrCorrupt) {
+				return failed, fmt.Errorf("checkpoint: restoring tenant %s: %w", t.ID, err)
+			}
 			failed++
 			c.restoreFailures.Inc()
 			c.log.Error("restore failed; tenant skipped", "tenant", t.ID, "err", err)
@@ -183,7 +190,22 @@ func (c *Checkpointer) Round(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// tenantLock returns the mutex that serializes the tenant's writes.
+func (c *Checkpointer) tenantLock(tenant string) *sync.Mutex {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, ok := c.writing[tenant]
+	if !ok {
+		m = &sync.Mutex{}
+		c.writing[tenant] = m
+	}
+	return m
+}
+
 func (c *Checkpointer) save(ctx context.Context, tenant string) error {
+	l := c.tenantLock(tenant)
+	l.Lock()
+	defer l.Unlock()
 	p, ok := c.cfg.Pools.Lookup(tenant)
 	if !ok {
 		return nil
@@ -213,11 +235,13 @@ func (c *Checkpointer) save(ctx context.Context, tenant string) error {
 
 // Persist writes resources created or removed now, without waiting for the
 // next round, so that an acknowledged registration survives a failover. It
-// is serialized with rounds, so a full checkpoint taken before the change
-// cannot overwrite it.
+// is serialized with the tenant's checkpoint in a round, so a full
+// checkpoint taken before the change cannot overwrite it; other tenants'
+// checkpoints do not hold it up.
 func (c *Checkpointer) Persist(ctx context.Context, tenant string, resources []pool.ResourceState, removed []string) error {
-	c.round.Lock()
-	defer c.round.Unlock()
+	l := c.tenantLock(tenant)
+	l.Lock()
+	defer l.Unlock()
 	cp := store.Checkpoint{Removed: removed, Resources: make([]store.ResourceRow, len(resources))}
 	for i, r := range resources {
 		cp.Resources[i] = resourceRow(r)

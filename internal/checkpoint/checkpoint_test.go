@@ -19,19 +19,35 @@ import (
 	"github.com/repool/repool/internal/tenants"
 )
 
-// flakyStore counts checkpoint rows and fails the saves of chosen tenants.
+// flakyStore counts checkpoint rows and fails the saves of chosen tenants,
+// and the loads of chosen tenants.
 type flakyStore struct {
 	store.Store
-	mu    sync.Mutex
-	fail  map[string]bool
-	saved map[string]store.Checkpoint
+	mu       sync.Mutex
+	fail     map[string]bool
+	failLoad map[string]bool
+	hold     map[string]chan struct{} // a save of the tenant waits for it to close
+	saved    map[string]store.Checkpoint
+}
+
+func (f *flakyStore) LoadCheckpoint(ctx context.Context, tenant string) (store.PoolState, error) {
+	f.mu.Lock()
+	fail := f.failLoad[tenant]
+	f.mu.Unlock()
+	if fail {
+		return store.PoolState{}, fmt.Errorf("%w: injected", store.ErrUnavailable)
+	}
+	return f.Store.LoadCheckpoint(ctx, tenant)
 }
 
 func (f *flakyStore) SaveCheckpoint(ctx context.Context, tenant string, cp store.Checkpoint) error {
 	f.mu.Lock()
-	fail := f.fail[tenant]
+	fail, hold := f.fail[tenant], f.hold[tenant]
 	f.saved[tenant] = cp
 	f.mu.Unlock()
+	if hold != nil {
+		<-hold
+	}
 	if fail {
 		return fmt.Errorf("%w: injected", store.ErrUnavailable)
 	}
@@ -60,7 +76,7 @@ func open(t *testing.T, path string) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	e := &env{path: path, st: &flakyStore{Store: st, fail: map[string]bool{}, saved: map[string]store.Checkpoint{}},
+	e := &env{path: path, st: &flakyStore{Store: st, fail: map[string]bool{}, failLoad: map[string]bool{}, hold: map[string]chan struct{}{}, saved: map[string]store.Checkpoint{}},
 		reg: prometheus.NewRegistry(), acct: map[string][2]int{}}
 	e.pools = tenants.NewRegistry(func(string) (*pool.Pool, error) { return pool.New(pool.Config{}) })
 	e.cp, err = New(Config{Store: e.st, Pools: e.pools, Metrics: e.reg,
@@ -251,5 +267,75 @@ func TestCorruptTenantSkippedOthersServed(t *testing.T) {
 	}
 	if _, err := b.Acquire("x", time.Minute, nil); err != nil {
 		t.Fatalf("b Acquire after restore = %v", err)
+	}
+}
+
+// TestUnreadableTenantFailsTheRestore: a tenant whose rows cannot be read
+// now (the store unreachable) is not skipped like a corrupt one, since its
+// first full checkpoint would then overwrite what is stored: RestoreAll
+// fails, and a later restore gets everything back.
+func TestUnreadableTenantFailsTheRestore(t *testing.T) {
+	e := setup(t)
+	fill(t, poolOf(t, e, "a"), "a", 5)
+	fill(t, poolOf(t, e, "b"), "b", 5)
+	if err := e.cp.Round(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r := open(t, e.path)
+	r.st.failLoad["a"] = true
+	if _, err := r.cp.RestoreAll(context.Background()); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("RestoreAll() with tenant a unreadable = %v, want an error wrapping ErrUnavailable", err)
+	}
+	if got := testutil.ToFloat64(r.cp.restoreFailures); got != 0 {
+		t.Fatalf("repool_restore_failures_total = %v, want 0 (not corrupt)", got)
+	}
+	r2 := open(t, e.path)
+	if failed, err := r2.cp.RestoreAll(context.Background()); err != nil || failed != 0 {
+		t.Fatalf("RestoreAll() once readable = %d, %v", failed, err)
+	}
+	if a := poolOf(t, r2, "a"); !a.HasResource("a004") {
+		t.Fatal("tenant a lost its resources after an unreadable restore")
+	}
+}
+
+// TestPersistDoesNotWaitForOtherTenants: a registration's synchronous write
+// for one tenant is not held up by a slow checkpoint of another.
+func TestPersistDoesNotWaitForOtherTenants(t *testing.T) {
+	e := setup(t)
+	fill(t, poolOf(t, e, "a"), "a", 5)
+	fill(t, poolOf(t, e, "b"), "b", 5)
+	slow := make(chan struct{})
+	e.st.mu.Lock()
+	e.st.hold["a"] = slow
+	e.st.mu.Unlock()
+	round := make(chan error, 1)
+	go func() { round <- e.cp.Round(context.Background()) }()
+	// Wait until the round is inside a's write.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		e.st.mu.Lock()
+		_, started := e.st.saved["a"]
+		e.st.mu.Unlock()
+		if started {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the round never reached tenant a")
+		}
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- e.cp.Persist(context.Background(), "b", poolOf(t, e, "b").States([]string{"b001"}), nil)
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Persist for tenant b waited for tenant a's checkpoint")
+	}
+	close(slow)
+	if err := <-round; err != nil {
+		t.Fatal(err)
 	}
 }

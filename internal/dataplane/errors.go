@@ -10,6 +10,7 @@ import (
 
 	"github.com/repool/repool/internal/auth"
 	"github.com/repool/repool/internal/pool"
+	"github.com/repool/repool/internal/ratelimit"
 )
 
 // Errors of the data plane itself.
@@ -39,13 +40,17 @@ func toStatus(log *slog.Logger, err error) error {
 	var code codes.Code
 	msg := err.Error()
 	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		code, msg = codes.DeadlineExceeded, "deadline exceeded"
+	case errors.Is(err, context.Canceled):
+		code, msg = codes.Canceled, "canceled"
 	case errors.Is(err, pool.ErrInvalidArgument):
 		code = codes.InvalidArgument
 	case errors.Is(err, pool.ErrNotFound):
 		code = codes.NotFound
 	case errors.Is(err, pool.ErrStaleToken):
 		code = codes.FailedPrecondition
-	case errors.Is(err, pool.ErrExhausted), errors.Is(err, ErrOverBudget):
+	case errors.Is(err, pool.ErrExhausted), errors.Is(err, ErrOverBudget), errors.Is(err, ratelimit.ErrLimited):
 		code = codes.ResourceExhausted
 	case errors.Is(err, auth.ErrUnauthenticated):
 		code, msg = codes.Unauthenticated, auth.ErrUnauthenticated.Error()
@@ -56,10 +61,6 @@ func toStatus(log *slog.Logger, err error) error {
 		code, msg = codes.Unavailable, auth.ErrUnavailable.Error()
 	case errors.Is(err, ErrNotActive):
 		code = codes.Unavailable
-	case errors.Is(err, context.DeadlineExceeded):
-		code, msg = codes.DeadlineExceeded, "deadline exceeded"
-	case errors.Is(err, context.Canceled):
-		code, msg = codes.Canceled, "canceled"
 	default:
 		log.Error("internal error", "err", err)
 		code, msg = codes.Internal, "internal error"

@@ -10,7 +10,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -153,7 +152,7 @@ func (s *Service) limit(ctx context.Context, method string, setTrailer func(meta
 	if d.RetryAfter > 0 {
 		setTrailer(metadata.Pairs(RetryAfterKey, strconv.FormatInt(max(d.RetryAfter.Milliseconds(), 1), 10)))
 	}
-	return status.Error(codes.ResourceExhausted, err.Error())
+	return toStatus(s.log, err)
 }
 
 func (s *Service) limitUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {

@@ -227,7 +227,7 @@ func (s *Service) Register(ctx context.Context, req *repoolv1.RegisterRequest) (
 			removed, cells, _ := p.Deregister(freshIDs)
 			s.cfg.Budget.Release(tenant, Resources, removed)
 			s.cfg.Budget.Release(tenant, Cells, cells)
-			return nil, toStatus(s.log, fmt.Errorf("%w: registration not durable: %v", ErrNotActive, err))
+			return nil, s.notDurable(ctx, "registration", err)
 		}
 	}
 	if registered > 0 {
@@ -259,9 +259,12 @@ func (s *Service) Deregister(ctx context.Context, req *repoolv1.DeregisterReques
 	}
 	s.cfg.Budget.Release(tenant, Resources, removed)
 	s.cfg.Budget.Release(tenant, Cells, cells)
-	if removed > 0 && s.cfg.Journal != nil {
+	// Journaled even when nothing was removed now: a retry of a call whose
+	// journal write failed finds the resources gone and must still make the
+	// removal durable before it is acknowledged.
+	if s.cfg.Journal != nil {
 		if err := s.cfg.Journal.Deregistered(ctx, tenant, req.GetResourceIds()); err != nil {
-			return nil, toStatus(s.log, fmt.Errorf("%w: deregistration not durable: %v", ErrNotActive, err))
+			return nil, s.notDurable(ctx, "deregistration", err)
 		}
 	}
 	if removed > 0 {
@@ -312,7 +315,7 @@ func (s *Service) Acquire(ctx context.Context, req *repoolv1.AcquireRequest) (*r
 		if err := s.cfg.Journal.Leased(ctx, s.tenantOf(ctx), l); err != nil {
 			// Unjournaled leases would not survive a failover: take it back.
 			_, _ = p.Release(l.ID, l.Token, 0)
-			return nil, toStatus(s.log, fmt.Errorf("%w: lease not durable: %v", ErrNotActive, err))
+			return nil, s.notDurable(ctx, "lease", err)
 		}
 	}
 	return &repoolv1.AcquireResponse{Lease: toLease(l)}, nil
@@ -336,7 +339,7 @@ func (s *Service) Renew(ctx context.Context, req *repoolv1.RenewRequest) (*repoo
 		// Until the renewal is durable the client must not count on it: a
 		// successor would expire the lease at its old time.
 		if err := s.cfg.Journal.Leased(ctx, s.tenantOf(ctx), l); err != nil {
-			return nil, toStatus(s.log, fmt.Errorf("%w: renewal not durable: %v", ErrNotActive, err))
+			return nil, s.notDurable(ctx, "renewal", err)
 		}
 	}
 	return &repoolv1.RenewResponse{Lease: toLease(l)}, nil
@@ -388,6 +391,18 @@ func (s *Service) Release(ctx context.Context, req *repoolv1.ReleaseRequest) (*r
 		}
 	}
 	return &repoolv1.ReleaseResponse{}, nil
+}
+
+// notDurable answers a call whose change the journal did not make durable:
+// the caller's own deadline or cancellation as such, anything else as "not
+// the active server" (a fenced or unreachable store), whose cause is logged
+// and never sent, since it may carry the store's text.
+func (s *Service) notDurable(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil {
+		return toStatus(s.log, ctx.Err())
+	}
+	s.log.Warn("change not journaled", "change", what, "err", err)
+	return toStatus(s.log, fmt.Errorf("%w: %s not durable", ErrNotActive, what))
 }
 
 func b2i(b bool) int {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -101,7 +102,7 @@ type env struct {
 	authc   repoolv1.AuthServiceClient
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T, opts ...func(*Config)) *env {
 	t.Helper()
 	e := &env{
 		pools:   tenants.NewRegistry(func(string) (*pool.Pool, error) { return pool.New(pool.Config{}) }),
@@ -109,7 +110,7 @@ func newEnv(t *testing.T) *env {
 		limiter: &fakeLimiter{deny: map[string]bool{}},
 	}
 	e.active.Store(true)
-	svc, err := New(Config{
+	cfg := Config{
 		Pools: e.pools, Auth: fakeAuth{keys: map[string]string{"key-a": "a", "key-b": "b"}},
 		Budget: e.budget, Limiter: e.limiter, MaxStreams: func(string) int { return 2 },
 		Active: func() error {
@@ -118,7 +119,11 @@ func newEnv(t *testing.T) *env {
 			}
 			return ErrNotActive
 		},
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	svc, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,6 +183,8 @@ func TestEventStreamHeadersMeanSubscribed(t *testing.T) {
 			t.Fatalf("round %d: first event = %v, %v; want the registration of %s", i, ev, err, id)
 		}
 		cancel()
+		// The stream cap is 2: wait for the server to count this one gone.
+		waitFor(t, func() bool { return e.svc.Streams("a") == 0 })
 	}
 }
 
@@ -218,8 +225,12 @@ func TestTenantsAreIsolated(t *testing.T) {
 	if _, err := e.client.Release(a, &repoolv1.ReleaseRequest{LeaseId: l.GetLeaseId(), FencingToken: l.GetFencingToken(), Outcome: repoolv1.Outcome_SUCCESS}); err != nil {
 		t.Fatalf("A Release(own lease) = %v", err)
 	}
-	// B's subscriber saw none of A's events: register one of B's own and
-	// check it is the first thing B receives.
+	// B's subscriber sees none of A's events: A registers (an event in A's
+	// pool), then B registers one of its own, which must be the first thing
+	// B receives.
+	if _, err := e.client.Register(a, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "ra2"}}}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := e.client.Register(b, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "rb"}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -342,10 +353,16 @@ func TestStreamQuota(t *testing.T) {
 		_, err = third.Recv()
 	}
 	wantCode(t, "third SubscribeEvents", err, codes.ResourceExhausted)
-	if b, err := e.client.SubscribeEvents(as("key-b"), &repoolv1.SubscribeEventsRequest{}); err != nil {
-		t.Fatal(err)
-	} else {
-		_ = b
+	// B is not affected: its stream is admitted (the headers come only
+	// once the server has subscribed it; a refusal would end the stream).
+	bctx, bcancel := context.WithCancel(as("key-b"))
+	defer bcancel()
+	b, err := e.client.SubscribeEvents(bctx, &repoolv1.SubscribeEventsRequest{})
+	if err == nil {
+		_, err = b.Header()
+	}
+	if err != nil || e.svc.Streams("b") != 1 {
+		t.Fatalf("B's SubscribeEvents with A at its cap = %v (B streams %d), want admitted", err, e.svc.Streams("b"))
 	}
 	cancel()
 	waitFor(t, func() bool { return e.svc.Streams("a") == 0 })
@@ -422,5 +439,84 @@ func TestErrorMapping(t *testing.T) {
 				t.Fatalf("UNAVAILABLE leaks %q", st.Message())
 			}
 		})
+	}
+}
+
+// failingJournal fails every write once armed: with err, or, when err is
+// nil, by waiting for the caller's deadline.
+type failingJournal struct {
+	mu    sync.Mutex
+	armed bool
+	err   error
+}
+
+func (j *failingJournal) set(armed bool, err error) {
+	j.mu.Lock()
+	j.armed, j.err = armed, err
+	j.mu.Unlock()
+}
+
+func (j *failingJournal) fail(ctx context.Context) error {
+	j.mu.Lock()
+	armed, err := j.armed, j.err
+	j.mu.Unlock()
+	if !armed {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+func (j *failingJournal) Leased(ctx context.Context, _ string, _ pool.Lease) error {
+	return j.fail(ctx)
+}
+func (j *failingJournal) Ended(ctx context.Context, _ string, _ uint64) error { return j.fail(ctx) }
+func (j *failingJournal) Registered(ctx context.Context, _ string, _ []string) error {
+	return j.fail(ctx)
+}
+func (j *failingJournal) Deregistered(ctx context.Context, _ string, _ []string) error {
+	return j.fail(ctx)
+}
+
+// TestJournalFailures: a change the journal could not make durable is
+// taken back and answered UNAVAILABLE "not the active server" without the
+// store's text; one that waited past the caller's deadline is answered
+// DEADLINE_EXCEEDED, not as a retryable UNAVAILABLE.
+func TestJournalFailures(t *testing.T) {
+	j := &failingJournal{}
+	e := newEnv(t, func(c *Config) { c.Journal = j })
+	a := as("key-a")
+	if _, err := e.client.Register(a, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "r"}}}); err != nil {
+		t.Fatal(err)
+	}
+
+	j.set(true, errors.New(`pq: password authentication failed for user "repool" at 10.0.0.5`))
+	_, err := e.client.Acquire(a, &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 60})
+	if status.Code(err) != codes.Unavailable || strings.Contains(status.Convert(err).Message(), "10.0.0.5") {
+		t.Fatalf("Acquire with the journal failing = %v, want UNAVAILABLE without the store's text", err)
+	}
+	p, _ := e.pools.Pool("a")
+	if p.ActiveLeases() != 0 {
+		t.Fatalf("%d leases held after an unjournaled Acquire, want it taken back", p.ActiveLeases())
+	}
+
+	j.set(true, nil)
+	ctx, cancel := context.WithTimeout(a, 100*time.Millisecond)
+	defer cancel()
+	_, err = e.client.Acquire(ctx, &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 60})
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("Acquire whose journal write outlived the deadline = %v, want DEADLINE_EXCEEDED", err)
+	}
+
+	// A Deregister whose journal write failed is retried: the retry finds
+	// nothing left to remove and must still not be acknowledged undurably.
+	j.set(true, errors.New("fenced"))
+	if _, err := e.client.Deregister(a, &repoolv1.DeregisterRequest{ResourceIds: []string{"r"}}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("Deregister with the journal failing = %v, want UNAVAILABLE", err)
+	}
+	if _, err := e.client.Deregister(a, &repoolv1.DeregisterRequest{ResourceIds: []string{"r"}}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("retried Deregister with the journal failing = %v, want UNAVAILABLE, not an undurable OK", err)
 	}
 }

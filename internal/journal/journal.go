@@ -32,7 +32,7 @@ type op struct {
 	done   chan error
 }
 
-// Writer batches lease changes. Create it with New and run Run; it is safe
+// Writer batches lease changes. Create it with New and Start it; it is safe
 // for concurrent use.
 type Writer struct {
 	st      Store
@@ -94,23 +94,26 @@ func (w *Writer) submit(ctx context.Context, o op) error {
 	}
 }
 
-// Run commits batches until ctx ends; changes still queued then fail with
-// ErrClosed.
-func (w *Writer) Run(ctx context.Context) {
+// Start opens the writer and commits batches on a goroutine until ctx
+// ends; changes still queued then fail with ErrClosed, as do changes offered
+// until the next Start. A server starts it once per term as the active
+// server, before it serves; terms must not overlap. wait returns once the
+// writer has stopped.
+func (w *Writer) Start(ctx context.Context) (wait func()) {
+	w.mu.Lock()
+	w.closed = false
+	w.mu.Unlock()
+	done := make(chan struct{})
+	go func() { defer close(done); w.run(ctx) }()
+	return func() { <-done }
+}
+
+func (w *Writer) run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			w.mu.Lock()
-			w.closed = true
-			w.mu.Unlock()
-			for {
-				select {
-				case o := <-w.ops:
-					o.done <- ErrClosed
-				default:
-					return
-				}
-			}
+			w.stop()
+			return
 		case first := <-w.ops:
 			batch := []op{first}
 		more:
@@ -123,6 +126,37 @@ func (w *Writer) Run(ctx context.Context) {
 				}
 			}
 			w.commit(ctx, batch)
+		}
+	}
+}
+
+// stop refuses new changes and fails the queued ones. Senders blocked on a
+// full queue hold the read lock, so the queue is drained while the write
+// lock is awaited; once it is held no sender is mid-send.
+func (w *Writer) stop() {
+	draining, drained := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(drained)
+		for {
+			select {
+			case o := <-w.ops:
+				o.done <- ErrClosed
+			case <-draining:
+				return
+			}
+		}
+	}()
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	close(draining)
+	<-drained
+	for {
+		select {
+		case o := <-w.ops:
+			o.done <- ErrClosed
+		default:
+			return
 		}
 	}
 }

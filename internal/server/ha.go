@@ -139,18 +139,21 @@ func (s *Server) takeOver(ctx context.Context, term *ha.Term) (stop func(), err 
 		return nil, fmt.Errorf("raising the epoch: %w", err)
 	}
 	s.ha.st.SetFence(epoch)
+	// The journal is open before the first call is served.
+	lctx, cancel := context.WithCancel(s.life)
+	journalDone := s.ha.journal.Start(lctx)
 	if err := s.becomeActive(ctx, epoch); err != nil {
+		cancel()
+		journalDone()
 		return nil, err
 	}
 	s.ha.takeovers.Inc()
 	s.ha.isActive.Set(1)
-	lctx, cancel := context.WithCancel(s.life)
 	loops := s.activeLoops(lctx)
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); s.ha.journal.Run(lctx) }()
+	wg.Add(1)
 	go func() { defer wg.Done(); s.pruneLeases(lctx) }()
-	return func() { cancel(); loops(); wg.Wait() }, nil
+	return func() { cancel(); loops(); wg.Wait(); journalDone() }, nil
 }
 
 // stepDown stops serving at once and forgets the in-memory state: the next

@@ -21,19 +21,18 @@ import (
 // configuration, as they do for any Go program.
 func TuneRuntime(c Config, getenv func(string) string) (restore func()) {
 	c = c.WithDefaults()
-	oldPercent, oldLimit := -2, int64(-2)
+	var undo []func()
 	if getenv("GOGC") == "" {
-		oldPercent = debug.SetGCPercent(c.GCPercent)
+		old := debug.SetGCPercent(c.GCPercent)
+		undo = append(undo, func() { debug.SetGCPercent(old) })
 	}
 	if getenv("GOMEMLIMIT") == "" && c.MemoryLimit > 0 {
-		oldLimit = debug.SetMemoryLimit(c.MemoryLimit)
+		old := debug.SetMemoryLimit(c.MemoryLimit)
+		undo = append(undo, func() { debug.SetMemoryLimit(old) })
 	}
 	return func() {
-		if oldPercent != -2 {
-			debug.SetGCPercent(oldPercent)
-		}
-		if oldLimit != -2 {
-			debug.SetMemoryLimit(oldLimit)
+		for _, f := range undo {
+			f()
 		}
 	}
 }
