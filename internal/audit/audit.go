@@ -134,9 +134,15 @@ func (w *Writer) drain(ctx context.Context, tenant string, sub *pool.Subscriptio
 			if e.Seq > 0 {
 				after = e.Seq
 			}
-			action := map[pool.EventKind]string{
-				pool.EventBlocked: "resource.blocked", pool.EventRecovered: "resource.recovered", pool.EventGap: "audit.gap",
-			}[e.Kind]
+			var action string
+			switch e.Kind {
+			case pool.EventBlocked:
+				action = "resource.blocked"
+			case pool.EventRecovered:
+				action = "resource.recovered"
+			case pool.EventGap:
+				action = "audit.gap"
+			}
 			target := e.Resource
 			if e.Context != "" {
 				target += "/" + e.Context

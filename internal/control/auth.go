@@ -54,9 +54,9 @@ func validateRole(role, tenant string) error {
 // returns it with its expiry (whole seconds, as the token states it). It is
 // what `server admin-token` prints.
 //
-// The expiry is computed from the wall clock: token.Signer does not expose
-// its clock. Errors: ErrInvalidRole (wrapped) for a bad role or tenant; a
-// plain error for a nil signer or a ttl <= 0.
+// The expiry is computed from the signer's clock (signer.Now), the clock
+// that verification checks it against. Errors: ErrInvalidRole (wrapped) for
+// a bad role or tenant; a plain error for a nil signer or a ttl <= 0.
 func MintToken(signer *token.Signer, role, tenant string, ttl time.Duration) (string, time.Time, error) {
 	if signer == nil {
 		return "", time.Time{}, errors.New("control: mint token: nil signer")

@@ -11,7 +11,9 @@
 //
 // Every mutation is recorded in the tenant's audit trail, and Hooks keep the
 // server's in-memory state (pools, rate limits, budgets, credential caches)
-// in step with the store. Errors are always JSON {"error":{"code","message"}};
+// in step with the store. Those hooks change only this process, so a server
+// that is not the active one (Config.Active) refuses mutations with 503 and
+// keeps serving reads. Errors are always JSON {"error":{"code","message"}};
 // a dependency's error text is logged, never sent to the client.
 package control
 
@@ -51,6 +53,15 @@ type Config struct {
 	// DefaultRequestTimeout; negative means only the client's context
 	// bounds them.
 	RequestTimeout time.Duration
+	// Active reports whether this server may change state; it is called
+	// once per mutating request (POST, PUT, PATCH, DELETE) after the
+	// caller is authorized. When it returns an error the request is
+	// answered 503 (code "unavailable") before the store or a hook is
+	// touched; read-only requests are served either way. In an
+	// active/standby group the hooks change only the answering process,
+	// so changes must reach the active server. Nil means always active.
+	// It must be safe for concurrent use and return quickly.
+	Active func() error
 }
 
 // Validate reports the first missing required field.
@@ -179,7 +190,8 @@ func (a *API) routes() http.Handler {
 
 // endpoint wraps a handler: it bounds the request's context, authenticates
 // the bearer token, authorizes the role and the tenant scope from the path
-// (before any store access), runs the handler and answers its error.
+// (before any store access), refuses a mutation on a server that is not
+// active, runs the handler and answers its error.
 func (a *API) endpoint(acc access, serve handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if a.cfg.RequestTimeout > 0 {
@@ -191,6 +203,9 @@ func (a *API) endpoint(acc access, serve handlerFunc) http.Handler {
 		if err == nil {
 			err = authorize(c, acc, r.PathValue("id"))
 		}
+		if err == nil && mutating(r.Method) {
+			err = a.checkActive()
+		}
 		if err == nil {
 			err = serve(w, r, c)
 		}
@@ -198,6 +213,25 @@ func (a *API) endpoint(acc access, serve handlerFunc) http.Handler {
 			a.writeError(w, r, c, err)
 		}
 	})
+}
+
+// mutating reports whether a request with method may change state.
+func mutating(method string) bool {
+	switch method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+		return true
+	}
+	return false
+}
+
+// checkActive returns a 503 unless Config.Active allows changes. The
+// reason Active gives is not sent: the client needs only where to go.
+func (a *API) checkActive() error {
+	if a.cfg.Active == nil || a.cfg.Active() == nil {
+		return nil
+	}
+	return &apiError{http.StatusServiceUnavailable, codeUnavailable,
+		"not the active server; send control-plane changes to the active server"}
 }
 
 // methodNotAllowed answers 405 with the path's methods in Allow.

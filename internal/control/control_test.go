@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -325,6 +326,28 @@ func TestSuspendReactivate(t *testing.T) {
 	}
 }
 
+func TestStatusChangeOfDeletedTenant(t *testing.T) {
+	h := newHarness(t, openSQLite)
+	h.createTenant("a")
+	if err := h.real.DeleteTenant(context.Background(), "a"); err != nil {
+		t.Fatalf("DeleteTenant(a) = got error %v, want nil", err)
+	}
+	op := h.token(RoleOperator, "")
+	for _, path := range []string{"suspend", "reactivate"} {
+		calls := h.st.calls.Load()
+		r := h.do("POST", "/api/v1/tenants/a/"+path, op, "")
+		if r.status != 404 || r.errorCode() != codeNotFound {
+			t.Errorf("POST .../%s of a deleted tenant = got %d %s, want 404 %s", path, r.status, r.body, codeNotFound)
+		}
+		if n := h.st.calls.Load() - calls; n != 1 {
+			t.Errorf("POST .../%s of a deleted tenant: %d store calls, want 1 (SetTenantStatus)", path, n)
+		}
+	}
+	if got := h.hooks.Calls(); len(got) != 0 {
+		t.Errorf("hooks = got %q, want none", got)
+	}
+}
+
 func TestPutLimits(t *testing.T) {
 	h := newHarness(t, openSQLite)
 	h.createTenant("a")
@@ -488,6 +511,72 @@ func TestStoreOutage(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+func TestNotActiveRefusesChanges(t *testing.T) {
+	routes := []struct {
+		method, path, body string
+		status             int // when the server is active
+	}{
+		{"POST", "/api/v1/tenants", `{"id":"new","name":"x"}`, 201},
+		{"GET", "/api/v1/tenants", "", 200},
+		{"GET", "/api/v1/tenants/a", "", 200},
+		{"HEAD", "/api/v1/tenants/a", "", 200},
+		{"DELETE", "/api/v1/tenants/a", "", 204},
+		{"POST", "/api/v1/tenants/a/suspend", "", 200},
+		{"GET", "/api/v1/tenants/a/limits", "", 200},
+		{"PUT", "/api/v1/tenants/a/limits", `{"burst":1}`, 200},
+		{"POST", "/api/v1/tenants/a/keys", `{"name":"k"}`, 201},
+		{"GET", "/api/v1/tenants/a/keys", "", 200},
+		{"DELETE", "/api/v1/tenants/a/keys/{key}", "", 204},
+		{"GET", "/api/v1/tenants/a/audit", "", 200},
+	}
+	for _, rt := range routes {
+		t.Run(rt.method+" "+rt.path, func(t *testing.T) {
+			h := newHarness(t, openSQLite)
+			h.createTenant("a")
+			key := h.createKey("a")
+			var active atomic.Bool
+			var err error
+			h.api, err = New(Config{Store: h.st, Signer: h.signer, Hooks: h.hooks, Clock: h.clk,
+				Active: func() error {
+					if !active.Load() {
+						return errors.New("standby")
+					}
+					return nil
+				}})
+			if err != nil {
+				t.Fatalf("New() = got error %v, want nil", err)
+			}
+			op := h.token(RoleOperator, "")
+			path := strings.ReplaceAll(rt.path, "{key}", key)
+			before := h.snapshot()
+			calls := h.st.calls.Load()
+			r := h.do(rt.method, path, op, rt.body)
+			if !mutating(rt.method) {
+				if r.status != rt.status {
+					t.Fatalf("%s %s on a standby = got %d %s, want %d", rt.method, path, r.status, r.body, rt.status)
+				}
+				return
+			}
+			const msg = "not the active server; send control-plane changes to the active server"
+			if r.status != 503 || r.errorCode() != codeUnavailable || r.errorMessage() != msg {
+				t.Fatalf("%s %s on a standby = got %d %s, want 503 unavailable %q", rt.method, path, r.status, r.body, msg)
+			}
+			if n := h.st.calls.Load() - calls; n != 0 {
+				t.Errorf("%s %s on a standby: %d store calls, want 0", rt.method, path, n)
+			}
+			h.unchanged(rt.method+" "+path+" on a standby", before)
+			if got := h.hooks.Calls(); len(got) != 0 {
+				t.Errorf("hooks = got %q, want none on a standby", got)
+			}
+
+			active.Store(true)
+			if r := h.do(rt.method, path, op, rt.body); r.status != rt.status {
+				t.Fatalf("%s %s once active = got %d %s, want %d", rt.method, path, r.status, r.body, rt.status)
+			}
+		})
 	}
 }
 

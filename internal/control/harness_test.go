@@ -29,9 +29,10 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // signingKey is the test servers' token key.
 var signingKey = bytes.Repeat([]byte{42}, 32)
 
-// newClock returns a fake clock reading the wall clock's time: MintToken
-// computes expiries from the wall clock and the signer checks them against
-// this clock.
+// newClock returns a fake clock that starts at the wall clock's time, in
+// whole seconds as JWT expiries are. MintToken computes expiries from the
+// signer's clock (this one); starting at the wall time keeps them
+// meaningful to tests that compare them with time.Until.
 func newClock() *clock.Fake { return clock.NewFake(time.Now().UTC().Truncate(time.Second)) }
 
 // openFunc opens a fresh, empty store whose timestamps come from clk.

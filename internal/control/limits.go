@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -70,17 +69,24 @@ func (o *optional[T]) UnmarshalJSON(b []byte) error {
 type limitField struct {
 	name  string
 	isSet bool
-	neg   bool // the new value is negative (or not finite)
 	apply func(*store.Limits)
 	show  func(store.Limits) string
 }
 
 func intField(name string, o optional[int64], f func(*store.Limits) **int64) limitField {
 	return limitField{
-		name: name, isSet: o.set, neg: o.v != nil && *o.v < 0,
+		name: name, isSet: o.set,
 		apply: func(l *store.Limits) { *f(l) = o.v },
 		show:  func(l store.Limits) string { return showLimit(*f(&l)) },
 	}
+}
+
+// valid reports whether the field's new value is one the store accepts
+// (store.Limits.Validate): null, or finite and >= 0.
+func (f limitField) valid() bool {
+	var l store.Limits
+	f.apply(&l)
+	return l.Validate() == nil
 }
 
 // fields lists the request's fields in the JSON order.
@@ -89,7 +95,6 @@ func (req *limitsRequest) fields() []limitField {
 	return []limitField{
 		{
 			name: "rate_per_second", isSet: rate.set,
-			neg:   rate.v != nil && (*rate.v < 0 || math.IsNaN(*rate.v) || math.IsInf(*rate.v, 0)),
 			apply: func(l *store.Limits) { l.RatePerSecond = rate.v },
 			show:  func(l store.Limits) string { return showLimit(l.RatePerSecond) },
 		},
@@ -140,10 +145,11 @@ func (a *API) putLimits(w http.ResponseWriter, r *http.Request, c caller) error 
 	fields := req.fields()
 	var names []string
 	for _, f := range fields {
-		if f.isSet {
-			names = append(names, f.name)
+		if !f.isSet {
+			continue
 		}
-		if f.neg {
+		names = append(names, f.name)
+		if !f.valid() {
 			return invalidArgument("%s must be a finite number >= 0 (or null for the server default)", f.name)
 		}
 	}

@@ -154,7 +154,7 @@ func (a *API) reactivateTenant(w http.ResponseWriter, r *http.Request, c caller)
 
 // setStatus moves the tenant from one status to another, then calls
 // Hooks.TenantStatusChanged and records action. A tenant not in status from
-// is a 409 (a deleted one a 404).
+// is a 409; an unknown or deleted one a 404.
 func (a *API) setStatus(w http.ResponseWriter, r *http.Request, c caller, from, to store.Status, action string) error {
 	id, err := tenantID(r)
 	if err != nil {
@@ -168,14 +168,9 @@ func (a *API) setStatus(w http.ResponseWriter, r *http.Request, c caller, from, 
 	defer unlock()
 	t, err := a.cfg.Store.SetTenantStatus(ctx, id, from, to)
 	if errors.Is(err, store.ErrConflict) {
-		cur, gerr := a.cfg.Store.GetTenant(ctx, id)
-		switch {
-		case gerr != nil:
-			return fromStore(gerr, "tenant "+strconv.Quote(id))
-		case cur.Status == store.StatusDeleted:
-			return notFound("tenant %q not found", id)
-		}
-		return conflict("tenant %q is %s, not %s", id, cur.Status, from)
+		// A live tenant not in status from is in status to: there are
+		// only two live statuses (a deleted one is ErrNotFound).
+		return conflict("tenant %q is %s, not %s", id, to, from)
 	}
 	if err != nil {
 		return fromStore(err, "tenant "+strconv.Quote(id))

@@ -28,12 +28,13 @@ type Config struct {
 	// Name identifies this server in pg_stat_activity (application_name).
 	Name string
 	// Interval between lock attempts of a standby and session checks of
-	// the leader. Default 250ms.
+	// the leader. Zero means 250ms; negative is an error.
 	Interval time.Duration
 	// SessionTimeout is how long the database keeps the leader's session
 	// (and so the lock) when the leader stops talking: PostgreSQL's
 	// idle_session_timeout on the dedicated session. A leader paused or cut
-	// off for longer loses the lock. Default 2s; it must exceed Interval.
+	// off for longer loses the lock. Zero means 2s; negative is an error;
+	// it must exceed Interval.
 	SessionTimeout time.Duration
 	// Log receives transitions.
 	Log *slog.Logger
@@ -45,10 +46,18 @@ type Elector struct {
 	log *slog.Logger
 }
 
-// New returns an Elector or an error naming the bad field.
+// New returns an Elector, or an error naming the bad field: an empty DSN,
+// a negative Interval or SessionTimeout, or a SessionTimeout that does not
+// exceed Interval.
 func New(cfg Config) (*Elector, error) {
 	if cfg.DSN == "" {
 		return nil, errors.New("ha: Config.DSN is empty")
+	}
+	if cfg.Interval < 0 {
+		return nil, fmt.Errorf("ha: Config.Interval %v: want > 0 (zero means 250ms)", cfg.Interval)
+	}
+	if cfg.SessionTimeout < 0 {
+		return nil, fmt.Errorf("ha: Config.SessionTimeout %v: want > 0 (zero means 2s)", cfg.SessionTimeout)
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = 250 * time.Millisecond
@@ -57,7 +66,7 @@ func New(cfg Config) (*Elector, error) {
 		cfg.SessionTimeout = 2 * time.Second
 	}
 	if cfg.SessionTimeout <= cfg.Interval {
-		return nil, fmt.Errorf("ha: SessionTimeout %v must exceed Interval %v", cfg.SessionTimeout, cfg.Interval)
+		return nil, fmt.Errorf("ha: Config.SessionTimeout %v must exceed Config.Interval %v", cfg.SessionTimeout, cfg.Interval)
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -70,7 +79,6 @@ func New(cfg Config) (*Elector, error) {
 type Term struct {
 	done   chan struct{}
 	cancel context.CancelFunc
-	conn   *pgx.Conn
 	why    error
 }
 
@@ -140,7 +148,7 @@ func (e *Elector) connect(ctx context.Context) (*pgx.Conn, error) {
 // serving before the database could have handed the lock to another.
 func (e *Elector) hold(conn *pgx.Conn) *Term {
 	ctx, cancel := context.WithCancel(context.Background())
-	t := &Term{done: make(chan struct{}), cancel: cancel, conn: conn}
+	t := &Term{done: make(chan struct{}), cancel: cancel}
 	go func() {
 		defer close(t.done)
 		defer conn.Close(context.Background())

@@ -21,9 +21,9 @@ import (
 
 // Sentinel errors. Implementations wrap them with %w; test with errors.Is.
 var (
-	// ErrNotFound: the tenant, key or other row does not exist. A deleted
-	// tenant (tombstone) is not found by every method except GetTenant,
-	// ListTenants and CreateTenant.
+	// ErrNotFound: the tenant, key or other row does not exist. Every
+	// method except GetTenant, ListTenants and CreateTenant treats a
+	// deleted tenant (tombstone) as not found.
 	ErrNotFound = errors.New("store: not found")
 	// ErrExists: a row with that id (or key digest) already exists, including
 	// the tombstone of a deleted tenant.
@@ -73,8 +73,8 @@ type Store interface {
 	// in SQL so that concurrent callers cannot both succeed. Only
 	// active→suspended and suspended→active are allowed (ErrInvalid
 	// otherwise; use DeleteTenant to delete). If the tenant is not in status
-	// from (including a tombstone) it returns ErrConflict; an unknown id
-	// returns ErrNotFound. It returns the updated tenant.
+	// from it returns ErrConflict; an unknown or deleted tenant returns
+	// ErrNotFound. It returns the updated tenant.
 	SetTenantStatus(ctx context.Context, id string, from, to Status) (Tenant, error)
 	// DeleteTenant deletes, in one transaction, every row of the tenant
 	// (checkpointed resources and cells, checkpoint metadata, API keys,
@@ -186,6 +186,16 @@ func (o Options) Now() time.Time {
 		c = clock.Real{}
 	}
 	return Timestamp(c.Now())
+}
+
+// Stamp returns a caller-supplied time as the store persists it:
+// Timestamp(t), or o.Now() when that is zero. It is how CreateKey sets
+// CreatedAt and AppendAudit sets At.
+func (o Options) Stamp(t time.Time) time.Time {
+	if ts := Timestamp(t); !ts.IsZero() {
+		return ts
+	}
+	return o.Now()
 }
 
 // Timestamp normalizes t to what the store persists and returns: UTC,

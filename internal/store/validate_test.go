@@ -212,3 +212,24 @@ func TestOptionsNow(t *testing.T) {
 		t.Fatalf("Timestamp(zero) = got %v, want zero", got)
 	}
 }
+
+func TestOptionsStamp(t *testing.T) {
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	o := Options{Clock: clock.NewFake(now)}
+	tests := []struct {
+		name string
+		in   time.Time
+		want time.Time
+	}{
+		{"zero is now", time.Time{}, now},
+		{"given is normalized", time.Date(2029, 5, 6, 7, 8, 9, 123456789, time.FixedZone("X", 3600)), time.Date(2029, 5, 6, 6, 8, 9, 123456000, time.UTC)},
+		{"under a microsecond past zero is now", time.Time{}.Add(500), now},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := o.Stamp(tt.in); !got.Equal(tt.want) || got.Location() != time.UTC {
+				t.Fatalf("Stamp(%v) = got %v, want %v (UTC)", tt.in, got, tt.want)
+			}
+		})
+	}
+}

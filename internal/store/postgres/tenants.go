@@ -104,23 +104,31 @@ func (s *Store) SetTenantStatus(ctx context.Context, id string, from, to store.S
 	if err := store.ValidateTransition(from, to); err != nil {
 		return store.Tenant{}, err
 	}
-	t, err := scanTenant(s.pool.QueryRow(ctx,
-		`UPDATE tenants SET status = $3 WHERE id = $1 AND status = $2 RETURNING `+tenantColumns, id, string(from), string(to)))
-	if err == nil {
-		return t, nil
-	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return store.Tenant{}, fmt.Errorf("set tenant status: %w", classify(err))
-	}
-	var cur store.Status
-	err = s.pool.QueryRow(ctx, `SELECT status FROM tenants WHERE id = $1`, id).Scan(&cur)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return store.Tenant{}, fmt.Errorf("set tenant status: tenant %q: %w", id, store.ErrNotFound)
-	}
+	var out store.Tenant
+	err := s.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		t, err := scanTenant(tx.QueryRow(ctx,
+			`UPDATE tenants SET status = $3 WHERE id = $1 AND status = $2 RETURNING `+tenantColumns, id, string(from), string(to)))
+		if err == nil {
+			out = t
+			return nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return classify(err)
+		}
+		var cur store.Status
+		err = tx.QueryRow(ctx, `SELECT status FROM tenants WHERE id = $1`, id).Scan(&cur)
+		if errors.Is(err, pgx.ErrNoRows) || (err == nil && cur == store.StatusDeleted) {
+			return fmt.Errorf("tenant %q: %w", id, store.ErrNotFound)
+		}
+		if err != nil {
+			return classify(err)
+		}
+		return fmt.Errorf("tenant %q is %s, not %s: %w", id, cur, from, store.ErrConflict)
+	})
 	if err != nil {
-		return store.Tenant{}, fmt.Errorf("set tenant status: %w", classify(err))
+		return store.Tenant{}, fmt.Errorf("set tenant status: %w", err)
 	}
-	return store.Tenant{}, fmt.Errorf("set tenant status: tenant %q is %s, not %s: %w", id, cur, from, store.ErrConflict)
+	return out, nil
 }
 
 // DeleteTenant implements store.Store.
@@ -231,10 +239,7 @@ func (s *Store) CreateKey(ctx context.Context, k store.Key) (store.Key, error) {
 	if err := k.Validate(); err != nil {
 		return store.Key{}, err
 	}
-	k.CreatedAt = store.Timestamp(k.CreatedAt)
-	if k.CreatedAt.IsZero() {
-		k.CreatedAt = s.opts.Now()
-	}
+	k.CreatedAt = s.opts.Stamp(k.CreatedAt)
 	k.RevokedAt = time.Time{}
 	k.Digest = append([]byte(nil), k.Digest...)
 	tag, err := s.pool.Exec(ctx, `
@@ -343,10 +348,7 @@ func (s *Store) AppendAudit(ctx context.Context, e store.AuditEntry) (store.Audi
 	if err := e.Validate(); err != nil {
 		return store.AuditEntry{}, err
 	}
-	e.At = store.Timestamp(e.At)
-	if e.At.IsZero() {
-		e.At = s.opts.Now()
-	}
+	e.At = s.opts.Stamp(e.At)
 	err := s.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		if err := s.checkFence(ctx, tx); err != nil {
 			return err

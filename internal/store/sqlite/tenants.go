@@ -116,7 +116,7 @@ func (s *Store) SetTenantStatus(ctx context.Context, id string, from, to store.S
 		}
 		var cur store.Status
 		err = tx.QueryRowContext(ctx, `SELECT status FROM tenants WHERE id = ?`, id).Scan(&cur)
-		if errors.Is(err, sql.ErrNoRows) {
+		if errors.Is(err, sql.ErrNoRows) || (err == nil && cur == store.StatusDeleted) {
 			return fmt.Errorf("tenant %q: %w", id, store.ErrNotFound)
 		}
 		if err != nil {
@@ -236,10 +236,7 @@ func (s *Store) CreateKey(ctx context.Context, k store.Key) (store.Key, error) {
 	if err := k.Validate(); err != nil {
 		return store.Key{}, err
 	}
-	k.CreatedAt = store.Timestamp(k.CreatedAt)
-	if k.CreatedAt.IsZero() {
-		k.CreatedAt = s.opts.Now()
-	}
+	k.CreatedAt = s.opts.Stamp(k.CreatedAt)
 	k.RevokedAt = time.Time{}
 	k.Digest = append([]byte(nil), k.Digest...)
 	res, err := s.w.ExecContext(ctx, `
@@ -353,10 +350,7 @@ func (s *Store) AppendAudit(ctx context.Context, e store.AuditEntry) (store.Audi
 	if err := e.Validate(); err != nil {
 		return store.AuditEntry{}, err
 	}
-	e.At = store.Timestamp(e.At)
-	if e.At.IsZero() {
-		e.At = s.opts.Now()
-	}
+	e.At = s.opts.Stamp(e.At)
 	err := s.w.QueryRowContext(ctx, `
 INSERT INTO audit_log (tenant_id, at, actor, action, target, detail)
 SELECT id, ?, ?, ?, ?, ? FROM tenants WHERE id = ? AND status <> 'deleted'

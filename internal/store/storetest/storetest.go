@@ -354,8 +354,8 @@ func testSetTenantStatus(t *testing.T, h *harness) {
 		{name: "active to active", id: "t1", from: store.StatusActive, to: store.StatusActive, wantErr: store.ErrInvalid},
 		{name: "delete through status", id: "t1", from: store.StatusActive, to: store.StatusDeleted, wantErr: store.ErrInvalid},
 		{name: "undelete", id: "gone", from: store.StatusDeleted, to: store.StatusActive, wantErr: store.ErrInvalid},
-		{name: "reactivate deleted", id: "gone", from: store.StatusSuspended, to: store.StatusActive, wantErr: store.ErrConflict},
-		{name: "suspend deleted", id: "gone", from: store.StatusActive, to: store.StatusSuspended, wantErr: store.ErrConflict},
+		{name: "reactivate deleted", id: "gone", from: store.StatusSuspended, to: store.StatusActive, wantErr: store.ErrNotFound},
+		{name: "suspend deleted", id: "gone", from: store.StatusActive, to: store.StatusSuspended, wantErr: store.ErrNotFound},
 		{name: "unknown tenant", id: "nobody", from: store.StatusActive, to: store.StatusSuspended, wantErr: store.ErrNotFound},
 		{name: "bogus status", id: "t1", from: store.StatusActive, to: "frozen", wantErr: store.ErrInvalid},
 	}
@@ -424,6 +424,8 @@ func testDeleteTenant(t *testing.T, h *harness) {
 			wantErr(t, "AppendAudit(ctx) of a deleted tenant", err, store.ErrNotFound)
 			_, err = h.s.ListAudit(ctx, id, 0, 0)
 			wantErr(t, "ListAudit(ctx) of a deleted tenant", err, store.ErrNotFound)
+			_, err = h.s.SetTenantStatus(ctx, id, store.StatusActive, store.StatusSuspended)
+			wantErr(t, "SetTenantStatus(ctx) of a deleted tenant", err, store.ErrNotFound)
 		})
 	}
 	wantErr(t, "DeleteTenant(ctx, nobody)", h.s.DeleteTenant(ctx, "nobody"), store.ErrNotFound)
