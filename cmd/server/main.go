@@ -17,6 +17,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -25,12 +27,13 @@ import (
 	"github.com/repool/repool/internal/server"
 	"github.com/repool/repool/internal/store"
 	"github.com/repool/repool/internal/store/open"
+	"github.com/repool/repool/internal/store/sqlite"
 	"github.com/repool/repool/internal/token"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
@@ -50,7 +53,7 @@ const usage = `usage:
 Run "server run -h" or "server admin-token -h" for the flags.
 `
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	cmd := "run"
 	if len(args) > 0 && (args[0] == "run" || args[0] == "admin-token" || args[0] == "haproxy" || args[0] == "keepalived" ||
 		args[0] == "help" || args[0] == "-h" || args[0] == "--help") {
@@ -60,34 +63,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "haproxy", "keepalived":
 		return lb.Command(ctx, append([]string{cmd}, args...), stdout, stderr)
 	case "run":
-		return serve(ctx, args, stdout, stderr)
+		return serve(ctx, args, getenv, stdout, stderr)
 	case "admin-token":
-		return adminToken(ctx, args, stdout, stderr)
+		return adminToken(ctx, args, getenv, stdout, stderr)
 	}
 	fmt.Fprint(stdout, usage)
 	return nil
 }
 
-func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("server run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	level := fs.String("log-level", "info", "log level: debug, info, warn, error (env REPOOL_LOG_LEVEL)")
-	cfg, err := server.Load(fs, args, os.Getenv)
+	cfg, err := server.Load(fs, args, getenv)
 	if err != nil {
 		return err
 	}
-	if v := os.Getenv("REPOOL_LOG_LEVEL"); v != "" && !flagSet(fs, "log-level") {
-		*level = v
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
+		return fmt.Errorf("log level: %w", err)
 	}
-	var lv slog.Level
-	if err := lv.UnmarshalText([]byte(*level)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
-	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lv}))
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 	if err := ensureDir(cfg.Store); err != nil {
 		return err
 	}
-	defer server.TuneRuntime(cfg, os.Getenv)()
+	defer server.TuneRuntime(cfg, getenv)()
 	s, err := server.New(ctx, cfg, server.Options{Log: log, Out: stdout})
 	if err != nil {
 		return err
@@ -96,41 +95,55 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return s.Run(ctx)
 }
 
-func flagSet(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
+// sqlitePath returns the file of a sqlite:PATH (or sqlite://PATH) store,
+// as open.Store reads it.
+func sqlitePath(url string) (string, bool) {
+	path, ok := strings.CutPrefix(url, "sqlite:")
+	if !ok {
+		return "", false
+	}
+	if p, ok := strings.CutPrefix(path, "//"); ok {
+		path = p
+	}
+	return path, true
 }
 
 // ensureDir creates the directory of a sqlite:PATH store.
 func ensureDir(url string) error {
-	const prefix = "sqlite:"
-	if len(url) <= len(prefix) || url[:len(prefix)] != prefix {
+	path, ok := sqlitePath(url)
+	if !ok || path == sqlite.Memory {
 		return nil
 	}
-	path := url[len(prefix):]
-	for i := len(path) - 1; i > 0; i-- {
-		if path[i] == '/' {
-			return os.MkdirAll(path[:i], 0o750)
-		}
-	}
-	return nil
+	return os.MkdirAll(filepath.Dir(path), 0o750)
 }
 
-func adminToken(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// adminToken mints a control-plane token with the signing key of the
+// server's store. It opens only a store that a server has created: a new
+// store would hold a new key, and the server would refuse the token.
+func adminToken(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("server admin-token", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	storeURL := fs.String("store", envOr("REPOOL_STORE", "sqlite:./data/repool.db"), "store holding the signing key (env REPOOL_STORE)")
-	role := fs.String("role", "", "operator, tenant-admin or tenant-viewer")
-	tenant := fs.String("tenant", "", "tenant of a tenant-admin or tenant-viewer token")
+	role := fs.String("role", "", "token `role`: operator, tenant-admin or tenant-viewer")
+	tenant := fs.String("tenant", "", "`tenant` of a tenant-admin or tenant-viewer token")
 	ttl := fs.Duration("ttl", time.Hour, "token lifetime")
-	if err := fs.Parse(args); err != nil {
+	storeURL, err := server.LoadStore(fs, args, getenv)
+	if err != nil {
 		return err
 	}
-	if err := ensureDir(*storeURL); err != nil {
-		return err
+	// Opening a store creates it, and SigningKey creates a missing key.
+	// A SQLite file tells whether the server has run; a PostgreSQL store
+	// has no read-only way to tell.
+	if path, ok := sqlitePath(storeURL); ok {
+		if path == sqlite.Memory {
+			return fmt.Errorf("store %s is private to one process; name the server's store", storeURL)
+		}
+		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("no store at %s; start the server first", path)
+		} else if err != nil {
+			return err
+		}
 	}
-	st, err := open.Store(ctx, *storeURL, store.Options{})
+	st, err := open.Store(ctx, storeURL, store.Options{})
 	if err != nil {
 		return err
 	}
@@ -150,11 +163,4 @@ func adminToken(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fmt.Fprintln(stdout, tok)
 	fmt.Fprintf(stderr, "role %s, expires %s\n", *role, exp.Format(time.RFC3339))
 	return nil
-}
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
 }

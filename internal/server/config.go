@@ -4,8 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/repool/repool/internal/budget"
+	"github.com/repool/repool/internal/ratelimit"
 )
 
 // Config is the server's configuration. Every field can be set in the YAML
@@ -30,11 +34,11 @@ type Config struct {
 	// first start. Default 24h.
 	OperatorTokenTTL time.Duration
 	// GlobalResources and GlobalCells are the global state budgets.
-	// Defaults 100,000 and 500,000.
+	// Defaults budget.DefaultResources and budget.DefaultCells.
 	GlobalResources int64
 	GlobalCells     int64
 	// RatePerSecond and Burst are a tenant's default request limit.
-	// Defaults 10 and 50.
+	// Defaults ratelimit.DefaultRate and ratelimit.DefaultBurst.
 	RatePerSecond float64
 	Burst         int
 	// MaxStreams is a tenant's default limit on event streams. Default 8.
@@ -66,6 +70,9 @@ type Config struct {
 	// TuneRuntime applies; the collector runs as often as it must to stay
 	// under it. 0 means none. Default 0.
 	MemoryLimit int64
+	// LogLevel is the least severe level that cmd/server logs: debug,
+	// info, warn or error. Default info.
+	LogLevel string
 }
 
 // WithDefaults returns c with defaults in place of zero values.
@@ -88,16 +95,16 @@ func (c Config) WithDefaults() Config {
 		c.OperatorTokenTTL = 24 * time.Hour
 	}
 	if c.GlobalResources == 0 {
-		c.GlobalResources = 100_000
+		c.GlobalResources = budget.DefaultResources
 	}
 	if c.GlobalCells == 0 {
-		c.GlobalCells = 500_000
+		c.GlobalCells = budget.DefaultCells
 	}
 	if c.RatePerSecond == 0 {
-		c.RatePerSecond = 10
+		c.RatePerSecond = ratelimit.DefaultRate
 	}
 	if c.Burst == 0 {
-		c.Burst = 50
+		c.Burst = ratelimit.DefaultBurst
 	}
 	if c.MaxStreams == 0 {
 		c.MaxStreams = 8
@@ -117,6 +124,7 @@ func (c Config) WithDefaults() Config {
 	if c.GCPercent == 0 {
 		c.GCPercent = 400
 	}
+	def(&c.LogLevel, "info")
 	return c
 }
 
@@ -128,9 +136,10 @@ func (c Config) Validate() error {
 			return fmt.Errorf("config: %s %q: %v", name, addr, err)
 		}
 	}
+	if err := validStore(c.Store); err != nil {
+		return err
+	}
 	switch {
-	case !strings.HasPrefix(c.Store, "sqlite:") && !strings.HasPrefix(c.Store, "postgres://") && !strings.HasPrefix(c.Store, "postgresql://"):
-		return fmt.Errorf("config: store %q: want sqlite:PATH or postgres://...", c.Store)
 	case c.CheckpointInterval < 100*time.Millisecond:
 		return fmt.Errorf("config: checkpoint_interval %v is below 100ms", c.CheckpointInterval)
 	case c.TokenTTL < time.Minute || c.TokenTTL > 24*time.Hour:
@@ -157,6 +166,16 @@ func (c Config) Validate() error {
 		return errors.New("config: memory_limit must not be negative")
 	case c.MemoryLimit > 0 && c.MemoryLimit < 64<<20:
 		return fmt.Errorf("config: memory_limit %d bytes is below 64MiB", c.MemoryLimit)
+	case !slices.Contains([]string{"debug", "info", "warn", "error"}, c.LogLevel):
+		return fmt.Errorf("config: log_level %q: want debug, info, warn or error", c.LogLevel)
+	}
+	return nil
+}
+
+// validStore checks the scheme of Config.Store.
+func validStore(url string) error {
+	if !strings.HasPrefix(url, "sqlite:") && !strings.HasPrefix(url, "postgres://") && !strings.HasPrefix(url, "postgresql://") {
+		return fmt.Errorf("config: store %q: want sqlite:PATH or postgres://...", url)
 	}
 	return nil
 }

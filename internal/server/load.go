@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"flag"
 	"fmt"
 	"os"
@@ -24,17 +23,29 @@ type binding struct {
 // switches are the bindings given as bare flags (--ha means --ha=true).
 var switches = map[string]bool{"ha": true}
 
-// boolValue is a string-valued flag that may be given without a value.
-type boolValue struct{ v *string }
+// textValue is a flag whose text a binding parses later, after the file
+// and the environment. Unlike a flag.String, -h shows its default
+// unquoted.
+type textValue struct{ v *string }
+
+func (t textValue) String() string {
+	if t.v == nil {
+		return ""
+	}
+	return *t.v
+}
+func (t textValue) Set(s string) error { *t.v = s; return nil }
+
+// boolValue is a textValue that may be given without a value.
+type boolValue struct{ textValue }
 
 func (b boolValue) String() string {
 	if b.v == nil {
-		return ""
+		return "false" // so that -h omits a false default
 	}
 	return *b.v
 }
-func (b boolValue) Set(s string) error { *b.v = s; return nil }
-func (b boolValue) IsBoolFlag() bool   { return true }
+func (boolValue) IsBoolFlag() bool { return true }
 
 func str(f func(*Config) *string) func(*Config, string) error {
 	return func(c *Config, v string) error { *f(c) = v; return nil }
@@ -64,40 +75,43 @@ func integer(f func(*Config) *int) func(*Config, string) error {
 	}
 }
 
+// bindings lists every Config field. A back-quoted word in a usage names
+// the flag's value in -h (flag.UnquoteUsage); switches have none.
 func bindings() []binding {
 	d := Config{}.WithDefaults()
 	return []binding{
-		{"grpc-addr", "gRPC (h2c) listen address", d.GRPCAddr, str(func(c *Config) *string { return &c.GRPCAddr })},
-		{"http-addr", "HTTP listen address (health, metrics, control plane)", d.HTTPAddr, str(func(c *Config) *string { return &c.HTTPAddr })},
-		{"store", "store: sqlite:PATH or postgres://...", d.Store, str(func(c *Config) *string { return &c.Store })},
-		{"checkpoint-interval", "time between checkpoints", d.CheckpointInterval.String(), dur(func(c *Config) *time.Duration { return &c.CheckpointInterval })},
-		{"token-ttl", "lifetime of tokens from AuthService.IssueToken", d.TokenTTL.String(), dur(func(c *Config) *time.Duration { return &c.TokenTTL })},
-		{"operator-token-ttl", "lifetime of the operator token printed on first start", d.OperatorTokenTTL.String(), dur(func(c *Config) *time.Duration { return &c.OperatorTokenTTL })},
-		{"global-resources", "global budget of resources", strconv.FormatInt(d.GlobalResources, 10), i64(func(c *Config) *int64 { return &c.GlobalResources })},
-		{"global-cells", "global budget of cells", strconv.FormatInt(d.GlobalCells, 10), i64(func(c *Config) *int64 { return &c.GlobalCells })},
-		{"rate-per-second", "default per-tenant request rate", strconv.FormatFloat(d.RatePerSecond, 'g', -1, 64), func(c *Config, v string) error {
+		{"grpc-addr", "`host:port` the data plane (gRPC, h2c) listens on", d.GRPCAddr, str(func(c *Config) *string { return &c.GRPCAddr })},
+		{"http-addr", "`host:port` the HTTP server (health, metrics, control plane) listens on", d.HTTPAddr, str(func(c *Config) *string { return &c.HTTPAddr })},
+		{"store", "store `URL`: sqlite:PATH or postgres://...", d.Store, str(func(c *Config) *string { return &c.Store })},
+		{"checkpoint-interval", "time between checkpoints (`duration`)", d.CheckpointInterval.String(), dur(func(c *Config) *time.Duration { return &c.CheckpointInterval })},
+		{"token-ttl", "lifetime of tokens from AuthService.IssueToken (`duration`)", d.TokenTTL.String(), dur(func(c *Config) *time.Duration { return &c.TokenTTL })},
+		{"operator-token-ttl", "lifetime of the operator token printed on first start (`duration`)", d.OperatorTokenTTL.String(), dur(func(c *Config) *time.Duration { return &c.OperatorTokenTTL })},
+		{"global-resources", "global budget of resources (`n`)", strconv.FormatInt(d.GlobalResources, 10), i64(func(c *Config) *int64 { return &c.GlobalResources })},
+		{"global-cells", "global budget of cells (`n`)", strconv.FormatInt(d.GlobalCells, 10), i64(func(c *Config) *int64 { return &c.GlobalCells })},
+		{"rate-per-second", "default per-tenant request rate, per second (`rate`)", strconv.FormatFloat(d.RatePerSecond, 'g', -1, 64), func(c *Config, v string) error {
 			f, err := strconv.ParseFloat(v, 64)
 			c.RatePerSecond = f
 			return err
 		}},
-		{"burst", "default per-tenant request burst", strconv.Itoa(d.Burst), integer(func(c *Config) *int { return &c.Burst })},
-		{"max-streams", "default per-tenant limit on event streams", strconv.Itoa(d.MaxStreams), integer(func(c *Config) *int { return &c.MaxStreams })},
-		{"max-leases", "default per-tenant limit on outstanding leases (0: none)", strconv.Itoa(d.MaxLeases), integer(func(c *Config) *int { return &c.MaxLeases })},
-		{"shutdown-grace", "bound on the graceful drain at shutdown", d.ShutdownGrace.String(), dur(func(c *Config) *time.Duration { return &c.ShutdownGrace })},
+		{"burst", "default per-tenant request burst (`n`)", strconv.Itoa(d.Burst), integer(func(c *Config) *int { return &c.Burst })},
+		{"max-streams", "default per-tenant limit on event streams (`n`)", strconv.Itoa(d.MaxStreams), integer(func(c *Config) *int { return &c.MaxStreams })},
+		{"max-leases", "default per-tenant limit on outstanding leases (`n`; 0: none)", strconv.Itoa(d.MaxLeases), integer(func(c *Config) *int { return &c.MaxLeases })},
+		{"shutdown-grace", "bound on the graceful drain at shutdown (`duration`)", d.ShutdownGrace.String(), dur(func(c *Config) *time.Duration { return &c.ShutdownGrace })},
 		{"ha", "join the active/standby group (postgres store only)", "false", func(c *Config, v string) error {
 			b, err := strconv.ParseBool(v)
 			c.HA = b
 			return err
 		}},
-		{"ha-name", "this server's name in the leader election (default: the gRPC address)", "", str(func(c *Config) *string { return &c.HAName })},
-		{"ha-session-timeout", "how long a silent leader keeps the lock", d.HASessionTimeout.String(), dur(func(c *Config) *time.Duration { return &c.HASessionTimeout })},
-		{"ha-interval", "how often a standby tries the lock and the leader checks its session", d.HAInterval.String(), dur(func(c *Config) *time.Duration { return &c.HAInterval })},
-		{"gc-percent", "garbage collector target, as GOGC (-1: off, needs --memory-limit; GOGC wins if set)", strconv.Itoa(d.GCPercent), integer(func(c *Config) *int { return &c.GCPercent })},
-		{"memory-limit", "soft memory limit, as GOMEMLIMIT: bytes or 512MiB, 2GiB (0: none; GOMEMLIMIT wins if set)", "0", func(c *Config, v string) error {
+		{"ha-name", "this server's `name` in the leader election (default: the gRPC address)", "", str(func(c *Config) *string { return &c.HAName })},
+		{"ha-session-timeout", "how long a silent leader keeps the lock (`duration`)", d.HASessionTimeout.String(), dur(func(c *Config) *time.Duration { return &c.HASessionTimeout })},
+		{"ha-interval", "how often a standby tries the lock and the leader checks its session (`duration`)", d.HAInterval.String(), dur(func(c *Config) *time.Duration { return &c.HAInterval })},
+		{"gc-percent", "garbage collector target, as GOGC (`percent`; -1: off, needs --memory-limit; GOGC wins if set)", strconv.Itoa(d.GCPercent), integer(func(c *Config) *int { return &c.GCPercent })},
+		{"memory-limit", "soft memory limit, as GOMEMLIMIT (`size`: bytes or 512MiB, 2GiB; 0: none; GOMEMLIMIT wins if set)", "0", func(c *Config, v string) error {
 			n, err := parseBytes(v)
 			c.MemoryLimit = n
 			return err
 		}},
+		{"log-level", "least severe `level` logged: debug, info, warn or error", d.LogLevel, str(func(c *Config) *string { return &c.LogLevel })},
 	}
 }
 
@@ -109,19 +123,54 @@ func envName(flagName string) string {
 // the YAML file named by --config (or REPOOL_CONFIG), REPOOL_* environment
 // variables, and flags. It registers its flags on fs and parses args.
 func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, error) {
-	bs := bindings()
-	vals := make(map[string]*string, len(bs))
-	for _, b := range bs {
-		usage := fmt.Sprintf("%s (env %s)", b.usage, envName(b.name))
-		if switches[b.name] {
-			v := b.def
-			vals[b.name] = &v
-			fs.Var(boolValue{&v}, b.name, usage)
-			continue
-		}
-		vals[b.name] = fs.String(b.name, b.def, usage)
+	cfg, err := load(fs, args, getenv, bindings())
+	if err != nil {
+		return Config{}, err
 	}
-	file := fs.String("config", "", "YAML configuration file (env REPOOL_CONFIG); keys are the flag names with underscores")
+	return cfg.WithDefaults(), cfg.Validate()
+}
+
+// LoadStore resolves Config.Store alone, as Load does: --store, then
+// REPOOL_STORE, then the YAML file named by --config (or REPOOL_CONFIG),
+// then the default. It is for tools that open the server's store, such as
+// `server admin-token`: it registers only --store and --config on fs, which
+// may hold the tool's own flags, and parses args. The file is read whole,
+// so an unknown key or a value that does not parse fails here too; the
+// other fields' environment variables are ignored.
+func LoadStore(fs *flag.FlagSet, args []string, getenv func(string) string) (string, error) {
+	var own []binding
+	for _, b := range bindings() {
+		if b.name == "store" {
+			own = append(own, b)
+		}
+	}
+	cfg, err := load(fs, args, getenv, own)
+	if err != nil {
+		return "", err
+	}
+	cfg = cfg.WithDefaults()
+	if err := validStore(cfg.Store); err != nil {
+		return "", err
+	}
+	return cfg.Store, nil
+}
+
+// load registers --config and a flag for each of own on fs, parses args,
+// and sets a Config, without defaults, from the file (which may hold any
+// binding's key), then own's environment variables, then own's flags.
+func load(fs *flag.FlagSet, args []string, getenv func(string) string, own []binding) (Config, error) {
+	vals := make(map[string]*string, len(own))
+	for _, b := range own {
+		usage := fmt.Sprintf("%s (env %s)", b.usage, envName(b.name))
+		v := b.def
+		vals[b.name] = &v
+		if switches[b.name] {
+			fs.Var(boolValue{textValue{&v}}, b.name, usage)
+		} else {
+			fs.Var(textValue{&v}, b.name, usage)
+		}
+	}
+	file := fs.String("config", "", "YAML configuration `file` (env REPOOL_CONFIG); keys are the flag names with underscores")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
@@ -134,31 +183,11 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 		path = getenv("REPOOL_CONFIG")
 	}
 	if path != "" {
-		raw, err := os.ReadFile(path)
-		if err != nil {
-			return Config{}, fmt.Errorf("config file: %w", err)
-		}
-		dec := yaml.NewDecoder(bytes.NewReader(raw))
-		dec.KnownFields(true)
-		var m map[string]string
-		if err := dec.Decode(&m); err != nil {
-			return Config{}, fmt.Errorf("config file %s: %w", path, err)
-		}
-		known := map[string]binding{}
-		for _, b := range bs {
-			known[strings.ReplaceAll(b.name, "-", "_")] = b
-		}
-		for k, v := range m {
-			b, ok := known[k]
-			if !ok {
-				return Config{}, fmt.Errorf("config file %s: unknown key %q", path, k)
-			}
-			if err := b.set(&cfg, v); err != nil {
-				return Config{}, fmt.Errorf("config file %s: %s: %w", path, k, err)
-			}
+		if err := loadFile(&cfg, path); err != nil {
+			return Config{}, err
 		}
 	}
-	for _, b := range bs {
+	for _, b := range own {
 		if v := getenv(envName(b.name)); v != "" {
 			if err := b.set(&cfg, v); err != nil {
 				return Config{}, fmt.Errorf("%s: %w", envName(b.name), err)
@@ -167,7 +196,7 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 	}
 	var ferr error
 	byName := map[string]binding{}
-	for _, b := range bs {
+	for _, b := range own {
 		byName[b.name] = b
 	}
 	fs.Visit(func(f *flag.Flag) {
@@ -180,5 +209,33 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, 
 	if ferr != nil {
 		return Config{}, ferr
 	}
-	return cfg.WithDefaults(), cfg.Validate()
+	return cfg, nil
+}
+
+// loadFile sets cfg from the YAML file at path: a mapping from the flag
+// names, with underscores, to scalar values. An empty or comment-only file
+// sets nothing.
+func loadFile(cfg *Config, path string) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config file: %w", err)
+	}
+	var m map[string]string
+	if err := yaml.Unmarshal(raw, &m); err != nil {
+		return fmt.Errorf("config file %s: %w", path, err)
+	}
+	known := map[string]binding{}
+	for _, b := range bindings() {
+		known[strings.ReplaceAll(b.name, "-", "_")] = b
+	}
+	for k, v := range m {
+		b, ok := known[k]
+		if !ok {
+			return fmt.Errorf("config file %s: unknown key %q", path, k)
+		}
+		if err := b.set(cfg, v); err != nil {
+			return fmt.Errorf("config file %s: %s: %w", path, k, err)
+		}
+	}
+	return nil
 }

@@ -1,20 +1,23 @@
 package server
 
 import (
+	"errors"
 	"flag"
 	"io"
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"testing"
 	"time"
 )
 
 func TestLoad(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "server.yaml")
-	if err := os.WriteFile(file, []byte("burst: 70\ncheckpoint_interval: 3s\nrate_per_second: 5\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	file := writeFile(t, "server.yaml", "burst: 70\ncheckpoint_interval: 3s\nrate_per_second: 5\n")
+	empty := writeFile(t, "empty.yaml", "")
+	comments := writeFile(t, "comments.yaml", "# nothing set yet\n# burst: 70\n")
+	logFile := writeFile(t, "log.yaml", "log_level: debug\n")
+	badLogFile := writeFile(t, "badlog.yaml", "log_level: verbose\n")
 	tests := []struct {
 		name    string
 		args    []string
@@ -42,6 +45,16 @@ func TestLoad(t *testing.T) {
 		{"memory limit negative", []string{"--memory-limit", "-5"}, nil, nil, true},
 		{"memory limit overflow", []string{"--memory-limit", "9999999999TiB"}, nil, nil, true},
 		{"stray argument", []string{"extra"}, nil, nil, true},
+		{"empty file", []string{"--config", empty}, nil, func(c Config) bool { return c == Config{}.WithDefaults() }, false},
+		{"comment-only file", nil, map[string]string{"REPOOL_CONFIG": comments}, func(c Config) bool { return c == Config{}.WithDefaults() }, false},
+		{"log level default", nil, nil, func(c Config) bool { return c.LogLevel == "info" }, false},
+		{"log level in a file", []string{"--config", logFile}, nil, func(c Config) bool { return c.LogLevel == "debug" }, false},
+		{"log level env over file", []string{"--config", logFile}, map[string]string{"REPOOL_LOG_LEVEL": "warn"}, func(c Config) bool { return c.LogLevel == "warn" }, false},
+		{"log level flag", []string{"--log-level", "error"}, nil, func(c Config) bool { return c.LogLevel == "error" }, false},
+		{"log level unknown in a file", []string{"--config", badLogFile}, nil, nil, true},
+		{"log level unknown flag", []string{"--log-level", "verbose"}, nil, nil, true},
+		{"bare --ha then more flags", []string{"--ha", "--burst", "3", "--store", "postgres://x@127.0.0.1/db"}, nil, func(c Config) bool { return c.HA && c.Burst == 3 }, false},
+		{"--ha=false", []string{"--ha=false"}, nil, func(c Config) bool { return !c.HA }, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -56,6 +69,70 @@ func TestLoad(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLoadUsage: -h names every flag's value (a back-quoted word in its
+// usage) instead of the flag package's "value" or "string", and shows the
+// --ha switch bare.
+func TestLoadUsage(t *testing.T) {
+	var out strings.Builder
+	fs := flag.NewFlagSet("server", flag.ContinueOnError)
+	fs.SetOutput(&out)
+	if _, err := Load(fs, []string{"-h"}, func(string) string { return "" }); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("Load(-h) = got error %v, want flag.ErrHelp", err)
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		name, _ := flag.UnquoteUsage(f)
+		switch {
+		case f.Name == "ha" && name != "":
+			t.Errorf("-h shows -ha %s, want the bare switch", name)
+		case f.Name != "ha" && (name == "" || name == "value" || name == "string"):
+			t.Errorf("-h shows -%s %q, want a name for its value", f.Name, name)
+		}
+	})
+	if !strings.Contains(out.String(), "-burst n\n") {
+		t.Errorf("-h = %s, want a line \"-burst n\"", out.String())
+	}
+}
+
+// TestLoadStore: admin-token finds the store the way Load does.
+func TestLoadStore(t *testing.T) {
+	file := writeFile(t, "server.yaml", "store: sqlite:/from/file.db\nburst: 70\n")
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		want    string
+		wantErr bool
+	}{
+		{"default", nil, nil, Config{}.WithDefaults().Store, false},
+		{"file", []string{"--config", file}, nil, "sqlite:/from/file.db", false},
+		{"file from env", nil, map[string]string{"REPOOL_CONFIG": file}, "sqlite:/from/file.db", false},
+		{"env over file", []string{"--config", file}, map[string]string{"REPOOL_STORE": "sqlite:/from/env.db"}, "sqlite:/from/env.db", false},
+		{"flag over env", []string{"--store", "sqlite:/from/flag.db"}, map[string]string{"REPOOL_STORE": "sqlite:/from/env.db"}, "sqlite:/from/flag.db", false},
+		{"other fields' env ignored", nil, map[string]string{"REPOOL_BURST": "many"}, Config{}.WithDefaults().Store, false},
+		{"unknown scheme", []string{"--store", "mysql://x"}, nil, "", true},
+		{"server flag", []string{"--burst", "3"}, nil, "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := flag.NewFlagSet("admin-token", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			got, err := LoadStore(fs, tt.args, func(k string) string { return tt.env[k] })
+			if (err != nil) != tt.wantErr || (!tt.wantErr && got != tt.want) {
+				t.Fatalf("LoadStore(%v) = %q, %v; want %q, error %v", tt.args, got, err, tt.want, tt.wantErr)
+			}
+		})
+	}
+}
+
+func writeFile(t *testing.T, name, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // TestTuneRuntime: the configured GC settings reach the runtime, GOGC and

@@ -176,7 +176,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	}); err != nil {
 		return nil, err
 	}
-	if s.control, err = control.New(control.Config{Store: s.store, Signer: s.signer, Hooks: hooks{s}, Clock: opts.Clock, Log: opts.Log}); err != nil {
+	if s.control, err = control.New(control.Config{Store: s.store, Signer: s.signer, Hooks: hooks{s}, Clock: opts.Clock, Log: opts.Log, Active: s.active}); err != nil {
 		return nil, err
 	}
 	s.reg.MustRegister(poolCollector{s.pools})
@@ -228,29 +228,24 @@ func (s *Server) becomeActive(ctx context.Context, epoch uint32) error {
 // so its successor's epoch bump would wait for it. The database ends such a
 // session after timeout, and TCP keepalives notice a vanished host.
 func haDSN(dsn string, timeout time.Duration) string {
-	params := map[string]string{
+	// Validate lets only postgres:// and postgresql:// URLs through with HA.
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return dsn // opening the store reports it
+	}
+	q := u.Query()
+	for k, v := range map[string]string{
 		"idle_in_transaction_session_timeout": strconv.FormatInt(timeout.Milliseconds(), 10),
 		"tcp_keepalives_idle":                 strconv.Itoa(max(1, int(timeout.Seconds()/2))),
 		"tcp_keepalives_interval":             "1",
 		"tcp_keepalives_count":                "2",
-	}
-	keys := []string{"idle_in_transaction_session_timeout", "tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count"}
-	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
-		q := u.Query()
-		for _, k := range keys {
-			if q.Get(k) == "" {
-				q.Set(k, params[k])
-			}
-		}
-		u.RawQuery = q.Encode()
-		return u.String()
-	}
-	for _, k := range keys {
-		if !strings.Contains(dsn, k+"=") {
-			dsn += " " + k + "=" + params[k]
+	} {
+		if q.Get(k) == "" {
+			q.Set(k, v)
 		}
 	}
-	return dsn
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // redact hides a DSN's password in logs.
@@ -463,7 +458,8 @@ func (s *Server) Run(ctx context.Context) error {
 		case runErr = <-errc:
 			s.log.Error("listener failed", "err", runErr)
 		}
-		defer stop()
+		// As in runHA: no periodic checkpoint races the final one.
+		stop()
 	}
 	s.log.Info("shutting down")
 	wasActive := s.lead.Load()
