@@ -40,6 +40,7 @@ func (p *Pool) newCell(idx, ctx int32, c cell) int32 {
 	if n := len(p.freeCells); n > 0 {
 		slot = p.freeCells[n-1]
 		p.freeCells = p.freeCells[:n-1]
+		c.dirty = p.cellSlab[slot].dirty // still listed in dirtyCells if set
 		p.cellSlab[slot] = c
 	} else {
 		slot = int32(len(p.cellSlab))
@@ -67,7 +68,7 @@ func (p *Pool) dropCells(idx int32) {
 		key := cellKey{idx, int32(ci)}
 		if slot, ok := p.cellIdx[key]; ok {
 			delete(p.cellIdx, key)
-			p.cellSlab[slot] = cell{res: -1}
+			p.cellSlab[slot] = cell{res: -1, dirty: p.cellSlab[slot].dirty}
 			p.freeCells = append(p.freeCells, slot)
 		}
 	}
@@ -75,6 +76,9 @@ func (p *Pool) dropCells(idx int32) {
 	r.inline = [inlineCells]cellRef{}
 }
 
+// markCell adds the cell to the change set. c.dirty is set exactly while
+// slot is listed in dirtyCells, whether or not the slot is in use: it is
+// cleared only by clearChangesLocked.
 func (p *Pool) markCell(slot int32) {
 	if c := &p.cellSlab[slot]; !c.dirty {
 		c.dirty = true

@@ -22,10 +22,17 @@ type holders struct {
 	held  map[string]map[uint64]time.Time // resource → lease id → expiry
 }
 
+// add records a granted lease and checks the resource's capacity. A lease
+// that expired between its grant and this call (the clock goroutine moves
+// time on meanwhile) is not valid any more and is not recorded: the pool
+// may already have granted its capacity again.
 func (h *holders) add(l Lease, capacity int) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	now := h.clock.Now()
+	if !l.ExpiresAt.After(now) {
+		return nil
+	}
 	m := h.held[l.Resource]
 	if m == nil {
 		m = map[uint64]time.Time{}

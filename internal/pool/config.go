@@ -8,7 +8,9 @@ import (
 	"github.com/repool/repool/internal/clock"
 )
 
-// Limits on request fields, enforced by every method.
+// Limits on request fields, enforced by every method. Resource ids,
+// contexts and label keys must also be non-empty, and they and label values
+// must be valid UTF-8 without NUL, so that every store can keep them as text.
 const (
 	// MaxIDLen is the longest resource id, context, or label key or value, in bytes.
 	MaxIDLen = 256
@@ -20,7 +22,8 @@ const (
 	// MaxEpoch is the largest epoch SetEpoch accepts: tokens must fit in an
 	// int64 so that every store can keep them.
 	MaxEpoch = 1<<23 - 1
-	// maxLeaders bounds Config.Leaders.
+	// maxLeaders bounds Config.Leaders and Config.Candidates (and so
+	// maxBatch, the candidates scored together).
 	maxLeaders = 32
 )
 
@@ -76,7 +79,11 @@ type Config struct {
 	Rand rand.Source
 }
 
-func (c Config) withDefaults() Config {
+// WithDefaults returns c with every zero field set to its default, as New
+// applies them (a nil Rand becomes a new, randomly seeded source); a caller
+// that mirrors the pool's model, such as a simulation, reads the defaults
+// here rather than repeating them.
+func (c Config) WithDefaults() Config {
 	if c.HalfLife == 0 {
 		c.HalfLife = time.Hour
 	}
@@ -127,7 +134,7 @@ func (c Config) withDefaults() Config {
 
 // Validate reports the first field that is out of range, after defaults.
 func (c Config) Validate() error {
-	c = c.withDefaults()
+	c = c.WithDefaults()
 	switch {
 	case c.HalfLife < 0:
 		return fmt.Errorf("%w: HalfLife %v is negative", ErrInvalidArgument, c.HalfLife)

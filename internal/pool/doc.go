@@ -31,14 +31,20 @@
 //
 // # Concurrency
 //
-// A Pool is safe for concurrent use. Mutations take one mutex; presence
-// checks, reads and snapshots share a read lock. Event subscribers never
-// block the pool: a subscriber whose buffer is full is disconnected and
-// counted.
+// A Pool is safe for concurrent use. Mutations, Snapshot and TakeChanges
+// (which start a new change set) take one mutex's write lock; presence
+// checks and other reads share its read lock. Event subscribers never block
+// the pool: a subscriber whose buffer is full is disconnected and counted.
 //
 // # Errors
 //
 // Every error wraps one of ErrInvalidArgument, ErrNotFound, ErrStaleToken or
 // ErrExhausted, so that callers can map them with errors.Is. A call that
-// returns an error changes nothing.
+// fails with ErrInvalidArgument or ErrStaleToken changes nothing. One that
+// fails with ErrNotFound or ErrExhausted does nothing it was asked to, but
+// may first have done housekeeping that was due anyway and that any call
+// could have done: expiring leases past their expiry (a Renew, Release or
+// Report naming such a lease expires it and reports it not found) and, in
+// Acquire, ending cooldowns that are over; those emit their events as
+// usual. A failed Acquire is also counted in Counters.Exhausted.
 package pool

@@ -8,7 +8,13 @@ import (
 	"unicode/utf8"
 )
 
-func validName(s string) bool { return s != "" && len(s) <= MaxIDLen && utf8.ValidString(s) }
+// validName and validValue are the documented rules for ids, contexts and
+// label keys, and for label values.
+func validName(s string) bool { return s != "" && validValue(s) }
+
+func validValue(s string) bool {
+	return len(s) <= MaxIDLen && utf8.ValidString(s) && !strings.ContainsRune(s, 0)
+}
 
 // FuzzRequests feeds arbitrary ids, contexts, capacities, TTLs and outcomes
 // to the pool: every call either succeeds or fails with ErrInvalidArgument
@@ -19,6 +25,8 @@ func FuzzRequests(f *testing.F) {
 	f.Add("", "", 0, int64(0), uint8(0), "", "")
 	f.Add(strings.Repeat("a", 257), "c", -1, int64(time.Hour)+1, uint8(4), "k", "\xff")
 	f.Add("\xff\xfe", "ctx", 3, int64(time.Second), uint8(3), "region", "eu")
+	f.Add("a\x00", "c\x00", 1, int64(time.Minute), uint8(1), "k\x00", "v")
+	f.Add("a", "c", 1, int64(time.Minute), uint8(1), "k", "v\x00")
 	f.Fuzz(func(t *testing.T, id, ctx string, capacity int, ttl int64, outcome uint8, lk, lv string) {
 		p, _ := newTestPool(t, Config{})
 		register(t, p, Spec{ID: "existing", Capacity: 2})
@@ -39,7 +47,7 @@ func FuzzRequests(f *testing.F) {
 		}
 
 		labels := map[string]string{lk: lv}
-		labelsOK := validName(lk) && len(lv) <= MaxIDLen && utf8.ValidString(lv)
+		labelsOK := validName(lk) && validValue(lv)
 		_, _, err := p.Register([]Spec{{ID: id, Capacity: capacity, Labels: labels}})
 		check("Register", err, validName(id) && capacity >= 0 && capacity <= 1<<20 && labelsOK)
 

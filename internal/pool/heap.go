@@ -1,59 +1,46 @@
 package pool
 
-// expiryHeap orders lease expiries. Entries are not removed when a lease is
-// released or renewed; a popped entry that no longer matches its lease is
-// skipped.
-type expiryHeap []expiry
+// minHeap is a binary min-heap of values ordered by an int64 key. Unlike
+// container/heap it does not box its elements in interfaces, so push and
+// pop do not allocate once the slice has grown. It orders ties as
+// container/heap does: an entry moves only past a strictly larger key.
+type minHeap[T any] []heapEntry[T]
 
-type expiry struct {
-	at int64
-	id uint64
+type heapEntry[T any] struct {
+	key int64
+	val T
 }
 
-func (h expiryHeap) Len() int           { return len(h) }
-func (h expiryHeap) Less(i, j int) bool { return h[i].at < h[j].at }
-func (h expiryHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *expiryHeap) Push(x any)        { *h = append(*h, x.(expiry)) }
-func (h *expiryHeap) Pop() any {
+func (h *minHeap[T]) push(key int64, val T) {
+	*h = append(*h, heapEntry[T]{key, val})
+	h.up(len(*h) - 1)
+}
+
+// due reports whether the smallest key is at most now.
+func (h minHeap[T]) due(now int64) bool { return len(h) > 0 && h[0].key <= now }
+
+// pop removes and returns the entry with the smallest key; the heap must
+// not be empty.
+func (h *minHeap[T]) pop() (key int64, val T) {
 	old := *h
-	e := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return e
+	n := len(old) - 1
+	old[0], old[n] = old[n], old[0]
+	old[:n].down(0)
+	*h = old[:n]
+	return old[n].key, old[n].val
 }
 
-// cooldownHeap orders quarantine ends; ctx is -1 for a whole resource. gen
-// and until identify the quarantine so that stale entries are skipped.
-type cooldownHeap []cooldown
-
-type cooldown struct {
-	until int64
-	res   int32
-	ctx   int32
-	gen   uint32
+// init establishes the heap order over entries in any order.
+func (h minHeap[T]) init() {
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
 }
 
-func (h cooldownHeap) Len() int           { return len(h) }
-func (h cooldownHeap) Less(i, j int) bool { return h[i].until < h[j].until }
-func (h cooldownHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *cooldownHeap) Push(x any)        { *h = append(*h, x.(cooldown)) }
-func (h *cooldownHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return e
-}
-
-// push and pop avoid the interface boxing of container/heap on
-// the hot path: heap.Push boxes its argument, which allocates.
-func (h *expiryHeap) push(e expiry) {
-	*h = append(*h, e)
-	up(*h, len(*h)-1)
-}
-
-func up(h expiryHeap, j int) {
-	for {
+func (h minHeap[T]) up(j int) {
+	for j > 0 {
 		i := (j - 1) / 2
-		if i == j || h[j].at >= h[i].at {
+		if h[j].key >= h[i].key {
 			return
 		}
 		h[i], h[j] = h[j], h[i]
@@ -61,27 +48,17 @@ func up(h expiryHeap, j int) {
 	}
 }
 
-func (h *expiryHeap) pop() expiry {
-	old := *h
-	n := len(old) - 1
-	old[0], old[n] = old[n], old[0]
-	down(old[:n], 0)
-	e := old[n]
-	*h = old[:n]
-	return e
-}
-
-func down(h expiryHeap, i int) {
+func (h minHeap[T]) down(i int) {
 	n := len(h)
 	for {
 		j := 2*i + 1
 		if j >= n || j < 0 {
 			return
 		}
-		if r := j + 1; r < n && h[r].at < h[j].at {
+		if r := j + 1; r < n && h[r].key < h[j].key {
 			j = r
 		}
-		if h[i].at <= h[j].at {
+		if h[i].key <= h[j].key {
 			return
 		}
 		h[i], h[j] = h[j], h[i]
@@ -89,17 +66,17 @@ func down(h expiryHeap, i int) {
 	}
 }
 
-// heapUpCooldown restores the heap order after an append.
-func heapUpCooldown(h cooldownHeap) {
-	j := len(h) - 1
-	for j > 0 {
-		i := (j - 1) / 2
-		if h[j].until >= h[i].until {
-			return
-		}
-		h[i], h[j] = h[j], h[i]
-		j = i
-	}
+// Pool.expiries holds lease expiries: the key is the expiry time, the value
+// the lease id. Entries are not removed when a lease is released or renewed;
+// a popped entry that no longer matches its lease is skipped.
+//
+// Pool.cooldowns holds quarantine ends: the key is the end of the cooldown,
+// the value names the quarantine. The key and gen identify it, so that
+// stale entries are skipped.
+type cooldown struct {
+	res int32
+	ctx int32 // -1 for a whole resource
+	gen uint32
 }
 
 // compactExpiries drops the entries of leases that were released or renewed
@@ -112,13 +89,11 @@ func (p *Pool) compactExpiries() {
 	}
 	live := p.expiries[:0]
 	for _, e := range p.expiries {
-		if l, ok := p.leases[e.id]; ok && l.expires == e.at {
+		if l, ok := p.leases[e.val]; ok && l.expires == e.key {
 			live = append(live, e)
 		}
 	}
 	clear(p.expiries[len(live):])
 	p.expiries = live
-	for i := len(live)/2 - 1; i >= 0; i-- {
-		down(live, i)
-	}
+	live.init()
 }

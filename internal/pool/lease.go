@@ -40,7 +40,7 @@ func (p *Pool) Renew(id, token uint64, ttl time.Duration) (Lease, error) {
 	}
 	l.expires = now + int64(ttl)
 	p.leases[id] = l
-	p.expiries.push(expiry{at: l.expires, id: id})
+	p.expiries.push(l.expires, id)
 	p.compactExpiries()
 	return Lease{ID: id, Resource: p.res[l.res].id, Context: l.context, Token: l.token, ExpiresAt: time.Unix(0, l.expires)}, nil
 }
@@ -126,13 +126,13 @@ func (p *Pool) Tick() {
 // processDue expires leases and ends cooldowns due by now, at most budget of
 // each (all when budget < 0).
 func (p *Pool) processDue(now int64, budget int) {
-	for n := 0; len(p.expiries) > 0 && p.expiries[0].at <= now && n != budget; n++ {
-		e := p.expiries.pop()
-		if l, ok := p.leases[e.id]; ok && l.expires == e.at {
-			p.expireLease(e.id, l, now)
+	for n := 0; p.expiries.due(now) && n != budget; n++ {
+		at, id := p.expiries.pop()
+		if l, ok := p.leases[id]; ok && l.expires == at {
+			p.expireLease(id, l, now)
 		}
 	}
-	for n := 0; len(p.cooldowns) > 0 && p.cooldowns[0].until <= now && n != budget; n++ {
-		p.endCooldown(p.popCooldown())
+	for n := 0; p.cooldowns.due(now) && n != budget; n++ {
+		p.endCooldown(p.cooldowns.pop())
 	}
 }

@@ -2,11 +2,15 @@ package pool
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/repool/repool/internal/clock"
 )
@@ -76,8 +80,8 @@ type Pool struct {
 	probeRes  []int32   // whole-quarantined resources whose cooldown ended
 	explore   reservoir // for contexts without statistics yet
 	leases    map[uint64]leaseRec
-	expiries  expiryHeap
-	cooldowns cooldownHeap
+	expiries  minHeap[uint64]   // lease expiry → lease id
+	cooldowns minHeap[cooldown] // quarantine end → quarantine
 
 	epoch     uint32
 	counter   uint64 // low bits of the last fencing token
@@ -105,7 +109,13 @@ type Counters struct {
 	DroppedEvents uint64 // subscribers disconnected for being slow
 }
 
+// tokenBits is how many low bits of a fencing token or lease id count
+// within an epoch; the epoch fills the bits above.
 const tokenBits = 40
+
+// withEpoch returns the token or lease id low (a counter) stands for in the
+// current epoch.
+func (p *Pool) withEpoch(low uint64) uint64 { return uint64(p.epoch)<<tokenBits | low }
 
 // quarantine states
 const (
@@ -122,8 +132,12 @@ type quarantine struct {
 }
 
 // resource is laid out so that what Acquire reads for every candidate —
-// availability and the inline cell table — fills exactly the first cache
-// line.
+// capacity, availability and the inline cell table — fills its first
+// resourceHot (64) bytes. A resource is 144 bytes, not a multiple of 64, so
+// those bytes share one cache line only when the resource starts a line (one
+// in four, in a 64-byte aligned slice) and straddle two otherwise. Padding
+// it to 192 bytes would cost 48 bytes per resource; instead warmCandidates
+// prefetches both lines.
 type resource struct {
 	capacity   int32
 	active     int32
@@ -139,6 +153,10 @@ type resource struct {
 	id         string
 	labels     map[string]string
 }
+
+// resourceHot is how many leading bytes of a resource hold the fields
+// Acquire reads for every candidate (TestResourceHotFields).
+const resourceHot = unsafe.Offsetof(resource{}.inline) + unsafe.Sizeof(resource{}.inline)
 
 // cellRef is an inline cell table entry: context id + 1 (0 is empty) and
 // the cell's slot.
@@ -198,7 +216,7 @@ func New(cfg Config) (*Pool, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	p := &Pool{
 		cfg:   cfg,
 		clock: cfg.Clock,
@@ -230,29 +248,61 @@ func (p *Pool) reset() {
 	p.dirtyRes, p.dirtyCells, p.removed = nil, nil, nil
 }
 
-func validID(what, s string) error {
+// idProblem says what makes s unusable as a resource id, context or label
+// key, or returns "" if nothing does. Stores keep these as text, which is
+// why NUL is refused along with invalid UTF-8. The description is built
+// only for a bad s, so that checking a good one does not allocate.
+func idProblem(s string) string {
+	if s == "" {
+		return "is empty"
+	}
+	return valueProblem(s)
+}
+
+// valueProblem is idProblem for a label value, which may be empty.
+func valueProblem(s string) string {
 	switch {
-	case s == "":
-		return fmt.Errorf("%w: %s is empty", ErrInvalidArgument, what)
 	case len(s) > MaxIDLen:
-		return fmt.Errorf("%w: %s is %d bytes, more than %d", ErrInvalidArgument, what, len(s), MaxIDLen)
+		return fmt.Sprintf("is %d bytes, more than %d", len(s), MaxIDLen)
 	case !utf8.ValidString(s):
-		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalidArgument, what)
+		return "is not valid UTF-8"
+	case strings.IndexByte(s, 0) >= 0:
+		return "contains NUL"
+	}
+	return ""
+}
+
+// labelsProblem says what makes labels unusable as a resource's labels or
+// a selector, or returns "".
+func labelsProblem(labels map[string]string) string {
+	if len(labels) > MaxLabels {
+		return fmt.Sprintf("has %d labels, more than %d", len(labels), MaxLabels)
+	}
+	for k, v := range labels {
+		if pr := idProblem(k); pr != "" {
+			return fmt.Sprintf("key %q %s", k, pr)
+		}
+		if pr := valueProblem(v); pr != "" {
+			return fmt.Sprintf("value for %q %s", k, pr)
+		}
+	}
+	return ""
+}
+
+// validID returns an ErrInvalidArgument naming what if s is not a valid id,
+// context or label key.
+func validID(what, s string) error {
+	if pr := idProblem(s); pr != "" {
+		return fmt.Errorf("%w: %s %s", ErrInvalidArgument, what, pr)
 	}
 	return nil
 }
 
+// validLabels returns an ErrInvalidArgument naming what if labels are not
+// valid.
 func validLabels(what string, labels map[string]string) error {
-	if len(labels) > MaxLabels {
-		return fmt.Errorf("%w: %s has %d labels, more than %d", ErrInvalidArgument, what, len(labels), MaxLabels)
-	}
-	for k, v := range labels {
-		if err := validID(what+" key", k); err != nil {
-			return err
-		}
-		if len(v) > MaxIDLen || !utf8.ValidString(v) {
-			return fmt.Errorf("%w: %s value for %q is over %d bytes or not UTF-8", ErrInvalidArgument, what, k, MaxIDLen)
-		}
+	if pr := labelsProblem(labels); pr != "" {
+		return fmt.Errorf("%w: %s %s", ErrInvalidArgument, what, pr)
 	}
 	return nil
 }
@@ -276,14 +326,14 @@ func validOutcome(o Outcome, optional bool) error {
 // batch is validated first; if any spec is invalid nothing is registered.
 func (p *Pool) Register(specs []Spec) (registered, existing int, err error) {
 	for i, s := range specs {
-		if err := validID(fmt.Sprintf("resources[%d].id", i), s.ID); err != nil {
-			return 0, 0, err
+		if pr := idProblem(s.ID); pr != "" {
+			return 0, 0, fmt.Errorf("%w: resources[%d].id %s", ErrInvalidArgument, i, pr)
 		}
 		if s.Capacity < 0 || s.Capacity > 1<<20 {
 			return 0, 0, fmt.Errorf("%w: resources[%d].capacity %d is outside [1, %d]", ErrInvalidArgument, i, s.Capacity, 1<<20)
 		}
-		if err := validLabels(fmt.Sprintf("resources[%d].labels", i), s.Labels); err != nil {
-			return 0, 0, err
+		if pr := labelsProblem(s.Labels); pr != "" {
+			return 0, 0, fmt.Errorf("%w: resources[%d].labels %s", ErrInvalidArgument, i, pr)
 		}
 	}
 	p.mu.Lock()
@@ -310,10 +360,7 @@ func (p *Pool) addResource(s Spec, now int64) int32 {
 	}
 	var labels map[string]string
 	if len(s.Labels) > 0 {
-		labels = make(map[string]string, len(s.Labels))
-		for k, v := range s.Labels {
-			labels[k] = v
-		}
+		labels = maps.Clone(s.Labels)
 	}
 	var idx int32
 	if n := len(p.freeRes); n > 0 {
@@ -327,6 +374,7 @@ func (p *Pool) addResource(s Spec, now int64) int32 {
 	*r = resource{
 		id: s.ID, labels: labels, capacity: capacity, availPos: -1,
 		gen: r.gen + 1, live: true, agg: counts{upd: now},
+		dirty: r.dirty, // a slot freed in this change set is still listed in dirtyRes
 	}
 	p.ids[s.ID] = idx
 	for k, v := range labels {
@@ -347,8 +395,8 @@ func (p *Pool) addResource(s Spec, now int64) int32 {
 // ignored. It returns how many resources and cells were removed.
 func (p *Pool) Deregister(ids []string) (removed, cells int, err error) {
 	for i, id := range ids {
-		if err := validID(fmt.Sprintf("resource_ids[%d]", i), id); err != nil {
-			return 0, 0, err
+		if pr := idProblem(id); pr != "" {
+			return 0, 0, fmt.Errorf("%w: resource_ids[%d] %s", ErrInvalidArgument, i, pr)
 		}
 	}
 	p.mu.Lock()
@@ -377,6 +425,7 @@ func (p *Pool) removeResource(idx int32) {
 		}
 	}
 	p.dropCells(idx)
+	isIdx := func(x int32) bool { return x == idx }
 	for _, cs := range p.ctxs {
 		for i := 0; i < cs.nlead; i++ {
 			if cs.leaders[i].res == idx {
@@ -385,12 +434,12 @@ func (p *Pool) removeResource(idx int32) {
 				break
 			}
 		}
-		cs.probes = removeIdx(cs.probes, idx)
+		cs.probes = slices.DeleteFunc(cs.probes, isIdx)
 	}
-	p.probeRes = removeIdx(p.probeRes, idx)
+	p.probeRes = slices.DeleteFunc(p.probeRes, isIdx)
 	for k, v := range r.labels {
 		byValue := p.labelIdx[k]
-		byValue[v] = removeIdx(byValue[v], idx)
+		byValue[v] = slices.DeleteFunc(byValue[v], isIdx)
 		if len(byValue[v]) == 0 {
 			delete(byValue, v)
 		}
@@ -402,20 +451,11 @@ func (p *Pool) removeResource(idx int32) {
 	p.updateAvail(idx)
 	delete(p.ids, r.id)
 	p.removed = append(p.removed, r.id)
-	*r = resource{gen: r.gen, availPos: -1}
+	// dirty stays set while the slot is listed in dirtyRes, so that a reuse
+	// within the same change set does not list it twice.
+	*r = resource{gen: r.gen, availPos: -1, dirty: r.dirty}
 	p.freeRes = append(p.freeRes, idx)
 	p.nresource--
-}
-
-func removeIdx(s []int32, idx int32) []int32 {
-	for i := 0; i < len(s); i++ {
-		if s[i] == idx {
-			copy(s[i:], s[i+1:])
-			s = s[:len(s)-1]
-			i--
-		}
-	}
-	return s
 }
 
 // updateAvail puts the resource in or out of the set Acquire draws from: live,
@@ -437,6 +477,9 @@ func (p *Pool) updateAvail(idx int32) {
 	}
 }
 
+// markResource adds the resource to the change set. r.dirty is set exactly
+// while idx is listed in dirtyRes, whether or not the slot is live: it is
+// cleared only by clearChangesLocked.
 func (p *Pool) markResource(idx int32) {
 	if r := &p.res[idx]; !r.dirty {
 		r.dirty = true
@@ -562,8 +605,8 @@ func (p *Pool) Get(id string) (ResourceInfo, error) {
 }
 
 // List returns up to limit resources with ids greater than after, in id
-// order, and whether more follow. It sorts the ids: it is meant for
-// operators, not for the hot path.
+// order, and whether more follow; a negative limit counts as 0. It sorts the
+// ids: it is meant for operators, not for the hot path.
 func (p *Pool) List(after string, limit int) (infos []ResourceInfo, more bool) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
@@ -574,6 +617,7 @@ func (p *Pool) List(after string, limit int) (infos []ResourceInfo, more bool) {
 		}
 	}
 	sort.Strings(ids)
+	limit = max(limit, 0)
 	if len(ids) > limit {
 		ids, more = ids[:limit], true
 	}
@@ -600,10 +644,7 @@ func (p *Pool) infoLocked(idx int32, now int64) ResourceInfo {
 		Aggregate: stats("", r.agg, r.consecFail, quarantine{}, now, p.hl),
 	}
 	if len(r.labels) > 0 {
-		info.Labels = make(map[string]string, len(r.labels))
-		for k, v := range r.labels {
-			info.Labels[k] = v
-		}
+		info.Labels = maps.Clone(r.labels)
 	}
 	if r.q.state == qBlocked {
 		info.BlockedUntil = time.Unix(0, r.q.until)

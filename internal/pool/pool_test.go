@@ -157,9 +157,24 @@ func TestBadInputChangesNothing(t *testing.T) {
 			_, _, err := p.Register([]Spec{{ID: "n", Labels: map[string]string{"": "v"}}})
 			return err
 		}, ErrInvalidArgument},
+		{"register NUL in id", func() error { _, _, err := p.Register([]Spec{{ID: "a\x00b"}}); return err }, ErrInvalidArgument},
+		{"register NUL in label key", func() error {
+			_, _, err := p.Register([]Spec{{ID: "n", Labels: map[string]string{"k\x00": "v"}}})
+			return err
+		}, ErrInvalidArgument},
+		{"register NUL in label value", func() error {
+			_, _, err := p.Register([]Spec{{ID: "n", Labels: map[string]string{"k": "\x00"}}})
+			return err
+		}, ErrInvalidArgument},
 		{"deregister empty id", func() error { _, _, err := p.Deregister([]string{"r1", ""}); return err }, ErrInvalidArgument},
+		{"deregister NUL in id", func() error { _, _, err := p.Deregister([]string{"r1", "r1\x00"}); return err }, ErrInvalidArgument},
 		{"acquire empty context", func() error { _, err := p.Acquire("", time.Minute, nil); return err }, ErrInvalidArgument},
 		{"acquire long context", func() error { _, err := p.Acquire(long, time.Minute, nil); return err }, ErrInvalidArgument},
+		{"acquire NUL in context", func() error { _, err := p.Acquire("c\x00tx", time.Minute, nil); return err }, ErrInvalidArgument},
+		{"acquire NUL in selector", func() error {
+			_, err := p.Acquire("ctx", time.Minute, map[string]string{"region": "eu\x00"})
+			return err
+		}, ErrInvalidArgument},
 		{"acquire ttl below 1s", func() error { _, err := p.Acquire("ctx", 999*time.Millisecond, nil); return err }, ErrInvalidArgument},
 		{"acquire ttl above 1h", func() error { _, err := p.Acquire("ctx", time.Hour+time.Nanosecond, nil); return err }, ErrInvalidArgument},
 		{"renew ttl zero", func() error { _, err := p.Renew(l.ID, l.Token, 0); return err }, ErrInvalidArgument},
@@ -171,6 +186,12 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"report unknown resource", func() error { return second(p.Report(Report{Resource: "nope", Context: "ctx", Outcome: Success})) }, ErrNotFound},
 		{"report no outcome", func() error { return second(p.Report(Report{Resource: "r1", Context: "ctx"})) }, ErrInvalidArgument},
 		{"report empty context", func() error { return second(p.Report(Report{Resource: "r1", Outcome: Success})) }, ErrInvalidArgument},
+		{"report NUL in context", func() error {
+			return second(p.Report(Report{Resource: "r1", Context: "\x00", Outcome: Success}))
+		}, ErrInvalidArgument},
+		{"report NUL in resource id", func() error {
+			return second(p.Report(Report{Resource: "r1\x00", Context: "ctx", Outcome: Success}))
+		}, ErrInvalidArgument},
 		{"report stale token", func() error {
 			return second(p.Report(Report{Resource: "r1", Context: "ctx", Outcome: Failure, LeaseID: l.ID, Token: l.Token + 1}))
 		}, ErrStaleToken},
@@ -178,6 +199,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 			return second(p.Report(Report{Resource: "r1", Context: "other", Outcome: Failure, LeaseID: l.ID, Token: l.Token}))
 		}, ErrInvalidArgument},
 		{"get empty id", func() error { _, err := p.Get(""); return err }, ErrInvalidArgument},
+		{"get NUL in id", func() error { _, err := p.Get("r1\x00"); return err }, ErrInvalidArgument},
 		{"get unknown", func() error { _, err := p.Get("nope"); return err }, ErrNotFound},
 	}
 	for _, tt := range tests {
@@ -189,6 +211,38 @@ func TestBadInputChangesNothing(t *testing.T) {
 			}
 			if after := fingerprint(t, p); after != before {
 				t.Fatalf("state changed on a rejected call:\nbefore %s\nafter  %s", before, after)
+			}
+		})
+	}
+}
+
+func TestList(t *testing.T) {
+	p, _ := newTestPool(t, Config{})
+	register(t, p, Spec{ID: "c"}, Spec{ID: "a"}, Spec{ID: "b"})
+	ids := func(infos []ResourceInfo) (out []string) {
+		for _, in := range infos {
+			out = append(out, in.ID)
+		}
+		return out
+	}
+	tests := []struct {
+		name     string
+		after    string
+		limit    int
+		want     []string
+		wantMore bool
+	}{
+		{"all", "", 10, []string{"a", "b", "c"}, false},
+		{"first page", "", 2, []string{"a", "b"}, true},
+		{"next page", "b", 2, []string{"c"}, false},
+		{"zero limit", "", 0, nil, true},
+		{"negative limit", "", -1, nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			infos, more := p.List(tt.after, tt.limit)
+			if got := ids(infos); !reflect.DeepEqual(got, tt.want) || more != tt.wantMore {
+				t.Fatalf("List(%q, %d) = %v, %v; want %v, %v", tt.after, tt.limit, got, more, tt.want, tt.wantMore)
 			}
 		})
 	}
@@ -492,6 +546,24 @@ func TestTakeChanges(t *testing.T) {
 	if ch := p.TakeChanges(); len(ch.Resources)+len(ch.Cells)+len(ch.Removed) != 0 {
 		t.Fatalf("second TakeChanges() = %+v, want nothing", ch)
 	}
+
+	// A resource removed and registered again within one interval reuses
+	// its slot and its cell's slot: each is written once, in its current
+	// state, after the removal.
+	report(t, p, "b", "x", Failure, 1)
+	if _, _, err := p.Deregister([]string{"b"}); err != nil {
+		t.Fatal(err)
+	}
+	register(t, p, Spec{ID: "b", Capacity: 3})
+	report(t, p, "b", "x", Success, 1)
+	ch = p.TakeChanges()
+	if len(ch.Resources) != 1 || ch.Resources[0].ID != "b" || ch.Resources[0].Capacity != 3 || ch.Resources[0].Aggregate.Beta != 0 ||
+		len(ch.Cells) != 1 || ch.Cells[0].Resource != "b" || ch.Cells[0].Stats.Beta != 0 || !reflect.DeepEqual(ch.Removed, []string{"b"}) {
+		t.Fatalf("TakeChanges() after remove and re-register = %+v, want resource b (capacity 3, no failure) once, its cell once, removed [b]", ch)
+	}
+	if err := p.checkInvariants(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestDeregisterDropsLeasesAndCells(t *testing.T) {
@@ -749,10 +821,12 @@ func TestCloseSubscriptions(t *testing.T) {
 
 func TestHotPathsDoNotAllocate(t *testing.T) {
 	p, _ := newTestPool(t, Config{})
+	region := map[bool]string{true: "eu", false: "us"}
 	for i := 0; i < 1000; i++ {
-		register(t, p, Spec{ID: fmt.Sprintf("r%04d", i), Capacity: 4})
+		register(t, p, Spec{ID: fmt.Sprintf("r%04d", i), Capacity: 4, Labels: map[string]string{"region": region[i%2 == 0]}})
 		report(t, p, fmt.Sprintf("r%04d", i), "x", Success, 1)
 	}
+	eu := map[string]string{"region": "eu"}
 	// Warm up so that slices and maps have grown to their steady size.
 	for i := 0; i < 2000; i++ {
 		l := mustAcquire(t, p, "x")
@@ -767,6 +841,15 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 		{"HasCell", func() { p.HasCell("r0042", "x") }},
 		{"Acquire+Release", func() {
 			l, err := p.Acquire("x", time.Minute, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.Release(l.ID, l.Token, 0); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"Acquire+Release with a selector", func() {
+			l, err := p.Acquire("x", time.Minute, eu)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,7 +1,6 @@
 package pool
 
 import (
-	"container/heap"
 	"fmt"
 	"time"
 )
@@ -149,7 +148,7 @@ func (p *Pool) cooldown(level uint8) time.Duration {
 func (p *Pool) quarantineCell(c *cell, idx, ctx int32, now int64, why string) {
 	d := p.cooldown(c.q.level)
 	c.q = quarantine{state: qBlocked, until: now + int64(d), level: min(c.q.level+1, 30)}
-	heap.Push(&p.cooldowns, cooldown{until: c.q.until, res: idx, ctx: ctx, gen: p.res[idx].gen})
+	p.cooldowns.push(c.q.until, cooldown{res: idx, ctx: ctx, gen: p.res[idx].gen})
 	p.counters.Quarantined++
 	p.emit(Event{
 		Kind: EventBlocked, Resource: p.res[idx].id, Context: p.ctxs[ctx].name, At: time.Unix(0, now),
@@ -163,7 +162,7 @@ func (p *Pool) quarantineWhole(idx int32, now int64, why string) {
 	r.q = quarantine{state: qBlocked, until: now + int64(d), level: min(r.q.level+1, 30)}
 	r.consecFail = 0
 	p.updateAvail(idx)
-	heap.Push(&p.cooldowns, cooldown{until: r.q.until, res: idx, ctx: -1, gen: r.gen})
+	p.cooldowns.push(r.q.until, cooldown{res: idx, ctx: -1, gen: r.gen})
 	p.counters.Quarantined++
 	p.emit(Event{
 		Kind: EventBlocked, Resource: r.id, At: time.Unix(0, now),
@@ -171,23 +170,21 @@ func (p *Pool) quarantineWhole(idx int32, now int64, why string) {
 	})
 }
 
-func (p *Pool) popCooldown() cooldown { return heap.Pop(&p.cooldowns).(cooldown) }
-
-// endCooldown moves a quarantine whose cooldown is over to probation, unless
-// the entry is stale.
-func (p *Pool) endCooldown(e cooldown) {
+// endCooldown moves a quarantine whose cooldown ended at until to
+// probation, unless the entry is stale.
+func (p *Pool) endCooldown(until int64, e cooldown) {
 	r := &p.res[e.res]
 	if !r.live || r.gen != e.gen {
 		return
 	}
 	if e.ctx < 0 {
-		if r.q.state == qBlocked && r.q.until == e.until {
+		if r.q.state == qBlocked && r.q.until == until {
 			r.q.state = qProbation
 			p.probeRes = append(p.probeRes, e.res)
 		}
 		return
 	}
-	if slot := p.findCell(r, e.res, e.ctx); slot >= 0 && p.cellSlab[slot].q.state == qBlocked && p.cellSlab[slot].q.until == e.until {
+	if slot := p.findCell(r, e.res, e.ctx); slot >= 0 && p.cellSlab[slot].q.state == qBlocked && p.cellSlab[slot].q.until == until {
 		p.cellSlab[slot].q.state = qProbation
 		p.ctxs[e.ctx].probes = append(p.ctxs[e.ctx].probes, e.res)
 	}

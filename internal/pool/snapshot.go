@@ -2,6 +2,7 @@ package pool
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"time"
 )
@@ -87,10 +88,7 @@ func (p *Pool) resourceState(idx int32) ResourceState {
 	r := &p.res[idx]
 	s := ResourceState{ID: r.id, Capacity: int(r.capacity), Aggregate: statsOf(r.agg, r.consecFail), Quarantine: quarantineOf(r.q)}
 	if len(r.labels) > 0 {
-		s.Labels = make(map[string]string, len(r.labels))
-		for k, v := range r.labels {
-			s.Labels[k] = v
-		}
+		s.Labels = maps.Clone(r.labels)
 	}
 	return s
 }
@@ -109,8 +107,8 @@ func (p *Pool) Snapshot() Snapshot {
 	defer p.mu.Unlock()
 	s := Snapshot{
 		Epoch:     p.epoch,
-		LastToken: uint64(p.epoch)<<tokenBits | p.counter,
-		LastLease: uint64(p.epoch)<<tokenBits | p.leaseSeq,
+		LastToken: p.withEpoch(p.counter),
+		LastLease: p.withEpoch(p.leaseSeq),
 		Resources: make([]ResourceState, 0, p.nresource),
 		Cells:     make([]CellState, 0, len(p.cellIdx)),
 		Leases:    make([]LeaseState, 0, len(p.leases)),
@@ -140,8 +138,8 @@ func (p *Pool) TakeChanges() Changes {
 	defer p.mu.Unlock()
 	ch := Changes{
 		Epoch:     p.epoch,
-		LastToken: uint64(p.epoch)<<tokenBits | p.counter,
-		LastLease: uint64(p.epoch)<<tokenBits | p.leaseSeq,
+		LastToken: p.withEpoch(p.counter),
+		LastLease: p.withEpoch(p.leaseSeq),
 		Removed:   p.removed,
 	}
 	for _, idx := range p.dirtyRes {
@@ -254,8 +252,8 @@ func (p *Pool) Restore(s Snapshot) error {
 	defer p.mu.Unlock()
 	now := p.clock.Now().UnixNano()
 	// Tokens: keep the larger of (our epoch, counter) and the snapshot's.
-	lastToken := max(uint64(p.epoch)<<tokenBits|p.counter, s.LastToken)
-	lastLease := max(uint64(p.epoch)<<tokenBits|p.leaseSeq, s.LastLease)
+	lastToken := max(p.withEpoch(p.counter), s.LastToken)
+	lastLease := max(p.withEpoch(p.leaseSeq), s.LastLease)
 	p.reset()
 	p.epoch = uint32(lastToken >> tokenBits)
 	p.counter = lastToken & p.mask()
@@ -289,7 +287,7 @@ func (p *Pool) Restore(s Snapshot) error {
 		p.updateAvail(idx)
 		expires := ls.ExpiresAt.UnixNano()
 		p.leases[ls.ID] = leaseRec{res: idx, gen: r.gen, context: ls.Context, token: ls.Token, expires: expires}
-		p.expiries.push(expiry{at: expires, id: ls.ID})
+		p.expiries.push(expires, ls.ID)
 	}
 	p.clearChangesLocked()
 	return nil
@@ -303,8 +301,7 @@ func (p *Pool) restoreQuarantine(q Quarantine, idx, ctx int32) quarantine {
 		return quarantine{level: uint8(min(max(q.Level, 0), 30))}
 	}
 	until := q.Until.UnixNano()
-	p.cooldowns = append(p.cooldowns, cooldown{until: until, res: idx, ctx: ctx, gen: p.res[idx].gen})
-	heapUpCooldown(p.cooldowns)
+	p.cooldowns.push(until, cooldown{res: idx, ctx: ctx, gen: p.res[idx].gen})
 	return quarantine{state: qBlocked, until: until, level: uint8(min(max(q.Level, 0), 30))}
 }
 
@@ -332,7 +329,7 @@ func (p *Pool) SetEpoch(epoch uint32) error {
 func (p *Pool) Epoch() (epoch uint32, lastToken uint64) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	return p.epoch, uint64(p.epoch)<<tokenBits | p.counter
+	return p.epoch, p.withEpoch(p.counter)
 }
 
 // States returns the durable state of the named resources that exist, for

@@ -57,7 +57,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (Config, error) {
 	fs.DurationVar(&c.World.BreakEvery, "break-every", 6*time.Hour, "mean time between breakages of one resource (negative, e.g. -1s: none)")
 	fs.DurationVar(&c.World.BreakFor, "break-for", 15*time.Minute, "mean length of a breakage")
 	fs.Float64Var(&c.World.BadFraction, "bad", 0.05, "share of always-bad resources (negative: none)")
-	fs.DurationVar(&c.HalfLife, "half-life", time.Hour, "half-life of ours and exact")
+	fs.DurationVar(&c.HalfLife, "half-life", 0, "half-life of ours and exact (0: the pool's default)")
 	fs.IntVar(&c.Leaders, "leaders", 0, "override pool Config.Leaders (0: pool default)")
 	fs.IntVar(&c.Candidates, "candidates", 0, "override pool Config.Candidates (0: pool default)")
 	fs.IntVar(&c.FailLimit, "fail-limit", 3, "fail-counter: failures before a resource is removed")

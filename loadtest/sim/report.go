@@ -7,6 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/repool/repool/internal/pool"
 )
 
 // byName returns the result named name, or the zero Result.
@@ -72,7 +74,8 @@ func (r Report) writeHeader(w io.Writer) {
 		"strategies:",
 		"  oracle      the free resource with the highest true p for the context (reference, not reachable)",
 		"  ours        internal/pool: Acquire(context) then Release(outcome); pool defaults (leader board, candidates, quarantine,",
-		fmt.Sprintf("              probes), HalfLife %v (pool default 1h, which suits this drift)%s; fake clock, seeded PCG", c.HalfLife, overrides),
+		fmt.Sprintf("              probes), HalfLife %v (pool default %v, which suits this drift)%s; fake clock, seeded PCG",
+			c.HalfLife, pool.Config{}.WithDefaults().HalfLife, overrides),
 		fmt.Sprintf("  exact       Thompson sampling over every free resource: exact Beta draws from the same per-context cells (HalfLife %v,", c.HalfLife),
 		"              prior from the resource's aggregate), no candidate bound, no quarantine",
 		"  heuristics, modelled on popular proxy pools (blocking is permanent, as there; context-blind):",

@@ -25,8 +25,8 @@ type Config struct {
 	// every step and its outcome reported, and the lease released, InFlight
 	// steps later. Default 16.
 	InFlight int
-	// HalfLife is the half-life of ours and exact. Default 1h (the pool's
-	// default).
+	// HalfLife is the half-life of ours and exact. Default the pool's
+	// default.
 	HalfLife time.Duration
 	// Leaders and Candidates override the pool's defaults when positive.
 	Leaders, Candidates int
@@ -47,7 +47,7 @@ func (c Config) withDefaults() Config {
 		c.InFlight = 16
 	}
 	if c.HalfLife == 0 {
-		c.HalfLife = time.Hour
+		c.HalfLife = pool.Config{}.WithDefaults().HalfLife
 	}
 	if c.FailLimit == 0 {
 		c.FailLimit = 3
@@ -73,6 +73,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("Steps %d is below 1", c.Steps)
 	case c.InFlight < 1 || c.InFlight > c.World.Resources:
 		return fmt.Errorf("InFlight %d is outside [1, Resources=%d]", c.InFlight, c.World.Resources)
+	case c.World.Step > pool.MaxTTL/time.Duration(2*c.InFlight):
+		return fmt.Errorf("InFlight %d × Step %v: leases stay out %v and ours leases for twice that, above the pool's longest TTL, %v",
+			c.InFlight, c.World.Step, time.Duration(c.InFlight)*c.World.Step, pool.MaxTTL)
 	case c.HalfLife < 0:
 		return fmt.Errorf("HalfLife %v is negative", c.HalfLife)
 	case c.Leaders < 0 || c.Candidates < 0:
@@ -85,6 +88,13 @@ func (c Config) Validate() error {
 		return fmt.Errorf("Parallel %d is below 1", c.Parallel)
 	}
 	return c.poolConfig().Validate()
+}
+
+// leaseTTL is the TTL ours leases with: twice as long as a lease stays out
+// (InFlight steps), and at least the pool's shortest, so that none expires.
+// Validate checks that it is at most the pool's longest.
+func (c Config) leaseTTL() time.Duration {
+	return max(pool.MinTTL, 2*time.Duration(c.InFlight)*c.World.Step)
 }
 
 // poolConfig is the pool configuration ours runs with (before the clock and
@@ -209,10 +219,28 @@ func Simulate(ctx context.Context, cfg Config) (Report, error) {
 		})
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := firstCause(errs); err != nil {
 		return Report{}, err
 	}
 	return rep, nil
+}
+
+// firstCause returns the first error that is not a cancellation: when one
+// strategy fails, the others are cancelled, and their context.Canceled only
+// hides the cause. If every error is a cancellation (the caller cancelled),
+// it returns the first.
+func firstCause(errs []error) error {
+	var first error
+	for _, err := range errs {
+		switch {
+		case err == nil:
+		case !errors.Is(err, context.Canceled):
+			return err
+		case first == nil:
+			first = err
+		}
+	}
+	return first
 }
 
 // slot is a lease in flight.

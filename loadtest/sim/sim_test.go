@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/repool/repool/loadtest/sim/world"
 )
@@ -130,6 +133,37 @@ func TestRunOutput(t *testing.T) {
 	}
 }
 
+// TestSimulateLongLeases: leases that stay out longer than a minute (70
+// in flight, a second apart) must not expire before ours releases them.
+func TestSimulateLongLeases(t *testing.T) {
+	cfg := Config{World: world.Config{Seed: 1, Resources: 100, Step: time.Second}, Steps: 300, InFlight: 70}
+	rep := simulate(t, cfg)
+	if got := rep.byName("ours").Pool.Expired; got != 0 {
+		t.Errorf("ours expired %d leases, want 0", got)
+	}
+}
+
+func TestFirstCause(t *testing.T) {
+	boom := errors.New("boom")
+	canceled := fmt.Errorf("uniform: %w", context.Canceled)
+	tests := []struct {
+		name string
+		errs []error
+		want error
+	}{
+		{"none", []error{nil, nil}, nil},
+		{"cause after cancellations", []error{nil, canceled, boom, canceled}, boom},
+		{"only cancellations", []error{canceled, fmt.Errorf("ours: %w", context.Canceled)}, canceled},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := firstCause(tt.errs); got != tt.want {
+				t.Errorf("firstCause(%v) = %v, want %v", tt.errs, got, tt.want)
+			}
+		})
+	}
+}
+
 func TestSimulateCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -150,6 +184,8 @@ func TestParseFlags(t *testing.T) {
 		{name: "too many in flight", args: []string{"-n", "10", "-inflight", "11"}, wantErr: true},
 		{name: "zero steps", args: []string{"-steps", "-5"}, wantErr: true},
 		{name: "tick shorter than step", args: []string{"-step", "2s"}, wantErr: true},
+		{name: "leases out over a minute", args: []string{"-n", "100", "-inflight", "70", "-step", "1s"}},
+		{name: "leases out beyond the pool's max TTL", args: []string{"-n", "2000", "-inflight", "1801", "-step", "1s"}, wantErr: true},
 		{name: "stray argument", args: []string{"extra"}, wantErr: true},
 	}
 	for _, tt := range tests {

@@ -74,6 +74,7 @@ func strategyKinds(cfg Config) []strategyKind {
 // cells sit in probation (see probation).
 type ours struct {
 	p     *pool.Pool
+	ttl   time.Duration
 	ctxs  []string
 	index map[string]int
 	sub   *pool.Subscription
@@ -85,9 +86,6 @@ type cellName struct{ res, ctx string }
 
 var _ Strategy = (*ours)(nil)
 
-// leaseTTL is far longer than a lease stays out, so that none expires.
-const leaseTTL = time.Minute
-
 func newOurs(e env) (Strategy, error) {
 	pc := e.cfg.poolConfig()
 	pc.Clock = e.clock
@@ -98,7 +96,7 @@ func newOurs(e env) (Strategy, error) {
 	}
 	n := e.world.Resources()
 	specs := make([]pool.Spec, n)
-	s := &ours{p: p, index: make(map[string]int, n), last: map[cellName]pool.EventKind{}}
+	s := &ours{p: p, ttl: e.cfg.leaseTTL(), index: make(map[string]int, n), last: map[cellName]pool.EventKind{}}
 	for r := range n {
 		id := resourceID(r)
 		specs[r] = pool.Spec{ID: id, Capacity: 1}
@@ -156,7 +154,7 @@ func (s *ours) probation() (waiting, cells int, err error) {
 func resourceID(r int) string { return fmt.Sprintf("r%05d", r) }
 
 func (s *ours) Pick(ctx int) (lease, error) {
-	l, err := s.p.Acquire(s.ctxs[ctx], leaseTTL, nil)
+	l, err := s.p.Acquire(s.ctxs[ctx], s.ttl, nil)
 	s.drain()
 	if errors.Is(err, pool.ErrExhausted) {
 		return lease{}, errNoResource
@@ -240,17 +238,10 @@ func (e *exact) prior(agg counts, now int64) (a, b float64) {
 var _ Strategy = (*exact)(nil)
 
 func newExact(e env) (Strategy, error) {
-	pc := e.cfg.poolConfig()
-	hl, weight := pc.HalfLife, pc.PriorWeight
-	if hl == 0 {
-		hl = time.Hour
-	}
-	if weight == 0 {
-		weight = 2
-	}
+	pc := e.cfg.poolConfig().WithDefaults() // the pool's own defaults, so they cannot drift apart
 	n, k := e.world.Resources(), e.world.Contexts()
 	return &exact{
-		clock: e.clock, rng: e.rng, hl: float64(hl), weight: weight, k: k,
+		clock: e.clock, rng: e.rng, hl: float64(pc.HalfLife), weight: pc.PriorWeight, k: k,
 		cells: make([]counts, n*k), agg: make([]counts, n), busy: make([]bool, n),
 	}, nil
 }
