@@ -31,7 +31,9 @@ func run(t *testing.T, args ...string) (stdout, stderr string, err error) {
 
 // TestCheckedInConfigs renders the example inventory the way the checked-in
 // files say they were made and compares: they never go stale. -update
-// rewrites them.
+// rewrites them. The same files are the golden files of the haproxy and
+// keepalived packages' Render tests; this test checks that the commands'
+// flags reach Render and --out writes its output unchanged.
 func TestCheckedInConfigs(t *testing.T) {
 	tests := []struct {
 		file string // checked in, relative to the repository root

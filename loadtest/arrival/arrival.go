@@ -98,7 +98,7 @@ type Executor struct {
 	start                                    atomic.Int64 // UnixNano; 0 before Run
 	started, completed, dropped, interrupted atomic.Int64
 	active, allocated, peak                  atomic.Int64
-	hardStop, done                           atomic.Bool
+	done                                     atomic.Bool
 }
 
 // New returns an executor of fn with cfg.

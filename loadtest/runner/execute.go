@@ -2,7 +2,6 @@ package runner
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -89,9 +88,9 @@ func LoadScenario(name string, short bool) (*scenario.Scenario, error) {
 	return scenario.Load(scenarios.FS, name, short)
 }
 
-// Execute runs the scenario in the chosen modes, prints the summaries (and
-// the before/after table) to Out, and writes the JSON and HTML files.
-func Execute(ctx context.Context, o Options) (*Result, error) {
+// applyDefaults puts defaults in place of o's zero values; the one place
+// they are applied.
+func (o *Options) applyDefaults() {
 	if o.Mode == "" {
 		o.Mode = ModeSidecar
 	}
@@ -104,6 +103,38 @@ func Execute(ctx context.Context, o Options) (*Result, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
+}
+
+// openStore returns the PostgreSQL cluster that holds the servers'
+// databases for o.Store, and how to release it: o.Postgres when set (kept
+// running); a throwaway cluster started here (stopped by release) for
+// StorePostgres, and for StoreAuto when PostgreSQL is installed; nil for
+// StoreSQLite and for StoreAuto without PostgreSQL (a note to o.Out says
+// so). Any other Store is an error.
+func openStore(ctx context.Context, o *Options) (pg *topology.Postgres, release func(), err error) {
+	nothing := func() {}
+	switch {
+	case o.Postgres != nil:
+		return o.Postgres, nothing, nil
+	case o.Store == StoreAuto && topology.PostgresBinDir() == "":
+		fmt.Fprintln(o.Out, "note: PostgreSQL is not installed: each provider runs two independent SQLite servers (HAProxy's backup takes over on failover; leases do not carry over)")
+		return nil, nothing, nil
+	case o.Store == StoreAuto || o.Store == StorePostgres:
+		if pg, err = topology.StartPostgres(ctx); err != nil {
+			return nil, nil, err
+		}
+		return pg, func() { pg.Close() }, nil
+	case o.Store == StoreSQLite:
+		return nil, nothing, nil
+	}
+	return nil, nil, fmt.Errorf("store %q: want auto, postgres or sqlite", o.Store)
+}
+
+// Execute runs the scenario in the chosen modes, prints the summaries (and
+// the before/after table) to Out, and writes the JSON and HTML files. A
+// fault of the plan that fails to apply is an error (see Run).
+func Execute(ctx context.Context, o Options) (*Result, error) {
+	o.applyDefaults()
 	modes := map[string][]string{ModeSidecar: {ModeSidecar}, ModeNaive: {ModeNaive}, ModeBoth: {ModeNaive, ModeSidecar}}[o.Mode]
 	if modes == nil {
 		return nil, fmt.Errorf("mode %q: want sidecar, naive or both", o.Mode)
@@ -112,20 +143,11 @@ func Execute(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	pg := o.Postgres
-	switch {
-	case pg != nil:
-	case o.Store == StoreAuto && topology.PostgresBinDir() == "":
-		fmt.Fprintln(o.Out, "note: PostgreSQL is not installed: each provider runs two independent SQLite servers (HAProxy's backup takes over on failover; leases do not carry over)")
-	case o.Store == StoreAuto || o.Store == StorePostgres:
-		if pg, err = topology.StartPostgres(ctx); err != nil {
-			return nil, err
-		}
-		defer pg.Close()
-	case o.Store == StoreSQLite:
-	default:
-		return nil, fmt.Errorf("store %q: want auto, postgres or sqlite", o.Store)
+	pg, release, err := openStore(ctx, &o)
+	if err != nil {
+		return nil, err
 	}
+	defer release()
 
 	res := &Result{Scenario: sc}
 	for _, mode := range modes {
@@ -153,7 +175,7 @@ func Execute(ctx context.Context, o Options) (*Result, error) {
 	}
 	if len(res.Runs) == 2 {
 		res.Comparison = summary.Compare(res.Runs[0], res.Runs[1])
-		res.Comparison.WriteText(o.Out, sc.Name)
+		res.Comparison.WriteText(o.Out, sc)
 	}
 	if o.JSON != "" {
 		if err := writeFile(o.JSON, func(w io.Writer) error { return summary.WriteJSON(w, res.jsonValue(o.Mode)) }); err != nil {
@@ -191,5 +213,5 @@ func writeFile(path string, write func(io.Writer) error) error {
 		f.Close()
 		return err
 	}
-	return errors.Join(f.Close())
+	return f.Close()
 }

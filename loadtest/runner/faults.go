@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -27,6 +28,8 @@ type Faults interface {
 var _ Faults = (*topology.Topology)(nil)
 
 // plan runs a scenario's fault plan against a topology on the run's clock.
+// A fault that fails to apply is an event and an error (see err): a run
+// without its fault does not measure what the scenario describes.
 type plan struct {
 	faults   []scenario.Fault
 	duration time.Duration
@@ -35,6 +38,7 @@ type plan struct {
 
 	mu      sync.Mutex
 	pending map[int]func() // reverts of applied faults, by index
+	errs    []error        // faults that failed to apply
 	wg      sync.WaitGroup
 }
 
@@ -108,6 +112,11 @@ func (p *plan) apply(ctx context.Context, i int, t0 time.Time) {
 	undo, what, err := p.inject(ctx, f)
 	if err != nil {
 		p.event(time.Since(t0), fmt.Sprintf("fault %s on %s failed: %v", f.Kind, f.Provider, err))
+		if ctx.Err() == nil { // else the plan was stopped: the run is over
+			p.mu.Lock()
+			p.errs = append(p.errs, fmt.Errorf("fault %s on %s at %v: %w", f.Kind, f.Provider, f.At.D(), err))
+			p.mu.Unlock()
+		}
 		return
 	}
 	p.event(at, fmt.Sprintf("fault on: %s %s (took %v)", f.Provider, what, (time.Since(t0)-at).Round(time.Millisecond)))
@@ -127,6 +136,14 @@ func (p *plan) revert(i int, at time.Duration) {
 	}
 	p.event(at, fmt.Sprintf("fault off: %s %s", p.faults[i].Provider, p.faults[i].Kind))
 	undo()
+}
+
+// err returns the faults that failed to apply so far, joined; nil when
+// none did. Call it after finish for the whole run.
+func (p *plan) err() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return errors.Join(p.errs...)
 }
 
 // finish waits for the schedule, then reverts what is still applied

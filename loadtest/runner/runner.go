@@ -66,7 +66,9 @@ type Config struct {
 
 // Run runs one mode of the scenario and returns its summary. Everything it
 // starts is stopped before it returns, also when ctx is cancelled (the
-// summary then covers what ran).
+// summary then covers what ran). A fault of the plan that fails to apply
+// makes it return an error naming the fault, not a summary: the run did not
+// measure what the scenario describes.
 func Run(ctx context.Context, cfg Config) (*summary.Summary, error) {
 	sc := cfg.Scenario
 	if sc == nil || cfg.Dir == "" || (cfg.Mode != ModeSidecar && cfg.Mode != ModeNaive) {
@@ -85,18 +87,10 @@ func Run(ctx context.Context, cfg Config) (*summary.Summary, error) {
 			rec.AddEvent(time.Since(time.Unix(0, t)), text)
 		}
 	}
-	brownout := map[string]bool{}
-	for _, f := range sc.Faults {
-		if f.Kind == scenario.KindBrownout {
-			brownout[f.Provider] = true
-		}
-	}
 	cfg.Log.Info("starting the topology", "scenario", sc.Name, "mode", cfg.Mode, "dir", cfg.Dir)
-	topo, err := topology.Start(ctx, topology.Config{
-		Providers: sc.Names(), Brownout: brownout, Sidecar: cfg.Mode == ModeSidecar,
-		SidecarPolicies: sc.Sidecar, Resources: sc.Request.Resources, Capacity: sc.Request.Capacity,
-		Postgres: cfg.Postgres, Dir: cfg.Dir, Event: event, Log: cfg.Log,
-	})
+	tc := topologyConfig(sc, cfg.Mode == ModeSidecar)
+	tc.Postgres, tc.Dir, tc.Event, tc.Log = cfg.Postgres, cfg.Dir, event, cfg.Log
+	topo, err := topology.Start(ctx, tc)
 	if err != nil {
 		return nil, fmt.Errorf("starting the topology: %w", err)
 	}
@@ -147,9 +141,29 @@ func Run(ctx context.Context, cfg Config) (*summary.Summary, error) {
 	if err := topo.Close(); err != nil {
 		cfg.Log.Warn("a child exited with an error", "err", err)
 	}
+	if err := pl.err(); err != nil {
+		return nil, err
+	}
 	return summary.Compute(summary.Input{
 		Mode: cfg.Mode, Scenario: sc, Stats: stats, Windows: pl.windows(), Recorder: rec, StartedAt: startedAt,
 	}), nil
+}
+
+// topologyConfig is the part of the topology's configuration that sc
+// decides: its providers, a brownout proxy for each provider with a brownout
+// fault, the sidecar (when sidecar is set) with sc's policies, and the
+// resources to register. The caller sets Postgres, Dir, Event and Log.
+func topologyConfig(sc *scenario.Scenario, sidecar bool) topology.Config {
+	brownout := map[string]bool{}
+	for _, f := range sc.Faults {
+		if f.Kind == scenario.KindBrownout {
+			brownout[f.Provider] = true
+		}
+	}
+	return topology.Config{
+		Providers: sc.Names(), Brownout: brownout, Sidecar: sidecar, SidecarPolicies: sc.Sidecar,
+		Resources: sc.Request.Resources, Capacity: sc.Request.Capacity,
+	}
 }
 
 // iterations runs the scenario's iterations.

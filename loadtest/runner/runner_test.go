@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +13,9 @@ import (
 	"time"
 
 	"github.com/repool/repool/loadtest/runner"
+	"github.com/repool/repool/loadtest/scenario"
+	"github.com/repool/repool/loadtest/scenarios"
+	"github.com/repool/repool/loadtest/summary"
 	"github.com/repool/repool/loadtest/topology"
 )
 
@@ -23,14 +28,19 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestShortScenarios runs every shipped scenario's short variant end to
-// end — real servers (PostgreSQL HA pairs), HAProxy, toxiproxy, the
-// sidecar, the faults — and checks that each run produced a summary, a
-// JSON summary with the required fields and evaluated thresholds, and an
-// HTML report. It checks that the harness works, not that anything was
-// fast: the thresholds may hold or not. provider-down also runs the naive
-// client (-mode both) for the before/after table.
+// TestShortScenarios runs the short variant of every scenario file of
+// loadtest/scenarios end to end — real servers (PostgreSQL HA pairs),
+// HAProxy, toxiproxy, the sidecar, the faults — and checks that each run
+// applied every planned fault and produced a summary, a JSON summary with
+// the required fields and evaluated thresholds, and an HTML report. It
+// checks that the harness works, not that anything was fast: the
+// thresholds may hold or not. provider-down also runs the naive client
+// (-mode both) for the before/after table.
 func TestShortScenarios(t *testing.T) {
+	files, err := fs.Glob(scenarios.FS, "*.json")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("scenario files = %v, %v; want some", files, err)
+	}
 	if topology.PostgresBinDir() == "" {
 		t.Fatal("PostgreSQL is not installed: run scripts/test, which installs it")
 	}
@@ -42,27 +52,22 @@ func TestShortScenarios(t *testing.T) {
 	}
 	t.Cleanup(func() { pg.Close() })
 
-	tests := []struct {
-		scenario, mode string
-	}{
-		{"baseline", runner.ModeSidecar},
-		{"provider-down", runner.ModeBoth},
-		{"blackhole", runner.ModeSidecar},
-		{"brownout", runner.ModeSidecar},
-		{"failover", runner.ModeSidecar},
-	}
-	for _, tt := range tests {
-		t.Run(tt.scenario, func(t *testing.T) {
+	for _, file := range files {
+		name, mode := strings.TrimSuffix(file, ".json"), runner.ModeSidecar
+		if name == "provider-down" {
+			mode = runner.ModeBoth // the before/after table too
+		}
+		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			var out bytes.Buffer
 			o := runner.Options{
-				Scenario: tt.scenario, Short: true, Mode: tt.mode, Store: runner.StorePostgres, Dir: dir,
+				Scenario: name, Short: true, Mode: mode, Store: runner.StorePostgres, Dir: dir,
 				JSON: filepath.Join(dir, "summary.json"), HTML: filepath.Join(dir, "report.html"), Out: &out,
 			}
 			o.Postgres = pg
 			res, err := runner.Execute(ctx, o)
 			if err != nil {
-				t.Fatalf("Execute(%s, %s) = %v\n%s", tt.scenario, tt.mode, err, out.String())
+				t.Fatalf("Execute(%s, %s) = %v\n%s", name, mode, err, out.String())
 			}
 			t.Logf("%s", out.String())
 			for _, want := range []string{"http_req_duration", "dropped_iterations", "vus_max", "thresholds"} {
@@ -79,7 +84,7 @@ func TestShortScenarios(t *testing.T) {
 				t.Fatalf("JSON summary does not decode: %v", err)
 			}
 			runs := []any{doc}
-			if tt.mode == runner.ModeBoth {
+			if mode == runner.ModeBoth {
 				runs, _ = doc["runs"].([]any)
 				if len(runs) != 2 || doc["before_after"] == nil {
 					t.Fatalf("JSON of -mode both = %d runs, before_after %v; want 2 runs and a table", len(runs), doc["before_after"] != nil)
@@ -89,7 +94,7 @@ func TestShortScenarios(t *testing.T) {
 				}
 			}
 			for _, r := range runs {
-				checkRun(t, r.(map[string]any), tt.scenario)
+				checkRun(t, r.(map[string]any), name)
 			}
 			html, err := os.ReadFile(o.HTML)
 			if err != nil || !bytes.Contains(html, []byte("<svg")) {
@@ -98,7 +103,46 @@ func TestShortScenarios(t *testing.T) {
 			if len(res.Runs) == 0 || res.Runs[0].Iterations+res.Runs[0].DroppedIterations == 0 {
 				t.Errorf("Execute() ran no iteration")
 			}
+			for _, r := range res.Runs {
+				checkFaultsApplied(t, r, res.Scenario.Faults)
+			}
 		})
+	}
+}
+
+// TestUnknownStore: Execute and Serve reject a store they do not know
+// before starting anything.
+func TestUnknownStore(t *testing.T) {
+	o := runner.Options{Scenario: "baseline", Store: "bogus", Out: io.Discard}
+	for name, run := range map[string]func() error{
+		"Execute": func() error { _, err := runner.Execute(context.Background(), o); return err },
+		"Serve":   func() error { return runner.Serve(context.Background(), o) },
+	} {
+		if err := run(); err == nil || !strings.Contains(err.Error(), `store "bogus"`) {
+			t.Errorf("%s(Store: bogus) = %v, want an error naming the store", name, err)
+		}
+	}
+}
+
+// checkFaultsApplied checks that run has a "fault on" event for every
+// planned fault. Execute fails on a fault that failed to apply; this also
+// catches one that the run ended before applying.
+func checkFaultsApplied(t *testing.T, run *summary.Summary, faults []scenario.Fault) {
+	t.Helper()
+	planned := map[string]int{} // by the event's prefix
+	for _, f := range faults {
+		planned["fault on: "+f.Provider+" "+f.Kind+":"]++
+	}
+	for prefix, want := range planned {
+		got := 0
+		for _, e := range run.Events {
+			if strings.HasPrefix(e.Text, prefix) {
+				got++
+			}
+		}
+		if got != want {
+			t.Errorf("%s run: %d events %q, want %d (one per planned fault); events: %+v", run.Mode, got, prefix, want, run.Events)
+		}
 	}
 }
 

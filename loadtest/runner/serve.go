@@ -23,24 +23,20 @@ import (
 //	POST /start   starts the fault plan now (k6's setup() calls it); 409 if started
 //	POST /stop    reverts the faults still applied (k6's teardown() calls it)
 //	GET  /events  {"started": bool, "faults": [...], "events": [...]}
+//
+// o.Mode is ignored (k6 calls the sidecar). Serve returns ctx's error once
+// ctx ends, or an error naming the faults of the plan that failed to apply.
 func Serve(ctx context.Context, o Options) error {
-	if o.Store == "" {
-		o.Store = StoreAuto
-	}
-	if o.Out == nil {
-		o.Out = os.Stdout
-	}
+	o.applyDefaults()
 	sc, err := LoadScenario(o.Scenario, o.Short)
 	if err != nil {
 		return err
 	}
-	var pg *topology.Postgres
-	if o.Store == StorePostgres || (o.Store == StoreAuto && topology.PostgresBinDir() != "") {
-		if pg, err = topology.StartPostgres(ctx); err != nil {
-			return err
-		}
-		defer pg.Close()
+	pg, release, err := openStore(ctx, &o)
+	if err != nil {
+		return err
 	}
+	defer release()
 	dir, err := WorkDir(o.Dir, sc.Name)
 	if err != nil {
 		return err
@@ -49,14 +45,9 @@ func Serve(ctx context.Context, o Options) error {
 		defer os.RemoveAll(dir)
 	}
 	c := &controller{}
-	brownout := map[string]bool{}
-	for _, f := range sc.Faults {
-		brownout[f.Provider] = brownout[f.Provider] || f.Kind == "brownout"
-	}
-	topo, err := topology.Start(ctx, topology.Config{
-		Providers: sc.Names(), Brownout: brownout, Sidecar: true, SidecarPolicies: sc.Sidecar,
-		Resources: sc.Request.Resources, Capacity: sc.Request.Capacity, Postgres: pg, Dir: dir, Event: c.event, Log: o.Log,
-	})
+	tc := topologyConfig(sc, true)
+	tc.Postgres, tc.Dir, tc.Event, tc.Log = pg, dir, c.event, o.Log
+	topo, err := topology.Start(ctx, tc)
 	if err != nil {
 		return err
 	}
@@ -84,6 +75,9 @@ Ctrl-C stops everything.
 `, sc, topo.SidecarURL(), faults, dir, sc.Name, map[bool]string{true: " -e SHORT=1"}[sc.IsShort], topo.SidecarURL(), faults)
 	<-ctx.Done()
 	c.stop()
+	if err := c.plan.err(); err != nil {
+		return err
+	}
 	return ctx.Err()
 }
 

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+
+	"github.com/repool/repool/loadtest/scenario"
 )
 
 // Both is the result of -mode both: the naive run, then the sidecar run,
@@ -84,9 +86,11 @@ func failedOf(s *Summary) int64 {
 	return n
 }
 
-// WriteText prints the table.
-func (c *Comparison) WriteText(w io.Writer, scenarioName string) {
-	fmt.Fprintf(w, "\n  before/after · %s · naive client (walks hosts, retries 3×200ms per host) vs sidecar behind HAProxy\n\n", scenarioName)
+// WriteText prints the table of a run of sc, headed by the naive client's
+// policy (sc.Naive).
+func (c *Comparison) WriteText(w io.Writer, sc *scenario.Scenario) {
+	fmt.Fprintf(w, "\n  before/after · %s · naive client (walks hosts, retries %d×%v per host) vs sidecar behind HAProxy\n\n",
+		sc.Name, sc.Naive.AttemptsPerHost, sc.Naive.RetryDelay.D())
 	fmt.Fprintf(w, "   %-44s %12s %12s %14s\n", "", "naive", "sidecar", "naive/sidecar")
 	for _, r := range c.Rows {
 		fmt.Fprintf(w, "   %-44s %12s %12s %14s\n", r.Name, r.format(r.Naive), r.format(r.Sidecar), r.ratio())

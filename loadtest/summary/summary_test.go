@@ -161,9 +161,12 @@ func TestCompare(t *testing.T) {
 	if c.Provider != "us" || c.Rows[0].Name != "avg, us in fault window" || c.Rows[0].Ratio == nil || *c.Rows[0].Ratio != 100 {
 		t.Errorf("Compare() first row = %+v (provider %q), want avg in us's fault window with ratio 100", c.Rows[0], c.Provider)
 	}
+	sc := &scenario.Scenario{Name: "t", Naive: scenario.Naive{AttemptsPerHost: 2, RetryDelay: scenario.Duration(50 * time.Millisecond)}}
 	var text strings.Builder
-	c.WriteText(&text, "t")
-	if !strings.Contains(text.String(), "naive/sidecar") {
-		t.Errorf("Compare text lacks the ratio column:\n%s", text.String())
+	c.WriteText(&text, sc)
+	for _, want := range []string{"naive/sidecar", "retries 2×50ms per host"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("Comparison.WriteText(%+v) lacks %q:\n%s", sc.Naive, want, text.String())
+		}
 	}
 }

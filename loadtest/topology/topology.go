@@ -145,11 +145,9 @@ func Start(ctx context.Context, cfg Config) (_ *Topology, err error) {
 		}
 	}()
 	for _, p := range cfg.Providers {
-		c, err := t.startCluster(ctx, p)
-		if err != nil {
+		if err := t.startCluster(ctx, p); err != nil {
 			return nil, fmt.Errorf("provider %s: %w", p, err)
 		}
-		t.clusters[p] = c
 	}
 	if cfg.Sidecar {
 		if err := t.startSidecar(ctx); err != nil {
@@ -159,14 +157,18 @@ func Start(ctx context.Context, cfg Config) (_ *Topology, err error) {
 	return t, nil
 }
 
-func (t *Topology) startCluster(ctx context.Context, p string) (*cluster, error) {
+// startCluster starts provider p's servers, brownout proxies, HAProxy and
+// toxiproxies. The cluster is in t.clusters from the start, so that Close
+// also stops what a failed start left running.
+func (t *Topology) startCluster(ctx context.Context, p string) error {
 	c := &cluster{name: p}
+	t.clusters[p] = c
 	ha := t.cfg.Postgres != nil
 	var dsn string
 	if ha {
 		var err error
 		if dsn, err = t.cfg.Postgres.CreateDB(ctx, strings.ReplaceAll(p, "-", "_")); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	for i := range t.cfg.Servers {
@@ -184,17 +186,17 @@ func (t *Topology) startCluster(ctx context.Context, p string) (*cluster, error)
 	first := c.servers[0]
 	key, err := t.startNode(ctx, first)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if key == "" {
-		return nil, fmt.Errorf("%s printed no demo API key on an empty store", first.name)
+		return fmt.Errorf("%s printed no demo API key on an empty store", first.name)
 	}
 	c.key = key
 	if err := waitStatus(ctx, "http://"+first.http+"/readyz/active", http.StatusOK, 30*time.Second); err != nil {
-		return nil, fmt.Errorf("%s never became active: %w (see %s)", first.name, err, first.logPath)
+		return fmt.Errorf("%s never became active: %w (see %s)", first.name, err, first.logPath)
 	}
 	if err := c.register(ctx, t.cfg.Resources, t.cfg.Capacity); err != nil {
-		return nil, err
+		return err
 	}
 	if !ha {
 		// Independent SQLite servers need the same tenant and key: stop
@@ -203,16 +205,16 @@ func (t *Topology) startCluster(ctx context.Context, p string) (*cluster, error)
 		first.proc.stop(syscall.SIGTERM, 10*time.Second)
 		for _, n := range c.servers[1:] {
 			if err := copyStore(strings.TrimPrefix(first.store, "sqlite:"), strings.TrimPrefix(n.store, "sqlite:")); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		if _, err := t.startNode(ctx, first); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	for _, n := range c.servers[1:] {
 		if _, err := t.startNode(ctx, n); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	want := http.StatusNotFound // a standby
@@ -225,7 +227,7 @@ func (t *Topology) startCluster(ctx context.Context, p string) (*cluster, error)
 			w = http.StatusOK
 		}
 		if err := waitStatus(ctx, "http://"+n.http+"/readyz/active", w, 30*time.Second); err != nil {
-			return nil, fmt.Errorf("%s: %w (see %s)", n.name, err, n.logPath)
+			return fmt.Errorf("%s: %w (see %s)", n.name, err, n.logPath)
 		}
 	}
 
@@ -236,7 +238,7 @@ func (t *Topology) startCluster(ctx context.Context, p string) (*cluster, error)
 		if t.cfg.Brownout[p] {
 			b, err := startBrownout(n.grpc)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			c.brownouts = append(c.brownouts, b)
 			upstream[i] = b.addr()
@@ -248,20 +250,20 @@ func (t *Topology) startCluster(ctx context.Context, p string) (*cluster, error)
 		wantUp = len(c.servers)
 	}
 	if c.ha, err = startHAProxy(ctx, t.cfg.Dir, p, backends, wantUp, t.cfg.Event); err != nil {
-		return nil, err
+		return err
 	}
 	if c.vip, err = t.proxy(p+"-vip", c.ha.addr); err != nil {
-		return nil, err
+		return err
 	}
 	for i, n := range c.servers {
 		e, err := t.proxy(n.name, upstream[i])
 		if err != nil {
-			return nil, err
+			return err
 		}
 		c.edges = append(c.edges, e)
 	}
 	t.log.Info("provider up", "provider", p, "haproxy", c.ha.addr, "vip", c.vip.Listen, "ha", ha)
-	return c, nil
+	return nil
 }
 
 // startNode starts a server child and returns the demo key it printed, if

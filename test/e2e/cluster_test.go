@@ -299,11 +299,6 @@ func (c *cluster) inventory() string {
 		fmt.Fprintf(&b, "  - {name: %s, address: %s, grpc_port: %d, http_port: %d}\n", h.name, h.addr, grpcPort, httpPort)
 	}
 	fmt.Fprintf(&b, "keepalived: {notify_script: %s}\n", filepath.Join(c.dir, "notify.sh"))
-	// HAProxy waits min(timeout connect, 1s) before it retries a refused
-	// connection: with the 1s default, requests that meet a dead active
-	// server wait a second, longer than the sidecar's retries last. The
-	// servers are on the LB hosts' LAN: a connect takes well under 100ms.
-	fmt.Fprintf(&b, "timeouts: {connect: 100ms}\n")
 	path := filepath.Join(c.dir, "inventory.yaml")
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		c.tb.Fatal(err)

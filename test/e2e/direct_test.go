@@ -3,7 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -103,11 +104,7 @@ func (d *direct) queue(b *backend) func() string {
 	}
 	return func() string {
 		wg.Wait()
-		keys := make([]string, 0, len(answers))
-		for k := range answers {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
+		keys := slices.Sorted(maps.Keys(answers))
 		var s strings.Builder
 		for _, k := range keys {
 			fmt.Fprintf(&s, "%s ×%d; ", k, answers[k])

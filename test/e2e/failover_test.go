@@ -16,9 +16,11 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -391,11 +393,7 @@ func logPhases(tb testing.TB, phases []phase, calls []call) {
 				}
 			}
 		}
-		keys := make([]string, 0, len(byOutcome))
-		for k := range byOutcome {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
+		keys := slices.Sorted(maps.Keys(byOutcome))
 		var b strings.Builder
 		for _, k := range keys {
 			fmt.Fprintf(&b, "%s=%d ", k, byOutcome[k])
@@ -424,11 +422,7 @@ func latencies(calls []call, from, to time.Time) string {
 			byOp[cl.op] = append(byOp[cl.op], cl.end.Sub(cl.start))
 		}
 	}
-	ops := make([]string, 0, len(byOp))
-	for op := range byOp {
-		ops = append(ops, op)
-	}
-	sort.Strings(ops)
+	ops := slices.Sorted(maps.Keys(byOp))
 	var b strings.Builder
 	for _, op := range ops {
 		ds := byOp[op]

@@ -15,7 +15,7 @@ import (
 	"github.com/repool/repool/internal/lb/inventory"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata/*.golden from the renderer's output")
+var update = flag.Bool("update", false, "rewrite the golden files (haproxy/haproxy.cfg, testdata/*.golden) from the renderer's output")
 
 // examplePath is the inventory checked in for operators.
 const examplePath = "../../../haproxy/inventory.yaml"
@@ -30,16 +30,17 @@ func loadExample(tb testing.TB) *inventory.Inventory {
 }
 
 // TestRenderGolden renders the example inventory, compares the result with
-// testdata/<name>.golden (-update rewrites it) and has the real HAProxy
-// check it.
+// its golden file (-update rewrites it) and has the real HAProxy check it.
+// The shared configuration's golden file is the one checked in for
+// operators, haproxy/haproxy.cfg, so that there is one copy of it.
 func TestRenderGolden(t *testing.T) {
 	tests := []struct {
 		name   string
-		golden string
+		golden string // relative to this package
 		opts   Options
 	}{
-		{"shared by all LB hosts", "haproxy.cfg.golden", Options{}},
-		{"lb2 with its own pid file", "haproxy-lb2.cfg.golden", Options{Host: "lb2", PIDFile: "/run/haproxy-lb2.pid"}},
+		{"shared by all LB hosts", "../../../haproxy/haproxy.cfg", Options{}},
+		{"lb2 with its own pid file", "testdata/haproxy-lb2.cfg.golden", Options{Host: "lb2", PIDFile: "/run/haproxy-lb2.pid"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -47,7 +48,7 @@ func TestRenderGolden(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Render(example, %+v) = got error %v, want nil", tt.opts, err)
 			}
-			golden := filepath.Join("testdata", tt.golden)
+			golden := filepath.FromSlash(tt.golden)
 			if *update {
 				if err := os.WriteFile(golden, got, 0o644); err != nil {
 					t.Fatal(err)

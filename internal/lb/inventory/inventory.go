@@ -172,7 +172,9 @@ type Checks struct {
 // stream is bounded by timeout client/server, not by timeout tunnel, which
 // only covers upgraded connections.
 type Timeouts struct {
-	// Connect bounds a TCP connect to a server. Default 1s.
+	// Connect bounds a TCP connect to a server. Default 100ms
+	// (DefaultConnectTimeout): HAProxy retries a refused connect only
+	// after min(connect, 1s).
 	Connect time.Duration `yaml:"connect"`
 	// Client is the client-side inactivity timeout. Default 1h.
 	Client time.Duration `yaml:"client"`

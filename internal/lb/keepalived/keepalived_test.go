@@ -14,12 +14,15 @@ import (
 	"github.com/repool/repool/internal/lb/inventory"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata/*.golden from the renderer's output")
+var update = flag.Bool("update", false, "rewrite the golden files keepalived/keepalived-<host>.conf from the renderer's output")
 
 // Paths relative to this package.
 const (
 	examplePath = "../../../haproxy/inventory.yaml"
 	notifyPath  = "../../../keepalived/notify.sh"
+	// checkedIn holds the configurations checked in for operators,
+	// keepalived-<host>.conf: they are the golden files.
+	checkedIn = "../../../keepalived"
 )
 
 func loadExample(tb testing.TB) *inventory.Inventory {
@@ -32,7 +35,7 @@ func loadExample(tb testing.TB) *inventory.Inventory {
 }
 
 // TestRenderGolden renders keepalived.conf for each LB host of the example
-// inventory, compares it with testdata/keepalived-<host>.conf.golden
+// inventory, compares it with the checked-in keepalived/keepalived-<host>.conf
 // (-update rewrites it) and has the real keepalived check it.
 func TestRenderGolden(t *testing.T) {
 	for _, host := range []string{"lb1", "lb2"} {
@@ -42,7 +45,7 @@ func TestRenderGolden(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Render(example, %s) = got error %v, want nil", host, err)
 			}
-			golden := filepath.Join("testdata", "keepalived-"+host+".conf.golden")
+			golden := filepath.Join(checkedIn, "keepalived-"+host+".conf")
 			if *update {
 				if err := os.WriteFile(golden, got, 0o644); err != nil {
 					t.Fatal(err)

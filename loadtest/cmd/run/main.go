@@ -9,7 +9,8 @@
 //	go run ./loadtest/cmd/run -scenario provider-down -serve        # topology and faults for k6
 //
 // It exits 0 when the thresholds hold (in the sidecar run), 99 when they
-// do not (as k6 does), 1 on error. See docs/loadtest.md.
+// do not (as k6 does), 1 on error — a fault of the plan that could not be
+// applied is one. See docs/loadtest.md.
 package main
 
 import (

@@ -221,8 +221,10 @@ func start(tb testing.TB, inv *inventory.Inventory, dir string) (_ *Process, inU
 	}
 }
 
-// WaitStatus polls rt until every named server matches its wanted state: a
-// Status ("UP") or a Status and an AdminState ("NOLB/drain").
+// WaitStatus polls rt until every named server is listed and matches its
+// wanted state: a Status ("UP") or a Status and an AdminState
+// ("NOLB/drain"). A named server that HAProxy does not list fails tb at the
+// deadline like a wrong state.
 func WaitStatus(tb testing.TB, rt *haproxy.Runtime, want map[string]string) {
 	tb.Helper()
 	deadline := time.Now().Add(WaitFor)
@@ -231,18 +233,21 @@ func WaitStatus(tb testing.TB, rt *haproxy.Runtime, want map[string]string) {
 		if err != nil {
 			tb.Fatalf("haproxytest: Servers() = got error %v, want nil", err)
 		}
-		ok := true
+		matched := 0
 		for _, s := range servers {
 			w, care := want[s.Name]
+			if !care {
+				continue
+			}
 			got := string(s.Status)
 			if strings.Contains(w, "/") {
 				got += "/" + string(s.Admin)
 			}
-			if care && got != w {
-				ok = false
+			if got == w {
+				matched++
 			}
 		}
-		if ok {
+		if matched == len(want) {
 			return
 		}
 		if time.Now().After(deadline) {
