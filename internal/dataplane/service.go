@@ -196,14 +196,20 @@ func (s *Service) Register(ctx context.Context, req *repoolv1.RegisterRequest) (
 		return nil, toStatus(s.log, err)
 	}
 	specs := make([]pool.Spec, len(req.GetResources()))
-	seen := make(map[string]bool, len(specs))
-	var freshIDs []string
 	for i, r := range req.GetResources() {
 		specs[i] = pool.Spec{ID: r.GetId(), Capacity: int(r.GetCapacity()), Labels: r.GetLabels()}
-		if !seen[r.GetId()] && !p.HasResource(r.GetId()) {
-			freshIDs = append(freshIDs, r.GetId())
+	}
+	// Bad input is refused as such, before the budget is asked.
+	if err := pool.CheckSpecs(specs); err != nil {
+		return nil, toStatus(s.log, err)
+	}
+	seen := make(map[string]bool, len(specs))
+	var freshIDs []string
+	for _, sp := range specs {
+		if !seen[sp.ID] && !p.HasResource(sp.ID) {
+			freshIDs = append(freshIDs, sp.ID)
 		}
-		seen[r.GetId()] = true
+		seen[sp.ID] = true
 	}
 	fresh := len(freshIDs)
 	if fresh > 0 {
@@ -371,12 +377,23 @@ func (s *Service) Release(ctx context.Context, req *repoolv1.ReleaseRequest) (*r
 		return nil, toStatus(s.log, err)
 	}
 	o := toOutcome(req.GetOutcome())
+	if err := pool.CheckOutcome(o, true); err != nil {
+		return nil, toStatus(s.log, err)
+	}
 	reserved := 0
-	if res, c, ok := p.LeaseOf(id); ok && o != 0 && !p.HasCell(res, c) {
-		if err := s.cfg.Budget.Reserve(tenant, Cells, 1); err != nil {
+	if o != 0 {
+		// Only an outcome can create a cell; an unknown lease or a stale
+		// token is refused as such, before the budget is asked.
+		res, c, err := p.LeaseOf(id, req.GetFencingToken())
+		if err != nil {
 			return nil, toStatus(s.log, err)
 		}
-		reserved = 1
+		if !p.HasCell(res, c) {
+			if err := s.cfg.Budget.Reserve(tenant, Cells, 1); err != nil {
+				return nil, toStatus(s.log, err)
+			}
+			reserved = 1
+		}
 	}
 	created, err := p.Release(id, req.GetFencingToken(), o)
 	s.settle(tenant, Cells, reserved, b2i(created))
@@ -420,13 +437,14 @@ func (s *Service) Report(ctx context.Context, req *repoolv1.ReportRequest) (*rep
 		return nil, toStatus(s.log, err)
 	}
 	rep := pool.Report{Resource: req.GetResourceId(), Context: req.GetContext(), Outcome: toOutcome(req.GetOutcome()), Token: req.GetFencingToken()}
-	if rep.Outcome == 0 {
-		rep.Outcome = pool.Outcome(255) // an outcome is required
-	}
 	if req.GetLeaseId() != "" {
 		if rep.LeaseID, err = parseLeaseID(req.GetLeaseId()); err != nil {
 			return nil, toStatus(s.log, err)
 		}
+	}
+	// Bad input is refused as such, before the budget is asked.
+	if err := rep.Check(); err != nil {
+		return nil, toStatus(s.log, err)
 	}
 	reserved := 0
 	if p.HasResource(rep.Resource) && !p.HasCell(rep.Resource, rep.Context) {

@@ -520,3 +520,35 @@ func TestJournalFailures(t *testing.T) {
 		t.Fatalf("retried Deregister with the journal failing = %v, want UNAVAILABLE, not an undurable OK", err)
 	}
 }
+
+// TestBadInputAtTheCeilingIsBadInput: a tenant at its budget ceiling that
+// sends bad input gets the input's error, not RESOURCE_EXHAUSTED: requests
+// are checked before the budget is asked.
+func TestBadInputAtTheCeilingIsBadInput(t *testing.T) {
+	e := newEnv(t)
+	a := as("key-a")
+	if _, err := e.client.Register(a, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "r"}}}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := e.client.Acquire(a, &repoolv1.AcquireRequest{Context: "new-context", TtlSeconds: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.budget.mu.Lock()
+	e.budget.ceiling = 0 // every creation is now over the ceiling
+	e.budget.mu.Unlock()
+
+	_, err = e.client.Register(a, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "ok"}, {Id: ""}}})
+	wantCode(t, "Register with an empty id at the ceiling", err, codes.InvalidArgument)
+	_, err = e.client.Report(a, &repoolv1.ReportRequest{ResourceId: "r", Context: "other"})
+	wantCode(t, "Report without an outcome at the ceiling", err, codes.InvalidArgument)
+	_, err = e.client.Report(a, &repoolv1.ReportRequest{ResourceId: "r", Context: "other", Outcome: repoolv1.Outcome(42)})
+	wantCode(t, "Report with an unknown outcome at the ceiling", err, codes.InvalidArgument)
+	_, err = e.client.Release(a, &repoolv1.ReleaseRequest{LeaseId: l.GetLease().GetLeaseId(), FencingToken: l.GetLease().GetFencingToken() + 1, Outcome: repoolv1.Outcome_SUCCESS})
+	wantCode(t, "Release with a stale token at the ceiling", err, codes.FailedPrecondition)
+	_, err = e.client.Release(a, &repoolv1.ReleaseRequest{LeaseId: l.GetLease().GetLeaseId(), FencingToken: l.GetLease().GetFencingToken(), Outcome: repoolv1.Outcome(42)})
+	wantCode(t, "Release with an unknown outcome at the ceiling", err, codes.InvalidArgument)
+	// A valid request that would create state is refused by the budget.
+	_, err = e.client.Release(a, &repoolv1.ReleaseRequest{LeaseId: l.GetLease().GetLeaseId(), FencingToken: l.GetLease().GetFencingToken(), Outcome: repoolv1.Outcome_SUCCESS})
+	wantCode(t, "Release creating a cell at the ceiling", err, codes.ResourceExhausted)
+}

@@ -50,7 +50,7 @@ func (p *Pool) Renew(id, token uint64, ttl time.Duration) (Lease, error) {
 // created the cell. Errors as for Renew, plus ErrInvalidArgument for an
 // unknown outcome.
 func (p *Pool) Release(id, token uint64, outcome Outcome) (created bool, err error) {
-	if err := validOutcome(outcome, true); err != nil {
+	if err := CheckOutcome(outcome, true); err != nil {
 		return false, err
 	}
 	p.mu.Lock()
@@ -67,16 +67,22 @@ func (p *Pool) Release(id, token uint64, outcome Outcome) (created bool, err err
 	return created, nil
 }
 
-// LeaseOf returns the resource and context of a live lease, so that a caller
-// can tell whether releasing it with an outcome would create a cell.
-func (p *Pool) LeaseOf(id uint64) (resource, context string, ok bool) {
+// LeaseOf returns the resource and context of a live lease held with
+// token, so that a caller can tell whether releasing it with an outcome
+// would create a cell. Errors, as Release would return them: ErrNotFound
+// for an unknown or expired lease, ErrStaleToken for another token. It
+// changes nothing (an expired lease is left for Release or expiry to end).
+func (p *Pool) LeaseOf(id, token uint64) (resource, context string, err error) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	l, ok := p.leases[id]
-	if !ok {
-		return "", "", false
+	switch {
+	case !ok || l.expires <= p.clock.Now().UnixNano():
+		return "", "", fmt.Errorf("%w: lease %d", ErrNotFound, id)
+	case l.token != token:
+		return "", "", fmt.Errorf("%w: lease %d", ErrStaleToken, id)
 	}
-	return p.res[l.res].id, l.context, true
+	return p.res[l.res].id, l.context, nil
 }
 
 // endLease removes a lease and frees its capacity; a probe that ended

@@ -314,27 +314,39 @@ func validTTL(ttl time.Duration) error {
 	return nil
 }
 
-func validOutcome(o Outcome, optional bool) error {
+// CheckOutcome returns an ErrInvalidArgument unless o is Success, Failure
+// or Blocked, or 0 where the outcome is optional (Release).
+func CheckOutcome(o Outcome, optional bool) error {
 	if (o == 0 && optional) || (o >= Success && o <= Blocked) {
 		return nil
 	}
 	return fmt.Errorf("%w: outcome %d is not SUCCESS, FAILURE or BLOCKED", ErrInvalidArgument, o)
 }
 
+// CheckSpecs returns the ErrInvalidArgument that Register would return for
+// specs, or nil. It reads no pool, so a caller can check a request before
+// taking from a budget.
+func CheckSpecs(specs []Spec) error {
+	for i, s := range specs {
+		if pr := idProblem(s.ID); pr != "" {
+			return fmt.Errorf("%w: resources[%d].id %s", ErrInvalidArgument, i, pr)
+		}
+		if s.Capacity < 0 || s.Capacity > 1<<20 {
+			return fmt.Errorf("%w: resources[%d].capacity %d is outside [1, %d]", ErrInvalidArgument, i, s.Capacity, 1<<20)
+		}
+		if pr := labelsProblem(s.Labels); pr != "" {
+			return fmt.Errorf("%w: resources[%d].labels %s", ErrInvalidArgument, i, pr)
+		}
+	}
+	return nil
+}
+
 // Register adds resources. It is idempotent: a resource that exists already
 // is left unchanged and counted in existing, as is a repeat within specs. The
 // batch is validated first; if any spec is invalid nothing is registered.
 func (p *Pool) Register(specs []Spec) (registered, existing int, err error) {
-	for i, s := range specs {
-		if pr := idProblem(s.ID); pr != "" {
-			return 0, 0, fmt.Errorf("%w: resources[%d].id %s", ErrInvalidArgument, i, pr)
-		}
-		if s.Capacity < 0 || s.Capacity > 1<<20 {
-			return 0, 0, fmt.Errorf("%w: resources[%d].capacity %d is outside [1, %d]", ErrInvalidArgument, i, s.Capacity, 1<<20)
-		}
-		if pr := labelsProblem(s.Labels); pr != "" {
-			return 0, 0, fmt.Errorf("%w: resources[%d].labels %s", ErrInvalidArgument, i, pr)
-		}
+	if err := CheckSpecs(specs); err != nil {
+		return 0, 0, err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -27,13 +27,7 @@ type Report struct {
 // the call created the cell, for callers that account state. Report does not
 // allocate when the cell exists and nothing changes state.
 func (p *Pool) Report(rep Report) (created bool, err error) {
-	if err := validID("resource_id", rep.Resource); err != nil {
-		return false, err
-	}
-	if err := validID("context", rep.Context); err != nil {
-		return false, err
-	}
-	if err := validOutcome(rep.Outcome, false); err != nil {
+	if err := rep.Check(); err != nil {
 		return false, err
 	}
 	p.mu.Lock()
@@ -53,6 +47,19 @@ func (p *Pool) Report(rep Report) (created bool, err error) {
 		}
 	}
 	return p.record(idx, rep.Context, rep.Outcome, now), nil
+}
+
+// Check returns the ErrInvalidArgument that Pool.Report would return for
+// rep's id, context or outcome, or nil. It reads no pool, so a caller can
+// check a report before taking from a budget.
+func (rep Report) Check() error {
+	if err := validID("resource_id", rep.Resource); err != nil {
+		return err
+	}
+	if err := validID("context", rep.Context); err != nil {
+		return err
+	}
+	return CheckOutcome(rep.Outcome, false)
 }
 
 // record applies one outcome and reports whether it created the cell; the
