@@ -1,14 +1,17 @@
 package sidecar_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -180,8 +183,9 @@ func TestLifecycleLeaksNoGoroutine(t *testing.T) {
 	other := fakeserver.Start(t, fakeserver.Config{})
 	snapshot := goleak.IgnoreCurrent()
 
-	cfg := config.Config{Listen: "127.0.0.1:0", Redis: &config.Redis{Addr: redisAddr},
-		Providers: map[string]config.Provider{"p": fast(fake)}}
+	redis := &config.Redis{Addr: redisAddr}
+	cfg := config.Config{Listen: "127.0.0.1:0", Redis: redis,
+		Providers: map[string]config.Provider{"p": fast(fake), "q": fast(other)}}
 	l := &loader{}
 	s, err := sidecar.New(cfg, sidecar.Options{Registry: prometheus.NewRegistry(), Loader: l.load, Keepalive: 10 * time.Millisecond})
 	if err != nil {
@@ -192,33 +196,117 @@ func TestLifecycleLeaksNoGoroutine(t *testing.T) {
 	go func() { done <- s.Run(ctx) }()
 	h := &harness{t: t, s: s, base: "http://" + s.Addr(), client: &http.Client{}}
 
-	if r := h.acquire("p"); r.status != 200 {
-		t.Fatalf("acquire = %d %s", r.status, r.raw)
+	for _, p := range []string{"p", "q"} {
+		if r := h.acquire(p); r.status != 200 {
+			t.Fatalf("acquire %s = %d %s", p, r.status, r.raw)
+		}
 	}
-	// An event stream open across a reload and the shutdown.
-	req, _ := http.NewRequest("GET", h.base+"/v1/providers/p/events", nil)
-	resp, err := h.client.Do(req)
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("GET events = %v, %v", resp, err)
-	}
-	defer resp.Body.Close()
-	// Replace the provider's endpoint: the old connection must close.
-	l.set(config.Config{Providers: map[string]config.Provider{"p": fast(other)}}, nil)
+	kept := openEvents(t, h, "p")     // open across the reload and the shutdown
+	replaced := openEvents(t, h, "q") // ended by the reload
+
+	// p changes only its timeout: its upstream, and the stream on it, stay.
+	// q gets a new endpoint: its old upstream is retired, which ends the
+	// stream on it, and its connection closes.
+	p := fast(fake)
+	p.Timeout = 3 * time.Second
+	l.set(config.Config{Listen: "127.0.0.1:0", Redis: redis,
+		Providers: map[string]config.Provider{"p": p, "q": fast(fake)}}, nil)
 	if err := s.Reload(); err != nil {
 		t.Fatalf("Reload() = %v", err)
 	}
-	if r := h.acquire("p"); r.status != 200 {
-		t.Fatalf("acquire after reload = %d %s", r.status, r.raw)
+	if err := replaced.ended(t); !errors.Is(err, io.EOF) {
+		t.Fatalf("event stream of q after the reload replaced its endpoint = ended with %v, want the end of the body", err)
+	}
+	kept.stillOpen(t)
+	for _, p := range []string{"p", "q"} {
+		if r := h.acquire(p); r.status != 200 {
+			t.Fatalf("acquire %s after reload = %d %s", p, r.status, r.raw)
+		}
 	}
 
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run() = %v", err)
 	}
-	resp.Body.Close()
+	// The shutdown ended the stream itself, rather than the grace running
+	// out and the connection being cut.
+	if err := kept.ended(t); !errors.Is(err, io.EOF) {
+		t.Fatalf("event stream of p after the shutdown = ended with %v, want the end of the body", err)
+	}
 	h.client.CloseIdleConnections()
 	fake.Stop()
 	other.Stop()
 	stopRedis()
 	goleak.VerifyNone(t, snapshot)
+}
+
+// eventStream is an open event stream read in the background: it counts
+// the keepalive comments and records how the body ended.
+type eventStream struct {
+	body       io.ReadCloser
+	keepalives atomic.Int64
+	done       chan struct{} // closed when the body has ended
+	err        error         // how it ended; read after done
+}
+
+// openEvents opens a provider's event stream. The test's end closes it.
+func openEvents(t *testing.T, h *harness, provider string) *eventStream {
+	t.Helper()
+	req, _ := http.NewRequest("GET", h.base+"/v1/providers/"+provider+"/events", nil)
+	resp, err := h.client.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s events = %v", provider, err)
+	}
+	if resp.StatusCode != 200 {
+		resp.Body.Close()
+		t.Fatalf("GET %s events = %d, want 200", provider, resp.StatusCode)
+	}
+	es := &eventStream{body: resp.Body, done: make(chan struct{})}
+	go func() {
+		defer close(es.done)
+		r := bufio.NewReader(resp.Body)
+		for {
+			line, err := r.ReadString('\n')
+			if line == ": keepalive\n" {
+				es.keepalives.Add(1)
+			}
+			if err != nil {
+				es.err = err
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { resp.Body.Close(); <-es.done })
+	return es
+}
+
+// ended waits up to 5s for the stream to end, closes it and returns how
+// it ended.
+func (es *eventStream) ended(t *testing.T) error {
+	t.Helper()
+	select {
+	case <-es.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("event stream still open after 5s, want it ended")
+	}
+	es.body.Close()
+	return es.err
+}
+
+// stillOpen fails unless the stream goes on: three more keepalives (10ms
+// apart) arrive without its end. At most one of them can have been on its
+// way already.
+func (es *eventStream) stillOpen(t *testing.T) {
+	t.Helper()
+	want := es.keepalives.Load() + 3
+	for deadline := time.Now().Add(5 * time.Second); es.keepalives.Load() < want; time.Sleep(time.Millisecond) {
+		select {
+		case <-es.done:
+			t.Fatalf("event stream ended with %v, want it still open", es.err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no keepalive on the event stream for 5s, want it still open")
+		}
+	}
 }

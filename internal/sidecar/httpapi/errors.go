@@ -156,27 +156,38 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	writeAnswer(w, ans)
 }
 
-func writeAnswer(w http.ResponseWriter, ans answer) {
-	h := w.Header()
-	if ans.fastFail != "" {
-		h.Set(FastFailHeader, ans.fastFail)
-	}
-	body := errorBody{Error: errorDetail{Code: ans.code, Message: ans.msg}}
+// body is the JSON error body of ans. retry_after_ms is the hint rounded up
+// to a whole millisecond, so that a client that waits for it never comes
+// back early.
+func (ans answer) body() errorBody {
+	b := errorBody{Error: errorDetail{Code: ans.code, Message: ans.msg}}
 	if ans.retryAfter > 0 {
 		ms := ans.retryAfter.Milliseconds()
 		if time.Duration(ms)*time.Millisecond < ans.retryAfter {
 			ms++
 		}
-		body.Error.RetryAfterMS = ms
+		b.Error.RetryAfterMS = ms
+	}
+	return b
+}
+
+// writeAnswer writes ans as an HTTP answer: status, headers and body.
+func writeAnswer(w http.ResponseWriter, ans answer) {
+	h := w.Header()
+	if ans.fastFail != "" {
+		h.Set(FastFailHeader, ans.fastFail)
+	}
+	body := ans.body()
+	if ms := body.Error.RetryAfterMS; ms > 0 {
 		h.Set("Retry-After", strconv.FormatInt((ms+999)/1000, 10))
 	}
 	writeJSON(w, ans.status, body)
 }
 
-// mustMarshalError encodes an answer's error body.
+// mustMarshalError encodes an answer's error body, as writeAnswer writes
+// it, for the error event of an event stream.
 func mustMarshalError(ans answer) []byte {
-	body := errorBody{Error: errorDetail{Code: ans.code, Message: ans.msg, RetryAfterMS: ans.retryAfter.Milliseconds()}}
-	raw, err := json.Marshal(body)
+	raw, err := json.Marshal(ans.body())
 	if err != nil {
 		panic(fmt.Sprintf("httpapi: encoding an error body: %v", err)) // strings and numbers always encode
 	}

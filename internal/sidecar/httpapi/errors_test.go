@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,5 +83,17 @@ func TestMessageKeepsTheServersWords(t *testing.T) {
 	err := fmt.Errorf("%w: %w", resilience.ErrBudgetSpent, status.Error(codes.Unavailable, "no active server"))
 	if got, want := classify(err).msg, "retry budget spent; last attempt: no active server"; got != want {
 		t.Fatalf("message = got %q, want %q", got, want)
+	}
+}
+
+// TestErrorEventBodyIsTheAnswerBody: an event stream's error event carries
+// the body an error answer has, its hint rounded up to the millisecond.
+func TestErrorEventBodyIsTheAnswerBody(t *testing.T) {
+	ans := classify(retryAfter{status.Error(codes.ResourceExhausted, "slow down"), 1500*time.Millisecond + 500*time.Microsecond})
+	w := httptest.NewRecorder()
+	writeAnswer(w, ans)
+	want := strings.TrimSuffix(w.Body.String(), "\n")
+	if got := string(mustMarshalError(ans)); got != want || !strings.Contains(got, `"retry_after_ms":1501`) {
+		t.Fatalf("mustMarshalError(1500.5ms hint) = %s, want %s with retry_after_ms 1501", got, want)
 	}
 }

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protojson"
-
 	repoolv1 "github.com/repool/repool/api/repool/v1"
 )
 
@@ -66,9 +64,6 @@ func eventsRequest(r *http.Request) (*repoolv1.SubscribeEventsRequest, error) {
 	}
 	return req, nil
 }
-
-// eventJSON writes events like the other answers: proto names, every field.
-var eventJSON = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
 
 // events streams the provider's events as server-sent events:
 //
@@ -164,7 +159,7 @@ func (a *API) events(w http.ResponseWriter, r *http.Request) {
 				flusher.Flush()
 				return
 			}
-			raw, err := eventJSON.Marshal(res.ev)
+			raw, err := marshal.Marshal(res.ev) // like every other answer
 			if err != nil {
 				continue // cannot happen for a decoded message
 			}

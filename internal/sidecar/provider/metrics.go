@@ -16,6 +16,14 @@ type Metrics struct {
 	calls     *prometheus.CounterVec
 	duration  *prometheus.HistogramVec
 	fastFails *prometheus.CounterVec
+
+	all []vec // every vector above: registered, and forgotten
+}
+
+// vec is a metric vector labelled by provider.
+type vec interface {
+	prometheus.Collector
+	DeletePartialMatch(prometheus.Labels) int
 }
 
 // NewMetrics creates the metrics and registers them on reg unless reg is
@@ -36,8 +44,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Calls failed fast, by reason: circuit-open (rejected without a network call), timeout, upstream (5xx-class answer after retries).",
 		}, []string{"provider", "reason"}),
 	}
+	m.all = []vec{m.calls, m.duration, m.fastFails}
 	if reg != nil {
-		reg.MustRegister(m.calls, m.duration, m.fastFails)
+		for _, v := range m.all {
+			reg.MustRegister(v)
+		}
 	}
 	return m
 }
@@ -45,9 +56,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // Forget drops the series of a provider that was removed.
 func (m *Metrics) Forget(provider string) {
 	l := prometheus.Labels{"provider": provider}
-	m.calls.DeletePartialMatch(l)
-	m.duration.DeletePartialMatch(l)
-	m.fastFails.DeletePartialMatch(l)
+	for _, v := range m.all {
+		v.DeletePartialMatch(l)
+	}
 }
 
 // series are one provider's metric children, resolved on first use so that

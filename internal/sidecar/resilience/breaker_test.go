@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -117,7 +118,8 @@ func TestBreakerHalfOpen(t *testing.T) {
 	const open = 20 * time.Millisecond
 	policy := BreakerPolicy{MinRequests: 5, OpenTimeout: open, HalfOpenProbes: 3}
 	t.Run("successful probes close it", func(t *testing.T) {
-		b := NewBreaker(BreakerConfig{Provider: "p", Policy: policy})
+		m := NewMetrics(nil)
+		b := NewBreaker(BreakerConfig{Provider: "p", Policy: policy, Metrics: m})
 		run(b, 5, grpcErr(codes.Unavailable))
 		time.Sleep(open + 10*time.Millisecond)
 		if got := b.State(); got != StateHalfOpen {
@@ -128,6 +130,9 @@ func TestBreakerHalfOpen(t *testing.T) {
 		}
 		if got := b.State(); got != StateClosed {
 			t.Fatalf("State() after 3 successful probes = got %v, want closed", got)
+		}
+		if got := testutil.ToFloat64(m.transitions.WithLabelValues("p", "half-open", "closed")); got != 1 {
+			t.Fatalf("half-open → closed transitions = got %v, want 1", got)
 		}
 	})
 	t.Run("a failed probe opens it again", func(t *testing.T) {

@@ -11,6 +11,14 @@ type Metrics struct {
 	droppedEvents  *prometheus.CounterVec
 	retries        *prometheus.CounterVec
 	budgetRefusals *prometheus.CounterVec
+
+	all []vec // every vector above: registered, and forgotten
+}
+
+// vec is a metric vector labelled by provider.
+type vec interface {
+	prometheus.Collector
+	DeletePartialMatch(prometheus.Labels) int
 }
 
 // NewMetrics creates the metrics and registers them on reg unless reg is
@@ -38,8 +46,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Retries refused because the provider's retry budget was spent.",
 		}, []string{"provider"}),
 	}
+	m.all = []vec{m.state, m.transitions, m.droppedEvents, m.retries, m.budgetRefusals}
 	if reg != nil {
-		reg.MustRegister(m.state, m.transitions, m.droppedEvents, m.retries, m.budgetRefusals)
+		for _, v := range m.all {
+			reg.MustRegister(v)
+		}
 	}
 	return m
 }
@@ -47,9 +58,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // Forget drops the series of a provider that was removed.
 func (m *Metrics) Forget(provider string) {
 	l := prometheus.Labels{"provider": provider}
-	m.state.DeletePartialMatch(l)
-	m.transitions.DeletePartialMatch(l)
-	m.droppedEvents.DeletePartialMatch(l)
-	m.retries.DeletePartialMatch(l)
-	m.budgetRefusals.DeletePartialMatch(l)
+	for _, v := range m.all {
+		v.DeletePartialMatch(l)
+	}
 }

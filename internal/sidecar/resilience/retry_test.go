@@ -70,11 +70,12 @@ func TestRetrierStaysWithinTheDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	attempts := 0
-	start := time.Now()
+	// Had Do started the wait, the deadline would have ended it: the error
+	// would be the context's (DEADLINE_EXCEEDED), not the attempt's.
 	err := r.Do(ctx, func(context.Context) error { attempts++; return grpcErr(codes.Unavailable) })
-	if attempts != 1 || Code(err) != codes.Unavailable || time.Since(start) > 40*time.Millisecond {
-		t.Fatalf("Do() with a 200ms wait and a 50ms deadline = got %v after %d attempts in %v, want Unavailable at once after 1",
-			err, attempts, time.Since(start))
+	if attempts != 1 || Code(err) != codes.Unavailable {
+		t.Fatalf("Do() with a 200ms wait and a 50ms deadline = got %v after %d attempts, want Unavailable after 1, without waiting",
+			err, attempts)
 	}
 }
 

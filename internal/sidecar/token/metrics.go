@@ -23,6 +23,8 @@ type Metrics struct {
 	issuances   *prometheus.CounterVec
 	refreshes   *prometheus.CounterVec
 	redisErrors *prometheus.CounterVec
+
+	all []*prometheus.CounterVec // every vector above: registered, and forgotten
 }
 
 // NewMetrics creates the metrics and registers them on reg unless reg is
@@ -39,15 +41,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"provider", "code"}),
 		refreshes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "repool_sidecar_token_refreshes_total",
-			Help: "Token fetches started, by reason: ahead (before expiry), miss (no usable token), unauthenticated (the server refused the token).",
+			Help: "Token fetches past the local cache (to Redis, then IssueToken), one per single flight, by the reason of the caller that started it: ahead (before expiry), miss (no usable token), unauthenticated (the server refused the token).",
 		}, []string{"provider", "reason"}),
 		redisErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "repool_sidecar_redis_errors_total",
 			Help: "Failed operations on the shared token cache in Redis, by operation.",
 		}, []string{"provider", "op"}),
 	}
+	m.all = []*prometheus.CounterVec{m.lookups, m.issuances, m.refreshes, m.redisErrors}
 	if reg != nil {
-		reg.MustRegister(m.lookups, m.issuances, m.refreshes, m.redisErrors)
+		for _, v := range m.all {
+			reg.MustRegister(v)
+		}
 	}
 	return m
 }
@@ -55,8 +60,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // Forget drops the series of a provider that was removed.
 func (m *Metrics) Forget(provider string) {
 	l := prometheus.Labels{"provider": provider}
-	m.lookups.DeletePartialMatch(l)
-	m.issuances.DeletePartialMatch(l)
-	m.refreshes.DeletePartialMatch(l)
-	m.redisErrors.DeletePartialMatch(l)
+	for _, v := range m.all {
+		v.DeletePartialMatch(l)
+	}
 }

@@ -10,7 +10,9 @@ import (
 func counterSum(t *testing.T, m *Metrics, name string) float64 {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(m.lookups, m.issuances, m.refreshes, m.redisErrors)
+	for _, v := range m.all {
+		reg.MustRegister(v)
+	}
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatalf("Gather() = %v", err)

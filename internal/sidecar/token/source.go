@@ -103,7 +103,8 @@ type Source struct {
 	fromRedis prometheus.Counter
 	issued    prometheus.Counter
 	issuances *prometheus.CounterVec // curried: code
-	refreshes *prometheus.CounterVec // curried: reason
+	// Fetches (past the local cache) by reason; see fetch.
+	ahead, miss, unauthenticated prometheus.Counter
 
 	cur     atomic.Pointer[Token]
 	nextTry atomic.Int64 // clock unix nanos before which no refresh-ahead starts
@@ -151,9 +152,12 @@ func New(cfg Config) (*Source, error) {
 		fromRedis: cfg.Metrics.lookups.WithLabelValues(cfg.Provider, TierRedis),
 		issued:    cfg.Metrics.lookups.WithLabelValues(cfg.Provider, TierIssue),
 		issuances: cfg.Metrics.issuances.MustCurryWith(l),
-		refreshes: cfg.Metrics.refreshes.MustCurryWith(l),
 		wake:      make(chan struct{}, 1),
 		done:      make(chan struct{}),
+
+		ahead:           cfg.Metrics.refreshes.WithLabelValues(cfg.Provider, reasonAhead),
+		miss:            cfg.Metrics.refreshes.WithLabelValues(cfg.Provider, reasonMiss),
+		unauthenticated: cfg.Metrics.refreshes.WithLabelValues(cfg.Provider, reasonUnauthenticated),
 	}
 	if cfg.Redis != nil {
 		if cfg.Redis.Addr == "" {
@@ -193,15 +197,18 @@ func (s *Source) Close() error {
 // no longer than ctx allows; the fetch goes on for the other callers.
 func (s *Source) Token(ctx context.Context) (*Token, error) {
 	now := s.clock.Now()
-	if t := s.cur.Load(); t != nil && now.Before(t.usableUntil) {
+	t := s.cur.Load()
+	if t != nil && now.Before(t.usableUntil) {
 		s.local.Inc()
 		if !now.Before(t.refreshAt) && now.UnixNano() >= s.nextTry.Load() {
 			s.poke()
 		}
 		return t, nil
 	}
-	s.refreshes.WithLabelValues(reasonMiss).Inc()
-	return s.await(ctx, s.cur.Load())
+	// t (nil or expired) is the token to replace. Loading s.cur again
+	// here could see the token a flight has just fetched, and replace that
+	// one too.
+	return s.await(ctx, t, s.miss)
 }
 
 // poke wakes the refresher without blocking.
@@ -213,14 +220,15 @@ func (s *Source) poke() {
 }
 
 // await joins (or starts) the shared fetch of a token other than stale and
-// waits for it or for ctx. If the fetch it joined had started too early to
-// know that stale is bad and returns it anyway, it fetches once more.
-func (s *Source) await(ctx context.Context, stale *Token) (*Token, error) {
+// waits for it or for ctx; reason counts the fetch if it starts one. If the
+// fetch it joined had started too early to know that stale is bad and
+// returns it anyway, it fetches once more.
+func (s *Source) await(ctx context.Context, stale *Token, reason prometheus.Counter) (*Token, error) {
 	for range 2 {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case r := <-s.group.DoChan(flightKey, func() (any, error) { return s.fetch(stale, false) }):
+		case r := <-s.group.DoChan(flightKey, func() (any, error) { return s.fetch(stale, reason) }):
 			if r.Err != nil {
 				return nil, r.Err
 			}
@@ -236,19 +244,22 @@ func (s *Source) await(ctx context.Context, stale *Token) (*Token, error) {
 // fetch runs inside the single flight, on a context no caller owns: the
 // cached token if another flight already replaced stale, else the Redis
 // entry if it is usable and is not stale, else a new token from
-// IssueToken, stored in both caches.
-func (s *Source) fetch(stale *Token, background bool) (*Token, error) {
+// IssueToken, stored in both caches. Going past the local cache counts
+// one refresh for reason (s.ahead, s.miss or s.unauthenticated); only a
+// refresh-ahead (s.ahead), which nobody waits for, logs its failure.
+func (s *Source) fetch(stale *Token, reason prometheus.Counter) (*Token, error) {
 	if err := s.life.Err(); err != nil {
 		return nil, ErrClosed
 	}
-	ctx, cancel := context.WithTimeout(s.life, s.policy.IssueTimeout)
-	defer cancel()
 	fresh := func(t *Token, now time.Time) bool {
 		return t != nil && now.Before(t.usableUntil) && (stale == nil || t.Value != stale.Value)
 	}
 	if t := s.cur.Load(); fresh(t, s.clock.Now()) && s.clock.Now().Before(t.refreshAt) {
 		return t, nil
 	}
+	reason.Inc()
+	ctx, cancel := context.WithTimeout(s.life, s.policy.IssueTimeout)
+	defer cancel()
 	if s.redis != nil {
 		if e, raw := s.redis.get(ctx); e != nil {
 			if t := s.token(e, raw); fresh(t, s.clock.Now()) {
@@ -261,7 +272,7 @@ func (s *Source) fetch(stale *Token, background bool) (*Token, error) {
 	t, err := s.issue(ctx)
 	if err != nil {
 		s.nextTry.Store(s.clock.Now().Add(refreshRetry).UnixNano())
-		if background && !s.failing.Swap(true) {
+		if reason == s.ahead && !s.failing.Swap(true) {
 			// Nobody waits for a refresh-ahead: this is the only report,
 			// once until a fetch succeeds again.
 			s.log.Warn("token refresh failing; serving the current token until it expires", "err", err)
@@ -325,9 +336,8 @@ func (t *Token) Bearer() string { return t.bearer }
 // Refresh replaces a token the server refused: it drops bad (Invalidate)
 // and returns another token from the shared fetch.
 func (s *Source) Refresh(ctx context.Context, bad *Token) (*Token, error) {
-	s.refreshes.WithLabelValues(reasonUnauthenticated).Inc()
 	s.Invalidate(ctx, bad)
-	return s.await(ctx, bad)
+	return s.await(ctx, bad, s.unauthenticated)
 }
 
 // Invalidate drops t from the caches if they still hold it: locally by
@@ -393,9 +403,8 @@ func (s *Source) refresher() {
 			if t == nil || now.Before(t.refreshAt) || now.UnixNano() < s.nextTry.Load() {
 				continue
 			}
-			s.refreshes.WithLabelValues(reasonAhead).Inc()
 			select {
-			case <-s.group.DoChan(flightKey, func() (any, error) { return s.fetch(t, true) }):
+			case <-s.group.DoChan(flightKey, func() (any, error) { return s.fetch(t, s.ahead) }):
 			case <-s.life.Done():
 				return
 			}
