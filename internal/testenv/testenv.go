@@ -24,6 +24,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/repool/repool/internal/pgcluster"
 )
 
 // scriptHint is appended to every "binary missing" failure.
@@ -32,17 +34,17 @@ const scriptHint = "run scripts/test, which installs the services the tests need
 // env is the process-wide registry of started services.
 type env struct {
 	mu      sync.Mutex
-	main    bool       // Main is running the tests
-	pg      *pgCluster // started on first use
-	pgErr   error      // why starting it failed, reported to every caller
-	stopper []func()   // run by Main after the tests, last first
+	main    bool               // Main is running the tests
+	pg      *pgcluster.Cluster // started on first use
+	pgErr   error              // why starting it failed, reported to every caller
+	stopper []func()           // run by Main after the tests, last first
 }
 
 var global env
 
 // Main runs the tests of m, then stops every service this package started
-// (PostgreSQL is stopped with "pg_ctl stop -m immediate" and its directory
-// removed) and exits with the tests' exit code. Call it from TestMain.
+// (PostgreSQL gets an immediate shutdown and its directory is removed) and
+// exits with the tests' exit code. Call it from TestMain.
 func Main(m *testing.M) {
 	global.mu.Lock()
 	global.main = true
@@ -66,7 +68,7 @@ func Main(m *testing.M) {
 // callers retry on "address in use".
 func FreePort(tb testing.TB) int {
 	tb.Helper()
-	port, err := freePort()
+	port, err := pgcluster.FreePort()
 	if err != nil {
 		tb.Fatalf("testenv: free port on 127.0.0.1 = got error %v, want nil", err)
 	}

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"text/template"
 	"time"
+
+	"github.com/repool/repool/internal/pgcluster"
 )
 
 // haproxy is one provider's HAProxy: an h2c frontend on loopback that
@@ -87,7 +89,7 @@ func haproxyBin() string {
 // (and the others NOLB or DOWN).
 // Every "Server ... is UP/DOWN/..." line HAProxy logs goes to event.
 func startHAProxy(ctx context.Context, dir, provider string, servers []haBackend, wantUp int, event func(string)) (*haproxy, error) {
-	port, err := freePort()
+	port, err := pgcluster.FreePort()
 	if err != nil {
 		return nil, err
 	}

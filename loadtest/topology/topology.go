@@ -166,10 +166,11 @@ func (t *Topology) startCluster(ctx context.Context, p string) error {
 	ha := t.cfg.Postgres != nil
 	var dsn string
 	if ha {
-		var err error
-		if dsn, err = t.cfg.Postgres.CreateDB(ctx, strings.ReplaceAll(p, "-", "_")); err != nil {
-			return err
+		db, err := t.cfg.Postgres.CreateDB(ctx, strings.ReplaceAll(p, "-", "_"))
+		if err != nil {
+			return fmt.Errorf("postgres: %w", err)
 		}
+		dsn = t.cfg.Postgres.URL(db)
 	}
 	for i := range t.cfg.Servers {
 		n := &node{name: fmt.Sprintf("%s-s%d", p, i+1), ha: ha, grpc: "127.0.0.1:0", http: "127.0.0.1:0"}

@@ -12,12 +12,15 @@ import (
 	"os/user"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/repool/repool/internal/pgcluster"
 )
 
 // Tools the test runs. scripts/test installs them.
@@ -142,8 +145,7 @@ func (c *cluster) postgres() {
 		c.tb.Fatal(err)
 	}
 	asPG := []string{"setpriv", "--reuid=" + u.Uid, "--regid=" + u.Gid, "--init-groups"}
-	initdb := exec.Command(asPG[0], append(asPG[1:], filepath.Join(pgBin, "initdb"), "-D", data, "-U", "postgres",
-		"--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync", "--no-instructions")...)
+	initdb := exec.Command(asPG[0], slices.Concat(asPG[1:], []string{filepath.Join(pgBin, "initdb")}, pgcluster.InitdbArgs(data))...)
 	initdb.Env = append(os.Environ(), "HOME="+pgDir)
 	if out, err := initdb.CombinedOutput(); err != nil {
 		c.tb.Fatalf("initdb = got error %v, want nil (%s)\n%s", err, scriptHint, out)
@@ -155,10 +157,8 @@ func (c *cluster) postgres() {
 	fmt.Fprintf(hba, "host all all %s trust\n", subnet)
 	hba.Close()
 
-	c.ps.start("postgres", hostDB.ns(), []string{"HOME=" + pgDir}, append(asPG, filepath.Join(pgBin, "postgres"), "-D", data,
-		"-c", "listen_addresses="+hostDB.addr, "-c", "port="+strconv.Itoa(pgPort),
-		"-c", "unix_socket_directories="+pgDir, "-c", "fsync=off", "-c", "synchronous_commit=off",
-		"-c", "full_page_writes=off", "-c", "max_connections=200", "-c", "log_min_messages=warning")...)
+	c.ps.start("postgres", hostDB.ns(), []string{"HOME=" + pgDir}, slices.Concat(asPG, []string{filepath.Join(pgBin, "postgres")},
+		pgcluster.ServerArgs(data, hostDB.addr, pgPort, pgDir), []string{"-c", "log_min_messages=warning"})...)
 
 	admin := fmt.Sprintf("postgres://postgres@%s:%d/postgres?sslmode=disable&connect_timeout=2", hostDB.addr, pgPort)
 	var conn *pgx.Conn
