@@ -11,6 +11,7 @@ import (
 	"github.com/repool/repool/internal/auth"
 	"github.com/repool/repool/internal/pool"
 	"github.com/repool/repool/internal/ratelimit"
+	"github.com/repool/repool/internal/tenants"
 )
 
 // Errors of the data plane itself.
@@ -52,7 +53,7 @@ func toStatus(log *slog.Logger, err error) error {
 		code = codes.FailedPrecondition
 	case errors.Is(err, pool.ErrExhausted), errors.Is(err, ErrOverBudget), errors.Is(err, ratelimit.ErrLimited):
 		code = codes.ResourceExhausted
-	case errors.Is(err, auth.ErrUnauthenticated):
+	case errors.Is(err, auth.ErrUnauthenticated), errors.Is(err, tenants.ErrDeleted):
 		code, msg = codes.Unauthenticated, auth.ErrUnauthenticated.Error()
 	case errors.Is(err, auth.ErrSuspended):
 		code, msg = codes.PermissionDenied, auth.ErrSuspended.Error()
@@ -61,6 +62,8 @@ func toStatus(log *slog.Logger, err error) error {
 		code, msg = codes.Unavailable, auth.ErrUnavailable.Error()
 	case errors.Is(err, ErrNotActive):
 		code = codes.Unavailable
+	case errors.Is(err, tenants.ErrClosed):
+		code, msg = codes.Unavailable, ErrNotActive.Error()
 	default:
 		log.Error("internal error", "err", err)
 		code, msg = codes.Internal, "internal error"

@@ -65,12 +65,15 @@ type Journal interface {
 	Leased(ctx context.Context, tenant string, l pool.Lease) error
 	// Ended records a lease released.
 	Ended(ctx context.Context, tenant string, leaseID uint64) error
-	// Registered records resources created, Deregistered resources removed.
+	// Registered records the resources that a call created (never those it
+	// found existing); Deregistered records resources removed.
 	Registered(ctx context.Context, tenant string, ids []string) error
 	Deregistered(ctx context.Context, tenant string, ids []string) error
 }
 
-// Pools gives a tenant's pool, creating it on first use.
+// Pools gives a tenant's pool, creating it on first use. It fails with
+// tenants.ErrDeleted for a deleted tenant and tenants.ErrClosed while the
+// server is not active (a *tenants.Registry does).
 type Pools interface {
 	Pool(tenant string) (*pool.Pool, error)
 }
@@ -164,7 +167,10 @@ func (s *Service) Attach(g *grpc.Server) {
 	repoolv1.RegisterPoolServiceServer(g, s)
 }
 
-// tenantPool returns the caller's tenant and pool.
+// tenantPool returns the caller's tenant and pool. A call authenticated
+// before its tenant was deleted, or admitted before a step-down, gets the
+// registry's refusal (toStatus answers them as a deleted tenant's
+// credential and as a standby are answered).
 func (s *Service) tenantPool(ctx context.Context) (string, *pool.Pool, error) {
 	p, ok := auth.FromContext(ctx)
 	if !ok {
@@ -203,43 +209,42 @@ func (s *Service) Register(ctx context.Context, req *repoolv1.RegisterRequest) (
 	if err := pool.CheckSpecs(specs); err != nil {
 		return nil, toStatus(s.log, err)
 	}
+	// An estimate for the budget: a racing call may create some of these
+	// first, and settle corrects the reservation by what was created.
 	seen := make(map[string]bool, len(specs))
-	var freshIDs []string
+	fresh := 0
 	for _, sp := range specs {
 		if !seen[sp.ID] && !p.HasResource(sp.ID) {
-			freshIDs = append(freshIDs, sp.ID)
+			fresh++
 		}
 		seen[sp.ID] = true
 	}
-	fresh := len(freshIDs)
 	if fresh > 0 {
 		if err := s.cfg.Budget.Reserve(tenant, Resources, fresh); err != nil {
 			return nil, toStatus(s.log, err)
 		}
 	}
-	registered, existing, err := p.Register(specs)
-	s.settle(tenant, Resources, fresh, registered)
+	created, existing, err := p.Register(specs)
+	s.settle(tenant, Resources, fresh, len(created))
 	if err != nil {
 		return nil, toStatus(s.log, err)
 	}
-	if registered > 0 && s.cfg.Journal != nil {
-		ids := make([]string, 0, len(specs))
-		for id := range seen {
-			ids = append(ids, id)
-		}
-		if err := s.cfg.Journal.Registered(ctx, tenant, ids); err != nil {
-			// Take back what this call created: kept in memory, a retry
-			// would find it "existing" and acknowledge it undurably.
-			removed, cells, _ := p.Deregister(freshIDs)
+	if len(created) > 0 && s.cfg.Journal != nil {
+		if err := s.cfg.Journal.Registered(ctx, tenant, created); err != nil {
+			// Take back what this call created, and only that (another call
+			// may have created, and acknowledged, the rest): kept in
+			// memory, a retry would find it "existing" and acknowledge it
+			// undurably.
+			removed, cells, _ := p.Deregister(created)
 			s.cfg.Budget.Release(tenant, Resources, removed)
 			s.cfg.Budget.Release(tenant, Cells, cells)
 			return nil, s.notDurable(ctx, "registration", err)
 		}
 	}
-	if registered > 0 {
-		s.cfg.Audit(tenant, actor(ctx), "resources.register", fmt.Sprintf("registered %d, existing %d", registered, existing))
+	if len(created) > 0 {
+		s.cfg.Audit(tenant, actor(ctx), "resources.register", fmt.Sprintf("registered %d, existing %d", len(created), existing))
 	}
-	return &repoolv1.RegisterResponse{Registered: int32(registered), Existing: int32(existing)}, nil
+	return &repoolv1.RegisterResponse{Registered: int32(len(created)), Existing: int32(existing)}, nil
 }
 
 // settle reconciles a reservation of reserved units with the created units

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -75,17 +76,23 @@ func (b *countBudget) get(t string, k Kind) int {
 	return b.used[t][k]
 }
 
-// fakeLimiter records which tenants it saw and refuses those in deny.
+// fakeLimiter records which tenants it saw and refuses those in deny. It
+// runs after authentication and before the handler: admitted, when set,
+// runs there, as whatever happens to a call in flight.
 type fakeLimiter struct {
-	mu   sync.Mutex
-	seen []string
-	deny map[string]bool
+	mu       sync.Mutex
+	seen     []string
+	deny     map[string]bool
+	admitted func(tenant string)
 }
 
 func (l *fakeLimiter) Allow(_ context.Context, tenant, _ string) (ratelimit.Decision, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.seen = append(l.seen, tenant)
+	if l.admitted != nil {
+		l.admitted(tenant)
+	}
 	if l.deny[tenant] {
 		return ratelimit.Decision{RetryAfter: 1500 * time.Millisecond}, fmt.Errorf("%w: slow down", ratelimit.ErrLimited)
 	}
@@ -443,11 +450,13 @@ func TestErrorMapping(t *testing.T) {
 }
 
 // failingJournal fails every write once armed: with err, or, when err is
-// nil, by waiting for the caller's deadline.
+// nil, by waiting for the caller's deadline. It keeps the ids of the last
+// Registered write, failed or not.
 type failingJournal struct {
-	mu    sync.Mutex
-	armed bool
-	err   error
+	mu         sync.Mutex
+	armed      bool
+	err        error
+	registered []string
 }
 
 func (j *failingJournal) set(armed bool, err error) {
@@ -473,7 +482,10 @@ func (j *failingJournal) Leased(ctx context.Context, _ string, _ pool.Lease) err
 	return j.fail(ctx)
 }
 func (j *failingJournal) Ended(ctx context.Context, _ string, _ uint64) error { return j.fail(ctx) }
-func (j *failingJournal) Registered(ctx context.Context, _ string, _ []string) error {
+func (j *failingJournal) Registered(ctx context.Context, _ string, ids []string) error {
+	j.mu.Lock()
+	j.registered = slices.Clone(ids)
+	j.mu.Unlock()
 	return j.fail(ctx)
 }
 func (j *failingJournal) Deregistered(ctx context.Context, _ string, _ []string) error {
@@ -551,4 +563,154 @@ func TestBadInputAtTheCeilingIsBadInput(t *testing.T) {
 	// A valid request that would create state is refused by the budget.
 	_, err = e.client.Release(a, &repoolv1.ReleaseRequest{LeaseId: l.GetLease().GetLeaseId(), FencingToken: l.GetLease().GetFencingToken(), Outcome: repoolv1.Outcome_SUCCESS})
 	wantCode(t, "Release creating a cell at the ceiling", err, codes.ResourceExhausted)
+}
+
+// hookBudget runs beforeReserve, when set, as a Reserve begins: between
+// Register's look at the pool and its registration.
+type hookBudget struct {
+	Budget
+
+	mu            sync.Mutex
+	beforeReserve func()
+}
+
+func (b *hookBudget) Reserve(t string, k Kind, n int) error {
+	b.mu.Lock()
+	f := b.beforeReserve
+	b.beforeReserve = nil // once
+	b.mu.Unlock()
+	if f != nil {
+		f()
+	}
+	return b.Budget.Reserve(t, k, n)
+}
+
+// TestFailedRegisterTakesBackOnlyWhatItCreated: a Register whose journal
+// write fails removes the resources it created, and only those: a resource
+// of the same request that another call registered (and had acknowledged)
+// earlier, or concurrently after this call looked at the pool, stays. The
+// journal is asked for the created resources only.
+func TestFailedRegisterTakesBackOnlyWhatItCreated(t *testing.T) {
+	a := as("key-a")
+	registerX := func(t *testing.T, e *env) {
+		t.Helper()
+		if _, err := e.client.Register(a, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "x"}}}); err != nil {
+			t.Fatalf("Register(x) by the other call = %v", err)
+		}
+	}
+	tests := []struct {
+		name       string
+		concurrent bool
+	}{
+		{"registered earlier", false},
+		{"registered concurrently", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			j := &failingJournal{}
+			hb := &hookBudget{}
+			e := newEnv(t, func(c *Config) {
+				c.Journal = j
+				hb.Budget = c.Budget
+				c.Budget = hb
+			})
+			fenced := errors.New("fenced")
+			if tt.concurrent {
+				// The other call runs inside this one's reservation, after
+				// it found x missing, and is acknowledged before this
+				// call's journal write fails.
+				hb.mu.Lock()
+				hb.beforeReserve = func() { registerX(t, e); j.set(true, fenced) }
+				hb.mu.Unlock()
+			} else {
+				registerX(t, e)
+				j.set(true, fenced)
+			}
+			_, err := e.client.Register(a, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "x"}, {Id: "y"}}})
+			wantCode(t, "Register(x, y) with the journal failing", err, codes.Unavailable)
+
+			p, _ := e.pools.Pool("a")
+			if !p.HasResource("x") {
+				t.Fatal("HasResource(x) = false after the failed Register, want the other call's x kept")
+			}
+			if p.HasResource("y") {
+				t.Fatal("HasResource(y) = true after the failed Register, want it taken back")
+			}
+			j.mu.Lock()
+			journaled := j.registered
+			j.mu.Unlock()
+			if !slices.Equal(journaled, []string{"y"}) {
+				t.Fatalf("Journal.Registered(ids) = %q, want [y]: the resources created", journaled)
+			}
+			if got := e.budget.get("a", Resources); got != 1 {
+				t.Fatalf("resource budget used = %d, want 1 (x)", got)
+			}
+		})
+	}
+}
+
+// TestCallAdmittedBeforeTenantDeletion: a call authenticated before its
+// tenant was deleted is refused as the deleted tenant's credential is, and
+// leaves no pool behind.
+func TestCallAdmittedBeforeTenantDeletion(t *testing.T) {
+	e := newEnv(t)
+	a := as("key-a")
+	if _, err := e.client.Register(a, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "r"}}}); err != nil {
+		t.Fatal(err)
+	}
+	e.limiter.mu.Lock()
+	e.limiter.admitted = func(tenant string) {
+		if tenant == "a" {
+			e.pools.Remove(tenant)
+		}
+	}
+	e.limiter.mu.Unlock()
+
+	_, err := e.client.Register(a, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "r2"}}})
+	wantCode(t, "Register admitted before the tenant's deletion", err, codes.Unauthenticated)
+	_, err = e.client.Acquire(a, &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 5})
+	wantCode(t, "Acquire admitted before the tenant's deletion", err, codes.Unauthenticated)
+	if _, ok := e.pools.Lookup("a"); ok {
+		t.Fatal("Lookup(a) found a pool: a call of the deleted tenant recreated it")
+	}
+	if got := e.budget.get("a", Resources); got != 1 {
+		// 1: the deleted pool's r, which the server's delete hook returns.
+		t.Fatalf("resource budget used = %d, want 1: nothing taken after the deletion", got)
+	}
+	// Other tenants are not affected.
+	if _, err := e.client.Register(as("key-b"), &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "r"}}}); err != nil {
+		t.Fatalf("Register of another tenant = %v", err)
+	}
+}
+
+// TestCallAdmittedBeforeStepDown: a call admitted before the server stepped
+// down is answered UNAVAILABLE and creates no pool; once the server is
+// active again (the registry reopened) the tenant is served.
+func TestCallAdmittedBeforeStepDown(t *testing.T) {
+	e := newEnv(t)
+	a := as("key-a")
+	e.limiter.mu.Lock()
+	e.limiter.admitted = func(string) {
+		e.active.Store(false)
+		e.pools.Close()
+	}
+	e.limiter.mu.Unlock()
+
+	_, err := e.client.Register(a, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "r"}}})
+	wantCode(t, "Register admitted before the step-down", err, codes.Unavailable)
+	if msg := status.Convert(err).Message(); msg != ErrNotActive.Error() {
+		t.Fatalf("message = %q, want %q", msg, ErrNotActive)
+	}
+	if got := e.pools.Tenants(); len(got) != 0 {
+		t.Fatalf("Tenants() = %q after the step-down, want none", got)
+	}
+
+	e.limiter.mu.Lock()
+	e.limiter.admitted = nil
+	e.limiter.mu.Unlock()
+	e.pools.Open()
+	e.active.Store(true)
+	if _, err := e.client.Register(a, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "r"}}}); err != nil {
+		t.Fatalf("Register after the server is active again = %v", err)
+	}
 }

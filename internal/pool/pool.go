@@ -341,12 +341,16 @@ func CheckSpecs(specs []Spec) error {
 	return nil
 }
 
-// Register adds resources. It is idempotent: a resource that exists already
-// is left unchanged and counted in existing, as is a repeat within specs. The
-// batch is validated first; if any spec is invalid nothing is registered.
-func (p *Pool) Register(specs []Spec) (registered, existing int, err error) {
+// Register adds resources and returns the ids of those it created, in
+// specs order: exactly the resources this call added, which a caller that
+// must undo the call removes (never one that another call created). It is
+// idempotent: a resource that exists already is left unchanged and counted
+// in existing, as is a repeat within specs. The batch is validated first;
+// if any spec is invalid nothing is registered and the error wraps
+// ErrInvalidArgument.
+func (p *Pool) Register(specs []Spec) (created []string, existing int, err error) {
 	if err := CheckSpecs(specs); err != nil {
-		return 0, 0, err
+		return nil, 0, err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -357,10 +361,10 @@ func (p *Pool) Register(specs []Spec) (registered, existing int, err error) {
 			continue
 		}
 		p.addResource(s, now.UnixNano())
-		registered++
+		created = append(created, s.ID)
 		p.emit(Event{Kind: EventRegistered, Resource: s.ID, At: now})
 	}
-	return registered, existing, nil
+	return created, existing, nil
 }
 
 // addResource creates a resource; the caller holds the write lock and has

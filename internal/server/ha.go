@@ -157,16 +157,16 @@ func (s *Server) takeOver(ctx context.Context, term *ha.Term) (stop func(), err 
 }
 
 // stepDown stops serving at once and forgets the in-memory state: the next
-// takeover restores it from the store.
+// takeover restores it from the store. The registry stays closed until
+// then, so a call admitted before the step-down gets UNAVAILABLE instead of
+// a new empty pool.
 func (s *Server) stepDown() {
 	s.lead.Store(false)
 	s.ha.isActive.Set(0)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	why := fmt.Errorf("%w: stepped down", dataplane.ErrNotActive)
-	for _, t := range s.pools.Tenants() {
-		if p := s.pools.Remove(t); p != nil {
-			p.CloseSubscriptions(why)
-		}
+	for t, p := range s.pools.Close() {
+		p.CloseSubscriptions(why)
 		s.budget.Forget(t)
 		s.cp.Forget(t)
 	}

@@ -33,8 +33,9 @@ func (h hooks) TenantStatusChanged(tenant string, st store.Status) {
 	}
 }
 
-// TenantDeleted runs after the delete committed: it drops the pool and
-// returns the tenant's budget.
+// TenantDeleted runs after the delete committed: it drops the pool for
+// good (a call admitted before the delete cannot create a new one; tenant
+// ids are never reused) and returns the tenant's budget.
 func (h hooks) TenantDeleted(tenant string) {
 	h.s.auth.Invalidate(tenant)
 	if p := h.s.pools.Remove(tenant); p != nil {

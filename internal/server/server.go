@@ -205,12 +205,14 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 }
 
 // becomeActive restores every tenant under a new epoch, accounts budgets and
-// limits, and then, only then, starts serving the data plane.
+// limits, and then, only then, starts serving the data plane. It reopens
+// the tenant registry that a step-down closed: restoring creates pools.
 func (s *Server) becomeActive(ctx context.Context, epoch uint32) error {
 	s.epoch.Store(epoch)
 	if err := s.loadLimits(ctx); err != nil {
 		return err
 	}
+	s.pools.Open()
 	failed, err := s.cp.RestoreAll(ctx)
 	if err != nil {
 		return fmt.Errorf("restoring pools: %w", err)

@@ -1,6 +1,7 @@
 package tenants
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -51,13 +52,75 @@ func TestNoTenantIsAnError(t *testing.T) {
 	}
 }
 
-func TestRemove(t *testing.T) {
-	r := NewRegistry(func(string) (*pool.Pool, error) { return pool.New(pool.Config{}) })
+func newTestRegistry() *Registry {
+	return NewRegistry(func(string) (*pool.Pool, error) { return pool.New(pool.Config{}) })
+}
+
+// TestRemovedTenantGetsNoNewPool: a call that reaches Pool after its
+// tenant's deletion gets ErrDeleted, never a new empty pool, and reopening
+// the registry (a later takeover) does not bring the tenant back.
+func TestRemovedTenantGetsNoNewPool(t *testing.T) {
+	r := newTestRegistry()
 	a, _ := r.Pool("a")
 	if got := r.Remove("a"); got != a {
 		t.Fatal("Remove returned another pool")
 	}
 	if _, ok := r.Lookup("a"); ok {
 		t.Fatal("Lookup found a removed tenant")
+	}
+	if p, err := r.Pool("a"); !errors.Is(err, ErrDeleted) || p != nil {
+		t.Fatalf("Pool(a) after Remove = %p, %v; want nil, ErrDeleted", p, err)
+	}
+	// A tenant deleted before it ever had a pool is refused too.
+	if got := r.Remove("b"); got != nil {
+		t.Fatalf("Remove(b) = %v, want nil (no pool)", got)
+	}
+	if _, err := r.Pool("b"); !errors.Is(err, ErrDeleted) {
+		t.Fatalf("Pool(b) after Remove = %v, want ErrDeleted", err)
+	}
+	r.Close()
+	r.Open()
+	if _, err := r.Pool("a"); !errors.Is(err, ErrDeleted) {
+		t.Fatalf("Pool(a) after Close and Open = %v, want ErrDeleted", err)
+	}
+	if got := r.Tenants(); len(got) != 0 {
+		t.Fatalf("Tenants() = %q, want none", got)
+	}
+	if _, err := r.Pool("c"); err != nil {
+		t.Fatalf("Pool(c) of another tenant = %v, want a pool", err)
+	}
+}
+
+// TestClosedRegistryRefusesUntilOpened: Close drops every pool (a step-down)
+// and Pool refuses with ErrClosed until Open (a takeover), after which
+// tenants get new pools.
+func TestClosedRegistryRefusesUntilOpened(t *testing.T) {
+	r := newTestRegistry()
+	a, _ := r.Pool("a")
+	b, _ := r.Pool("b")
+	dropped := r.Close()
+	if len(dropped) != 2 || dropped["a"] != a || dropped["b"] != b {
+		t.Fatalf("Close() = %v, want the pools of a and b", dropped)
+	}
+	if got := r.Tenants(); len(got) != 0 {
+		t.Fatalf("Tenants() after Close = %q, want none", got)
+	}
+	if p, err := r.Pool("a"); !errors.Is(err, ErrClosed) || p != nil {
+		t.Fatalf("Pool(a) while closed = %p, %v; want nil, ErrClosed", p, err)
+	}
+	if _, err := r.Pool("new"); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Pool(new) while closed = %v, want ErrClosed", err)
+	}
+	if got := r.Close(); len(got) != 0 {
+		t.Fatalf("Close() again = %v, want nothing", got)
+	}
+
+	r.Open()
+	p, err := r.Pool("a")
+	if err != nil || p == nil || p == a {
+		t.Fatalf("Pool(a) after Open = %p, %v; want a new pool", p, err)
+	}
+	if q, _ := r.Lookup("a"); q != p {
+		t.Fatal("Lookup(a) after Open returned another pool")
 	}
 }
