@@ -102,29 +102,60 @@ func (t *Term) Resign() {
 }
 
 // Campaign blocks until this server holds the leader lock, or ctx ends.
+//
+// A standby keeps one session and retries the lock on it every Interval; it
+// drops the session and connects anew only after an attempt fails (the
+// session broke, or the database took longer than SessionTimeout to
+// answer). The session that wins the lock is the one the Term keeps: the
+// lock belongs to it. The session is closed when ctx ends.
 func (e *Elector) Campaign(ctx context.Context) (*Term, error) {
+	var conn *pgx.Conn
 	for {
-		conn, err := e.connect(ctx)
+		var err error
+		if conn == nil {
+			conn, err = e.connect(ctx)
+		}
 		if err == nil {
 			var got bool
-			err = conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, LockID).Scan(&got)
+			got, err = e.tryLock(ctx, conn)
 			if err == nil && got {
 				e.log.Info("acquired the leader lock")
 				return e.hold(conn), nil
 			}
-			conn.Close(context.WithoutCancel(ctx))
+			if err != nil {
+				conn.Close(context.WithoutCancel(ctx))
+				conn = nil
+			}
 		}
 		if err != nil && ctx.Err() == nil {
 			e.log.Warn("leader election: database unreachable", "err", err)
 		}
 		select {
 		case <-ctx.Done():
+			if conn != nil {
+				conn.Close(context.WithoutCancel(ctx))
+			}
 			return nil, ctx.Err()
 		case <-time.After(e.cfg.Interval):
 		}
 	}
 }
 
+// tryLock asks once for the leader lock on conn. The attempt is bounded by
+// SessionTimeout, so a kept session whose network vanished without a reset
+// fails the attempt (and is replaced) instead of stalling the campaign
+// until the kernel gives up on the connection.
+func (e *Elector) tryLock(ctx context.Context, conn *pgx.Conn) (bool, error) {
+	cctx, cancel := context.WithTimeout(ctx, e.cfg.SessionTimeout)
+	defer cancel()
+	var got bool
+	err := conn.QueryRow(cctx, `SELECT pg_try_advisory_lock($1)`, LockID).Scan(&got)
+	return got, err
+}
+
+// connect opens a session for the election: named in pg_stat_activity, with
+// the session timeouts and keepalives that let the database free the lock
+// of a leader that stopped talking.
 func (e *Elector) connect(ctx context.Context) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig(e.cfg.DSN)
 	if err != nil {

@@ -1,8 +1,10 @@
 // Package journal makes the active server's leases durable before clients
 // hear of them, with group commit: lease changes that arrive while a commit
 // is in flight are written together in the next one, so a busy server pays
-// one database round trip per batch, not per call, and an idle one waits
-// for no timer.
+// one database transaction per batch and tenant, not per call, and an idle
+// one waits for no timer. The tenants of a batch are written concurrently
+// (a few at a time), so a waiter pays for one transaction, not for one per
+// tenant ahead of it in the batch.
 package journal
 
 import (
@@ -17,7 +19,15 @@ import (
 	"github.com/repool/repool/internal/store"
 )
 
-// Store writes lease changes of one tenant in one transaction.
+// tenantsInFlight bounds the tenants of one batch whose transactions run at
+// once. Each holds a store connection for its transaction; the bound keeps
+// a batch that spans many tenants from taking every connection of the
+// store's pool (pgxpool's default is the greater of 4 and the number of
+// CPUs) from the checkpointer and the control plane.
+const tenantsInFlight = 4
+
+// Store writes lease changes of one tenant in one transaction. The Writer
+// calls it concurrently for different tenants, never for the same tenant.
 type Store interface {
 	WriteLeases(ctx context.Context, tenantID string, put []store.LeaseRow, del []uint64) error
 }
@@ -161,42 +171,57 @@ func (w *Writer) stop() {
 	}
 }
 
-// commit writes a batch, one transaction per tenant, and answers its
-// waiters.
+// commit writes a batch, one transaction per tenant, up to
+// tenantsInFlight of them at once, and answers each waiter with the outcome
+// of its tenant's transaction. It returns once every transaction has ended,
+// so the changes of one tenant are written batch after batch, in order.
 func (w *Writer) commit(ctx context.Context, batch []op) {
 	w.batches.Observe(float64(len(batch)))
 	byTenant := map[string][]op{}
 	for _, o := range batch {
 		byTenant[o.tenant] = append(byTenant[o.tenant], o)
 	}
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, tenantsInFlight)
 	for tenant, ops := range byTenant {
-		// The last change of a lease in the batch wins.
-		final := map[uint64]*store.LeaseRow{}
-		var order []uint64
-		for _, o := range ops {
-			id := o.del
-			if o.put != nil {
-				id = o.put.ID
-			}
-			if _, seen := final[id]; !seen {
-				order = append(order, id)
-			}
-			final[id] = o.put
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			w.commitTenant(ctx, tenant, ops)
+		})
+	}
+	wg.Wait()
+}
+
+// commitTenant writes one tenant's changes of a batch in one transaction
+// and answers their waiters.
+func (w *Writer) commitTenant(ctx context.Context, tenant string, ops []op) {
+	// The last change of a lease in the batch wins.
+	final := map[uint64]*store.LeaseRow{}
+	var order []uint64
+	for _, o := range ops {
+		id := o.del
+		if o.put != nil {
+			id = o.put.ID
 		}
-		var put []store.LeaseRow
-		var del []uint64
-		for _, id := range order {
-			if row := final[id]; row != nil {
-				put = append(put, *row)
-			} else {
-				del = append(del, id)
-			}
+		if _, seen := final[id]; !seen {
+			order = append(order, id)
 		}
-		cctx, cancel := context.WithTimeout(ctx, w.timeout)
-		err := w.st.WriteLeases(cctx, tenant, put, del)
-		cancel()
-		for _, o := range ops {
-			o.done <- err
+		final[id] = o.put
+	}
+	var put []store.LeaseRow
+	var del []uint64
+	for _, id := range order {
+		if row := final[id]; row != nil {
+			put = append(put, *row)
+		} else {
+			del = append(del, id)
 		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, w.timeout)
+	err := w.st.WriteLeases(cctx, tenant, put, del)
+	cancel()
+	for _, o := range ops {
+		o.done <- err
 	}
 }

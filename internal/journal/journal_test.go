@@ -3,6 +3,7 @@ package journal
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -135,6 +136,104 @@ func TestStopWithAFullQueue(t *testing.T) {
 	for range senders {
 		if err := <-errs; err != nil && !errors.Is(err, ErrClosed) {
 			t.Fatalf("Leased() = %v, want nil or ErrClosed", err)
+		}
+	}
+}
+
+// storeFunc is a Store whose WriteLeases is the function.
+type storeFunc func(ctx context.Context, tenant string, put []store.LeaseRow, del []uint64) error
+
+func (f storeFunc) WriteLeases(ctx context.Context, tenant string, put []store.LeaseRow, del []uint64) error {
+	return f(ctx, tenant, put, del)
+}
+
+// TestMultiTenantBatch: the tenants of one batch are written concurrently,
+// at most tenantsInFlight at once, one transaction each, and every waiter
+// hears the outcome of its own tenant's transaction.
+func TestMultiTenantBatch(t *testing.T) {
+	const tenants, leasesEach = 8, 3
+	boom := errors.New("fenced")
+	var (
+		mu          sync.Mutex
+		inFlight    int
+		maxInFlight int
+		writes      = map[string][]uint64{} // tenant → leases of each WriteLeases, in order
+	)
+	entered, release := make(chan struct{}), make(chan struct{})
+	st := storeFunc(func(_ context.Context, tenant string, put []store.LeaseRow, _ []uint64) error {
+		if tenant == "blocker" { // holds the first batch while the next one queues
+			close(entered)
+			<-release
+			return nil
+		}
+		mu.Lock()
+		inFlight++
+		maxInFlight = max(maxInFlight, inFlight)
+		mu.Unlock()
+		time.Sleep(20 * time.Millisecond)
+		mu.Lock()
+		defer mu.Unlock()
+		inFlight--
+		if _, twice := writes[tenant]; twice {
+			t.Errorf("WriteLeases(%s) called twice for one batch", tenant)
+		}
+		for _, p := range put {
+			writes[tenant] = append(writes[tenant], p.ID)
+		}
+		if tenant == "t3" {
+			return boom
+		}
+		return nil
+	})
+	w, _ := New(st, time.Second, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	wait := w.Start(ctx)
+	defer func() { cancel(); wait() }()
+
+	blocked := make(chan error, 1)
+	go func() { blocked <- w.Leased(context.Background(), "blocker", pool.Lease{ID: 1}) }()
+	<-entered
+	type result struct {
+		tenant string
+		err    error
+	}
+	results := make(chan result, tenants*leasesEach)
+	for i := range tenants {
+		tenant := fmt.Sprintf("t%d", i)
+		for j := range leasesEach {
+			go func() {
+				results <- result{tenant, w.Leased(context.Background(), tenant, pool.Lease{ID: uint64(10*i + j)})}
+			}()
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(w.ops) < tenants*leasesEach; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("queued changes = got %d, want %d", len(w.ops), tenants*leasesEach)
+		}
+	}
+	close(release)
+	if err := <-blocked; err != nil {
+		t.Fatalf("Leased(blocker) = got %v, want nil", err)
+	}
+	for range tenants * leasesEach {
+		r := <-results
+		var want error // t3's transaction fails; the others commit
+		if r.tenant == "t3" {
+			want = boom
+		}
+		if !errors.Is(r.err, want) {
+			t.Errorf("Leased(%s) = got %v, want %v", r.tenant, r.err, want)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if maxInFlight < 2 || maxInFlight > tenantsInFlight {
+		t.Errorf("tenants written at once = got %d, want 2..%d", maxInFlight, tenantsInFlight)
+	}
+	for i := range tenants {
+		tenant := fmt.Sprintf("t%d", i)
+		if got := len(writes[tenant]); got != leasesEach {
+			t.Errorf("leases of %s written = got %d (%v), want %d in one WriteLeases", tenant, got, writes[tenant], leasesEach)
 		}
 	}
 }

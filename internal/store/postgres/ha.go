@@ -16,6 +16,9 @@ func (s *Store) SetFence(epoch uint32) { s.fence.Store(epoch) }
 // DSN implements store.HA.
 func (s *Store) DSN() string { return s.dsn }
 
+// fenceSQL reads the persisted epoch and takes its row FOR SHARE.
+const fenceSQL = `SELECT value FROM server_counters WHERE name = 'epoch' FOR SHARE`
+
 // checkFence fails with store.ErrFenced unless the persisted epoch is the
 // fence. It takes the epoch row FOR SHARE, so a successor's BumpEpoch waits
 // for this transaction, and this transaction, if it starts after the bump,
@@ -27,7 +30,14 @@ func (s *Store) checkFence(ctx context.Context, tx pgx.Tx) error {
 		return nil
 	}
 	var cur int64
-	err := tx.QueryRow(ctx, `SELECT value FROM server_counters WHERE name = 'epoch' FOR SHARE`).Scan(&cur)
+	err := tx.QueryRow(ctx, fenceSQL).Scan(&cur)
+	return fenceErr(fence, cur, err)
+}
+
+// fenceErr judges the result of fenceSQL: the query's error (classified), or
+// store.ErrFenced unless the persisted epoch cur is the fence. A missing
+// epoch row reads as epoch 0.
+func fenceErr(fence uint32, cur int64, err error) error {
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return classify(err)
 	}
@@ -37,7 +47,11 @@ func (s *Store) checkFence(ctx context.Context, tx pgx.Tx) error {
 	return nil
 }
 
-// WriteLeases implements store.HA.
+// WriteLeases implements store.HA. It costs two round trips: BEGIN, the
+// fence check and the writes go in one pipelined batch, then COMMIT (or
+// ROLLBACK if the fence check failed). The writes run before the fence's
+// answer is read, but inside the transaction after the check, so a fenced
+// write is rolled back and changes nothing.
 func (s *Store) WriteLeases(ctx context.Context, tenantID string, put []store.LeaseRow, del []uint64) error {
 	if err := store.ValidateTenantID(tenantID); err != nil {
 		return err
@@ -54,23 +68,47 @@ func (s *Store) WriteLeases(ctx context.Context, tenantID string, put []store.Le
 	for i, d := range del {
 		dels[i] = int64(d)
 	}
-	err := s.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		if err := s.checkFence(ctx, tx); err != nil {
-			return err
-		}
-		b := &pgx.Batch{}
-		if len(dels) > 0 {
-			b.Queue(`DELETE FROM lease_journal WHERE pool_id = $1 AND lease_id = ANY($2)`, tenantID, dels)
-		}
-		if len(put) > 0 {
-			b.Queue(`
+	fence := s.fence.Load()
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{})
+	if fence != 0 {
+		b.Queue(fenceSQL)
+	}
+	if len(dels) > 0 {
+		b.Queue(`DELETE FROM lease_journal WHERE pool_id = $1 AND lease_id = ANY($2)`, tenantID, dels)
+	}
+	if len(put) > 0 {
+		b.Queue(`
 INSERT INTO lease_journal (pool_id, lease_id, resource_id, context, token, expires_at)
 SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::bigint[])
 ON CONFLICT (pool_id, lease_id) DO UPDATE SET expires_at = excluded.expires_at, token = excluded.token`,
-				tenantID, ids, res, ctxs, toks, exps)
+			tenantID, ids, res, ctxs, toks, exps)
+	}
+	br := s.pool.SendBatch(ctx, b)
+	tx := br.Tx()
+	err := func() error {
+		if _, err := br.Exec(); err != nil { // BEGIN
+			return classify(err)
 		}
-		return classify(tx.SendBatch(ctx, b).Close())
-	})
+		if fence != 0 {
+			var cur int64
+			scanErr := br.QueryRow().Scan(&cur)
+			if err := fenceErr(fence, cur, scanErr); err != nil {
+				return err
+			}
+		}
+		return classify(br.Close())
+	}()
+	if err == nil {
+		err = classify(tx.Commit(ctx))
+	} else {
+		br.Close()
+		// Roll back even if ctx is done, so the connection stays usable,
+		// but never wait long for a server that has gone away.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		tx.Rollback(rctx)
+		cancel()
+	}
 	if err != nil {
 		return fmt.Errorf("write lease journal of tenant %q: %w", tenantID, err)
 	}

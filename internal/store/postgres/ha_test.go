@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/repool/repool/internal/store"
@@ -55,6 +56,61 @@ func TestFenceRefusesADeposedLeader(t *testing.T) {
 	if err := successor.SaveCheckpoint(ctx, "acme", stale); err != nil {
 		t.Fatalf("SaveCheckpoint(new leader) = %v", err)
 	}
+}
+
+// TestWriteLeasesChangesNothingWhenItFails: a lease journal write that
+// fails — refused by the database midway, or fenced after its writes ran —
+// leaves the journal as it was and returns its connection to the pool.
+func TestWriteLeasesChangesNothingWhenItFails(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	ctx := context.Background()
+	old, successor := openTest(t, dsn, store.Options{}), openTest(t, dsn, store.Options{})
+	e1, err := old.BumpEpoch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.SetFence(e1)
+	lease := func(id uint64, exp int64) store.LeaseRow {
+		return store.LeaseRow{ID: id, ResourceID: "r", Context: "x", Token: id, ExpiresAt: exp}
+	}
+	want := []store.LeaseRow{lease(1, 100), lease(2, 100)}
+	if err := old.WriteLeases(ctx, "acme", want, nil); err != nil {
+		t.Fatalf("WriteLeases(current leader) = got error %v, want nil", err)
+	}
+	unchanged := func(what string) {
+		t.Helper()
+		got, err := successor.LoadLeases(ctx, "acme")
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("LoadLeases after %s = got %+v, %v, want %+v", what, got, err, want)
+		}
+		if n := old.pool.Stat().AcquiredConns(); n != 0 {
+			t.Errorf("connections still acquired after %s = got %d, want 0", what, n)
+		}
+	}
+
+	// The same lease twice in one upsert fails the insert, after the delete.
+	err = old.WriteLeases(ctx, "acme", []store.LeaseRow{lease(3, 100), lease(3, 200)}, []uint64{1})
+	if err == nil || errors.Is(err, store.ErrFenced) {
+		t.Errorf("WriteLeases(a lease twice) = got error %v, want a database error", err)
+	}
+	unchanged("a write the database refused")
+
+	e2, err := successor.BumpEpoch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	successor.SetFence(e2)
+	err = old.WriteLeases(ctx, "acme", []store.LeaseRow{lease(1, 999), lease(4, 100)}, []uint64{2})
+	if !errors.Is(err, store.ErrFenced) {
+		t.Errorf("WriteLeases(deposed leader) = got error %v, want ErrFenced", err)
+	}
+	unchanged("a fenced write")
+
+	if err := successor.WriteLeases(ctx, "acme", []store.LeaseRow{lease(4, 100)}, []uint64{2}); err != nil {
+		t.Fatalf("WriteLeases(new leader) = got error %v, want nil", err)
+	}
+	want = []store.LeaseRow{lease(1, 100), lease(4, 100)}
+	unchanged("the new leader's write")
 }
 
 func second[T any](_ T, err error) error { return err }
