@@ -18,6 +18,7 @@ import (
 	"github.com/repool/repool/internal/sidecar"
 	"github.com/repool/repool/internal/sidecar/config"
 	"github.com/repool/repool/internal/sidecar/fakeserver"
+	"github.com/repool/repool/internal/sidecar/token"
 	"github.com/repool/repool/internal/testenv"
 )
 
@@ -59,7 +60,7 @@ func TestThreeSidecarsShareRedis(t *testing.T) {
 	addr, _ := testenv.Redis(t)
 	fake := fakeserver.Start(t, fakeserver.Config{})
 	cfg := one("p", fast(fake))
-	cfg.Redis = &config.Redis{Addr: addr}
+	cfg.Redis = &config.Redis{Redis: token.Redis{Addr: addr}}
 	var hs []*harness
 	for range 3 {
 		hs = append(hs, start(t, cfg, sidecar.Options{}))
@@ -325,7 +326,7 @@ func TestRedisKilledMidRun(t *testing.T) {
 	clk := clock.NewFake(time.Now())
 	fake := fakeserver.Start(t, fakeserver.Config{Clock: clk, TokenTTL: 10 * time.Minute})
 	cfg := one("p", fast(fake))
-	cfg.Redis = &config.Redis{Addr: addr}
+	cfg.Redis = &config.Redis{Redis: token.Redis{Addr: addr}}
 	h := start(t, cfg, sidecar.Options{Clock: clk})
 	for range 5 {
 		if r := h.acquire("p"); r.status != 200 {

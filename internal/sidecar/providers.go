@@ -1,8 +1,6 @@
 package sidecar
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"slices"
 	"sync"
@@ -38,7 +36,7 @@ type entry struct {
 // key, token policy and Redis settings, and closed once it is retired and
 // the last request using it is done.
 type upstream struct {
-	key    string // what must not change for it to be kept
+	key    upstreamKey // what it is built from: a reload keeps it if equal
 	conn   *grpc.ClientConn
 	tokens *token.Source
 
@@ -98,21 +96,26 @@ func (u *upstream) close() {
 // wait returns once the upstream is closed.
 func (u *upstream) wait() { <-u.closed }
 
-// upstreamKey identifies what an upstream is built from. The API key is
-// hashed so that the key can be logged or compared without exposing it.
-func upstreamKey(name string, p config.Provider, r *config.Redis) string {
-	sum := sha256.Sum256([]byte(p.APIKey))
-	k := fmt.Sprintf("%s|%s|%s|%+v", name, p.Endpoint, hex.EncodeToString(sum[:]), p.Token)
+// upstreamKey is what an upstream is built from: a provider's name,
+// endpoint, API key and token policy, and the Redis settings (the zero
+// value without Redis; with its defaults, a Redis is never zero).
+type upstreamKey struct {
+	name, endpoint, apiKey string
+	token                  token.Policy
+	redis                  token.Redis
+}
+
+func newUpstreamKey(name string, p config.Provider, r *config.Redis) upstreamKey {
+	k := upstreamKey{name: name, endpoint: p.Endpoint, apiKey: p.APIKey, token: p.Token}
 	if r != nil {
-		rs := sha256.Sum256([]byte(r.Password))
-		k += fmt.Sprintf("|redis %s %s %s %d %v %s", r.Addr, r.KeyPrefix, r.Username, r.DB, r.Timeout, hex.EncodeToString(rs[:]))
+		k.redis = r.Redis
 	}
 	return k
 }
 
-// dial builds an upstream. The connection is lazy: nothing is dialled
-// until the first call.
-func (s *Sidecar) dial(name string, p config.Provider, r *config.Redis) (*upstream, error) {
+// dial builds the upstream k describes. The connection is lazy: nothing is
+// dialled until the first call.
+func (s *Sidecar) dial(k upstreamKey) (*upstream, error) {
 	opts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()), // h2c to the VIP
 		// Our retrier is the only retry layer.
@@ -124,23 +127,23 @@ func (s *Sidecar) dial(name string, p config.Provider, r *config.Redis) (*upstre
 			MinConnectTimeout: time.Second,
 		}),
 	}, s.dialOpt...)
-	conn, err := grpc.NewClient(p.Endpoint, opts...)
+	conn, err := grpc.NewClient(k.endpoint, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("provider %q: endpoint %q: %w", name, p.Endpoint, err)
+		return nil, fmt.Errorf("provider %q: endpoint %q: %w", k.name, k.endpoint, err)
 	}
-	var tr *token.Redis
-	if r != nil {
-		tr = &token.Redis{Addr: r.Addr, KeyPrefix: r.KeyPrefix, Username: r.Username, Password: r.Password, DB: r.DB, Timeout: r.Timeout}
+	var redis *token.Redis
+	if k.redis != (token.Redis{}) {
+		redis = &k.redis
 	}
 	tokens, err := token.New(token.Config{
-		Provider: name, APIKey: p.APIKey, Issuer: repoolv1.NewAuthServiceClient(conn), Policy: p.Token,
-		Redis: tr, Clock: s.clock, Log: s.log, Metrics: s.tokMetrics,
+		Provider: k.name, APIKey: k.apiKey, Issuer: repoolv1.NewAuthServiceClient(conn), Policy: k.token,
+		Redis: redis, Clock: s.clock, Log: s.log, Metrics: s.tokMetrics,
 	})
 	if err != nil {
 		conn.Close()
 		return nil, err
 	}
-	return &upstream{key: upstreamKey(name, p, r), conn: conn, tokens: tokens,
+	return &upstream{key: k, conn: conn, tokens: tokens,
 		gone: make(chan struct{}), closed: make(chan struct{})}, nil
 }
 
@@ -185,10 +188,10 @@ func (s *Sidecar) Apply(cfg config.Config) error {
 			changed = append(changed, name)
 		}
 		e := &entry{cfg: pc}
-		if oe != nil && oe.up.key == upstreamKey(name, pc, cfg.Redis) {
+		if k := newUpstreamKey(name, pc, cfg.Redis); oe != nil && oe.up.key == k {
 			e.up = oe.up
 		} else {
-			u, err := s.dial(name, pc, cfg.Redis)
+			u, err := s.dial(k)
 			if err != nil {
 				return fail(err)
 			}

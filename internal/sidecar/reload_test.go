@@ -23,6 +23,7 @@ import (
 	"github.com/repool/repool/internal/sidecar"
 	"github.com/repool/repool/internal/sidecar/config"
 	"github.com/repool/repool/internal/sidecar/fakeserver"
+	"github.com/repool/repool/internal/sidecar/token"
 	"github.com/repool/repool/internal/testenv"
 )
 
@@ -183,7 +184,7 @@ func TestLifecycleLeaksNoGoroutine(t *testing.T) {
 	other := fakeserver.Start(t, fakeserver.Config{})
 	snapshot := goleak.IgnoreCurrent()
 
-	redis := &config.Redis{Addr: redisAddr}
+	redis := &config.Redis{Redis: token.Redis{Addr: redisAddr}}
 	cfg := config.Config{Listen: "127.0.0.1:0", Redis: redis,
 		Providers: map[string]config.Provider{"p": fast(fake), "q": fast(other)}}
 	l := &loader{}

@@ -8,9 +8,9 @@
 package client
 
 import (
-	"strings"
-
 	"google.golang.org/grpc/codes"
+
+	"github.com/repool/repool/internal/sidecar/httpapi"
 )
 
 // Lease is an acquired lease.
@@ -22,11 +22,12 @@ type Lease struct {
 
 // Result is one call's outcome.
 type Result struct {
-	// Status is the HTTP status (Naive maps gRPC codes to the sidecar's
-	// statuses); 0 when no answer came (transport error, timeout).
+	// Status is the HTTP status (Naive answers a gRPC code with the
+	// sidecar's status for it, httpapi.StatusOf); 0 when no answer came
+	// (transport error, timeout).
 	Status int
-	// Code is the error code, "" on success: the sidecar's error.code, or
-	// the gRPC code in snake case.
+	// Code is the error code, "" on success: the sidecar's error.code
+	// (Naive: the sidecar's code for the gRPC code).
 	Code string
 	// FastFail is the sidecar's X-Repool-Fast-Fail header.
 	FastFail string
@@ -36,45 +37,9 @@ type Result struct {
 // or a status outside 200-399).
 func (r Result) Failed() bool { return r.Status < 200 || r.Status > 399 }
 
-// httpStatus maps gRPC codes as the sidecar does (DESIGN.md section 8).
-func httpStatus(c codes.Code) int {
-	switch c {
-	case codes.OK:
-		return 200
-	case codes.InvalidArgument, codes.OutOfRange:
-		return 400
-	case codes.Unauthenticated:
-		return 401
-	case codes.PermissionDenied:
-		return 403
-	case codes.NotFound:
-		return 404
-	case codes.AlreadyExists, codes.FailedPrecondition, codes.Aborted:
-		return 409
-	case codes.ResourceExhausted:
-		return 429
-	case codes.Canceled:
-		return 499
-	case codes.Unavailable:
-		return 503
-	case codes.DeadlineExceeded:
-		return 504
-	}
-	return 502
-}
-
-// codeName is a gRPC code in snake case ("deadline_exceeded").
-func codeName(c codes.Code) string {
-	s := c.String() // "DeadlineExceeded"
-	var b strings.Builder
-	prevLower := false
-	for _, r := range s {
-		upper := r >= 'A' && r <= 'Z'
-		if upper && prevLower {
-			b.WriteByte('_')
-		}
-		prevLower = !upper
-		b.WriteRune(r)
-	}
-	return strings.ToLower(b.String())
+// resultOf is the Result of a call that failed with the gRPC code c: the
+// status and error code the sidecar answers for c.
+func resultOf(c codes.Code) Result {
+	status, code := httpapi.StatusOf(c)
+	return Result{Status: status, Code: code}
 }

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
+	"github.com/repool/repool/internal/sidecar/httpapi"
 )
 
 // fakePool answers Acquire with the error of its function field.
@@ -99,7 +100,7 @@ func TestSidecarClient(t *testing.T) {
 	})
 	mux.HandleFunc("POST /v1/providers/down/acquire", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set(fastFailHeader, "circuit-open")
+		w.Header().Set(httpapi.FastFailHeader, "circuit-open")
 		w.WriteHeader(http.StatusServiceUnavailable)
 		w.Write([]byte(`{"error":{"code":"circuit_open","message":"open","retry_after_ms":900}}`))
 	})
@@ -121,10 +122,31 @@ func TestSidecarClient(t *testing.T) {
 	}
 }
 
-func TestCodeName(t *testing.T) {
-	for c, want := range map[codes.Code]string{codes.DeadlineExceeded: "deadline_exceeded", codes.Unavailable: "unavailable", codes.OK: "ok"} {
-		if got := codeName(c); got != want {
-			t.Errorf("codeName(%v) = %q, want %q", c, got, want)
-		}
+// TestNaiveAnswersAsTheSidecar: a call that ends in a gRPC error gets the
+// status and error code the sidecar answers for it.
+func TestNaiveAnswersAsTheSidecar(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want Result
+	}{
+		{"UNAUTHENTICATED is the sidecar's credentials refused", status.Error(codes.Unauthenticated, "bad key"), Result{Status: 502, Code: "invalid_credentials"}},
+		{"NOT_FOUND", status.Error(codes.NotFound, "no resource"), Result{Status: 404, Code: "not_found"}},
+		{"FAILED_PRECONDITION", status.Error(codes.FailedPrecondition, "stale token"), Result{Status: 409, Code: "failed_precondition"}},
+		{"UNIMPLEMENTED", status.Error(codes.Unimplemented, "no"), Result{Status: 502, Code: "unimplemented"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := &fakePool{acquire: func(int64) error { return tt.err }}
+			n, err := NewNaive(map[string][]string{"p": {serve(t, f)}}, map[string]string{"p": "key"},
+				NaivePolicy{AttemptsPerHost: 1, AttemptTimeout: 5 * time.Second})
+			if err != nil {
+				t.Fatalf("NewNaive() = %v", err)
+			}
+			defer n.Close()
+			if _, r := n.Acquire(context.Background(), "p", "search", 30); r != tt.want {
+				t.Errorf("Acquire() = %+v, want %+v", r, tt.want)
+			}
+		})
 	}
 }

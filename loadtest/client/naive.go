@@ -119,11 +119,11 @@ func (n *Naive) call(ctx context.Context, provider string, fn func(context.Conte
 				return Result{Status: 200}
 			}
 			if ctx.Err() != nil {
-				return Result{Status: 499, Code: "canceled"}
+				return resultOf(codes.Canceled)
 			}
 			last = status.Convert(err)
 			if !transient(last.Code()) {
-				return Result{Status: httpStatus(last.Code()), Code: codeName(last.Code())}
+				return resultOf(last.Code())
 			}
 			if last.Code() == codes.Unavailable && strings.Contains(last.Message(), "not the active server") {
 				break // a standby: follow it to the next host at once
@@ -134,11 +134,11 @@ func (n *Naive) call(ctx context.Context, provider string, fn func(context.Conte
 			select {
 			case <-time.After(n.policy.RetryDelay):
 			case <-ctx.Done():
-				return Result{Status: 499, Code: "canceled"}
+				return resultOf(codes.Canceled)
 			}
 		}
 	}
-	return Result{Status: httpStatus(last.Code()), Code: codeName(last.Code())}
+	return resultOf(last.Code())
 }
 
 func transient(c codes.Code) bool {

@@ -10,10 +10,9 @@ import (
 	"net/url"
 	"strconv"
 	"time"
-)
 
-// fastFailHeader is the sidecar's header naming a fast failure.
-const fastFailHeader = "X-Repool-Fast-Fail"
+	"github.com/repool/repool/internal/sidecar/httpapi"
+)
 
 // Sidecar calls the sidecar's HTTP API, as the k6 script does.
 type Sidecar struct {
@@ -95,7 +94,7 @@ func (s *Sidecar) post(ctx context.Context, path string, body, out any) Result {
 	}
 	defer resp.Body.Close()
 	answer, err := io.ReadAll(resp.Body)
-	r := Result{Status: resp.StatusCode, FastFail: resp.Header.Get(fastFailHeader)}
+	r := Result{Status: resp.StatusCode, FastFail: resp.Header.Get(httpapi.FastFailHeader)}
 	if err != nil {
 		return Result{Code: "transport_error", FastFail: r.FastFail}
 	}

@@ -80,23 +80,15 @@ type Config struct {
 	Providers map[string]Provider `yaml:"providers"`
 }
 
-// Redis configures the shared token cache.
+// Redis configures the shared token cache: token.Redis (addr, key_prefix,
+// username, db, timeout; its defaults), and the environment variable that
+// holds the password.
 type Redis struct {
-	// Addr is host:port. Required.
-	Addr string `yaml:"addr"`
-	// KeyPrefix starts every key. Default "repool:".
-	KeyPrefix string `yaml:"key_prefix"`
-	// Username is the Redis ACL user; empty for none.
-	Username string `yaml:"username"`
+	token.Redis `yaml:",inline"`
 	// PasswordEnv names the environment variable holding the password;
-	// empty for none. Load reads it into Password.
+	// empty for none. Load reads it into Password, which is never in the
+	// file.
 	PasswordEnv string `yaml:"password_env"`
-	// Password is the password, from PasswordEnv; never in the file.
-	Password string `yaml:"-"`
-	// DB is the database number. Default 0.
-	DB int `yaml:"db"`
-	// Timeout bounds each Redis operation. Default 250ms.
-	Timeout time.Duration `yaml:"timeout"`
 }
 
 // Provider configures one reputation cluster.
@@ -139,8 +131,7 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Redis != nil {
 		r := *c.Redis
-		tr := token.Redis{KeyPrefix: r.KeyPrefix, Timeout: r.Timeout}.WithDefaults()
-		r.KeyPrefix, r.Timeout = tr.KeyPrefix, tr.Timeout
+		r.Redis = r.Redis.WithDefaults()
 		c.Redis = &r
 	}
 	providers := make(map[string]Provider, len(c.Providers))

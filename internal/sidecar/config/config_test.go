@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/repool/repool/internal/sidecar/token"
 )
 
 // env returns a getenv over m.
@@ -55,7 +57,7 @@ func TestValidateNamesTheBadField(t *testing.T) {
 			c.Providers["eu"] = p
 		}, "config: providers.eu.retry_budget.window 1ms"},
 		{"bad token", func(c *Config) { p := c.Providers["eu"]; p.Token.RefreshAt = 0.99; c.Providers["eu"] = p }, "config: providers.eu.token.refresh_at 0.99"},
-		{"bad redis", func(c *Config) { c.Redis = &Redis{Addr: "nope"} }, "config: redis.addr \"nope\""},
+		{"bad redis", func(c *Config) { c.Redis = &Redis{Redis: token.Redis{Addr: "nope"}} }, "config: redis.addr \"nope\""},
 		{"bad log level", func(c *Config) { c.LogLevel = "loud" }, "config: log_level \"loud\""},
 		{"tiny body limit", func(c *Config) { c.MaxBodyBytes = 10 }, "config: max_body_bytes 10"},
 	}
@@ -181,5 +183,23 @@ func TestLoadRejects(t *testing.T) {
 	}
 	if _, err := Load("/nonexistent/sidecar.yaml", env(nil)); err == nil {
 		t.Fatal("Load(missing file) = nil, want an error")
+	}
+}
+
+// TestLoadRedis: every redis key of the file lands in the token cache's
+// settings, and the password comes only from the environment.
+func TestLoadRedis(t *testing.T) {
+	path := writeFile(t, "sidecar.yaml", `
+redis: {addr: "10.0.0.5:6380", key_prefix: "x:", username: u, password_env: PW, db: 2, timeout: 1s}
+providers: {eu: {endpoint: a:1, api_key: k}}
+`)
+	c, err := Load(path, env(map[string]string{"PW": "secret"}))
+	want := Redis{Redis: token.Redis{Addr: "10.0.0.5:6380", KeyPrefix: "x:", Username: "u", Password: "secret", DB: 2, Timeout: time.Second}, PasswordEnv: "PW"}
+	if err != nil || c.Redis == nil || *c.Redis != want {
+		t.Fatalf("Load() redis = %+v, %v; want %+v", c.Redis, err, want)
+	}
+	path = writeFile(t, "sidecar.yaml", "redis: {addr: a:1, password: secret}\nproviders: {eu: {endpoint: a:1, api_key: k}}\n")
+	if _, err := Load(path, env(nil)); err == nil || !strings.Contains(err.Error(), "field password not found") {
+		t.Fatalf("Load(redis.password in the file) = %v, want an error containing %q", err, "field password not found")
 	}
 }

@@ -36,7 +36,7 @@ const FastFailHeader = "X-Repool-Fast-Fail"
 
 // httpStatus maps the gRPC codes of upstream answers to HTTP statuses
 // (DESIGN.md section 8). UNAUTHENTICATED, CANCELED and codes not listed are
-// handled in classify.
+// handled in StatusOf.
 var httpStatus = [...]int{
 	codes.InvalidArgument:    http.StatusBadRequest,
 	codes.OutOfRange:         http.StatusBadRequest,
@@ -116,18 +116,32 @@ func classify(err error) answer {
 	case errors.Is(err, resilience.ErrCircuitOpen):
 		a.status, a.code = http.StatusServiceUnavailable, codeCircuitOpen
 	case errors.Is(err, token.ErrInvalidCredentials), c == codes.Unauthenticated:
-		// The backend did nothing wrong and cannot fix it: the sidecar's
-		// own credentials for the provider are refused. A gateway error.
-		a.status, a.code, a.fastFail = http.StatusBadGateway, codeInvalidCredentials, ""
+		a.status, a.code = StatusOf(codes.Unauthenticated)
+		a.fastFail = ""
 		a.msg = "the provider refused the sidecar's credentials (API key or token): " + a.msg
-	case c == codes.Canceled:
-		a.status, a.code = 499, codeNames[c] // client closed the request; nobody reads this
-	case int(c) < len(httpStatus) && httpStatus[c] != 0:
-		a.status, a.code = httpStatus[c], codeNames[c]
 	default:
-		a.status, a.code = http.StatusBadGateway, codeNames[codes.Unknown]
+		a.status, a.code = StatusOf(c)
 	}
 	return a
+}
+
+// StatusOf returns the HTTP status and the error code (error.code of the
+// JSON body) with which the sidecar answers a call that the upstream failed
+// with the gRPC code c (DESIGN.md section 8). UNAUTHENTICATED is
+// invalid_credentials, a 502: the backend did nothing wrong and cannot fix
+// it, the sidecar's own credentials for the provider are refused. CANCELED
+// is 499 (the client closed the request). Codes without a status of their
+// own, OK included, are a 502 "unknown". It is safe for concurrent use.
+func StatusOf(c codes.Code) (int, string) {
+	switch {
+	case c == codes.Unauthenticated:
+		return http.StatusBadGateway, codeInvalidCredentials
+	case c == codes.Canceled:
+		return 499, codeNames[c]
+	case int(c) < len(httpStatus) && httpStatus[c] != 0:
+		return httpStatus[c], codeNames[c]
+	}
+	return http.StatusBadGateway, codeNames[codes.Unknown]
 }
 
 // message is the text for the backend: the server's own message for a

@@ -79,6 +79,40 @@ func TestClassify(t *testing.T) {
 	}
 }
 
+func TestStatusOf(t *testing.T) {
+	tests := []struct {
+		c      codes.Code
+		status int
+		code   string
+	}{
+		{codes.Unauthenticated, 502, "invalid_credentials"},
+		{codes.Canceled, 499, "canceled"},
+		{codes.NotFound, 404, "not_found"},
+		{codes.OutOfRange, 400, "out_of_range"},
+		{codes.Aborted, 409, "aborted"},
+		{codes.DeadlineExceeded, 504, "deadline_exceeded"},
+		{codes.DataLoss, 502, "data_loss"},
+		{codes.OK, 502, "unknown"},
+		{codes.Code(99), 502, "unknown"},
+	}
+	for _, tt := range tests {
+		if got, code := StatusOf(tt.c); got != tt.status || code != tt.code {
+			t.Errorf("StatusOf(%v) = %d %q, want %d %q", tt.c, got, code, tt.status, tt.code)
+		}
+	}
+}
+
+// TestStatusOfIsTheAnswer: a bare status error of every code is answered
+// as StatusOf says.
+func TestStatusOfIsTheAnswer(t *testing.T) {
+	for c := codes.Canceled; c <= codes.Unauthenticated; c++ {
+		ans := classify(status.Error(c, "server says "+c.String()))
+		if want, code := StatusOf(c); ans.status != want || ans.code != code {
+			t.Errorf("classify(%v) = %d %q, want StatusOf(%v) = %d %q", c, ans.status, ans.code, c, want, code)
+		}
+	}
+}
+
 func TestMessageKeepsTheServersWords(t *testing.T) {
 	err := fmt.Errorf("%w: %w", resilience.ErrBudgetSpent, status.Error(codes.Unavailable, "no active server"))
 	if got, want := classify(err).msg, "retry budget spent; last attempt: no active server"; got != want {

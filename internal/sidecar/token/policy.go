@@ -55,17 +55,19 @@ func (p Policy) Validate() error {
 // but Addr means its default.
 type Redis struct {
 	// Addr is the server's host:port. Required.
-	Addr string
+	Addr string `yaml:"addr"`
 	// KeyPrefix starts every key: PREFIX + "token:" + provider + ":" +
 	// the first 16 hex digits of SHA-256(API key). Default "repool:".
-	KeyPrefix string
-	// Username and Password authenticate (Redis ACL); empty for none.
-	Username, Password string
+	KeyPrefix string `yaml:"key_prefix"`
+	// Username and Password authenticate (Redis ACL); empty for none. The
+	// password is a secret: never in a file.
+	Username string `yaml:"username"`
+	Password string `yaml:"-"`
 	// DB is the database number. Default 0.
-	DB int
+	DB int `yaml:"db"`
 	// Timeout bounds each Redis operation, dialling included. Default
 	// 250ms: Redis is an optimisation, never worth waiting for.
-	Timeout time.Duration
+	Timeout time.Duration `yaml:"timeout"`
 }
 
 // WithDefaults returns r with defaults in place of zero values.
