@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	repoolv1 "github.com/repool/repool/api/repool/v1"
 	"github.com/repool/repool/internal/auth"
 	"github.com/repool/repool/internal/ratelimit"
 )
@@ -20,10 +21,6 @@ import (
 // servicePrefix selects the calls the data-plane interceptors guard; health
 // checks and reflection stay open.
 const servicePrefix = "/repool.v1."
-
-// RetryAfterKey is the trailing metadata key of a rate-limit refusal: how
-// long to wait before retrying, in milliseconds.
-const RetryAfterKey = "retry-after-ms"
 
 // ServerOptions returns the interceptor chains, in the order that is part of
 // the design: the active-server gate, then authentication, then the rate
@@ -150,7 +147,7 @@ func (s *Service) limit(ctx context.Context, method string, setTrailer func(meta
 		return toStatus(s.log, err)
 	}
 	if d.RetryAfter > 0 {
-		setTrailer(metadata.Pairs(RetryAfterKey, strconv.FormatInt(max(d.RetryAfter.Milliseconds(), 1), 10)))
+		setTrailer(metadata.Pairs(repoolv1.RetryAfterKey, strconv.FormatInt(max(d.RetryAfter.Milliseconds(), 1), 10)))
 	}
 	return toStatus(s.log, err)
 }

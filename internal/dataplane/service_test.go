@@ -273,8 +273,8 @@ func TestRateLimitRefusalCarriesRetryAfter(t *testing.T) {
 	var trailer metadata.MD
 	_, err := e.client.Register(as("key-a"), &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "r"}}}, grpc.Trailer(&trailer))
 	wantCode(t, "Register(limited)", err, codes.ResourceExhausted)
-	if got := trailer.Get(RetryAfterKey); len(got) != 1 || got[0] != "1500" {
-		t.Fatalf("trailer %s = %v, want [1500]", RetryAfterKey, got)
+	if got := trailer.Get(repoolv1.RetryAfterKey); len(got) != 1 || got[0] != "1500" {
+		t.Fatalf("trailer %s = %v, want [1500]", repoolv1.RetryAfterKey, got)
 	}
 	if p, ok := e.pools.Lookup("a"); ok && p.HasResource("r") {
 		t.Fatal("a rate-limited Register reached the pool")

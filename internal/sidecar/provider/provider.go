@@ -20,10 +20,6 @@ import (
 	"github.com/repool/repool/internal/sidecar/token"
 )
 
-// RetryAfterKey is the trailing metadata entry of the server's rate-limit
-// refusals (RESOURCE_EXHAUSTED): how long to wait, in milliseconds.
-const RetryAfterKey = "retry-after-ms"
-
 // Method names a PoolService call, for metrics.
 type Method int
 
@@ -282,7 +278,7 @@ func withRetryAfter(err error, trailer metadata.MD) error {
 	if resilience.Code(err) != codes.ResourceExhausted {
 		return err
 	}
-	v := trailer.Get(RetryAfterKey)
+	v := trailer.Get(repoolv1.RetryAfterKey)
 	if len(v) == 0 {
 		return err
 	}
