@@ -284,11 +284,6 @@ func (s *Service) Deregister(ctx context.Context, req *repoolv1.DeregisterReques
 	return &repoolv1.DeregisterResponse{Removed: int32(removed)}, nil
 }
 
-func (s *Service) tenantOf(ctx context.Context) string {
-	p, _ := auth.FromContext(ctx)
-	return p.Tenant
-}
-
 // actor names the caller in audit entries.
 func actor(ctx context.Context) string {
 	p, _ := auth.FromContext(ctx)
@@ -314,7 +309,7 @@ func toLease(l pool.Lease) *repoolv1.Lease {
 
 // Acquire leases the best resource for a context.
 func (s *Service) Acquire(ctx context.Context, req *repoolv1.AcquireRequest) (*repoolv1.AcquireResponse, error) {
-	_, p, err := s.tenantPool(ctx)
+	tenant, p, err := s.tenantPool(ctx)
 	if err != nil {
 		return nil, toStatus(s.log, err)
 	}
@@ -323,7 +318,7 @@ func (s *Service) Acquire(ctx context.Context, req *repoolv1.AcquireRequest) (*r
 		return nil, toStatus(s.log, err)
 	}
 	if s.cfg.Journal != nil {
-		if err := s.cfg.Journal.Leased(ctx, s.tenantOf(ctx), l); err != nil {
+		if err := s.cfg.Journal.Leased(ctx, tenant, l); err != nil {
 			// Unjournaled leases would not survive a failover: take it back.
 			_, _ = p.Release(l.ID, l.Token, 0)
 			return nil, s.notDurable(ctx, "lease", err)
@@ -334,7 +329,7 @@ func (s *Service) Acquire(ctx context.Context, req *repoolv1.AcquireRequest) (*r
 
 // Renew extends a lease.
 func (s *Service) Renew(ctx context.Context, req *repoolv1.RenewRequest) (*repoolv1.RenewResponse, error) {
-	_, p, err := s.tenantPool(ctx)
+	tenant, p, err := s.tenantPool(ctx)
 	if err != nil {
 		return nil, toStatus(s.log, err)
 	}
@@ -349,7 +344,7 @@ func (s *Service) Renew(ctx context.Context, req *repoolv1.RenewRequest) (*repoo
 	if s.cfg.Journal != nil {
 		// Until the renewal is durable the client must not count on it: a
 		// successor would expire the lease at its old time.
-		if err := s.cfg.Journal.Leased(ctx, s.tenantOf(ctx), l); err != nil {
+		if err := s.cfg.Journal.Leased(ctx, tenant, l); err != nil {
 			return nil, s.notDurable(ctx, "renewal", err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/repool/repool/internal/budget"
 	"github.com/repool/repool/internal/control"
 	"github.com/repool/repool/internal/dataplane"
+	"github.com/repool/repool/internal/pool"
 	"github.com/repool/repool/internal/store"
 	"github.com/repool/repool/internal/tenants"
 )
@@ -110,11 +111,7 @@ func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, t := range c.pools.Tenants() {
-		p, ok := c.pools.Lookup(t)
-		if !ok {
-			continue
-		}
+	c.pools.Each(func(t string, p *pool.Pool) {
 		r, cells := p.Len()
 		n := p.Counters()
 		ch <- prometheus.MustNewConstMetric(descResources, prometheus.GaugeValue, float64(r), t)
@@ -126,5 +123,5 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descRecovered, prometheus.CounterValue, float64(n.Recovered), t)
 		ch <- prometheus.MustNewConstMetric(descExpired, prometheus.CounterValue, float64(n.Expired), t)
 		ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(n.DroppedEvents), t)
-	}
+	})
 }

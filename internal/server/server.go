@@ -508,11 +508,7 @@ func (s *Server) activeLoops(ctx context.Context) (stop func()) {
 }
 
 func (s *Server) closeStreams(why error) {
-	for _, t := range s.pools.Tenants() {
-		if p, ok := s.pools.Lookup(t); ok {
-			p.CloseSubscriptions(why)
-		}
-	}
+	s.pools.Each(func(_ string, p *pool.Pool) { p.CloseSubscriptions(why) })
 }
 
 // tick expires leases and ends cooldowns every second, so that expiry
@@ -525,11 +521,7 @@ func (s *Server) tick(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			for _, tenant := range s.pools.Tenants() {
-				if p, ok := s.pools.Lookup(tenant); ok {
-					p.Tick()
-				}
-			}
+			s.pools.Each(func(_ string, p *pool.Pool) { p.Tick() })
 		}
 	}
 }

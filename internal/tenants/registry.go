@@ -112,6 +112,24 @@ func (r *Registry) Open() {
 	r.mu.Unlock()
 }
 
+// Each calls f for every tenant that has a pool, in no particular order.
+// f runs without the registry's lock, so it may use the registry.
+func (r *Registry) Each(f func(tenant string, p *pool.Pool)) {
+	type entry struct {
+		tenant string
+		p      *pool.Pool
+	}
+	r.mu.RLock()
+	all := make([]entry, 0, len(r.pools))
+	for t, p := range r.pools {
+		all = append(all, entry{t, p})
+	}
+	r.mu.RUnlock()
+	for _, e := range all {
+		f(e.tenant, e.p)
+	}
+}
+
 // Tenants returns the tenants that have a pool, sorted.
 func (r *Registry) Tenants() []string {
 	r.mu.RLock()

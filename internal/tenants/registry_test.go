@@ -124,3 +124,32 @@ func TestClosedRegistryRefusesUntilOpened(t *testing.T) {
 		t.Fatal("Lookup(a) after Open returned another pool")
 	}
 }
+
+// TestEachVisitsEveryPool: Each visits every tenant with a pool once, and
+// its callback may use the registry.
+func TestEachVisitsEveryPool(t *testing.T) {
+	r := NewRegistry(func(string) (*pool.Pool, error) { return pool.New(pool.Config{}) })
+	want := map[string]*pool.Pool{}
+	for _, id := range []string{"a", "b", "c"} {
+		p, err := r.Pool(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[id] = p
+	}
+	seen := map[string]*pool.Pool{}
+	r.Each(func(tenant string, p *pool.Pool) {
+		if _, ok := r.Lookup(tenant); !ok { // the registry is usable from f
+			t.Errorf("Lookup(%s) inside Each = not found", tenant)
+		}
+		seen[tenant] = p
+	})
+	if len(seen) != len(want) {
+		t.Fatalf("Each visited %v, want %v", seen, want)
+	}
+	for id, p := range want {
+		if seen[id] != p {
+			t.Fatalf("Each gave tenant %s another pool", id)
+		}
+	}
+}
