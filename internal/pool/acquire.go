@@ -49,11 +49,11 @@ func (p *Pool) Acquire(context string, ttl time.Duration, selector map[string]st
 	now := p.clock.Now().UnixNano()
 	p.processDue(now, dueBudget)
 
-	if p.maxLeases > 0 && len(p.leases) >= p.maxLeases {
+	if p.maxLeases > 0 && p.leases.len() >= p.maxLeases {
 		p.counters.Exhausted++
 		return Lease{}, fmt.Errorf("%w: the tenant's limit of %d outstanding leases is reached", ErrExhausted, p.maxLeases)
 	}
-	ctx, known := p.ctxIDs[context]
+	ctx, known := p.findContext(context)
 	if !known {
 		ctx = -1
 	}
@@ -126,7 +126,7 @@ func (p *Pool) score(s *picker, b *batch, ctx int32, now int64, selector map[str
 		ok[i] = r.availPos >= 0 // live, not full, not quarantined as a whole
 		slot[i] = -1
 		if ok[i] && ctx >= 0 {
-			slot[i] = p.findCell(r, b.idx[i], ctx)
+			slot[i] = p.findCell(b.idx[i], ctx)
 		}
 	}
 	if len(selector) > 0 {
@@ -140,7 +140,7 @@ func (p *Pool) score(s *picker, b *batch, ctx int32, now int64, selector map[str
 			continue
 		}
 		if slot[i] >= 0 {
-			c := &p.cellSlab[slot[i]]
+			c := p.cellAt(slot[i])
 			ok[i] = c.q.state == qNone
 			alpha[i], beta[i] = c.c.at(now, p.hl)
 		} else {
@@ -229,11 +229,11 @@ func (p *Pool) nextCandidate(res *reservoir, n int) int32 {
 }
 
 // warmCandidates moves a reservoir's replacements one stage on: drawn ones
-// become warm, their cell for ctx prefetched (their resource's hot fields
-// came in since the last call), and fresh draws take their place, their
-// resource's hot fields prefetched: the first resourceHot bytes, which lie
-// on one cache line or straddle two, so both ends are prefetched. Nothing
-// waits for memory here.
+// become warm, and fresh draws take their place, with their resource's hot
+// fields and their dense cell for ctx prefetched: the first resourceHot
+// bytes lie on one cache line or straddle two, so both ends are prefetched.
+// A sparse cell can only be found once the draw is warm, through the sparse
+// index. Nothing waits for memory here.
 //
 // Reservoir entries always index p.res: it only shrinks in reset, which
 // empties every reservoir.
@@ -241,9 +241,9 @@ func (p *Pool) warmCandidates(res *reservoir, ctx int32, n int) {
 	for res.ndrawn > 0 && res.nwarm < warmAhead {
 		res.ndrawn--
 		c := res.drawn[res.ndrawn]
-		if r := &p.res[c]; ctx >= 0 && r.live {
-			if slot := p.findCell(r, c, ctx); slot >= 0 {
-				prefetch(unsafe.Pointer(&p.cellSlab[slot]))
+		if ctx >= maxDense && p.res[c].live {
+			if slot := p.findCell(c, ctx); slot >= 0 {
+				prefetch(unsafe.Pointer(p.cellAt(slot)))
 			}
 		}
 		res.warm[res.nwarm] = c
@@ -254,6 +254,9 @@ func (p *Pool) warmCandidates(res *reservoir, ctx int32, n int) {
 		r := unsafe.Pointer(&p.res[c])
 		prefetch(r)
 		prefetch(unsafe.Add(r, resourceHot-1))
+		if ctx >= 0 && ctx < p.stride {
+			prefetch(unsafe.Pointer(&p.dense[p.denseSlot(c, ctx)]))
+		}
 		res.drawn[res.ndrawn] = c
 		res.ndrawn++
 	}
@@ -334,14 +337,14 @@ func (p *Pool) acquireProbe(ctx int32, context string, ttl time.Duration, select
 		var pick int32 = -1
 		cs.probes = p.scanProbes(cs.probes, func(idx int32) probeState {
 			r := &p.res[idx]
-			slot := p.findCell(r, idx, ctx)
+			slot := p.findCell(idx, ctx)
 			switch {
-			case !r.live || slot < 0 || p.cellSlab[slot].q.state != qProbation:
+			case !r.live || slot < 0 || p.cellAt(slot).q.state != qProbation:
 				return probeStale
 			case r.active >= r.capacity || r.q.state != qNone || !matches(r.labels, selector):
 				return probeWait
 			}
-			p.cellSlab[slot].q.state = qProbing
+			p.cellAt(slot).q.state = qProbing
 			pick = idx
 			return probeTaken
 		})
@@ -411,7 +414,7 @@ func (p *Pool) grant(idx int32, context string, ttl time.Duration, probe uint8, 
 	token := p.withEpoch(p.counter)
 	id := p.withEpoch(p.leaseSeq)
 	expires := now + int64(ttl)
-	p.leases[id] = leaseRec{res: idx, gen: r.gen, context: context, probe: probe, token: token, expires: expires}
+	p.leases.put(id, leaseRec{res: idx, gen: r.gen, context: context, probe: probe, token: token, expires: expires})
 	p.expiries.push(expires, id)
 	p.compactExpiries()
 	p.counters.Acquired++

@@ -1,61 +1,122 @@
 package pool
 
-// Cells live in a slab (Pool.cellSlab) indexed by slot. Every cell is found
-// through Pool.cellIdx; the first inlineCells cells of a resource are also
-// found through the resource's inline table, which Acquire reads on the
-// resource's own cache lines instead of probing a large map.
+// Cells live in two places. The cells of the first maxDense contexts a pool
+// interns are dense: the cell of resource idx for context ctx is
+// dense[idx*stride+ctx], where stride counts the dense contexts that have
+// cells. Its address follows from the resource's slot alone, so that
+// Report and Acquire load a resource and its cell at the same time instead
+// of one after the other. The cells of later contexts are sparse, found
+// through sparseIdx.
+//
+// A slot names a cell in either place: below sparseBase it indexes dense,
+// from sparseBase on it indexes sparse.
+//
+// Memory: a pool whose resources have cells in k dense contexts keeps
+// k cells per resource, used or not; a tenant with few contexts (the usual
+// case: one per target site) uses nearly all of them.
 
-const inlineCells = 6
+const (
+	maxDense   = 8
+	sparseBase = 1 << 30
+)
 
 type cellKey struct{ res, ctx int32 }
 
 type cell struct {
 	c          counts
-	consecFail int32
-	res, ctx   int32 // res is -1 for a free slot
 	q          quarantine
-	dirty      bool
+	consecFail int32
+	live       bool // the slot holds a cell
+	dirty      bool // the slot is listed in Pool.dirtyCells
+	lead       bool // the resource is on the context's leader board
 }
 
+// cellAt returns the cell in slot.
+func (p *Pool) cellAt(slot int32) *cell {
+	if slot < sparseBase {
+		return &p.dense[slot]
+	}
+	return &p.sparse[slot-sparseBase]
+}
+
+// keyOf returns the resource and context of the cell in slot.
+func (p *Pool) keyOf(slot int32) cellKey {
+	if slot < sparseBase {
+		return cellKey{slot / p.stride, slot % p.stride}
+	}
+	return p.sparseKeys[slot-sparseBase]
+}
+
+// denseSlot returns where resource idx keeps its cell for dense context ctx
+// (ctx < p.stride).
+func (p *Pool) denseSlot(idx, ctx int32) int32 { return idx*p.stride + ctx }
+
 // findCell returns the slot of the resource's cell for ctx, or -1.
-func (p *Pool) findCell(r *resource, idx, ctx int32) int32 {
-	for i := range r.inline {
-		if r.inline[i].ctx == ctx+1 {
-			return r.inline[i].slot
+func (p *Pool) findCell(idx, ctx int32) int32 {
+	switch {
+	case ctx < p.stride:
+		if slot := p.denseSlot(idx, ctx); p.dense[slot].live {
+			return slot
 		}
-	}
-	if r.ncells <= inlineCells {
-		return -1
-	}
-	if slot, ok := p.cellIdx[cellKey{idx, ctx}]; ok {
-		return slot
+	case ctx >= maxDense:
+		if slot, ok := p.sparseIdx[cellKey{idx, ctx}]; ok {
+			return slot
+		}
 	}
 	return -1
 }
 
-// newCell stores c as the cell of (idx, ctx) and returns its slot.
+// newCell stores c as the cell of (idx, ctx), which has none, and returns
+// its slot.
 func (p *Pool) newCell(idx, ctx int32, c cell) int32 {
-	c.res, c.ctx = idx, ctx
+	c.live = true
 	var slot int32
-	if n := len(p.freeCells); n > 0 {
-		slot = p.freeCells[n-1]
-		p.freeCells = p.freeCells[:n-1]
-		c.dirty = p.cellSlab[slot].dirty // still listed in dirtyCells if set
-		p.cellSlab[slot] = c
+	if ctx < maxDense {
+		if ctx >= p.stride {
+			p.widen(ctx + 1)
+		}
+		slot = p.denseSlot(idx, ctx)
 	} else {
-		slot = int32(len(p.cellSlab))
-		p.cellSlab = append(p.cellSlab, c)
+		if n := len(p.freeCells); n > 0 {
+			slot = p.freeCells[n-1]
+			p.freeCells = p.freeCells[:n-1]
+			p.sparseKeys[slot-sparseBase] = cellKey{idx, ctx}
+		} else {
+			slot = sparseBase + int32(len(p.sparse))
+			p.sparse = append(p.sparse, cell{})
+			p.sparseKeys = append(p.sparseKeys, cellKey{idx, ctx})
+		}
+		p.sparseIdx[cellKey{idx, ctx}] = slot
 	}
-	p.cellIdx[cellKey{idx, ctx}] = slot
-	r := &p.res[idx]
-	for i := range r.inline {
-		if r.inline[i].ctx == 0 {
-			r.inline[i] = cellRef{ctx: ctx + 1, slot: slot}
-			break
+	dst := p.cellAt(slot)
+	c.dirty = dst.dirty // still listed in dirtyCells if set
+	*dst = c
+	p.res[idx].ncells++
+	p.ncells++
+	return slot
+}
+
+// widen lays the dense cells out again with stride n > p.stride: a pool
+// does this at most maxDense times, when it first stores a cell for a new
+// dense context. Listed dirty slots move with their cells.
+func (p *Pool) widen(n int32) {
+	old := p.stride
+	dense := make([]cell, len(p.res)*int(n))
+	for idx := range int32(len(p.res)) {
+		copy(dense[idx*n:idx*n+old], p.dense[idx*old:idx*old+old])
+	}
+	for i, slot := range p.dirtyCells {
+		if slot < sparseBase {
+			p.dirtyCells[i] = slot/old*n + slot%old
 		}
 	}
-	r.ncells++
-	return slot
+	p.dense, p.stride = dense, n
+}
+
+// growDense gives a newly appended resource slot its row of dense cells.
+func (p *Pool) growDense() {
+	var row [maxDense]cell
+	p.dense = append(p.dense, row[:p.stride]...)
 }
 
 // dropCells frees every cell of resource idx.
@@ -64,23 +125,31 @@ func (p *Pool) dropCells(idx int32) {
 	if r.ncells == 0 {
 		return
 	}
-	for ci := range p.ctxs {
-		key := cellKey{idx, int32(ci)}
-		if slot, ok := p.cellIdx[key]; ok {
-			delete(p.cellIdx, key)
-			p.cellSlab[slot] = cell{res: -1, dirty: p.cellSlab[slot].dirty}
-			p.freeCells = append(p.freeCells, slot)
+	for ctx := range p.stride {
+		if c := &p.dense[p.denseSlot(idx, ctx)]; c.live {
+			*c = cell{dirty: c.dirty}
+			r.ncells--
+			p.ncells--
 		}
 	}
-	r.ncells = 0
-	r.inline = [inlineCells]cellRef{}
+	for ctx := int32(maxDense); r.ncells > 0 && ctx < int32(len(p.ctxs)); ctx++ {
+		key := cellKey{idx, ctx}
+		if slot, ok := p.sparseIdx[key]; ok {
+			delete(p.sparseIdx, key)
+			c := p.cellAt(slot)
+			*c = cell{dirty: c.dirty}
+			p.freeCells = append(p.freeCells, slot)
+			r.ncells--
+			p.ncells--
+		}
+	}
 }
 
 // markCell adds the cell to the change set. c.dirty is set exactly while
-// slot is listed in dirtyCells, whether or not the slot is in use: it is
+// slot is listed in dirtyCells, whether or not the slot holds a cell: it is
 // cleared only by clearChangesLocked.
 func (p *Pool) markCell(slot int32) {
-	if c := &p.cellSlab[slot]; !c.dirty {
+	if c := p.cellAt(slot); !c.dirty {
 		c.dirty = true
 		p.dirtyCells = append(p.dirtyCells, slot)
 	}

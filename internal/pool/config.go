@@ -72,7 +72,7 @@ type Config struct {
 	// EventHistory is how many past events are kept for resuming
 	// subscribers. Default 4096.
 	EventHistory int
-	// Clock tells the time. Default the wall clock.
+	// Clock tells the time. Default the wall clock, as clock.Anchored reads it.
 	Clock clock.Clock
 	// Rand is the source of randomness for sampling and jitter; it is used
 	// under the pool's lock only. Default a PCG seeded from the runtime.
@@ -124,7 +124,7 @@ func (c Config) WithDefaults() Config {
 		c.EventHistory = 4096
 	}
 	if c.Clock == nil {
-		c.Clock = clock.Real{}
+		c.Clock = clock.NewAnchored(0)
 	}
 	if c.Rand == nil {
 		c.Rand = rand.NewPCG(rand.Uint64(), rand.Uint64())

@@ -2,6 +2,7 @@ package pool
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"unsafe"
 )
@@ -14,11 +15,18 @@ func (p *Pool) checkInvariants() error {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	held := make(map[int32]int32)
-	for id, l := range p.leases {
+	var bad error
+	p.leases.each(func(id uint64, l leaseRec) {
 		if !p.res[l.res].live || p.res[l.res].gen != l.gen {
-			return fmt.Errorf("lease %d points at a dead resource slot", id)
+			bad = fmt.Errorf("lease %d points at a dead resource slot", id)
 		}
 		held[l.res]++
+		if got, ok := p.leases.get(id); !ok || got != l {
+			bad = fmt.Errorf("lease %d is in the table but get finds %v, %v", id, got, ok)
+		}
+	})
+	if bad != nil {
+		return bad
 	}
 	inAvail := 0
 	for idx := range p.res {
@@ -46,6 +54,19 @@ func (p *Pool) checkInvariants() error {
 			}
 		}
 	}
+	// The id index finds exactly the live resources, each at its own slot.
+	live := 0
+	for idx := range p.res {
+		if r := &p.res[idx]; r.live {
+			live++
+			if got := p.ids.find(r.id, p.res); got != int32(idx) {
+				return fmt.Errorf("resource %q at slot %d: id index finds %d", r.id, idx, got)
+			}
+		}
+	}
+	if p.ids.n != live || live != p.nresource {
+		return fmt.Errorf("id index holds %d entries, %d resources are live, nresource %d", p.ids.n, live, p.nresource)
+	}
 	if inAvail != len(p.avail) {
 		return fmt.Errorf("avail holds %d entries, %d resources are available", len(p.avail), inAvail)
 	}
@@ -64,15 +85,65 @@ func (p *Pool) checkInvariants() error {
 	}
 	clear(listed)
 	for _, slot := range p.dirtyCells {
-		if listed[slot] || !p.cellSlab[slot].dirty {
+		if listed[slot] || !p.cellAt(slot).dirty {
 			return fmt.Errorf("cell slot %d listed twice or listed but not dirty", slot)
 		}
 		listed[slot] = true
 	}
-	for slot := range p.cellSlab {
-		if p.cellSlab[slot].dirty && !listed[int32(slot)] {
-			return fmt.Errorf("cell slot %d dirty but not listed", slot)
+	ncells := 0
+	for _, region := range []struct {
+		cells []cell
+		base  int32
+	}{{p.dense, 0}, {p.sparse, sparseBase}} {
+		for i := range region.cells {
+			slot := region.base + int32(i)
+			c := &region.cells[i]
+			if c.dirty && !listed[slot] {
+				return fmt.Errorf("cell slot %d dirty but not listed", slot)
+			}
+			if !c.live {
+				continue
+			}
+			ncells++
+			k := p.keyOf(slot)
+			if !p.res[k.res].live {
+				return fmt.Errorf("cell slot %d belongs to dead resource slot %d", slot, k.res)
+			}
+			if got := p.findCell(k.res, k.ctx); got != slot {
+				return fmt.Errorf("cell (%d, %d) is in slot %d, findCell says %d", k.res, k.ctx, slot, got)
+			}
 		}
+	}
+	// c.lead is set exactly on the cells whose resource is on the board.
+	onBoard := 0
+	for ctx, cs := range p.ctxs {
+		for i := 0; i < cs.nlead; i++ {
+			slot := p.findCell(cs.leaders[i].res, int32(ctx))
+			if slot < 0 || !p.cellAt(slot).lead {
+				return fmt.Errorf("context %q: leader %d has no cell marked lead", cs.name, cs.leaders[i].res)
+			}
+		}
+		onBoard += cs.nlead
+	}
+	for _, cells := range [][]cell{p.dense, p.sparse} {
+		for i := range cells {
+			if cells[i].lead {
+				onBoard--
+			}
+		}
+	}
+	if onBoard != 0 {
+		return fmt.Errorf("%d more leader board entries than cells marked lead", onBoard)
+	}
+	if len(p.dense) != len(p.res)*int(p.stride) {
+		return fmt.Errorf("dense holds %d cells, want %d resource slots × stride %d", len(p.dense), len(p.res), p.stride)
+	}
+	perRes := 0
+	for idx := range p.res {
+		perRes += int(p.res[idx].ncells)
+	}
+	if ncells != p.ncells || perRes != p.ncells || len(p.sparseIdx)+len(p.freeCells) != len(p.sparse) {
+		return fmt.Errorf("cells: %d live, ncells %d, per resource %d; sparse %d = index %d + free %d?", ncells, p.ncells, perRes, len(p.sparse), len(p.sparseIdx), len(p.freeCells))
 	}
 	return nil
 }
@@ -94,11 +165,44 @@ func TestResourceHotFields(t *testing.T) {
 		{"active", unsafe.Offsetof(r.active), unsafe.Sizeof(r.active)},
 		{"availPos", unsafe.Offsetof(r.availPos), unsafe.Sizeof(r.availPos)},
 		{"ncells", unsafe.Offsetof(r.ncells), unsafe.Sizeof(r.ncells)},
-		{"inline", unsafe.Offsetof(r.inline), unsafe.Sizeof(r.inline)},
+		{"agg", unsafe.Offsetof(r.agg), unsafe.Sizeof(r.agg)},
+		{"labels", unsafe.Offsetof(r.labels), unsafe.Sizeof(r.labels)},
 	}
 	for _, f := range hot {
 		if end := f.off + f.size; end > resourceHot {
 			t.Errorf("resource.%s ends at byte %d, beyond resourceHot = %d", f.name, end, resourceHot)
 		}
+	}
+}
+
+// TestResourceIsTwoCacheLines pins the resource's size, which makes every
+// resource of a page-aligned slice a whole, aligned pair of cache lines.
+func TestResourceIsTwoCacheLines(t *testing.T) {
+	if size := unsafe.Sizeof(resource{}); size != 128 {
+		t.Fatalf("resource is %d bytes, want 128", size)
+	}
+	if off := unsafe.Offsetof(resource{}.q); off < 64 {
+		t.Fatalf("resource.q at byte %d: the identifying fields should start the second line", off)
+	}
+}
+
+func TestResourceHasID(t *testing.T) {
+	for _, id := range []string{"a", "proxy-000001", strings.Repeat("x", idInline), strings.Repeat("x", idInline+1), strings.Repeat("y", 256)} {
+		r := resource{id: id}
+		copy(r.idHead[:], id)
+		if !r.hasID(strings.Clone(id)) {
+			t.Errorf("hasID(%q) = false", id)
+		}
+		for _, other := range []string{id + "z", id[:len(id)-1], "Q" + id[1:], id[:len(id)-1] + "Q"} {
+			if r.hasID(other) {
+				t.Errorf("resource %q: hasID(%q) = true", id, other)
+			}
+		}
+	}
+}
+
+func TestLeaseEntryIsOneCacheLine(t *testing.T) {
+	if size := unsafe.Sizeof(leaseEntry{}); size != 64 {
+		t.Fatalf("leaseEntry is %d bytes, want 64", size)
 	}
 }

@@ -74,3 +74,25 @@ func FuzzRequests(f *testing.F) {
 		}
 	})
 }
+
+// FuzzPlainASCII checks the word-at-a-time ASCII check against a byte loop.
+func FuzzPlainASCII(f *testing.F) {
+	f.Add("proxy-000123")
+	f.Add("")
+	f.Add("abcdefgh\x00")
+	f.Add("\x00abcdefghijklmno")
+	f.Add("abcdefg\x80ijklmnop")
+	f.Add("abcdefghijklmno\x7f")
+	f.Add("abcdefgh\x01\xff")
+	f.Fuzz(func(t *testing.T, s string) {
+		want := true
+		for i := 0; i < len(s); i++ {
+			if s[i] == 0 || s[i] >= 0x80 {
+				want = false
+			}
+		}
+		if got := plainASCII(s); got != want {
+			t.Fatalf("plainASCII(%q) = %v, want %v", s, got, want)
+		}
+	})
+}

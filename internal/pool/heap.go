@@ -84,12 +84,12 @@ type cooldown struct {
 // the leases held however many come and go before their expiry. The cost is
 // linear but amortized over at least as many pushes.
 func (p *Pool) compactExpiries() {
-	if len(p.expiries) <= 2*len(p.leases)+1024 {
+	if len(p.expiries) <= 2*p.leases.len()+1024 {
 		return
 	}
 	live := p.expiries[:0]
 	for _, e := range p.expiries {
-		if l, ok := p.leases[e.val]; ok && l.expires == e.key {
+		if l, ok := p.leases.get(e.val); ok && l.expires == e.key {
 			live = append(live, e)
 		}
 	}

@@ -10,7 +10,7 @@ import (
 // is expired on the spot and reported as not found. The caller holds the
 // write lock.
 func (p *Pool) lookupLease(id, token uint64, now int64) (leaseRec, error) {
-	l, ok := p.leases[id]
+	l, ok := p.leases.get(id)
 	if !ok {
 		return leaseRec{}, fmt.Errorf("%w: lease %d", ErrNotFound, id)
 	}
@@ -39,7 +39,7 @@ func (p *Pool) Renew(id, token uint64, ttl time.Duration) (Lease, error) {
 		return Lease{}, err
 	}
 	l.expires = now + int64(ttl)
-	p.leases[id] = l
+	p.leases.put(id, l)
 	p.expiries.push(l.expires, id)
 	p.compactExpiries()
 	return Lease{ID: id, Resource: p.res[l.res].id, Context: l.context, Token: l.token, ExpiresAt: time.Unix(0, l.expires)}, nil
@@ -75,7 +75,7 @@ func (p *Pool) Release(id, token uint64, outcome Outcome) (created bool, err err
 func (p *Pool) LeaseOf(id, token uint64) (resource, context string, err error) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	l, ok := p.leases[id]
+	l, ok := p.leases.get(id)
 	switch {
 	case !ok || l.expires <= p.clock.Now().UnixNano():
 		return "", "", fmt.Errorf("%w: lease %d", ErrNotFound, id)
@@ -88,7 +88,7 @@ func (p *Pool) LeaseOf(id, token uint64) (resource, context string, err error) {
 // endLease removes a lease and frees its capacity; a probe that ended
 // without an outcome goes back to waiting for the next probe.
 func (p *Pool) endLease(id uint64, l leaseRec) {
-	delete(p.leases, id)
+	p.leases.del(id)
 	r := &p.res[l.res]
 	if !r.live || r.gen != l.gen {
 		return
@@ -102,9 +102,9 @@ func (p *Pool) endLease(id uint64, l leaseRec) {
 			p.probeRes = append(p.probeRes, l.res)
 		}
 	case probeCell:
-		ctx := p.ctxIDs[l.context]
-		if slot := p.findCell(r, l.res, ctx); slot >= 0 && p.cellSlab[slot].q.state == qProbing {
-			p.cellSlab[slot].q.state = qProbation
+		ctx, _ := p.findContext(l.context)
+		if slot := p.findCell(l.res, ctx); slot >= 0 && p.cellAt(slot).q.state == qProbing {
+			p.cellAt(slot).q.state = qProbation
 			p.ctxs[ctx].probes = append(p.ctxs[ctx].probes, l.res)
 		}
 	}
@@ -134,7 +134,7 @@ func (p *Pool) Tick() {
 func (p *Pool) processDue(now int64, budget int) {
 	for n := 0; p.expiries.due(now) && n != budget; n++ {
 		at, id := p.expiries.pop()
-		if l, ok := p.leases[id]; ok && l.expires == at {
+		if l, ok := p.leases.get(id); ok && l.expires == at {
 			p.expireLease(id, l, now)
 		}
 	}

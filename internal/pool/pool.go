@@ -67,21 +67,26 @@ type Pool struct {
 	mu  sync.RWMutex
 	rng *rand.Rand
 
-	ids       map[string]int32 // resource id → index in res
-	res       []resource
-	freeRes   []int32
-	avail     []int32 // resources that can take a normal lease now
-	labelIdx  map[string]map[string][]int32
-	ctxIDs    map[string]int32 // interned contexts
-	ctxs      []*contextState
-	cellIdx   map[cellKey]int32
-	cellSlab  []cell
-	freeCells []int32
-	probeRes  []int32   // whole-quarantined resources whose cooldown ended
-	explore   reservoir // for contexts without statistics yet
-	leases    map[uint64]leaseRec
-	expiries  minHeap[uint64]   // lease expiry → lease id
-	cooldowns minHeap[cooldown] // quarantine end → quarantine
+	ids        idIndex // resource id → index in res
+	res        []resource
+	freeRes    []int32
+	avail      []int32 // resources that can take a normal lease now
+	labelIdx   map[string]map[string][]int32
+	ctxIDs     map[string]int32 // interned contexts
+	ctxNames   []string         // the first maxDense of them, by id
+	ctxs       []*contextState
+	dense      []cell // see cells.go
+	stride     int32
+	sparse     []cell
+	sparseKeys []cellKey // of sparse, by index
+	sparseIdx  map[cellKey]int32
+	freeCells  []int32 // free slots of sparse
+	ncells     int
+	probeRes   []int32   // whole-quarantined resources whose cooldown ended
+	explore    reservoir // for contexts without statistics yet
+	leases     leaseTable
+	expiries   minHeap[uint64]   // lease expiry → lease id
+	cooldowns  minHeap[cooldown] // quarantine end → quarantine
 
 	epoch     uint32
 	counter   uint64 // low bits of the last fencing token
@@ -131,44 +136,55 @@ type quarantine struct {
 	state uint8
 }
 
-// resource is laid out so that what Acquire reads for every candidate —
-// capacity, availability and the inline cell table — fills its first
-// resourceHot (64) bytes. A resource is 144 bytes, not a multiple of 64, so
-// those bytes share one cache line only when the resource starts a line (one
-// in four, in a 64-byte aligned slice) and straddle two otherwise. Padding
-// it to 192 bytes would cost 48 bytes per resource; instead warmCandidates
-// prefetches both lines.
+// resource is 128 bytes: two cache lines, which in a large (page-aligned)
+// slice are a whole aligned pair. What Acquire reads for every candidate —
+// capacity, availability, the aggregate a missing cell's prior comes from,
+// and the labels a selector checks — lies in the first line, within
+// resourceHot bytes. The second holds what identifies the resource,
+// including the first idInline bytes of its id, so that finding a resource
+// by id compares it there instead of loading the string from elsewhere.
 type resource struct {
 	capacity   int32
 	active     int32
 	availPos   int32 // index in Pool.avail, or -1; >= 0 iff live, not full, not quarantined
 	ncells     int32
-	inline     [inlineCells]cellRef
+	agg        counts
+	labels     map[string]string
 	consecFail int32
 	gen        uint32 // bumped when the slot is reused
-	q          quarantine
-	agg        counts
 	live       bool
 	dirty      bool
+	q          quarantine // starts the second line
 	id         string
-	labels     map[string]string
+	idHead     [idInline]byte // id[:idInline], zero-padded
+}
+
+// idInline is how many leading bytes of an id a resource keeps inline.
+const idInline = 32
+
+// hasID reports whether the resource's id is id, reading the string
+// itself only when the id is longer than idInline bytes.
+func (r *resource) hasID(id string) bool {
+	if len(id) != len(r.id) {
+		return false
+	}
+	if len(id) <= idInline {
+		return string(r.idHead[:len(id)]) == id
+	}
+	return string(r.idHead[:]) == id[:idInline] && r.id[idInline:] == id[idInline:]
 }
 
 // resourceHot is how many leading bytes of a resource hold the fields
 // Acquire reads for every candidate (TestResourceHotFields).
-const resourceHot = unsafe.Offsetof(resource{}.inline) + unsafe.Sizeof(resource{}.inline)
-
-// cellRef is an inline cell table entry: context id + 1 (0 is empty) and
-// the cell's slot.
-type cellRef struct{ ctx, slot int32 }
+const resourceHot = unsafe.Offsetof(resource{}.labels) + unsafe.Sizeof(resource{}.labels)
 
 type leaseRec struct {
 	context string
+	token   uint64
+	expires int64
 	res     int32
 	gen     uint32
 	probe   uint8 // probeNone, probeCell, probeWhole
-	token   uint64
-	expires int64
 }
 
 const (
@@ -223,25 +239,28 @@ func New(cfg Config) (*Pool, error) {
 		hl:    int64(cfg.HalfLife),
 		rng:   rand.New(cfg.Rand),
 		bus:   newBus(cfg.EventBuffer, cfg.EventHistory),
+		ids:   newIDIndex(),
 	}
 	p.reset()
 	return p, nil
 }
 
 func (p *Pool) reset() {
-	p.ids = map[string]int32{}
+	p.ids.reset()
 	p.res = nil
 	p.freeRes = nil
 	p.avail = nil
 	p.labelIdx = map[string]map[string][]int32{}
 	p.ctxIDs = map[string]int32{}
+	p.ctxNames = nil
 	p.ctxs = nil
-	p.cellIdx = map[cellKey]int32{}
-	p.cellSlab = nil
-	p.freeCells = nil
+	p.dense, p.stride = nil, 0
+	p.sparse, p.sparseKeys, p.freeCells = nil, nil, nil
+	p.sparseIdx = map[cellKey]int32{}
+	p.ncells = 0
 	p.probeRes = nil
 	p.explore = reservoir{}
-	p.leases = map[uint64]leaseRec{}
+	p.leases.reset()
 	p.expiries = nil
 	p.cooldowns = nil
 	p.nresource = 0
@@ -261,6 +280,9 @@ func idProblem(s string) string {
 
 // valueProblem is idProblem for a label value, which may be empty.
 func valueProblem(s string) string {
+	if len(s) <= MaxIDLen && plainASCII(s) {
+		return ""
+	}
 	switch {
 	case len(s) > MaxIDLen:
 		return fmt.Sprintf("is %d bytes, more than %d", len(s), MaxIDLen)
@@ -270,6 +292,28 @@ func valueProblem(s string) string {
 		return "contains NUL"
 	}
 	return ""
+}
+
+// plainASCII reports whether every byte of s is in [1, 0x7f]: valid UTF-8
+// without NUL, which is what ids almost always are. It checks eight bytes
+// at a time: a byte b sets the high bit of b | (b - 1) iff it is 0 or above
+// 0x7f, and a borrow only crosses from a byte that is 0.
+func plainASCII(s string) bool {
+	const lo, hi = 0x0101010101010101, 0x8080808080808080
+	for len(s) >= 8 {
+		w := uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+			uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+		if (w|(w-lo))&hi != 0 {
+			return false
+		}
+		s = s[8:]
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i]-1 >= 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // labelsProblem says what makes labels unusable as a resource's labels or
@@ -356,7 +400,7 @@ func (p *Pool) Register(specs []Spec) (created []string, existing int, err error
 	defer p.mu.Unlock()
 	now := p.clock.Now()
 	for _, s := range specs {
-		if _, ok := p.ids[s.ID]; ok {
+		if _, ok := p.lookup(s.ID); ok {
 			existing++
 			continue
 		}
@@ -385,6 +429,7 @@ func (p *Pool) addResource(s Spec, now int64) int32 {
 	} else {
 		p.res = append(p.res, resource{})
 		idx = int32(len(p.res) - 1)
+		p.growDense()
 	}
 	r := &p.res[idx]
 	*r = resource{
@@ -392,7 +437,8 @@ func (p *Pool) addResource(s Spec, now int64) int32 {
 		gen: r.gen + 1, live: true, agg: counts{upd: now},
 		dirty: r.dirty, // a slot freed in this change set is still listed in dirtyRes
 	}
-	p.ids[s.ID] = idx
+	copy(r.idHead[:], s.ID)
+	p.ids.insert(s.ID, idx)
 	for k, v := range labels {
 		byValue := p.labelIdx[k]
 		if byValue == nil {
@@ -419,7 +465,7 @@ func (p *Pool) Deregister(ids []string) (removed, cells int, err error) {
 	defer p.mu.Unlock()
 	now := p.clock.Now()
 	for _, id := range ids {
-		idx, ok := p.ids[id]
+		idx, ok := p.lookup(id)
 		if !ok {
 			continue
 		}
@@ -434,10 +480,14 @@ func (p *Pool) Deregister(ids []string) (removed, cells int, err error) {
 func (p *Pool) removeResource(idx int32) {
 	r := &p.res[idx]
 	if r.active > 0 {
-		for lid, l := range p.leases {
+		var ids []uint64
+		p.leases.each(func(id uint64, l leaseRec) {
 			if l.res == idx {
-				delete(p.leases, lid)
+				ids = append(ids, id)
 			}
+		})
+		for _, id := range ids {
+			p.leases.del(id)
 		}
 	}
 	p.dropCells(idx)
@@ -465,7 +515,7 @@ func (p *Pool) removeResource(idx int32) {
 	}
 	r.live = false
 	p.updateAvail(idx)
-	delete(p.ids, r.id)
+	p.ids.remove(r.id, idx)
 	p.removed = append(p.removed, r.id)
 	// dirty stays set while the slot is listed in dirtyRes, so that a reuse
 	// within the same change set does not list it twice.
@@ -503,15 +553,40 @@ func (p *Pool) markResource(idx int32) {
 	}
 }
 
+// lookup returns the slot of resource id; the caller holds the lock.
+func (p *Pool) lookup(id string) (int32, bool) {
+	idx := p.ids.find(id, p.res)
+	return idx, idx >= 0
+}
+
 // contextID interns name; the caller holds the write lock.
 func (p *Pool) contextID(name string) int32 {
-	if id, ok := p.ctxIDs[name]; ok {
+	if id, ok := p.findContext(name); ok {
 		return id
 	}
 	id := int32(len(p.ctxs))
 	p.ctxIDs[name] = id
 	p.ctxs = append(p.ctxs, &contextState{name: name})
+	if id < maxDense {
+		p.ctxNames = append(p.ctxNames, name)
+	}
 	return id
+}
+
+// findContext returns the id of an interned context. A tenant has few
+// contexts, and comparing a few short strings is cheaper than hashing one:
+// the first maxDense are searched in order before the map.
+func (p *Pool) findContext(name string) (int32, bool) {
+	for i, n := range p.ctxNames {
+		if n == name {
+			return int32(i), true
+		}
+	}
+	if len(p.ctxs) <= maxDense {
+		return 0, false
+	}
+	id, ok := p.ctxIDs[name]
+	return id, ok
 }
 
 func (p *Pool) emit(e Event) { p.bus.publish(e) }
@@ -527,7 +602,7 @@ func (p *Pool) SetMaxLeases(n int) {
 // HasResource reports whether the resource exists. It does not allocate.
 func (p *Pool) HasResource(id string) bool {
 	p.mu.RLock()
-	_, ok := p.ids[id]
+	_, ok := p.lookup(id)
 	p.mu.RUnlock()
 	return ok
 }
@@ -538,22 +613,22 @@ func (p *Pool) HasResource(id string) bool {
 func (p *Pool) HasCell(resourceID, context string) bool {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	idx, ok := p.ids[resourceID]
+	idx, ok := p.lookup(resourceID)
 	if !ok {
 		return false
 	}
-	ctx, ok := p.ctxIDs[context]
+	ctx, ok := p.findContext(context)
 	if !ok {
 		return false
 	}
-	return p.findCell(&p.res[idx], idx, ctx) >= 0
+	return p.findCell(idx, ctx) >= 0
 }
 
 // Len returns the number of resources and cells.
 func (p *Pool) Len() (resources, cells int) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	return p.nresource, len(p.cellIdx)
+	return p.nresource, p.ncells
 }
 
 // ActiveLeases returns the number of live leases (some may be past their
@@ -561,7 +636,7 @@ func (p *Pool) Len() (resources, cells int) {
 func (p *Pool) ActiveLeases() int {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	return len(p.leases)
+	return p.leases.len()
 }
 
 // Counters returns the pool's cumulative counters.
@@ -613,7 +688,7 @@ func (p *Pool) Get(id string) (ResourceInfo, error) {
 	}
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	idx, ok := p.ids[id]
+	idx, ok := p.lookup(id)
 	if !ok {
 		return ResourceInfo{}, fmt.Errorf("%w: resource %q", ErrNotFound, id)
 	}
@@ -626,10 +701,10 @@ func (p *Pool) Get(id string) (ResourceInfo, error) {
 func (p *Pool) List(after string, limit int) (infos []ResourceInfo, more bool) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	ids := make([]string, 0, len(p.ids))
-	for id := range p.ids {
-		if id > after {
-			ids = append(ids, id)
+	ids := make([]string, 0, p.nresource)
+	for i := range p.res {
+		if r := &p.res[i]; r.live && r.id > after {
+			ids = append(ids, r.id)
 		}
 	}
 	sort.Strings(ids)
@@ -639,7 +714,8 @@ func (p *Pool) List(after string, limit int) (infos []ResourceInfo, more bool) {
 	}
 	now := p.clock.Now().UnixNano()
 	for _, id := range ids {
-		infos = append(infos, p.infoLocked(p.ids[id], now))
+		idx, _ := p.lookup(id)
+		infos = append(infos, p.infoLocked(idx, now))
 	}
 	return infos, more
 }
@@ -666,8 +742,8 @@ func (p *Pool) infoLocked(idx int32, now int64) ResourceInfo {
 		info.BlockedUntil = time.Unix(0, r.q.until)
 	}
 	for ci, cs := range p.ctxs {
-		if slot := p.findCell(r, idx, int32(ci)); slot >= 0 {
-			c := &p.cellSlab[slot]
+		if slot := p.findCell(idx, int32(ci)); slot >= 0 {
+			c := p.cellAt(slot)
 			info.Contexts = append(info.Contexts, stats(cs.name, c.c, c.consecFail, c.q, now, p.hl))
 		}
 	}

@@ -3,6 +3,7 @@ package pool
 import (
 	"fmt"
 	"time"
+	"unsafe"
 )
 
 // Report is one observed outcome of using a resource for a context. LeaseID
@@ -30,13 +31,33 @@ func (p *Pool) Report(rep Report) (created bool, err error) {
 	if err := rep.Check(); err != nil {
 		return false, err
 	}
+	// At 100,000 resources the index entry, the lease, the resource and the
+	// cell are each a cache miss. Start the first two loads together before
+	// taking the lock, and start the cell's as soon as the index names the
+	// resource, so that it overlaps the resource's.
+	tag := p.ids.tag(rep.Resource)
+	p.ids.prefetch(tag)
+	if rep.LeaseID != 0 {
+		p.leases.prefetch(rep.LeaseID)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	idx, ok := p.ids[rep.Resource]
-	if !ok {
-		return false, fmt.Errorf("%w: resource %q", ErrNotFound, rep.Resource)
-	}
 	now := p.clock.Now().UnixNano()
+	ctx, known := p.findContext(rep.Context)
+	idx := int32(-1)
+	for pr := p.ids.probe(tag); ; {
+		slot := pr.next()
+		if slot < 0 {
+			return false, fmt.Errorf("%w: resource %q", ErrNotFound, rep.Resource)
+		}
+		if known && ctx < p.stride {
+			prefetch(unsafe.Pointer(&p.dense[p.denseSlot(slot, ctx)]))
+		}
+		if p.res[slot].hasID(rep.Resource) {
+			idx = slot
+			break
+		}
+	}
 	if rep.LeaseID != 0 || rep.Token != 0 {
 		l, err := p.lookupLease(rep.LeaseID, rep.Token, now)
 		if err != nil {
@@ -67,13 +88,13 @@ func (rep Report) Check() error {
 func (p *Pool) record(idx int32, context string, o Outcome, now int64) (created bool) {
 	ctx := p.contextID(context)
 	r := &p.res[idx]
-	slot := p.findCell(r, idx, ctx)
+	slot := p.findCell(idx, ctx)
 	if slot < 0 {
 		a, b := prior(r.agg, now, p.hl, p.cfg.PriorWeight)
 		slot = p.newCell(idx, ctx, cell{c: counts{a: a, b: b, upd: now}})
 		created = true
 	}
-	c := &p.cellSlab[slot]
+	c := p.cellAt(slot)
 	success := o == Success
 	c.c.add(now, p.hl, success)
 	r.agg.add(now, p.hl, success)
@@ -135,7 +156,7 @@ func (p *Pool) record(idx int32, context string, o Outcome, now int64) (created 
 
 	p.markCell(slot)
 	p.markResource(idx)
-	p.updateLeader(p.ctxs[ctx], idx, c)
+	p.updateLeader(ctx, idx, c)
 	return created
 }
 
@@ -191,26 +212,28 @@ func (p *Pool) endCooldown(until int64, e cooldown) {
 		}
 		return
 	}
-	if slot := p.findCell(r, e.res, e.ctx); slot >= 0 && p.cellSlab[slot].q.state == qBlocked && p.cellSlab[slot].q.until == until {
-		p.cellSlab[slot].q.state = qProbation
+	if slot := p.findCell(e.res, e.ctx); slot >= 0 && p.cellAt(slot).q.state == qBlocked && p.cellAt(slot).q.until == until {
+		p.cellAt(slot).q.state = qProbation
 		p.ctxs[e.ctx].probes = append(p.ctxs[e.ctx].probes, e.res)
 	}
 }
 
 // updateLeader keeps the context's leader board: up to maxLeaders resources
 // with the best posterior mean seen at their last report, sorted best
-// first. A quarantined cell leaves it.
-func (p *Pool) updateLeader(cs *contextState, idx int32, c *cell) {
-	pos := -1
-	for i := 0; i < cs.nlead; i++ {
-		if cs.leaders[i].res == idx {
-			pos = i
-			break
+// first. A quarantined cell leaves it. c.lead says whether the cell's
+// resource is on the board, so that the common report, on a resource that
+// is not and does not join, reads no more than the board's last entry.
+func (p *Pool) updateLeader(ctx, idx int32, c *cell) {
+	cs := p.ctxs[ctx]
+	if c.lead {
+		for i := 0; i < cs.nlead; i++ {
+			if cs.leaders[i].res == idx {
+				copy(cs.leaders[i:cs.nlead], cs.leaders[i+1:cs.nlead])
+				cs.nlead--
+				break
+			}
 		}
-	}
-	if pos >= 0 {
-		copy(cs.leaders[pos:cs.nlead], cs.leaders[pos+1:cs.nlead])
-		cs.nlead--
+		c.lead = false
 	}
 	if c.q.state != qNone {
 		return
@@ -221,6 +244,9 @@ func (p *Pool) updateLeader(cs *contextState, idx int32, c *cell) {
 			return
 		}
 		cs.nlead--
+		if slot := p.findCell(cs.leaders[maxLeaders-1].res, ctx); slot >= 0 {
+			p.cellAt(slot).lead = false
+		}
 	}
 	i := cs.nlead
 	for i > 0 && cs.leaders[i-1].score < score {
@@ -229,4 +255,5 @@ func (p *Pool) updateLeader(cs *contextState, idx int32, c *cell) {
 	}
 	cs.leaders[i] = leader{res: idx, score: score}
 	cs.nlead++
+	c.lead = true
 }

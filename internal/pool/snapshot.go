@@ -93,8 +93,9 @@ func (p *Pool) resourceState(idx int32) ResourceState {
 	return s
 }
 
-func (p *Pool) cellState(c *cell) CellState {
-	return CellState{Resource: p.res[c.res].id, Context: p.ctxs[c.ctx].name, Stats: statsOf(c.c, c.consecFail), Quarantine: quarantineOf(c.q)}
+func (p *Pool) cellState(slot int32) CellState {
+	c, k := p.cellAt(slot), p.keyOf(slot)
+	return CellState{Resource: p.res[k.res].id, Context: p.ctxs[k.ctx].name, Stats: statsOf(c.c, c.consecFail), Quarantine: quarantineOf(c.q)}
 }
 
 func (p *Pool) mask() uint64 { return 1<<tokenBits - 1 }
@@ -110,22 +111,27 @@ func (p *Pool) Snapshot() Snapshot {
 		LastToken: p.withEpoch(p.counter),
 		LastLease: p.withEpoch(p.leaseSeq),
 		Resources: make([]ResourceState, 0, p.nresource),
-		Cells:     make([]CellState, 0, len(p.cellIdx)),
-		Leases:    make([]LeaseState, 0, len(p.leases)),
+		Cells:     make([]CellState, 0, p.ncells),
+		Leases:    make([]LeaseState, 0, p.leases.len()),
 	}
 	for idx := range p.res {
 		if p.res[idx].live {
 			s.Resources = append(s.Resources, p.resourceState(int32(idx)))
 		}
 	}
-	for i := range p.cellSlab {
-		if c := &p.cellSlab[i]; c.res >= 0 {
-			s.Cells = append(s.Cells, p.cellState(c))
+	for i := range p.dense {
+		if p.dense[i].live {
+			s.Cells = append(s.Cells, p.cellState(int32(i)))
 		}
 	}
-	for id, l := range p.leases {
-		s.Leases = append(s.Leases, LeaseState{ID: id, Resource: p.res[l.res].id, Context: l.context, Token: l.token, ExpiresAt: time.Unix(0, l.expires)})
+	for i := range p.sparse {
+		if p.sparse[i].live {
+			s.Cells = append(s.Cells, p.cellState(sparseBase+int32(i)))
+		}
 	}
+	p.leases.each(func(id uint64, l leaseRec) {
+		s.Leases = append(s.Leases, LeaseState{ID: id, Resource: p.res[l.res].id, Context: l.context, Token: l.token, ExpiresAt: time.Unix(0, l.expires)})
+	})
 	p.clearChangesLocked()
 	return s
 }
@@ -148,8 +154,8 @@ func (p *Pool) TakeChanges() Changes {
 		}
 	}
 	for _, slot := range p.dirtyCells {
-		if c := &p.cellSlab[slot]; c.res >= 0 && c.dirty {
-			ch.Cells = append(ch.Cells, p.cellState(c))
+		if c := p.cellAt(slot); c.live && c.dirty {
+			ch.Cells = append(ch.Cells, p.cellState(slot))
 		}
 	}
 	p.clearChangesLocked()
@@ -161,7 +167,7 @@ func (p *Pool) clearChangesLocked() {
 		p.res[idx].dirty = false
 	}
 	for _, slot := range p.dirtyCells {
-		p.cellSlab[slot].dirty = false
+		p.cellAt(slot).dirty = false
 	}
 	p.dirtyRes, p.dirtyCells, p.removed = p.dirtyRes[:0], p.dirtyCells[:0], nil
 }
@@ -270,7 +276,7 @@ func (p *Pool) Restore(s Snapshot) error {
 		p.updateAvail(idx)
 	}
 	for _, cs := range s.Cells {
-		idx := p.ids[cs.Resource]
+		idx, _ := p.lookup(cs.Resource)
 		ctx := p.contextID(cs.Context)
 		c := cell{
 			c:          counts{a: cs.Stats.Alpha, b: cs.Stats.Beta, upd: cs.Stats.UpdatedAt.UnixNano()},
@@ -278,15 +284,15 @@ func (p *Pool) Restore(s Snapshot) error {
 			q:          p.restoreQuarantine(cs.Quarantine, idx, ctx),
 		}
 		slot := p.newCell(idx, ctx, c)
-		p.updateLeader(p.ctxs[ctx], idx, &p.cellSlab[slot])
+		p.updateLeader(ctx, idx, p.cellAt(slot))
 	}
 	for _, ls := range s.Leases {
-		idx := p.ids[ls.Resource]
+		idx, _ := p.lookup(ls.Resource)
 		r := &p.res[idx]
 		r.active++
 		p.updateAvail(idx)
 		expires := ls.ExpiresAt.UnixNano()
-		p.leases[ls.ID] = leaseRec{res: idx, gen: r.gen, context: ls.Context, token: ls.Token, expires: expires}
+		p.leases.put(ls.ID, leaseRec{res: idx, gen: r.gen, context: ls.Context, token: ls.Token, expires: expires})
 		p.expiries.push(expires, ls.ID)
 	}
 	p.clearChangesLocked()
@@ -339,7 +345,7 @@ func (p *Pool) States(ids []string) []ResourceState {
 	defer p.mu.RUnlock()
 	out := make([]ResourceState, 0, len(ids))
 	for _, id := range ids {
-		if idx, ok := p.ids[id]; ok {
+		if idx, ok := p.lookup(id); ok {
 			out = append(out, p.resourceState(idx))
 		}
 	}

@@ -30,7 +30,13 @@ func exp2neg(x float64) float64 {
 	if x < -1000 {
 		return 0
 	}
-	i := math.Floor(x + 0.5)
+	// i = floor(x + 0.5): truncation rounds a negative y up, so step down
+	// when it did (cheaper than math.Floor, which is not inlined).
+	y := x + 0.5
+	i := float64(int64(y))
+	if i > y {
+		i--
+	}
 	f := x - i
 	const (
 		c1 = 0.6931471805599453   // ln 2

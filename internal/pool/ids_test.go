@@ -1,0 +1,106 @@
+package pool
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// TestIDIndexAgainstMap inserts and removes ids at random and checks every
+// lookup against a map, across growth and with long probe runs (the
+// backward-shift removal is the part that can go wrong).
+func TestIDIndexAgainstMap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	x := newIDIndex()
+	var res []resource
+	var free []int32
+	want := map[string]int32{}
+	check := func(id string) {
+		t.Helper()
+		slot, ok := want[id]
+		if !ok {
+			slot = -1
+		}
+		if got := x.find(id, res); got != slot {
+			t.Fatalf("find(%q) = %d, want %d", id, got, slot)
+		}
+	}
+	for step := range 200_000 {
+		id := fmt.Sprintf("r%d", rng.IntN(3000))
+		if slot, ok := want[id]; ok && rng.IntN(2) == 0 {
+			x.remove(id, slot)
+			delete(want, id)
+			res[slot] = resource{}
+			free = append(free, slot)
+		} else if !ok {
+			var slot int32
+			if n := len(free); n > 0 {
+				slot, free = free[n-1], free[:n-1]
+			} else {
+				slot = int32(len(res))
+				res = append(res, resource{})
+			}
+			res[slot] = resource{id: id, live: true}
+			copy(res[slot].idHead[:], id)
+			x.insert(id, slot)
+			want[id] = slot
+		}
+		check(id)
+		check(fmt.Sprintf("r%d", rng.IntN(3000)))
+		if x.n != len(want) {
+			t.Fatalf("step %d: n = %d, want %d", step, x.n, len(want))
+		}
+		if 2*x.n > len(x.entries) {
+			t.Fatalf("step %d: %d entries in a table of %d", step, x.n, len(x.entries))
+		}
+	}
+	for id := range want {
+		check(id)
+	}
+}
+
+// TestLeaseTableAgainstMap puts, replaces and deletes leases at random and
+// checks every lookup against a map, across growth; ids come both in
+// sequence, as a pool issues them, and scattered.
+func TestLeaseTableAgainstMap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var tab leaseTable
+	want := map[uint64]leaseRec{}
+	next := uint64(1)
+	for step := range 200_000 {
+		var id uint64
+		switch rng.IntN(3) {
+		case 0:
+			id = next
+			next++
+		case 1:
+			id = 1 + rng.Uint64N(next)
+		default:
+			id = 1 + rng.Uint64()>>1
+		}
+		if _, ok := want[id]; ok && rng.IntN(2) == 0 {
+			tab.del(id)
+			delete(want, id)
+		} else if len(want) < 5000 {
+			rec := leaseRec{token: rng.Uint64(), res: int32(step)}
+			tab.put(id, rec)
+			want[id] = rec
+		}
+		if got, ok := tab.get(id); ok != (want[id] != leaseRec{}) || got != want[id] {
+			t.Fatalf("step %d: get(%d) = %v, %v; want %v", step, id, got, ok, want[id])
+		}
+		if tab.len() != len(want) || 2*tab.len() > len(tab.entries) {
+			t.Fatalf("step %d: %d leases in a table of %d, want %d", step, tab.len(), len(tab.entries), len(want))
+		}
+	}
+	seen := 0
+	tab.each(func(id uint64, rec leaseRec) {
+		seen++
+		if want[id] != rec {
+			t.Fatalf("each: lease %d = %v, want %v", id, rec, want[id])
+		}
+	})
+	if seen != len(want) {
+		t.Fatalf("each saw %d leases, want %d", seen, len(want))
+	}
+}

@@ -1,0 +1,147 @@
+package pool
+
+import (
+	"sync/atomic"
+	"unsafe"
+)
+
+// leaseTable holds the live leases by id: an open-addressing table with
+// linear probing, at most half full, whose 64-byte entries carry the lease
+// itself. Finding a lease reads one entry, one cache line in a large table,
+// where a map reads its control word and then the slot, one after the
+// other. Lease ids are never 0 (their counter starts at 1), so id 0 marks an
+// empty entry. published holds the current entries and shift for
+// prefetching without the pool's lock.
+type leaseTable struct {
+	entries   []leaseEntry // length a power of two, or 0
+	shift     uint8        // 64 - log2(len(entries))
+	n         int
+	published atomic.Pointer[leaseEntries]
+}
+
+type leaseEntries struct {
+	entries []leaseEntry
+	shift   uint8
+}
+
+type leaseEntry struct {
+	id  uint64
+	rec leaseRec
+	_   [64 - 8 - unsafe.Sizeof(leaseRec{})]byte
+}
+
+// home is where id's probe run starts: Fibonacci hashing, so that the
+// sequential ids of one epoch spread over the table.
+func (t *leaseTable) home(id uint64) uint64 { return fibHash(id, t.shift) }
+
+func fibHash(id uint64, shift uint8) uint64 { return (id * 0x9E3779B97F4A7C15) >> shift }
+
+func (t *leaseTable) len() int { return t.n }
+
+// find returns the position of id's entry, or -1.
+func (t *leaseTable) find(id uint64) int {
+	if t.n == 0 {
+		return -1
+	}
+	mask := uint64(len(t.entries) - 1)
+	for i := t.home(id); ; i = (i + 1) & mask {
+		switch t.entries[i].id {
+		case id:
+			return int(i)
+		case 0:
+			return -1
+		}
+	}
+}
+
+// prefetch starts loading the entry where the probe for id begins. It
+// needs no lock, like idIndex.prefetch.
+func (t *leaseTable) prefetch(id uint64) {
+	if e := t.published.Load(); e != nil {
+		prefetch(unsafe.Pointer(&e.entries[fibHash(id, e.shift)]))
+	}
+}
+
+// get returns the lease id.
+func (t *leaseTable) get(id uint64) (leaseRec, bool) {
+	if i := t.find(id); i >= 0 {
+		return t.entries[i].rec, true
+	}
+	return leaseRec{}, false
+}
+
+// put stores the lease id, adding it or replacing it.
+func (t *leaseTable) put(id uint64, rec leaseRec) {
+	if i := t.find(id); i >= 0 {
+		t.entries[i].rec = rec
+		return
+	}
+	if 2*(t.n+1) > len(t.entries) {
+		t.grow()
+	}
+	t.place(leaseEntry{id: id, rec: rec})
+	t.n++
+}
+
+func (t *leaseTable) place(e leaseEntry) {
+	mask := uint64(len(t.entries) - 1)
+	i := t.home(e.id)
+	for t.entries[i].id != 0 {
+		i = (i + 1) & mask
+	}
+	t.entries[i] = e
+}
+
+func (t *leaseTable) grow() {
+	old := t.entries
+	size := max(16, 2*len(old))
+	t.entries = make([]leaseEntry, size)
+	t.shift = uint8(64 - log2(size))
+	t.published.Store(&leaseEntries{entries: t.entries, shift: t.shift})
+	for i := range old {
+		if old[i].id != 0 {
+			t.place(old[i])
+		}
+	}
+}
+
+func log2(n int) int {
+	k := 0
+	for 1<<k < n {
+		k++
+	}
+	return k
+}
+
+// del removes the lease id if present. Later entries of its probe run
+// shift back, so that no tombstones slow down lookups.
+func (t *leaseTable) del(id uint64) {
+	i := t.find(id)
+	if i < 0 {
+		return
+	}
+	mask := uint64(len(t.entries) - 1)
+	hole := uint64(i)
+	for j := (hole + 1) & mask; t.entries[j].id != 0; j = (j + 1) & mask {
+		if (j-t.home(t.entries[j].id))&mask >= (j-hole)&mask {
+			t.entries[hole] = t.entries[j]
+			hole = j
+		}
+	}
+	t.entries[hole] = leaseEntry{}
+	t.n--
+}
+
+// each calls f for every lease. f must not change the table.
+func (t *leaseTable) each(f func(id uint64, rec leaseRec)) {
+	for i := range t.entries {
+		if e := &t.entries[i]; e.id != 0 {
+			f(e.id, e.rec)
+		}
+	}
+}
+
+func (t *leaseTable) reset() {
+	t.entries, t.shift, t.n = nil, 0, 0
+	t.published.Store(nil)
+}
