@@ -53,6 +53,15 @@ func benchPool(tb testing.TB) (*Pool, []Lease) {
 	return p, leases
 }
 
+// settle starts a benchmark's timing after a garbage collection, so that
+// collecting the setup's garbage (and an earlier benchmark's pool) does not
+// run in the timed loop.
+func settle(b *testing.B) {
+	runtime.GC()
+	b.ReportAllocs()
+	b.ResetTimer()
+}
+
 // BenchmarkAcquire100k measures Acquire alone: acquires are timed in
 // batches of 1,000, and the batch's leases are released with the timer
 // stopped, so that 20–21% of the capacity stays leased.
@@ -60,8 +69,7 @@ func BenchmarkAcquire100k(b *testing.B) {
 	p, _ := benchPool(b)
 	const batch = 1000
 	held := make([]Lease, 0, batch)
-	b.ReportAllocs()
-	b.ResetTimer()
+	settle(b)
 	for i := 0; i < b.N; i++ {
 		l, err := p.Acquire(benchContextNames[i%benchContexts], time.Hour, nil)
 		if err != nil {
@@ -86,8 +94,7 @@ func BenchmarkAcquire100k(b *testing.B) {
 // leased.
 func BenchmarkAcquireRelease100k(b *testing.B) {
 	p, leases := benchPool(b)
-	b.ReportAllocs()
-	b.ResetTimer()
+	settle(b)
 	for i := 0; b.Loop(); i++ {
 		l, err := p.Acquire(benchContextNames[i%benchContexts], time.Hour, nil)
 		if err != nil {
@@ -146,8 +153,7 @@ func holderReports(leases []Lease, seed uint64) []Report {
 func BenchmarkReport100k(b *testing.B) {
 	p, leases := benchPool(b)
 	reps := holderReports(leases, 1)
-	b.ReportAllocs()
-	b.ResetTimer()
+	settle(b)
 	for i := 0; b.Loop(); i++ {
 		if _, err := p.Report(reps[i%len(reps)]); err != nil {
 			b.Fatal(err)
@@ -168,8 +174,7 @@ func BenchmarkReport100kAnyResource(b *testing.B) {
 		}
 	}
 	reps := reportStream(subjects, 2)[:len(subjects)]
-	b.ReportAllocs()
-	b.ResetTimer()
+	settle(b)
 	for i := 0; b.Loop(); i++ {
 		if _, err := p.Report(reps[i%len(reps)]); err != nil {
 			b.Fatal(err)
@@ -181,8 +186,7 @@ func BenchmarkReport100kAnyResource(b *testing.B) {
 // goroutines on one pool.
 func BenchmarkAcquireRelease100kParallel(b *testing.B) {
 	p, _ := benchPool(b)
-	b.ReportAllocs()
-	b.ResetTimer()
+	settle(b)
 	b.RunParallel(func(pb *testing.PB) {
 		i := 0
 		for pb.Next() {
@@ -207,8 +211,7 @@ func BenchmarkReport100kParallel(b *testing.B) {
 	for range cap(streams) {
 		streams <- holderReports(leases, seed.Add(1))
 	}
-	b.ReportAllocs()
-	b.ResetTimer()
+	settle(b)
 	b.RunParallel(func(pb *testing.PB) {
 		reps := <-streams
 		for i := 0; pb.Next(); i++ {
@@ -228,8 +231,7 @@ func BenchmarkHasCellParallel(b *testing.B) {
 	for i := range ids {
 		ids[i] = fmt.Sprintf("proxy-%06d", i)
 	}
-	b.ReportAllocs()
-	b.ResetTimer()
+	settle(b)
 	b.RunParallel(func(pb *testing.PB) {
 		rng := rand.New(rand.NewPCG(rand.Uint64(), 8))
 		i := 0

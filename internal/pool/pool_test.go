@@ -139,6 +139,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 	register(t, p, Spec{ID: "r1", Capacity: 2})
 	report(t, p, "r1", "ctx", Success, 1)
 	l := mustAcquire(t, p, "ctx")
+	register(t, p, Spec{ID: "r2"})
+	report(t, p, "r2", "ctx", Success, 1)
 	tooMany := map[string]string{}
 	for i := 0; i <= MaxLabels; i++ {
 		tooMany[fmt.Sprint(i)] = "v"
@@ -196,6 +198,15 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"report stale token", func() error {
 			return second(p.Report(Report{Resource: "r1", Context: "ctx", Outcome: Failure, LeaseID: l.ID, Token: l.Token + 1}))
 		}, ErrStaleToken},
+		{"report lease of another resource", func() error {
+			return second(p.Report(Report{Resource: "r2", Context: "ctx", Outcome: Failure, LeaseID: l.ID, Token: l.Token}))
+		}, ErrInvalidArgument},
+		{"report unknown resource with a lease", func() error {
+			return second(p.Report(Report{Resource: "nope", Context: "ctx", Outcome: Failure, LeaseID: l.ID, Token: l.Token}))
+		}, ErrNotFound},
+		{"report unknown lease", func() error {
+			return second(p.Report(Report{Resource: "r1", Context: "ctx", Outcome: Failure, LeaseID: l.ID + 99, Token: l.Token}))
+		}, ErrNotFound},
 		{"report lease of another context", func() error {
 			return second(p.Report(Report{Resource: "r1", Context: "other", Outcome: Failure, LeaseID: l.ID, Token: l.Token}))
 		}, ErrInvalidArgument},
@@ -860,6 +871,18 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 		}},
 		{"Report", func() {
 			if _, err := p.Report(Report{Resource: "r0042", Context: "x", Outcome: Success}); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"Acquire+Report with the lease+Release", func() {
+			l, err := p.Acquire("x", time.Minute, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.Report(Report{Resource: l.Resource, Context: "x", Outcome: Failure, LeaseID: l.ID, Token: l.Token}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.Release(l.ID, l.Token, Success); err != nil {
 				t.Fatal(err)
 			}
 		}},

@@ -60,8 +60,8 @@ type Options struct {
 
 // Server is a running repool server. Create it with New, run it with Run.
 type Server struct {
-	cfg   Config
-	log   *slog.Logger
+	cfg       Config
+	log       *slog.Logger
 	clock     clock.Clock
 	poolClock clock.Clock
 	reg       *prometheus.Registry
