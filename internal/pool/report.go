@@ -31,53 +31,40 @@ func (p *Pool) Report(rep Report) (created bool, err error) {
 	if err := rep.Check(); err != nil {
 		return false, err
 	}
-	// At 100,000 resources the lease or the id's index entry, the resource
-	// and the cell are each a cache miss. A lease names its resource, so a
-	// report with one skips the index. Start the first load before taking
-	// the lock, and the cell's as soon as the resource is known, so that it
-	// overlaps the resource's.
-	leased := rep.LeaseID != 0 || rep.Token != 0
-	var tag uint32
-	if leased {
+	// At 100,000 resources the index entry, the lease, the resource and the
+	// cell are each a cache miss. Start the first two loads together before
+	// taking the lock, and start the cell's as soon as the index names the
+	// resource, so that it overlaps the resource's.
+	tag := p.ids.tag(rep.Resource)
+	p.ids.prefetch(tag)
+	if rep.LeaseID != 0 {
 		p.leases.prefetch(rep.LeaseID)
-	} else {
-		tag = p.ids.tag(rep.Resource)
-		p.ids.prefetch(tag)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.clock.Now().UnixNano()
 	ctx, known := p.findContext(rep.Context)
-	warm := func(idx int32) {
+	idx := int32(-1)
+	for pr := p.ids.probe(tag); ; {
+		slot := pr.next()
+		if slot < 0 {
+			return false, fmt.Errorf("%w: resource %q", ErrNotFound, rep.Resource)
+		}
 		if known && ctx < p.stride {
-			prefetch(unsafe.Pointer(&p.dense[p.denseSlot(idx, ctx)]))
+			prefetch(unsafe.Pointer(&p.dense[p.denseSlot(slot, ctx)]))
+		}
+		if p.res[slot].hasID(rep.Resource) {
+			idx = slot
+			break
 		}
 	}
-	var idx int32
-	if leased {
+	if rep.LeaseID != 0 || rep.Token != 0 {
 		l, err := p.lookupLease(rep.LeaseID, rep.Token, now)
 		if err != nil {
 			return false, err
 		}
-		warm(l.res)
-		if l.context != rep.Context || !p.res[l.res].hasID(rep.Resource) {
-			if _, ok := p.lookup(rep.Resource); !ok {
-				return false, fmt.Errorf("%w: resource %q", ErrNotFound, rep.Resource)
-			}
+		if l.res != idx || l.context != rep.Context {
 			return false, fmt.Errorf("%w: lease %d is for another resource or context", ErrInvalidArgument, rep.LeaseID)
-		}
-		idx = l.res
-	} else {
-		idx = -1
-		for pr := p.ids.probe(tag); idx < 0; {
-			slot := pr.next()
-			if slot < 0 {
-				return false, fmt.Errorf("%w: resource %q", ErrNotFound, rep.Resource)
-			}
-			warm(slot)
-			if p.res[slot].hasID(rep.Resource) {
-				idx = slot
-			}
 		}
 	}
 	return p.record(idx, rep.Context, rep.Outcome, now), nil
