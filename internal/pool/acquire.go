@@ -54,7 +54,12 @@ func (p *Pool) Acquire(context string, ttl time.Duration, selector map[string]st
 		return Lease{}, fmt.Errorf("%w: the tenant's limit of %d outstanding leases is reached", ErrExhausted, p.maxLeases)
 	}
 	ctx, known := p.findContext(context)
-	if !known {
+	if known {
+		// Leases keep the pool's copy of a known context's name, not the
+		// caller's: comparing it later reads a hot string, and a lease does
+		// not keep the request's string alive.
+		context = p.ctxs[ctx].name
+	} else {
 		ctx = -1
 	}
 	if l, ok := p.acquireProbe(ctx, context, ttl, selector, now); ok {
