@@ -93,6 +93,23 @@ func TestLeaseTableAgainstMap(t *testing.T) {
 			t.Fatalf("step %d: %d leases in a table of %d, want %d", step, tab.len(), len(tab.entries), len(want))
 		}
 	}
+	// After a burst, deleting most leases shrinks the table.
+	peak := len(tab.entries)
+	for id := range want {
+		if len(want) <= 50 {
+			break
+		}
+		tab.del(id)
+		delete(want, id)
+	}
+	if len(tab.entries) >= peak/8 || 2*tab.len() > len(tab.entries) {
+		t.Fatalf("%d leases left in a table of %d entries (peak %d)", tab.len(), len(tab.entries), peak)
+	}
+	for id, rec := range want {
+		if got, ok := tab.get(id); !ok || got != rec {
+			t.Fatalf("after shrinking: get(%d) = %v, %v; want %v", id, got, ok, rec)
+		}
+	}
 	seen := 0
 	tab.each(func(id uint64, rec leaseRec) {
 		seen++

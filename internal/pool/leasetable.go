@@ -77,7 +77,7 @@ func (t *leaseTable) put(id uint64, rec leaseRec) {
 		return
 	}
 	if 2*(t.n+1) > len(t.entries) {
-		t.grow()
+		t.resize(max(16, 2*len(t.entries)))
 	}
 	t.place(leaseEntry{id: id, rec: rec})
 	t.n++
@@ -92,9 +92,10 @@ func (t *leaseTable) place(e leaseEntry) {
 	t.entries[i] = e
 }
 
-func (t *leaseTable) grow() {
+// resize moves the leases to a table of size entries (a power of two more
+// than twice the leases).
+func (t *leaseTable) resize(size int) {
 	old := t.entries
-	size := max(16, 2*len(old))
 	t.entries = make([]leaseEntry, size)
 	t.shift = uint8(64 - log2(size))
 	t.published.Store(&leaseEntries{entries: t.entries, shift: t.shift})
@@ -130,6 +131,11 @@ func (t *leaseTable) del(id uint64) {
 	}
 	t.entries[hole] = leaseEntry{}
 	t.n--
+	// Give back the memory of a burst once it is over: shrink to a quarter
+	// full when an eighth full.
+	if len(t.entries) > 16 && 8*t.n < len(t.entries) {
+		t.resize(len(t.entries) / 2)
+	}
 }
 
 // each calls f for every lease. f must not change the table.
