@@ -447,7 +447,7 @@ func (s *Service) Report(ctx context.Context, req *repoolv1.ReportRequest) (*rep
 		return nil, toStatus(s.log, err)
 	}
 	reserved := 0
-	if p.HasResource(rep.Resource) && !p.HasCell(rep.Resource, rep.Context) {
+	if resource, cell := p.Presence(rep.Resource, rep.Context); resource && !cell {
 		if err := s.cfg.Budget.Reserve(tenant, Cells, 1); err != nil {
 			return nil, toStatus(s.log, err)
 		}

@@ -624,6 +624,21 @@ func (p *Pool) HasCell(resourceID, context string) bool {
 	return p.findCell(idx, ctx) >= 0
 }
 
+// Presence reports, under one read lock, whether the resource exists and
+// whether it has statistics for the context: what admission control asks
+// before a Report, which creates the cell if the resource exists without
+// one. It does not allocate.
+func (p *Pool) Presence(resourceID, context string) (resource, cell bool) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	idx, ok := p.lookup(resourceID)
+	if !ok {
+		return false, false
+	}
+	ctx, ok := p.findContext(context)
+	return true, ok && p.findCell(idx, ctx) >= 0
+}
+
 // Len returns the number of resources and cells.
 func (p *Pool) Len() (resources, cells int) {
 	p.mu.RLock()

@@ -851,6 +851,7 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 	}{
 		{"HasResource", func() { p.HasResource("r0042") }},
 		{"HasCell", func() { p.HasCell("r0042", "x") }},
+		{"Presence", func() { p.Presence("r0042", "x") }},
 		{"Acquire+Release", func() {
 			l, err := p.Acquire("x", time.Minute, nil)
 			if err != nil {
@@ -1028,5 +1029,27 @@ func TestWarmCandidatesStayValid(t *testing.T) {
 	}
 	if err := p.checkInvariants(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestPresence(t *testing.T) {
+	p, _ := newTestPool(t, Config{})
+	register(t, p, Spec{ID: "a"}, Spec{ID: "b"})
+	report(t, p, "a", "x", Success, 1)
+	for _, tt := range []struct {
+		id, ctx        string
+		resource, cell bool
+	}{
+		{"a", "x", true, true},
+		{"a", "y", true, false},
+		{"b", "x", true, false},
+		{"nope", "x", false, false},
+	} {
+		if r, c := p.Presence(tt.id, tt.ctx); r != tt.resource || c != tt.cell {
+			t.Errorf("Presence(%q, %q) = %v, %v; want %v, %v", tt.id, tt.ctx, r, c, tt.resource, tt.cell)
+		}
+		if r, c := p.HasResource(tt.id), p.HasCell(tt.id, tt.ctx); r != tt.resource || c != tt.cell {
+			t.Errorf("HasResource, HasCell(%q, %q) = %v, %v; want %v, %v", tt.id, tt.ctx, r, c, tt.resource, tt.cell)
+		}
 	}
 }
