@@ -3,9 +3,10 @@
 // sidecar), with k6's constant-arrival-rate semantics, injects the
 // scenario's faults, and prints a k6-style summary:
 //
-//	go run ./loadtest/cmd/run -scenario provider-down               # through the sidecar
-//	go run ./loadtest/cmd/run -scenario provider-down -mode naive   # the client the sidecar replaces
-//	go run ./loadtest/cmd/run -scenario provider-down -mode both -json out.json -html out.html
+//	go run ./loadtest/cmd/run -scenario provider-down                 # naive, then sidecar, then the before/after table
+//	go run ./loadtest/cmd/run -scenario provider-down -mode sidecar   # through the sidecar only
+//	go run ./loadtest/cmd/run -scenario provider-down -mode naive     # the client the sidecar replaces
+//	go run ./loadtest/cmd/run -scenario provider-down -json out.json -html out.html
 //	go run ./loadtest/cmd/run -scenario provider-down -serve        # topology and faults for k6
 //
 // It exits 0 when the thresholds hold (in the sidecar run), 99 when they
@@ -47,7 +48,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var o runner.Options
 	fs.StringVar(&o.Scenario, "scenario", "", "scenario name (baseline, provider-down, blackhole, brownout, failover, slow) or path to a .json file")
 	fs.BoolVar(&o.Short, "short", false, "run the scenario's short CI variant")
-	fs.StringVar(&o.Mode, "mode", runner.ModeSidecar, "sidecar, naive, or both (naive then sidecar, with a before/after table)")
+	fs.StringVar(&o.Mode, "mode", runner.ModeBoth, "both (naive then sidecar, with a before/after table), sidecar, or naive")
 	fs.StringVar(&o.Store, "store", runner.StoreAuto, "auto, postgres (HA pair on a throwaway cluster) or sqlite (independent pair)")
 	fs.StringVar(&o.JSON, "json", "", "write the JSON summary to this file")
 	fs.StringVar(&o.HTML, "html", "", "write the HTML report to this file")
