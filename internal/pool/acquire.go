@@ -420,6 +420,7 @@ func (p *Pool) grant(idx int32, context string, ttl time.Duration, probe uint8, 
 	id := p.withEpoch(p.leaseSeq)
 	expires := now + int64(ttl)
 	p.leases.put(id, leaseRec{res: idx, gen: r.gen, context: context, probe: probe, token: token, expires: expires})
+	p.hints.put(p.leaseSeq, idx, p.leases.len())
 	// The next lease's id is known: start loading its table entry now, so
 	// that the next grant does not wait for it.
 	p.leases.prefetch(p.withEpoch(p.leaseSeq + 1))

@@ -121,3 +121,35 @@ func TestLeaseTableAgainstMap(t *testing.T) {
 		t.Fatalf("each saw %d leases, want %d", seen, len(want))
 	}
 }
+
+// TestLeaseHints checks that a hint names the slot recorded for exactly
+// that sequence number, that an overwritten or unknown one is a miss, and
+// that growing the table keeps the hints.
+func TestLeaseHints(t *testing.T) {
+	var h leaseHints
+	if got := h.slot(1); got != -1 {
+		t.Fatalf("empty table: slot(1) = %d, want -1", got)
+	}
+	h.put(1, 7, 1)
+	h.put(2, 9, 2)
+	if got := h.slot(1); got != 7 {
+		t.Fatalf("slot(1) = %d, want 7", got)
+	}
+	n := len(*h.table.Load())
+	h.put(1+uint64(n), 3, 2) // same entry as seq 1
+	if got := h.slot(1); got != -1 {
+		t.Fatalf("overwritten: slot(1) = %d, want -1", got)
+	}
+	if got := h.slot(1 + uint64(n)); got != 3 {
+		t.Fatalf("slot(%d) = %d, want 3", 1+n, got)
+	}
+	h.put(3, 11, 1000) // grows the table
+	if len(*h.table.Load()) < 2000 {
+		t.Fatalf("table of %d entries for 1,000 live leases", len(*h.table.Load()))
+	}
+	for seq, want := range map[uint64]int32{2: 9, 3: 11, 1 + uint64(n): 3} {
+		if got := h.slot(seq); got != want {
+			t.Fatalf("after growing: slot(%d) = %d, want %d", seq, got, want)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 	"unsafe"
@@ -67,7 +68,9 @@ type Pool struct {
 	mu  sync.RWMutex
 	rng *rand.Rand
 
-	ids        idIndex // resource id → index in res
+	ids        idIndex                    // resource id → index in res
+	resView    atomic.Pointer[[]resource] // res as of its last growth, for prefetching without the lock
+	hints      leaseHints
 	res        []resource
 	freeRes    []int32
 	avail      []int32 // resources that can take a normal lease now
@@ -248,6 +251,8 @@ func New(cfg Config) (*Pool, error) {
 func (p *Pool) reset() {
 	p.ids.reset()
 	p.res = nil
+	p.resView.Store(nil)
+	p.hints.reset()
 	p.freeRes = nil
 	p.avail = nil
 	p.labelIdx = map[string]map[string][]int32{}
@@ -427,8 +432,13 @@ func (p *Pool) addResource(s Spec, now int64) int32 {
 		idx = p.freeRes[n-1]
 		p.freeRes = p.freeRes[:n-1]
 	} else {
+		grown := len(p.res) == cap(p.res)
 		p.res = append(p.res, resource{})
 		idx = int32(len(p.res) - 1)
+		if grown {
+			res := p.res[:cap(p.res)]
+			p.resView.Store(&res)
+		}
 		p.growDense()
 	}
 	r := &p.res[idx]

@@ -294,6 +294,7 @@ func (p *Pool) Restore(s Snapshot) error {
 		expires := ls.ExpiresAt.UnixNano()
 		p.leases.put(ls.ID, leaseRec{res: idx, gen: r.gen, context: ls.Context, token: ls.Token, expires: expires})
 		p.expiries.push(expires, ls.ID)
+		p.hints.put(ls.ID&p.mask(), idx, p.leases.len())
 	}
 	p.clearChangesLocked()
 	return nil
