@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -25,10 +26,13 @@ import (
 func TestColdCallsIssueOneToken(t *testing.T) {
 	fake := fakeserver.Start(t, fakeserver.Config{})
 	pc := fast(fake)
-	// A thousand connections at once starve two race-instrumented CPUs for
-	// seconds: the deadline must not be what this test measures.
+	// A thousand calls at once starve two race-instrumented CPUs for
+	// seconds: neither the call deadline nor the one-second connect timeout
+	// (which once closed the connection before the server's preface
+	// arrived, under a full CI run) may be what this test measures.
 	pc.Timeout = time.Minute
-	h := start(t, one("p", pc), sidecar.Options{})
+	patient := grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: time.Minute})
+	h := start(t, one("p", pc), sidecar.Options{DialOptions: []grpc.DialOption{patient}})
 	const calls = 1000
 	var wg sync.WaitGroup
 	var failed atomic.Int64
