@@ -59,7 +59,7 @@ func (p *Pool) checkInvariants() error {
 	for idx := range p.res {
 		if r := &p.res[idx]; r.live {
 			live++
-			if got := p.ids.find(r.id, p.res); got != int32(idx) {
+			if got := p.ids.find(r.id, p.ids.tag(r.id), p.res, nil); got != int32(idx) {
 				return fmt.Errorf("resource %q at slot %d: id index finds %d", r.id, idx, got)
 			}
 		}

@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"math/bits"
 	"sync/atomic"
 	"unsafe"
 )
@@ -26,14 +27,13 @@ type leaseHints struct {
 func hint(seq uint64, slot int32) uint64 { return seq<<32 | uint64(uint32(slot)) }
 
 // put records that lease sequence number seq is on slot. live is the number
-// of live leases: the table is kept at least twice that size.
+// of live leases: the table is kept between two and sixteen times that
+// size (at least 64), like the lease table growing with a burst and
+// shrinking after it.
 func (h *leaseHints) put(seq uint64, slot int32, live int) {
 	t := h.table.Load()
-	if t == nil || len(*t) < 2*live {
-		n := 64
-		for n < 2*live {
-			n *= 2
-		}
+	if want := max(64, 2*live); t == nil || len(*t) < want || len(*t) > 8*want {
+		n := 1 << bits.Len(uint(want-1)) // the power of two >= want
 		fresh := make([]atomic.Uint64, n)
 		if t != nil {
 			for i := range *t {

@@ -36,11 +36,19 @@ func newIDIndex() idIndex { return idIndex{seed: maphash.MakeSeed()} }
 
 func (x *idIndex) tag(id string) uint32 { return uint32(maphash.String(x.seed, id) >> 32) }
 
-// find returns the slot of id among res, or -1.
-func (x *idIndex) find(id string, res []resource) int32 {
-	for pr := x.probe(x.tag(id)); ; {
+// find returns the slot of id, whose tag is tag, among res, or -1. It
+// calls visit, if not nil, with each candidate slot before confirming it,
+// so that a caller can start loading what it will need of the resource.
+func (x *idIndex) find(id string, tag uint32, res []resource, visit func(slot int32)) int32 {
+	for pr := x.probe(tag); ; {
 		slot := pr.next()
-		if slot < 0 || res[slot].hasID(id) {
+		if slot < 0 {
+			return -1
+		}
+		if visit != nil {
+			visit(slot)
+		}
+		if res[slot].hasID(id) {
 			return slot
 		}
 	}

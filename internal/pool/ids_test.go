@@ -21,7 +21,7 @@ func TestIDIndexAgainstMap(t *testing.T) {
 		if !ok {
 			slot = -1
 		}
-		if got := x.find(id, res); got != slot {
+		if got := x.find(id, x.tag(id), res, nil); got != slot {
 			t.Fatalf("find(%q) = %d, want %d", id, got, slot)
 		}
 	}
@@ -150,6 +150,15 @@ func TestLeaseHints(t *testing.T) {
 	for seq, want := range map[uint64]int32{2: 9, 3: 11, 1 + uint64(n): 3} {
 		if got := h.slot(seq); got != want {
 			t.Fatalf("after growing: slot(%d) = %d, want %d", seq, got, want)
+		}
+	}
+	h.put(4, 13, 1) // the burst is over: shrinks back
+	if got := len(*h.table.Load()); got != 64 {
+		t.Fatalf("table of %d entries for 1 live lease, want 64", got)
+	}
+	for seq, want := range map[uint64]int32{3: 11, 4: 13} {
+		if got := h.slot(seq); got != want {
+			t.Fatalf("after shrinking: slot(%d) = %d, want %d", seq, got, want)
 		}
 	}
 }

@@ -61,7 +61,7 @@ func (p *Pool) Release(id, token uint64, outcome Outcome) (created bool, err err
 		return false, err
 	}
 	if outcome != 0 {
-		created = p.record(l.res, l.context, outcome, now)
+		created = p.record(l.res, p.contextID(l.context), outcome, now)
 	}
 	p.endLease(id, l)
 	return created, nil

@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"math/bits"
 	"sync/atomic"
 	"unsafe"
 )
@@ -43,13 +44,22 @@ func (t *leaseTable) find(id uint64) int {
 	if t.n == 0 {
 		return -1
 	}
+	if i, found := t.locate(id); found {
+		return int(i)
+	}
+	return -1
+}
+
+// locate returns the position of id's entry and true, or the empty
+// position that ends id's probe run and false. The table is not empty.
+func (t *leaseTable) locate(id uint64) (uint64, bool) {
 	mask := uint64(len(t.entries) - 1)
 	for i := t.home(id); ; i = (i + 1) & mask {
 		switch t.entries[i].id {
 		case id:
-			return int(i)
+			return i, true
 		case 0:
-			return -1
+			return i, false
 		}
 	}
 }
@@ -72,23 +82,25 @@ func (t *leaseTable) get(id uint64) (leaseRec, bool) {
 
 // put stores the lease id, adding it or replacing it.
 func (t *leaseTable) put(id uint64, rec leaseRec) {
-	if i := t.find(id); i >= 0 {
-		t.entries[i].rec = rec
-		return
+	if len(t.entries) > 0 {
+		i, found := t.locate(id)
+		switch {
+		case found:
+			t.entries[i].rec = rec
+			return
+		case 2*(t.n+1) <= len(t.entries):
+			t.entries[i] = leaseEntry{id: id, rec: rec}
+			t.n++
+			return
+		}
 	}
-	if 2*(t.n+1) > len(t.entries) {
-		t.resize(max(16, 2*len(t.entries)))
-	}
+	t.resize(max(16, 2*len(t.entries)))
 	t.place(leaseEntry{id: id, rec: rec})
 	t.n++
 }
 
 func (t *leaseTable) place(e leaseEntry) {
-	mask := uint64(len(t.entries) - 1)
-	i := t.home(e.id)
-	for t.entries[i].id != 0 {
-		i = (i + 1) & mask
-	}
+	i, _ := t.locate(e.id)
 	t.entries[i] = e
 }
 
@@ -97,21 +109,13 @@ func (t *leaseTable) place(e leaseEntry) {
 func (t *leaseTable) resize(size int) {
 	old := t.entries
 	t.entries = make([]leaseEntry, size)
-	t.shift = uint8(64 - log2(size))
+	t.shift = uint8(64 - bits.TrailingZeros(uint(size)))
 	t.published.Store(&leaseEntries{entries: t.entries, shift: t.shift})
 	for i := range old {
 		if old[i].id != 0 {
 			t.place(old[i])
 		}
 	}
-}
-
-func log2(n int) int {
-	k := 0
-	for 1<<k < n {
-		k++
-	}
-	return k
 }
 
 // del removes the lease id if present. Later entries of its probe run

@@ -565,7 +565,7 @@ func (p *Pool) markResource(idx int32) {
 
 // lookup returns the slot of resource id; the caller holds the lock.
 func (p *Pool) lookup(id string) (int32, bool) {
-	idx := p.ids.find(id, p.res)
+	idx := p.ids.find(id, p.ids.tag(id), p.res, nil)
 	return idx, idx >= 0
 }
 
@@ -621,17 +621,8 @@ func (p *Pool) HasResource(id string) bool {
 // that is whether a Report for them would reuse state rather than create it.
 // It does not allocate.
 func (p *Pool) HasCell(resourceID, context string) bool {
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	idx, ok := p.lookup(resourceID)
-	if !ok {
-		return false
-	}
-	ctx, ok := p.findContext(context)
-	if !ok {
-		return false
-	}
-	return p.findCell(idx, ctx) >= 0
+	_, cell := p.Presence(resourceID, context)
+	return cell
 }
 
 // Presence reports, under one read lock, whether the resource exists and
@@ -726,20 +717,19 @@ func (p *Pool) Get(id string) (ResourceInfo, error) {
 func (p *Pool) List(after string, limit int) (infos []ResourceInfo, more bool) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	ids := make([]string, 0, p.nresource)
+	slots := make([]int32, 0, p.nresource)
 	for i := range p.res {
 		if r := &p.res[i]; r.live && r.id > after {
-			ids = append(ids, r.id)
+			slots = append(slots, int32(i))
 		}
 	}
-	sort.Strings(ids)
+	slices.SortFunc(slots, func(a, b int32) int { return strings.Compare(p.res[a].id, p.res[b].id) })
 	limit = max(limit, 0)
-	if len(ids) > limit {
-		ids, more = ids[:limit], true
+	if len(slots) > limit {
+		slots, more = slots[:limit], true
 	}
 	now := p.clock.Now().UnixNano()
-	for _, id := range ids {
-		idx, _ := p.lookup(id)
+	for _, idx := range slots {
 		infos = append(infos, p.infoLocked(idx, now))
 	}
 	return infos, more

@@ -49,22 +49,21 @@ func (p *Pool) Report(rep Report) (created bool, err error) {
 	defer p.mu.Unlock()
 	now := p.clock.Now().UnixNano()
 	ctx, known := p.findContext(rep.Context)
-	if hinted >= 0 && int(hinted) < len(p.res) && known && ctx < p.stride {
-		prefetch(unsafe.Pointer(&p.dense[p.denseSlot(hinted, ctx)]))
-	}
-	idx := int32(-1)
-	for pr := p.ids.probe(tag); ; {
-		slot := pr.next()
-		if slot < 0 {
-			return false, fmt.Errorf("%w: resource %q", ErrNotFound, rep.Resource)
-		}
-		if known && ctx < p.stride {
+	warm := func(slot int32) {
+		if known && ctx < p.stride && int(slot) < len(p.res) {
 			prefetch(unsafe.Pointer(&p.dense[p.denseSlot(slot, ctx)]))
 		}
-		if p.res[slot].hasID(rep.Resource) {
-			idx = slot
-			break
+	}
+	if hinted >= 0 {
+		warm(hinted)
+	}
+	idx := p.ids.find(rep.Resource, tag, p.res, func(slot int32) {
+		if slot != hinted {
+			warm(slot)
 		}
+	})
+	if idx < 0 {
+		return false, fmt.Errorf("%w: resource %q", ErrNotFound, rep.Resource)
 	}
 	if rep.LeaseID != 0 || rep.Token != 0 {
 		l, err := p.lookupLease(rep.LeaseID, rep.Token, now)
@@ -75,7 +74,10 @@ func (p *Pool) Report(rep Report) (created bool, err error) {
 			return false, fmt.Errorf("%w: lease %d is for another resource or context", ErrInvalidArgument, rep.LeaseID)
 		}
 	}
-	return p.record(idx, rep.Context, rep.Outcome, now), nil
+	if !known {
+		ctx = p.contextID(rep.Context)
+	}
+	return p.record(idx, ctx, rep.Outcome, now), nil
 }
 
 // Check returns the ErrInvalidArgument that Pool.Report would return for
@@ -91,10 +93,11 @@ func (rep Report) Check() error {
 	return CheckOutcome(rep.Outcome, false)
 }
 
-// record applies one outcome and reports whether it created the cell; the
-// caller holds the write lock and has validated everything.
-func (p *Pool) record(idx int32, context string, o Outcome, now int64) (created bool) {
-	ctx := p.contextID(context)
+// record applies one outcome for the interned context ctx and reports
+// whether it created the cell; the caller holds the write lock and has
+// validated everything.
+func (p *Pool) record(idx, ctx int32, o Outcome, now int64) (created bool) {
+	context := p.ctxs[ctx].name
 	r := &p.res[idx]
 	slot := p.findCell(idx, ctx)
 	if slot < 0 {
