@@ -62,6 +62,33 @@ func settle(b *testing.B) {
 	b.ResetTimer()
 }
 
+// BenchmarkReferenceDependentRead is not pool code: it is the machine's
+// memory latency, one dependent random read (a pointer chase over one
+// cache line per hop) within a working set of 8 MB and of 32 MB. A pool of
+// 100,000 resources spans tens of megabytes, so its Report figures move
+// with these; docs/pool.md reports them next to each run, so that a run on
+// a VM whose last-level cache others are using can be told from a change
+// in the pool.
+func BenchmarkReferenceDependentRead(b *testing.B) {
+	for _, mb := range []int{8, 32} {
+		b.Run(fmt.Sprintf("%dMB", mb), func(b *testing.B) {
+			const line = 8 // int64s per 64-byte cache line
+			hops := mb << 20 / 64
+			next := make([]int64, hops*line)
+			order := rand.New(rand.NewPCG(9, 10)).Perm(hops)
+			for i, h := range order {
+				next[h*line] = int64(order[(i+1)%hops] * line)
+			}
+			j := int64(0)
+			settle(b)
+			for b.Loop() {
+				j = next[j]
+			}
+			runtime.KeepAlive(j)
+		})
+	}
+}
+
 // BenchmarkAcquire100k measures Acquire alone: acquires are timed in
 // batches of 1,000, and the batch's leases are released with the timer
 // stopped, so that 20–21% of the capacity stays leased.
