@@ -145,11 +145,11 @@ func startHAProxy(ctx context.Context, dir, provider string, servers []haBackend
 		}
 		if !h.proc.running() {
 			os.RemoveAll(sockDir)
-			return nil, fmt.Errorf("haproxy exited: %v; see %s", h.proc.err, logPath)
+			return nil, fmt.Errorf("haproxy exited: %v; %s", h.proc.err, seeLog(logPath))
 		}
 		if time.Now().After(deadline) {
 			h.stop()
-			return nil, fmt.Errorf("haproxy for %s: want %d server(s) UP within 15s, have %v (%v); see %s", provider, wantUp, st, err, logPath)
+			return nil, fmt.Errorf("haproxy for %s: want %d server(s) UP within 15s, have %v (%v); %s", provider, wantUp, st, err, seeLog(logPath))
 		}
 		select {
 		case <-ctx.Done():

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -70,7 +71,7 @@ func start(ctx context.Context, name string, cmd *exec.Cmd, logPath string, hell
 	case line, ok := <-lines:
 		if !ok {
 			<-p.done
-			return nil, fmt.Errorf("%s exited before it was ready (%v); see %s", name, p.err, logPath)
+			return nil, fmt.Errorf("%s exited before it was ready (%v); %s", name, p.err, seeLog(logPath))
 		}
 		if err := json.Unmarshal(line, hello); err != nil {
 			p.kill()
@@ -82,7 +83,7 @@ func start(ctx context.Context, name string, cmd *exec.Cmd, logPath string, hell
 		return p, nil
 	case <-t.C:
 		p.kill()
-		return nil, fmt.Errorf("%s was not ready within %v; see %s", name, timeout, logPath)
+		return nil, fmt.Errorf("%s was not ready within %v; %s", name, timeout, seeLog(logPath))
 	case <-ctx.Done():
 		p.kill()
 		return nil, ctx.Err()
@@ -132,4 +133,25 @@ func (p *proc) exitErr() error {
 		return nil // killed by a signal we sent
 	}
 	return p.err
+}
+
+// logTailLines is how many of a log's last lines seeLog quotes.
+const logTailLines = 15
+
+// seeLog names a child's log and quotes its last lines, so that an error
+// about the child still says what went wrong once the log's directory (a
+// test's TempDir) is gone.
+func seeLog(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "see " + path + " (unreadable: " + err.Error() + ")"
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > logTailLines {
+		lines = lines[len(lines)-logTailLines:]
+	}
+	if len(lines) == 1 && lines[0] == "" {
+		return "see " + path + " (empty)"
+	}
+	return fmt.Sprintf("see %s, which ends:\n\t%s", path, strings.Join(lines, "\n\t"))
 }

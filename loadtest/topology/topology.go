@@ -194,7 +194,7 @@ func (t *Topology) startCluster(ctx context.Context, p string) error {
 	}
 	c.key = key
 	if err := waitStatus(ctx, "http://"+first.http+"/readyz/active", http.StatusOK, 30*time.Second); err != nil {
-		return fmt.Errorf("%s never became active: %w (see %s)", first.name, err, first.logPath)
+		return fmt.Errorf("%s never became active: %w; %s", first.name, err, seeLog(first.logPath))
 	}
 	if err := c.register(ctx, t.cfg.Resources, t.cfg.Capacity); err != nil {
 		return err
@@ -228,7 +228,7 @@ func (t *Topology) startCluster(ctx context.Context, p string) error {
 			w = http.StatusOK
 		}
 		if err := waitStatus(ctx, "http://"+n.http+"/readyz/active", w, 30*time.Second); err != nil {
-			return fmt.Errorf("%s: %w (see %s)", n.name, err, n.logPath)
+			return fmt.Errorf("%s: %w; %s", n.name, err, seeLog(n.logPath))
 		}
 	}
 
