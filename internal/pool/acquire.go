@@ -29,7 +29,8 @@ const maxRounds = 4
 //
 // Errors: ErrInvalidArgument for an empty or oversize context, a TTL outside
 // [MinTTL, MaxTTL] or a bad selector; ErrExhausted when no candidate can
-// take a lease or the pool's lease limit (SetMaxLeases) is reached. Acquire
+// take a lease, the pool's lease limit (SetMaxLeases) is reached, or the
+// epoch's 2^40 fencing tokens are used up (until SetEpoch). Acquire
 // does not allocate on success, apart from the events of leases it expires
 // on the way.
 func (p *Pool) Acquire(context string, ttl time.Duration, selector map[string]string) (Lease, error) {
@@ -49,6 +50,13 @@ func (p *Pool) Acquire(context string, ttl time.Duration, selector map[string]st
 	now := p.clock.Now().UnixNano()
 	p.processDue(now, dueBudget)
 
+	if p.counter >= p.mask() || p.leaseSeq >= p.mask() {
+		// Another token would carry into the epoch's bits, and tokens
+		// would no longer grow. A new epoch (SetEpoch, on the next restart
+		// or leader change) starts the counters again.
+		p.counters.Exhausted++
+		return Lease{}, fmt.Errorf("%w: the fencing tokens of epoch %d are used up; a new epoch (restart or leader change) is needed", ErrExhausted, p.epoch)
+	}
 	if p.maxLeases > 0 && p.leases.len() >= p.maxLeases {
 		p.counters.Exhausted++
 		return Lease{}, fmt.Errorf("%w: the tenant's limit of %d outstanding leases is reached", ErrExhausted, p.maxLeases)

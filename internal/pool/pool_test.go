@@ -480,6 +480,41 @@ func TestFencingTokensGrowAcrossEpochsAndRestore(t *testing.T) {
 	}
 }
 
+// TestTokensOfAnEpochRunOut: the last counter value of an epoch is used,
+// then Acquire refuses rather than let the counter carry into the epoch's
+// bits (which would make tokens go down), until a new epoch.
+func TestTokensOfAnEpochRunOut(t *testing.T) {
+	p, _ := newTestPool(t, Config{})
+	const epoch = 3
+	full := uint64(epoch)<<tokenBits | (1<<tokenBits - 1)
+	if err := p.Restore(Snapshot{
+		Epoch: epoch, LastToken: full - 1, LastLease: full - 1,
+		Resources: []ResourceState{{ID: "a", Capacity: 100}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	last := mustAcquire(t, p, "ctx")
+	if last.Token != full || last.ID != full {
+		t.Fatalf("Acquire() = token %#x id %#x, want both %#x (the epoch's last)", last.Token, last.ID, full)
+	}
+	before := p.Counters().Exhausted
+	if l, err := p.Acquire("ctx", time.Minute, nil); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("Acquire() past the epoch's last token = %+v, %v; want ErrExhausted", l, err)
+	}
+	if got := p.Counters().Exhausted; got != before+1 {
+		t.Fatalf("Counters().Exhausted = %d, want %d", got, before+1)
+	}
+	if n := p.ActiveLeases(); n != 1 {
+		t.Fatalf("ActiveLeases() = %d after the refusal, want 1", n)
+	}
+	if err := p.SetEpoch(epoch + 1); err != nil {
+		t.Fatal(err)
+	}
+	if l := mustAcquire(t, p, "ctx"); l.Token <= last.Token || l.ID <= last.ID {
+		t.Fatalf("Acquire() in the next epoch = token %#x id %#x, want above %#x", l.Token, l.ID, full)
+	}
+}
+
 func TestSnapshotRestoreRoundTrip(t *testing.T) {
 	p, fc := newTestPool(t, Config{})
 	register(t, p, Spec{ID: "a", Capacity: 2, Labels: map[string]string{"k": "v"}}, Spec{ID: "b"})
