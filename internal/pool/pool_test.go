@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/repool/repool/internal/clock"
 )
@@ -512,6 +513,31 @@ func TestTokensOfAnEpochRunOut(t *testing.T) {
 	}
 	if l := mustAcquire(t, p, "ctx"); l.Token <= last.Token || l.ID <= last.ID {
 		t.Fatalf("Acquire() in the next epoch = token %#x id %#x, want above %#x", l.Token, l.ID, full)
+	}
+}
+
+// TestRestoredLeasesKeepThePoolsContextName: a restored lease of a known
+// context refers to the pool's interned name, as an acquired one does, not
+// to a string of the snapshot's.
+func TestRestoredLeasesKeepThePoolsContextName(t *testing.T) {
+	p, _ := newTestPool(t, Config{})
+	register(t, p, Spec{ID: "a", Capacity: 2})
+	report(t, p, "a", "search", Success, 1)
+	mustAcquire(t, p, "search")
+	snap := p.Snapshot()
+	snap.Leases[0].Context = strings.Clone(snap.Leases[0].Context)
+
+	q, _ := newTestPool(t, Config{})
+	if err := q.Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	l, ok := q.leases.get(snap.Leases[0].ID)
+	ctx, known := q.findContext("search")
+	if !ok || !known {
+		t.Fatalf("restored lease found %v, context known %v; want both", ok, known)
+	}
+	if unsafe.StringData(l.context) != unsafe.StringData(q.ctxs[ctx].name) {
+		t.Fatal("restored lease's context is the snapshot's string, want the pool's interned name")
 	}
 }
 

@@ -292,7 +292,11 @@ func (p *Pool) Restore(s Snapshot) error {
 		r.active++
 		p.updateAvail(idx)
 		expires := ls.ExpiresAt.UnixNano()
-		p.leases.put(ls.ID, leaseRec{res: idx, gen: r.gen, context: ls.Context, token: ls.Token, expires: expires})
+		context := ls.Context
+		if ctx, ok := p.findContext(context); ok {
+			context = p.ctxs[ctx].name // as Acquire keeps it: the pool's copy
+		}
+		p.leases.put(ls.ID, leaseRec{res: idx, gen: r.gen, context: context, token: ls.Token, expires: expires})
 		p.expiries.push(expires, ls.ID)
 		p.hints.put(ls.ID&p.mask(), idx, p.leases.len())
 	}
