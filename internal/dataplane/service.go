@@ -442,12 +442,14 @@ func (s *Service) Report(ctx context.Context, req *repoolv1.ReportRequest) (*rep
 			return nil, toStatus(s.log, err)
 		}
 	}
-	// Bad input is refused as such, before the budget is asked.
-	if err := rep.Check(); err != nil {
+	// Bad input, an unknown resource or lease and a stale token are refused
+	// as such, before the budget is asked.
+	creates, err := p.Admit(rep)
+	if err != nil {
 		return nil, toStatus(s.log, err)
 	}
 	reserved := 0
-	if resource, cell := p.Presence(rep.Resource, rep.Context); resource && !cell {
+	if creates {
 		if err := s.cfg.Budget.Reserve(tenant, Cells, 1); err != nil {
 			return nil, toStatus(s.log, err)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -560,7 +561,30 @@ func TestBadInputAtTheCeilingIsBadInput(t *testing.T) {
 	wantCode(t, "Release with a stale token at the ceiling", err, codes.FailedPrecondition)
 	_, err = e.client.Release(a, &repoolv1.ReleaseRequest{LeaseId: l.GetLease().GetLeaseId(), FencingToken: l.GetLease().GetFencingToken(), Outcome: repoolv1.Outcome(42)})
 	wantCode(t, "Release with an unknown outcome at the ceiling", err, codes.InvalidArgument)
+	// Reports with the lease, on its context, which has no cell yet.
+	id, tok := l.GetLease().GetLeaseId(), l.GetLease().GetFencingToken()
+	unknown := strconv.FormatUint(tok+1000, 10)
+	for _, tt := range []struct {
+		name string
+		req  *repoolv1.ReportRequest
+		want codes.Code
+	}{
+		{"a stale token", &repoolv1.ReportRequest{ResourceId: "r", Context: "new-context", Outcome: repoolv1.Outcome_SUCCESS, LeaseId: id, FencingToken: tok + 1}, codes.FailedPrecondition},
+		{"an unknown lease", &repoolv1.ReportRequest{ResourceId: "r", Context: "new-context", Outcome: repoolv1.Outcome_SUCCESS, LeaseId: unknown, FencingToken: tok}, codes.NotFound},
+		{"the lease of another context", &repoolv1.ReportRequest{ResourceId: "r", Context: "other", Outcome: repoolv1.Outcome_SUCCESS, LeaseId: id, FencingToken: tok}, codes.InvalidArgument},
+		{"a token without a lease id", &repoolv1.ReportRequest{ResourceId: "r", Context: "new-context", Outcome: repoolv1.Outcome_SUCCESS, FencingToken: tok}, codes.InvalidArgument},
+		{"an unknown resource", &repoolv1.ReportRequest{ResourceId: "nope", Context: "new-context", Outcome: repoolv1.Outcome_SUCCESS}, codes.NotFound},
+	} {
+		_, err = e.client.Report(a, tt.req)
+		wantCode(t, "Report with "+tt.name+" at the ceiling", err, tt.want)
+	}
+	// The lease is untouched by all of that.
+	if _, err := e.client.Renew(a, &repoolv1.RenewRequest{LeaseId: id, FencingToken: tok, TtlSeconds: 60}); err != nil {
+		t.Fatalf("Renew of the lease after the refused reports = %v, want nil", err)
+	}
 	// A valid request that would create state is refused by the budget.
+	_, err = e.client.Report(a, &repoolv1.ReportRequest{ResourceId: "r", Context: "new-context", Outcome: repoolv1.Outcome_SUCCESS, LeaseId: id, FencingToken: tok})
+	wantCode(t, "Report with the lease creating a cell at the ceiling", err, codes.ResourceExhausted)
 	_, err = e.client.Release(a, &repoolv1.ReleaseRequest{LeaseId: l.GetLease().GetLeaseId(), FencingToken: l.GetLease().GetFencingToken(), Outcome: repoolv1.Outcome_SUCCESS})
 	wantCode(t, "Release creating a cell at the ceiling", err, codes.ResourceExhausted)
 }

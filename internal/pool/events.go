@@ -135,11 +135,16 @@ func (b *bus) publish(e Event) {
 
 // subscribe registers a subscriber. With after > 0 it first receives the
 // held events with a larger Seq, preceded by an EventGap marker when some of
-// them are no longer held.
+// them are no longer held, or when after is beyond the last event: the
+// subscriber saw events of an earlier pool (before a restart or failover,
+// which number events from 1 again), and what came since is unknown.
 func (b *bus) subscribe(kinds Kinds, after uint64, now time.Time) *Subscription {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var backlog []Event
+	if after > b.seq {
+		backlog = append(backlog, Event{Kind: EventGap, At: now, Detail: "gap"})
+	}
 	if after > 0 && after < b.seq {
 		oldest := uint64(1)
 		if b.seq > uint64(len(b.ring)) {

@@ -75,6 +75,86 @@ func FuzzRequests(f *testing.F) {
 	})
 }
 
+// FuzzLeaseCalls feeds arbitrary lease ids, tokens, TTLs and outcomes to
+// Renew, Release, LeaseOf and Report on a pool with one live lease: each
+// call answers exactly the documented error, and a rejected call changes
+// nothing — no state, counter, checkpoint change or event.
+func FuzzLeaseCalls(f *testing.F) {
+	f.Add(uint8(0), uint64(1), uint64(1), int64(time.Minute), uint8(1))
+	f.Add(uint8(1), uint64(0), uint64(1), int64(time.Minute), uint8(0))
+	f.Add(uint8(2), uint64(0), uint64(0), int64(0), uint8(2))
+	f.Add(uint8(3), uint64(0), uint64(7), int64(time.Minute), uint8(1))
+	f.Add(uint8(3), uint64(1), uint64(0), int64(time.Minute), uint8(1))
+	f.Add(uint8(0), uint64(1), uint64(2), int64(time.Hour)+1, uint8(9))
+	f.Fuzz(func(t *testing.T, op uint8, id, token uint64, ttl int64, outcome uint8) {
+		p, _ := newTestPool(t, Config{})
+		register(t, p, Spec{ID: "r", Capacity: 2})
+		l := mustAcquire(t, p, "ctx")
+		before := fingerprint(t, p)
+		sub := p.Subscribe(0, 0)
+		defer sub.Close()
+
+		o := Outcome(outcome)
+		validOutcome := o >= Success && o <= Blocked
+		var want error // nil: the call succeeds
+		lease := func() {
+			switch {
+			case id != l.ID:
+				want = ErrNotFound
+			case token != l.Token:
+				want = ErrStaleToken
+			}
+		}
+		var err error
+		switch op % 4 {
+		case 0:
+			if d := time.Duration(ttl); d < MinTTL || d > MaxTTL {
+				want = ErrInvalidArgument
+			} else {
+				lease()
+			}
+			_, err = p.Renew(id, token, time.Duration(ttl))
+		case 1:
+			if o != 0 && !validOutcome {
+				want = ErrInvalidArgument
+			} else {
+				lease()
+			}
+			_, err = p.Release(id, token, o)
+		case 2:
+			lease()
+			_, _, err = p.LeaseOf(id, token)
+		case 3:
+			switch {
+			case !validOutcome || (id == 0) != (token == 0):
+				want = ErrInvalidArgument
+			case id != 0:
+				lease()
+			}
+			_, err = p.Report(Report{Resource: "r", Context: "ctx", Outcome: o, LeaseID: id, Token: token})
+		}
+		if (want == nil) != (err == nil) || (want != nil && !errors.Is(err, want)) {
+			t.Fatalf("op %d (id %d, token %d, ttl %d, outcome %d) = %v, want %v", op%4, id, token, ttl, outcome, err, want)
+		}
+		if err != nil {
+			if ch := p.TakeChanges(); len(ch.Resources)+len(ch.Cells)+len(ch.Removed) > 0 {
+				t.Fatalf("rejected op %d left changes: %+v", op%4, ch)
+			}
+			select {
+			case e := <-sub.C:
+				t.Fatalf("rejected op %d emitted %+v", op%4, e)
+			default:
+			}
+			if after := fingerprint(t, p); after != before {
+				t.Fatalf("rejected op %d changed state:\nbefore %s\nafter  %s", op%4, before, after)
+			}
+		}
+		if err := p.checkInvariants(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 // FuzzPlainASCII checks the word-at-a-time ASCII check against a byte loop.
 func FuzzPlainASCII(f *testing.F) {
 	f.Add("proxy-000123")

@@ -92,6 +92,16 @@ func TestLeaseTableAgainstMap(t *testing.T) {
 		if tab.len() != len(want) || 2*tab.len() > len(tab.entries) {
 			t.Fatalf("step %d: %d leases in a table of %d, want %d", step, tab.len(), len(tab.entries), len(want))
 		}
+		// 0 marks an empty entry; it must never be found, nor deleted.
+		if _, ok := tab.get(0); ok {
+			t.Fatalf("step %d: get(0) found an entry", step)
+		}
+		if n := tab.len(); step%1000 == 0 {
+			tab.del(0)
+			if tab.len() != n {
+				t.Fatalf("step %d: del(0) changed the lease count from %d to %d", step, n, tab.len())
+			}
+		}
 	}
 	// After a burst, deleting most leases shrinks the table.
 	peak := len(tab.entries)

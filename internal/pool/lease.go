@@ -10,18 +10,27 @@ import (
 // is expired on the spot and reported as not found. The caller holds the
 // write lock.
 func (p *Pool) lookupLease(id, token uint64, now int64) (leaseRec, error) {
-	l, ok := p.leases.get(id)
-	if !ok {
-		return leaseRec{}, fmt.Errorf("%w: lease %d", ErrNotFound, id)
-	}
-	if l.expires <= now {
+	l, expired, err := p.peekLease(id, token, now)
+	if expired {
 		p.expireLease(id, l, now)
-		return leaseRec{}, fmt.Errorf("%w: lease %d expired", ErrNotFound, id)
 	}
-	if l.token != token {
-		return leaseRec{}, fmt.Errorf("%w: lease %d", ErrStaleToken, id)
+	return l, err
+}
+
+// peekLease is lookupLease without the expiry: it changes nothing, and
+// reports whether the lease it did not find live is one past its expiry.
+// The caller holds the read or write lock.
+func (p *Pool) peekLease(id, token uint64, now int64) (l leaseRec, expired bool, err error) {
+	l, ok := p.leases.get(id)
+	switch {
+	case !ok:
+		return leaseRec{}, false, fmt.Errorf("%w: lease %d", ErrNotFound, id)
+	case l.expires <= now:
+		return l, true, fmt.Errorf("%w: lease %d expired", ErrNotFound, id)
+	case l.token != token:
+		return leaseRec{}, false, fmt.Errorf("%w: lease %d", ErrStaleToken, id)
 	}
-	return l, nil
+	return l, false, nil
 }
 
 // Renew extends lease id to ttl from now. Errors: ErrInvalidArgument for a
@@ -75,12 +84,9 @@ func (p *Pool) Release(id, token uint64, outcome Outcome) (created bool, err err
 func (p *Pool) LeaseOf(id, token uint64) (resource, context string, err error) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	l, ok := p.leases.get(id)
-	switch {
-	case !ok || l.expires <= p.clock.Now().UnixNano():
-		return "", "", fmt.Errorf("%w: lease %d", ErrNotFound, id)
-	case l.token != token:
-		return "", "", fmt.Errorf("%w: lease %d", ErrStaleToken, id)
+	l, _, err := p.peekLease(id, token, p.clock.Now().UnixNano())
+	if err != nil {
+		return "", "", err
 	}
 	return p.res[l.res].id, l.context, nil
 }

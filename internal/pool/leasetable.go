@@ -39,9 +39,10 @@ func fibHash(id uint64, shift uint8) uint64 { return (id * 0x9E3779B97F4A7C15) >
 
 func (t *leaseTable) len() int { return t.n }
 
-// find returns the position of id's entry, or -1.
+// find returns the position of id's entry, or -1. Id 0 is never a lease:
+// it would match an empty entry.
 func (t *leaseTable) find(id uint64) int {
-	if t.n == 0 {
+	if t.n == 0 || id == 0 {
 		return -1
 	}
 	if i, found := t.locate(id); found {
@@ -80,7 +81,7 @@ func (t *leaseTable) get(id uint64) (leaseRec, bool) {
 	return leaseRec{}, false
 }
 
-// put stores the lease id, adding it or replacing it.
+// put stores the lease id, adding it or replacing it; id is not 0.
 func (t *leaseTable) put(id uint64, rec leaseRec) {
 	if len(t.entries) > 0 {
 		i, found := t.locate(id)

@@ -619,25 +619,17 @@ func (p *Pool) HasResource(id string) bool {
 
 // HasCell reports whether statistics exist for the resource in the context,
 // that is whether a Report for them would reuse state rather than create it.
-// It does not allocate.
+// It does not allocate. Admit answers the same for a whole Report, its
+// lease included.
 func (p *Pool) HasCell(resourceID, context string) bool {
-	_, cell := p.Presence(resourceID, context)
-	return cell
-}
-
-// Presence reports, under one read lock, whether the resource exists and
-// whether it has statistics for the context: what admission control asks
-// before a Report, which creates the cell if the resource exists without
-// one. It does not allocate.
-func (p *Pool) Presence(resourceID, context string) (resource, cell bool) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	idx, ok := p.lookup(resourceID)
 	if !ok {
-		return false, false
+		return false
 	}
 	ctx, ok := p.findContext(context)
-	return true, ok && p.findCell(idx, ctx) >= 0
+	return ok && p.findCell(idx, ctx) >= 0
 }
 
 // Len returns the number of resources and cells.
@@ -667,7 +659,8 @@ func (p *Pool) Counters() Counters {
 // Subscribe returns a subscription to the pool's events of the given kinds
 // (all when kinds is zero). With after > 0 it first replays the held events
 // with a larger sequence number, preceded by an EventGap marker if some were
-// already discarded. The subscription ends when the caller closes it, when
+// already discarded, or if after is beyond the last event (it names an
+// event of an earlier pool: a restart or failover numbers events anew). The subscription ends when the caller closes it, when
 // its buffer fills (ErrSlowSubscriber) or when the pool closes it.
 func (p *Pool) Subscribe(kinds Kinds, after uint64) *Subscription {
 	return p.bus.subscribe(kinds, after, p.clock.Now())

@@ -61,10 +61,13 @@ func report(t *testing.T, p *Pool, id, ctx string, o Outcome, n int) {
 
 // fingerprint is the pool's durable state in comparable form; taking it
 // clears the change set, which no test here depends on.
+// fingerprint is everything a caller can observe of p's state: its
+// snapshot (taking it starts a new change set), its counters and its live
+// leases.
 func fingerprint(t *testing.T, p *Pool) string {
 	t.Helper()
 	s := p.Snapshot()
-	return fmt.Sprintf("%+v", normalize(s))
+	return fmt.Sprintf("%+v counters %+v leases %d", normalize(s), p.Counters(), p.ActiveLeases())
 }
 
 func normalize(s Snapshot) Snapshot {
@@ -208,6 +211,15 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"report unknown lease", func() error {
 			return second(p.Report(Report{Resource: "r1", Context: "ctx", Outcome: Failure, LeaseID: l.ID + 99, Token: l.Token}))
 		}, ErrNotFound},
+		{"report token without lease id", func() error {
+			return second(p.Report(Report{Resource: "r1", Context: "ctx", Outcome: Success, Token: l.Token}))
+		}, ErrInvalidArgument},
+		{"report lease id without token", func() error {
+			return second(p.Report(Report{Resource: "r1", Context: "ctx", Outcome: Success, LeaseID: l.ID}))
+		}, ErrInvalidArgument},
+		{"renew lease id 0", func() error { _, err := p.Renew(0, l.Token, time.Minute); return err }, ErrNotFound},
+		{"release lease id 0", func() error { return second(p.Release(0, l.Token, Success)) }, ErrNotFound},
+		{"lease of lease id 0", func() error { _, _, err := p.LeaseOf(0, l.Token); return err }, ErrNotFound},
 		{"report lease of another context", func() error {
 			return second(p.Report(Report{Resource: "r1", Context: "other", Outcome: Failure, LeaseID: l.ID, Token: l.Token}))
 		}, ErrInvalidArgument},
@@ -217,10 +229,20 @@ func TestBadInputChangesNothing(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			before := fingerprint(t, p)
+			before := fingerprint(t, p) // Snapshot also starts a new change set
+			sub := p.Subscribe(0, 0)
+			defer sub.Close()
 			err := tt.call()
 			if !errors.Is(err, tt.want) {
 				t.Fatalf("got error %v, want %v", err, tt.want)
+			}
+			if ch := p.TakeChanges(); len(ch.Resources)+len(ch.Cells)+len(ch.Removed) > 0 {
+				t.Fatalf("a rejected call left changes for the checkpoint: %+v", ch)
+			}
+			select {
+			case e := <-sub.C:
+				t.Fatalf("a rejected call emitted %+v", e)
+			default:
 			}
 			if after := fingerprint(t, p); after != before {
 				t.Fatalf("state changed on a rejected call:\nbefore %s\nafter  %s", before, after)
@@ -569,6 +591,44 @@ func TestSnapshotRestoreRoundTrip(t *testing.T) {
 	}
 }
 
+// TestRestoreGoesOnInTheLatestEpoch: a snapshot whose lease high-water
+// mark lies in a later epoch than its token one (or whose own epoch is
+// later than both) restores into that epoch, so that neither new lease ids
+// nor new tokens can repeat or go below a restored one.
+func TestRestoreGoesOnInTheLatestEpoch(t *testing.T) {
+	lease := LeaseState{ID: 1<<tokenBits | 5, Resource: "a", Context: "c", Token: 7, ExpiresAt: t0.Add(time.Hour)}
+	tests := []struct {
+		name      string
+		snap      Snapshot
+		wantEpoch uint32
+	}{
+		{"leases ahead of tokens", Snapshot{LastToken: 7, LastLease: lease.ID, Leases: []LeaseState{lease}}, 1},
+		{"tokens ahead of leases", Snapshot{LastToken: 2<<tokenBits | 3, LastLease: lease.ID, Leases: []LeaseState{lease}}, 2},
+		{"the snapshot's epoch ahead of both", Snapshot{Epoch: 4, LastToken: 7, LastLease: lease.ID, Leases: []LeaseState{lease}}, 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, _ := newTestPool(t, Config{})
+			tt.snap.Resources = []ResourceState{{ID: "a", Capacity: 3}}
+			if err := p.Restore(tt.snap); err != nil {
+				t.Fatal(err)
+			}
+			if e, _ := p.Epoch(); e != tt.wantEpoch {
+				t.Fatalf("Epoch() = %d after Restore, want %d", e, tt.wantEpoch)
+			}
+			for range 2 {
+				l := mustAcquire(t, p, "c")
+				if l.ID <= tt.snap.LastLease || l.Token <= tt.snap.LastToken {
+					t.Fatalf("Acquire() = id %#x token %#x, want above the snapshot's %#x and %#x", l.ID, l.Token, tt.snap.LastLease, tt.snap.LastToken)
+				}
+			}
+			if err := p.checkInvariants(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 func TestRestoreRejectsBadSnapshots(t *testing.T) {
 	good := Snapshot{LastToken: 10, LastLease: 10, Resources: []ResourceState{{ID: "a", Capacity: 1}}}
 	tests := []struct {
@@ -585,6 +645,18 @@ func TestRestoreRejectsBadSnapshots(t *testing.T) {
 		}},
 		{"lease token above high-water mark", func(s *Snapshot) { s.Leases = []LeaseState{{ID: 1, Resource: "a", Context: "c", Token: 11}} }},
 		{"epoch too large", func(s *Snapshot) { s.Epoch = MaxEpoch + 1 }},
+		{"token high-water mark beyond the largest epoch", func(s *Snapshot) { s.LastToken = 1 << 63 }},
+		{"lease high-water mark beyond the largest epoch", func(s *Snapshot) { s.LastLease = (MaxEpoch + 1) << tokenBits }},
+		{"lease id 0", func(s *Snapshot) { s.Leases = []LeaseState{{ID: 0, Resource: "a", Context: "c", Token: 1}} }},
+		{"lease token 0", func(s *Snapshot) { s.Leases = []LeaseState{{ID: 1, Resource: "a", Context: "c", Token: 0}} }},
+		{"repeated lease id", func(s *Snapshot) {
+			s.Resources[0].Capacity = 2
+			s.Leases = []LeaseState{{ID: 1, Resource: "a", Context: "c", Token: 1}, {ID: 1, Resource: "a", Context: "c", Token: 2}}
+		}},
+		{"consecutive failures beyond int32", func(s *Snapshot) { s.Resources[0].Aggregate.ConsecutiveFailures = math.MaxInt32 + 1 }},
+		{"cell consecutive failures beyond int32", func(s *Snapshot) {
+			s.Cells = []CellState{{Resource: "a", Context: "c", Stats: Stats{ConsecutiveFailures: 1 << 32}}}
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -880,6 +952,23 @@ func TestEventsResume(t *testing.T) {
 		t.Fatalf("resume after an evicted seq = %v, want a gap marker then seqs 3..6", ev)
 	}
 	s.Close() // idempotent
+
+	// Caught up: nothing to replay, no gap.
+	s = p.Subscribe(0, 6)
+	if ev = drain(s); len(ev) != 0 {
+		t.Fatalf("resume after the last seq = %v, want nothing", ev)
+	}
+	s.Close()
+	// Beyond the last event: the subscriber saw an earlier pool's events
+	// (a restart numbers them anew), so it gets a gap marker, then live
+	// events.
+	s = p.Subscribe(0, 100)
+	register(t, p, Spec{ID: "g"})
+	ev = drain(s)
+	s.Close()
+	if len(ev) != 2 || ev[0].Kind != EventGap || ev[1].Seq != 7 {
+		t.Fatalf("resume after a seq this pool never reached = %v, want a gap marker then seq 7", ev)
+	}
 }
 
 func TestCloseSubscriptions(t *testing.T) {
@@ -912,7 +1001,23 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 	}{
 		{"HasResource", func() { p.HasResource("r0042") }},
 		{"HasCell", func() { p.HasCell("r0042", "x") }},
-		{"Presence", func() { p.Presence("r0042", "x") }},
+		{"Admit", func() {
+			if _, err := p.Admit(Report{Resource: "r0042", Context: "x", Outcome: Success}); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"Acquire+Admit with the lease+Release", func() {
+			l, err := p.Acquire("x", time.Minute, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.Admit(Report{Resource: l.Resource, Context: "x", Outcome: Failure, LeaseID: l.ID, Token: l.Token}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.Release(l.ID, l.Token, 0); err != nil {
+				t.Fatal(err)
+			}
+		}},
 		{"Acquire+Release", func() {
 			l, err := p.Acquire("x", time.Minute, nil)
 			if err != nil {
@@ -1106,11 +1211,63 @@ func TestPresence(t *testing.T) {
 		{"b", "x", true, false},
 		{"nope", "x", false, false},
 	} {
-		if r, c := p.Presence(tt.id, tt.ctx); r != tt.resource || c != tt.cell {
-			t.Errorf("Presence(%q, %q) = %v, %v; want %v, %v", tt.id, tt.ctx, r, c, tt.resource, tt.cell)
-		}
 		if r, c := p.HasResource(tt.id), p.HasCell(tt.id, tt.ctx); r != tt.resource || c != tt.cell {
 			t.Errorf("HasResource, HasCell(%q, %q) = %v, %v; want %v, %v", tt.id, tt.ctx, r, c, tt.resource, tt.cell)
 		}
+	}
+}
+
+// TestAdmitAnswersAsReportWould: for every report, good or bad, Admit
+// returns the error Report returns and says whether Report creates a cell,
+// and Admit itself changes nothing.
+func TestAdmitAnswersAsReportWould(t *testing.T) {
+	setup := func(t *testing.T) (*Pool, *clock.Fake, Lease, Lease) {
+		p, fc := newTestPool(t, Config{})
+		register(t, p, Spec{ID: "a", Capacity: 3}, Spec{ID: "b"})
+		report(t, p, "a", "x", Success, 1)
+		held := mustAcquire(t, p, "x")
+		short, err := p.Acquire("x", time.Second, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fc.Advance(2 * time.Second) // short is past its expiry, not yet expired
+		return p, fc, held, short
+	}
+	_, _, held, short := setup(t)
+	tests := []struct {
+		name    string
+		rep     Report
+		want    error
+		creates bool
+	}{
+		{"existing cell", Report{Resource: "a", Context: "x", Outcome: Success}, nil, false},
+		{"new cell", Report{Resource: "a", Context: "y", Outcome: Success}, nil, true},
+		{"new cell of a new resource", Report{Resource: "b", Context: "x", Outcome: Failure}, nil, true},
+		{"with its lease", Report{Resource: held.Resource, Context: "x", Outcome: Success, LeaseID: held.ID, Token: held.Token}, nil, held.Resource == "b"},
+		{"unknown resource", Report{Resource: "nope", Context: "x", Outcome: Success}, ErrNotFound, false},
+		{"bad outcome", Report{Resource: "a", Context: "x", Outcome: 9}, ErrInvalidArgument, false},
+		{"empty context", Report{Resource: "a", Outcome: Success}, ErrInvalidArgument, false},
+		{"token without lease id", Report{Resource: "a", Context: "x", Outcome: Success, Token: held.Token}, ErrInvalidArgument, false},
+		{"unknown lease", Report{Resource: held.Resource, Context: "x", Outcome: Success, LeaseID: held.ID + 99, Token: held.Token}, ErrNotFound, false},
+		{"stale token", Report{Resource: held.Resource, Context: "x", Outcome: Success, LeaseID: held.ID, Token: held.Token + 1}, ErrStaleToken, false},
+		{"lease of another context", Report{Resource: held.Resource, Context: "y", Outcome: Success, LeaseID: held.ID, Token: held.Token}, ErrInvalidArgument, false},
+		{"lease past its expiry", Report{Resource: short.Resource, Context: "x", Outcome: Success, LeaseID: short.ID, Token: short.Token}, ErrNotFound, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, _, _, _ := setup(t) // the same pool, leases and time each time
+			before := fingerprint(t, p)
+			creates, err := p.Admit(tt.rep)
+			if !errors.Is(err, tt.want) || (tt.want == nil && err != nil) || creates != tt.creates {
+				t.Fatalf("Admit(%+v) = %v, %v; want %v, %v", tt.rep, creates, err, tt.creates, tt.want)
+			}
+			if after := fingerprint(t, p); after != before {
+				t.Fatalf("Admit changed state:\nbefore %s\nafter  %s", before, after)
+			}
+			created, rerr := p.Report(tt.rep)
+			if (err == nil) != (rerr == nil) || (err != nil && err.Error() != rerr.Error()) || created != creates {
+				t.Fatalf("Report(%+v) = %v, %v after Admit answered %v, %v", tt.rep, created, rerr, creates, err)
+			}
+		})
 	}
 }

@@ -7,8 +7,8 @@ import (
 )
 
 // Report is one observed outcome of using a resource for a context. LeaseID
-// and Token are optional; when either is set they must name a live lease of
-// this resource and context.
+// and Token are optional, but go together: when set they must name a live
+// lease of this resource and context.
 type Report struct {
 	Resource string
 	Context  string
@@ -22,8 +22,9 @@ type Report struct {
 // state). It may quarantine the resource for the context or as a whole, or
 // recover a probed one.
 //
-// Errors: ErrInvalidArgument for a bad id, context or outcome, or a lease of
-// another resource or context; ErrNotFound for an unknown resource or lease;
+// Errors: ErrInvalidArgument for a bad id, context or outcome, a lease id
+// without a token or a token without a lease id, or a lease of another
+// resource or context; ErrNotFound for an unknown resource or lease;
 // ErrStaleToken for a token that is not the lease's. created reports whether
 // the call created the cell, for callers that account state. Report does not
 // allocate when the cell exists and nothing changes state.
@@ -65,19 +66,57 @@ func (p *Pool) Report(rep Report) (created bool, err error) {
 	if idx < 0 {
 		return false, fmt.Errorf("%w: resource %q", ErrNotFound, rep.Resource)
 	}
-	if rep.LeaseID != 0 || rep.Token != 0 {
+	if rep.LeaseID != 0 {
 		l, err := p.lookupLease(rep.LeaseID, rep.Token, now)
 		if err != nil {
 			return false, err
 		}
-		if l.res != idx || l.context != rep.Context {
-			return false, fmt.Errorf("%w: lease %d is for another resource or context", ErrInvalidArgument, rep.LeaseID)
+		if err := rep.subjectOf(l, idx); err != nil {
+			return false, err
 		}
 	}
 	if !known {
 		ctx = p.contextID(rep.Context)
 	}
 	return p.record(idx, ctx, rep.Outcome, now), nil
+}
+
+// subjectOf returns an ErrInvalidArgument unless the lease l, which rep
+// names, is of rep's resource (at slot idx) and context.
+func (rep Report) subjectOf(l leaseRec, idx int32) error {
+	if l.res != idx || l.context != rep.Context {
+		return fmt.Errorf("%w: lease %d is for another resource or context", ErrInvalidArgument, rep.LeaseID)
+	}
+	return nil
+}
+
+// Admit returns the error that Report(rep) would return now, and whether it
+// would create a cell, without changing anything: what admission control
+// asks before taking from a cell budget, so that a report that will be
+// refused is refused as such and takes nothing from the budget. A lease past
+// its expiry is not found, as Report would find it (Report also expires
+// it). It takes one read lock and does not allocate when rep is admitted.
+func (p *Pool) Admit(rep Report) (creates bool, err error) {
+	if err := rep.Check(); err != nil {
+		return false, err
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	idx, ok := p.lookup(rep.Resource)
+	if !ok {
+		return false, fmt.Errorf("%w: resource %q", ErrNotFound, rep.Resource)
+	}
+	if rep.LeaseID != 0 {
+		l, _, err := p.peekLease(rep.LeaseID, rep.Token, p.clock.Now().UnixNano())
+		if err != nil {
+			return false, err
+		}
+		if err := rep.subjectOf(l, idx); err != nil {
+			return false, err
+		}
+	}
+	ctx, known := p.findContext(rep.Context)
+	return !known || p.findCell(idx, ctx) < 0, nil
 }
 
 // Check returns the ErrInvalidArgument that Pool.Report would return for
@@ -89,6 +128,9 @@ func (rep Report) Check() error {
 	}
 	if err := validID("context", rep.Context); err != nil {
 		return err
+	}
+	if (rep.LeaseID == 0) != (rep.Token == 0) {
+		return fmt.Errorf("%w: lease_id and fencing_token go together: give both or neither", ErrInvalidArgument)
 	}
 	return CheckOutcome(rep.Outcome, false)
 }

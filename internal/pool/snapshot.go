@@ -176,8 +176,8 @@ func validStats(what string, s Stats) error {
 	if math.IsNaN(s.Alpha) || math.IsInf(s.Alpha, 0) || s.Alpha < 0 || math.IsNaN(s.Beta) || math.IsInf(s.Beta, 0) || s.Beta < 0 {
 		return fmt.Errorf("%w: %s counts (%v, %v) are not finite and non-negative", ErrInvalidArgument, what, s.Alpha, s.Beta)
 	}
-	if s.ConsecutiveFailures < 0 {
-		return fmt.Errorf("%w: %s consecutive failures %d is negative", ErrInvalidArgument, what, s.ConsecutiveFailures)
+	if s.ConsecutiveFailures < 0 || s.ConsecutiveFailures > math.MaxInt32 {
+		return fmt.Errorf("%w: %s consecutive failures %d is outside [0, %d]", ErrInvalidArgument, what, s.ConsecutiveFailures, math.MaxInt32)
 	}
 	return nil
 }
@@ -186,6 +186,9 @@ func validStats(what string, s Stats) error {
 func (s Snapshot) validate() error {
 	if s.Epoch > MaxEpoch {
 		return fmt.Errorf("%w: snapshot epoch %d above %d", ErrInvalidArgument, s.Epoch, MaxEpoch)
+	}
+	if s.LastToken>>tokenBits > MaxEpoch || s.LastLease>>tokenBits > MaxEpoch {
+		return fmt.Errorf("%w: snapshot high-water marks (token %d, lease %d) carry an epoch above %d", ErrInvalidArgument, s.LastToken, s.LastLease, MaxEpoch)
 	}
 	caps := make(map[string]int, len(s.Resources))
 	for i, r := range s.Resources {
@@ -226,8 +229,16 @@ func (s Snapshot) validate() error {
 		}
 	}
 	held := make(map[string]int)
+	ids := make(map[uint64]bool, len(s.Leases))
 	for i, l := range s.Leases {
 		what := fmt.Sprintf("snapshot leases[%d]", i)
+		if l.ID == 0 || l.Token == 0 {
+			return fmt.Errorf("%w: %s has id %d and token %d; neither may be 0", ErrInvalidArgument, what, l.ID, l.Token)
+		}
+		if ids[l.ID] {
+			return fmt.Errorf("%w: %s id %d repeats", ErrInvalidArgument, what, l.ID)
+		}
+		ids[l.ID] = true
 		if _, ok := caps[l.Resource]; !ok {
 			return fmt.Errorf("%w: %s names unknown resource %q", ErrInvalidArgument, what, l.Resource)
 		}
@@ -257,13 +268,17 @@ func (p *Pool) Restore(s Snapshot) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.clock.Now().UnixNano()
-	// Tokens: keep the larger of (our epoch, counter) and the snapshot's.
+	// Tokens and lease ids: keep the larger of ours and the snapshot's, and
+	// go on in the latest epoch any of them names (or the snapshot's own),
+	// so that neither ever goes back.
 	lastToken := max(p.withEpoch(p.counter), s.LastToken)
 	lastLease := max(p.withEpoch(p.leaseSeq), s.LastLease)
 	p.reset()
-	p.epoch = uint32(lastToken >> tokenBits)
-	p.counter = lastToken & p.mask()
-	p.leaseSeq = 0
+	p.epoch = max(uint32(lastToken>>tokenBits), uint32(lastLease>>tokenBits), s.Epoch)
+	p.counter, p.leaseSeq = 0, 0
+	if uint32(lastToken>>tokenBits) == p.epoch {
+		p.counter = lastToken & p.mask()
+	}
 	if uint32(lastLease>>tokenBits) == p.epoch {
 		p.leaseSeq = lastLease & p.mask()
 	}

@@ -781,7 +781,9 @@ type ReportRequest struct {
 	ResourceId string                 `protobuf:"bytes,1,opt,name=resource_id,json=resourceId,proto3" json:"resource_id,omitempty"`
 	Context    string                 `protobuf:"bytes,2,opt,name=context,proto3" json:"context,omitempty"`
 	Outcome    Outcome                `protobuf:"varint,3,opt,name=outcome,proto3,enum=repool.v1.Outcome" json:"outcome,omitempty"`
-	// Optional: when set, the report must match a live lease of this resource.
+	// Optional, together with fencing_token: when set, the report must match
+	// a live lease of this resource and context. One without the other is
+	// INVALID_ARGUMENT.
 	LeaseId       string `protobuf:"bytes,4,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	FencingToken  uint64 `protobuf:"varint,5,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
