@@ -213,6 +213,9 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 // limits, and then, only then, starts serving the data plane. It reopens
 // the tenant registry that a step-down closed: restoring creates pools.
 func (s *Server) becomeActive(ctx context.Context, epoch uint32) error {
+	if epoch > pool.MaxEpoch {
+		return fmt.Errorf("epoch %d is above %d, the largest that fencing tokens carry: the store's epoch counter is used up", epoch, pool.MaxEpoch)
+	}
 	s.epoch.Store(epoch)
 	if err := s.loadLimits(ctx); err != nil {
 		return err
@@ -266,12 +269,14 @@ func redact(dsn string) string {
 }
 
 func (s *Server) newPool(tenant string) (*pool.Pool, error) {
+	// A failure here is the server's, not the caller's: %v keeps the
+	// pool's error kinds out of it, so that it is answered as INTERNAL.
 	p, err := pool.New(pool.Config{Clock: s.poolClock})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("creating the pool of tenant %q: %v", tenant, err)
 	}
 	if err := p.SetEpoch(s.epoch.Load()); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("creating the pool of tenant %q: %v", tenant, err)
 	}
 	p.SetMaxLeases(s.maxLeases(tenant))
 	s.audit.Watch(s.life, tenant, p)

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
+	"github.com/repool/repool/internal/pool"
 )
 
 type running struct {
@@ -192,6 +194,33 @@ func TestRestartRestoresStateAndBudgetBeforeTraffic(t *testing.T) {
 	}
 	if acq2.GetLease().GetFencingToken() <= acq.GetLease().GetFencingToken() {
 		t.Fatalf("token after restart %d, before %d: tokens must keep growing", acq2.GetLease().GetFencingToken(), acq.GetLease().GetFencingToken())
+	}
+}
+
+// TestStartRefusesAnEpochTokensCannotCarry: a store whose epoch counter
+// has passed the largest epoch a fencing token carries stops the server at
+// start, with the reason, instead of failing every call of every tenant.
+func TestStartRefusesAnEpochTokensCannotCarry(t *testing.T) {
+	st := sqliteStore(t)
+	start(t, Config{Store: st}).stop(t)
+	db, err := sql.Open("sqlite", strings.TrimPrefix(st, "sqlite:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`UPDATE server_counters SET value = ? WHERE name = 'epoch'`, pool.MaxEpoch); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Store: st, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}
+	s, err := New(context.Background(), cfg, Options{Out: io.Discard})
+	if err == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_ = s.Run(ctx) // shuts it down
+		t.Fatal("New() on a store at the largest epoch = nil error, want the epoch refused")
+	}
+	if !strings.Contains(err.Error(), "epoch") {
+		t.Fatalf("New() = %v, want an error naming the epoch", err)
 	}
 }
 
