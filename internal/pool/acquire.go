@@ -57,8 +57,25 @@ func (p *Pool) Acquire(context string, ttl time.Duration, selector map[string]st
 		p.counters.Exhausted++
 		return Lease{}, fmt.Errorf("%w: the fencing tokens of epoch %d are used up; a new epoch (restart or leader change) is needed", ErrExhausted, p.epoch)
 	}
-	if p.maxLeases > 0 && p.leases.len() >= p.maxLeases {
+	l, err := p.acquire(context, ttl, selector, now)
+	if err != nil && (p.expiries.due(now) || p.cooldowns.due(now)) {
+		// Expired leases and ended cooldowns beyond this call's budget may
+		// free what it needs: finish them before answering that nothing is
+		// free. Each heap entry is popped once, so this work is amortized
+		// over the pushes that made it.
+		p.processDue(now, -1)
+		l, err = p.acquire(context, ttl, selector, now)
+	}
+	if err != nil {
 		p.counters.Exhausted++
+	}
+	return l, err
+}
+
+// acquire is Acquire once its input is checked and due work is done, under
+// the write lock; its only error is ErrExhausted.
+func (p *Pool) acquire(context string, ttl time.Duration, selector map[string]string, now int64) (Lease, error) {
+	if p.maxLeases > 0 && p.leases.len() >= p.maxLeases {
 		return Lease{}, fmt.Errorf("%w: the tenant's limit of %d outstanding leases is reached", ErrExhausted, p.maxLeases)
 	}
 	ctx, known := p.findContext(context)
@@ -100,10 +117,9 @@ func (p *Pool) Acquire(context string, ttl time.Duration, selector map[string]st
 		}
 	}
 	if s.best < 0 {
-		p.counters.Exhausted++
 		return Lease{}, fmt.Errorf("%w for context %q", ErrExhausted, context)
 	}
-	return p.grant(s.best, context, ttl, probeNone, now), nil
+	return p.grant(s.best, context, ttl, probeNone, 0, now), nil
 }
 
 // picker keeps the best Thompson draw seen so far.
@@ -348,6 +364,7 @@ func (p *Pool) acquireProbe(ctx int32, context string, ttl time.Duration, select
 	if ctx >= 0 {
 		cs := p.ctxs[ctx]
 		var pick int32 = -1
+		var of int64
 		cs.probes = p.scanProbes(cs.probes, func(idx int32) probeState {
 			r := &p.res[idx]
 			slot := p.findCell(idx, ctx)
@@ -358,32 +375,49 @@ func (p *Pool) acquireProbe(ctx int32, context string, ttl time.Duration, select
 				return probeWait
 			}
 			p.cellAt(slot).q.state = qProbing
-			pick = idx
+			pick, of = idx, p.cellAt(slot).q.until
 			return probeTaken
 		})
 		if pick >= 0 {
 			p.counters.Probes++
-			return p.grant(pick, context, ttl, probeCell, now), true
+			return p.grant(pick, context, ttl, probeCell, of, now), true
 		}
 	}
 	var pick int32 = -1
+	var of int64
 	p.probeRes = p.scanProbes(p.probeRes, func(idx int32) probeState {
 		r := &p.res[idx]
 		switch {
 		case !r.live || r.q.state != qProbation:
 			return probeStale
-		case r.active >= r.capacity || !matches(r.labels, selector):
+		case r.active >= r.capacity || !matches(r.labels, selector) || p.blockedFor(idx, ctx):
 			return probeWait
 		}
 		r.q.state = qProbing
-		pick = idx
+		pick, of = idx, r.q.until
 		return probeTaken
 	})
 	if pick >= 0 {
 		p.counters.Probes++
-		return p.grant(pick, context, ttl, probeWhole, now), true
+		return p.grant(pick, context, ttl, probeWhole, of, now), true
 	}
 	return Lease{}, false
+}
+
+// blockedFor reports whether the resource is quarantined for context ctx
+// (-1: a context without cells) with its cell's cooldown running or its
+// cell's own probe out. A cell on probation is not: the whole resource's
+// probe may serve as its probe too, as its outcome is recorded for both.
+func (p *Pool) blockedFor(idx, ctx int32) bool {
+	if ctx < 0 {
+		return false
+	}
+	slot := p.findCell(idx, ctx)
+	if slot < 0 {
+		return false
+	}
+	st := p.cellAt(slot).q.state
+	return st == qBlocked || st == qProbing
 }
 
 type probeState uint8
@@ -417,8 +451,10 @@ func (p *Pool) scanProbes(q []int32, check func(int32) probeState) []int32 {
 	return append(q[:keep], q[i:]...)
 }
 
-// grant records a lease on resource idx; the caller holds the write lock.
-func (p *Pool) grant(idx int32, context string, ttl time.Duration, probe uint8, now int64) Lease {
+// grant records a lease on resource idx, a probe of the cooldown that
+// ended at probeOf unless probe is probeNone; the caller holds the write
+// lock.
+func (p *Pool) grant(idx int32, context string, ttl time.Duration, probe uint8, probeOf int64, now int64) Lease {
 	r := &p.res[idx]
 	r.active++
 	p.updateAvail(idx)
@@ -427,7 +463,7 @@ func (p *Pool) grant(idx int32, context string, ttl time.Duration, probe uint8, 
 	token := p.withEpoch(p.counter)
 	id := p.withEpoch(p.leaseSeq)
 	expires := now + int64(ttl)
-	p.leases.put(id, leaseRec{res: idx, gen: r.gen, context: context, probe: probe, token: token, expires: expires})
+	p.leases.put(id, leaseRec{res: idx, gen: r.gen, context: context, probe: probe, probeOf: probeOf, token: token, expires: expires})
 	p.hints.put(p.leaseSeq, idx, p.leases.len())
 	// The next lease's id is known: start loading its table entry now, so
 	// that the next grant does not wait for it.

@@ -25,6 +25,8 @@ const (
 	// maxLeaders bounds Config.Leaders and Config.Candidates (and so
 	// maxBatch, the candidates scored together).
 	maxLeaders = 32
+	// maxCooldown bounds Config.CooldownMax.
+	maxCooldown = 1 << 61
 )
 
 // Config tunes a Pool. The zero value of every field means its default;
@@ -61,7 +63,8 @@ type Config struct {
 	// CooldownBase is the first quarantine's length; each relapse doubles
 	// it. Default 30s.
 	CooldownBase time.Duration
-	// CooldownMax caps the cooldown. Default 1h.
+	// CooldownMax caps the cooldown. Default 1h, at most 1<<61ns (about 73
+	// years), so that a cooldown with jitter, added to the time, fits.
 	CooldownMax time.Duration
 	// CooldownJitter spreads cooldowns by ± this fraction. Default 0.2;
 	// negative disables.
@@ -152,6 +155,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: QuarantineBelow %v is not below 1", ErrInvalidArgument, c.QuarantineBelow)
 	case c.CooldownBase < 0 || c.CooldownMax < c.CooldownBase:
 		return fmt.Errorf("%w: CooldownBase %v / CooldownMax %v out of order", ErrInvalidArgument, c.CooldownBase, c.CooldownMax)
+	case c.CooldownMax > maxCooldown:
+		return fmt.Errorf("%w: CooldownMax %v is above %v", ErrInvalidArgument, c.CooldownMax, time.Duration(maxCooldown))
 	case c.CooldownJitter >= 1:
 		return fmt.Errorf("%w: CooldownJitter %v is not below 1", ErrInvalidArgument, c.CooldownJitter)
 	case c.EventBuffer < 1:

@@ -28,6 +28,44 @@ func (p *Pool) checkInvariants() error {
 	if bad != nil {
 		return bad
 	}
+	// A probe lease of the current round (its probeOf is the quarantine's
+	// cooldown end) is out only while its cell or resource is probing, and
+	// there is at most one.
+	type round struct {
+		res, ctx int32
+		until    int64
+	}
+	probes := map[round]int{}
+	p.leases.each(func(id uint64, l leaseRec) {
+		var q quarantine
+		ctx := int32(-1)
+		switch l.probe {
+		case probeNone:
+			return
+		case probeWhole:
+			q = p.res[l.res].q
+		case probeCell:
+			c, ok := p.findContext(l.context)
+			slot := int32(-1)
+			if ok {
+				slot = p.findCell(l.res, c)
+			}
+			if slot < 0 {
+				return
+			}
+			q, ctx = p.cellAt(slot).q, c
+		}
+		if q.until != l.probeOf || q.state == qNone || q.state == qBlocked {
+			return // an earlier round's probe
+		}
+		k := round{l.res, ctx, q.until}
+		if probes[k]++; q.state != qProbing || probes[k] > 1 {
+			bad = fmt.Errorf("resource %q context %d: %d probe leases of the current round out in state %d", p.res[l.res].id, ctx, probes[k], q.state)
+		}
+	})
+	if bad != nil {
+		return bad
+	}
 	inAvail := 0
 	for idx := range p.res {
 		r := &p.res[idx]

@@ -1,5 +1,10 @@
 package pool
 
+import (
+	"cmp"
+	"slices"
+)
+
 // minHeap is a binary min-heap of values ordered by an int64 key. Unlike
 // container/heap it does not box its elements in interfaces, so push and
 // pop do not allocate once the slice has grown. It orders ties as
@@ -81,8 +86,10 @@ type cooldown struct {
 
 // compactExpiries drops the entries of leases that were released or renewed
 // once they outnumber the live leases, so that the heap stays proportional to
-// the leases held however many come and go before their expiry. The cost is
-// linear but amortized over at least as many pushes.
+// the leases held however many come and go before their expiry. A lease
+// renewed back to an expiry it had before has two entries that match it;
+// only one is kept, so that afterwards the heap holds exactly one entry per
+// live lease. The cost, O(n log n), is amortized over at least n pushes.
 func (p *Pool) compactExpiries() {
 	if len(p.expiries) <= 2*p.leases.len()+1024 {
 		return
@@ -93,6 +100,8 @@ func (p *Pool) compactExpiries() {
 			live = append(live, e)
 		}
 	}
+	slices.SortFunc(live, func(a, b heapEntry[uint64]) int { return cmp.Compare(a.val, b.val) })
+	live = slices.CompactFunc(live, func(a, b heapEntry[uint64]) bool { return a.val == b.val })
 	clear(p.expiries[len(live):])
 	p.expiries = live
 	live.init()

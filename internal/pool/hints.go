@@ -37,8 +37,9 @@ func (h *leaseHints) put(seq uint64, slot int32, live int) {
 		fresh := make([]atomic.Uint64, n)
 		if t != nil {
 			for i := range *t {
-				e := (*t)[i].Load()
-				fresh[(e>>32)&uint64(n-1)].Store(e)
+				if e := (*t)[i].Load(); e != 0 {
+					fresh[(e>>32)&uint64(n-1)].Store(e)
+				}
 			}
 		}
 		t = &fresh

@@ -47,10 +47,12 @@ func (p *Pool) Renew(id, token uint64, ttl time.Duration) (Lease, error) {
 	if err != nil {
 		return Lease{}, err
 	}
-	l.expires = now + int64(ttl)
-	p.leases.put(id, l)
-	p.expiries.push(l.expires, id)
-	p.compactExpiries()
+	if expires := now + int64(ttl); expires != l.expires {
+		l.expires = expires
+		p.leases.put(id, l)
+		p.expiries.push(l.expires, id)
+		p.compactExpiries()
+	}
 	return Lease{ID: id, Resource: p.res[l.res].id, Context: l.context, Token: l.token, ExpiresAt: time.Unix(0, l.expires)}, nil
 }
 
@@ -91,8 +93,10 @@ func (p *Pool) LeaseOf(id, token uint64) (resource, context string, err error) {
 	return p.res[l.res].id, l.context, nil
 }
 
-// endLease removes a lease and frees its capacity; a probe that ended
-// without an outcome goes back to waiting for the next probe.
+// endLease removes a lease and frees its capacity; the probe that is out,
+// ended without an outcome, goes back to waiting for the next probe. A probe
+// lease of an earlier round (its outcome quarantined the cell or resource
+// again, and a new probe may be out) changes nothing.
 func (p *Pool) endLease(id uint64, l leaseRec) {
 	p.leases.del(id)
 	r := &p.res[l.res]
@@ -103,15 +107,17 @@ func (p *Pool) endLease(id uint64, l leaseRec) {
 	p.updateAvail(l.res)
 	switch l.probe {
 	case probeWhole:
-		if r.q.state == qProbing {
+		if r.q.state == qProbing && r.q.until == l.probeOf {
 			r.q.state = qProbation
 			p.probeRes = append(p.probeRes, l.res)
 		}
 	case probeCell:
 		ctx, _ := p.findContext(l.context)
-		if slot := p.findCell(l.res, ctx); slot >= 0 && p.cellAt(slot).q.state == qProbing {
-			p.cellAt(slot).q.state = qProbation
-			p.ctxs[ctx].probes = append(p.ctxs[ctx].probes, l.res)
+		if slot := p.findCell(l.res, ctx); slot >= 0 {
+			if c := p.cellAt(slot); c.q.state == qProbing && c.q.until == l.probeOf {
+				c.q.state = qProbation
+				p.ctxs[ctx].probes = append(p.ctxs[ctx].probes, l.res)
+			}
 		}
 	}
 }

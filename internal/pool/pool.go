@@ -185,6 +185,11 @@ type leaseRec struct {
 	context string
 	token   uint64
 	expires int64
+	// probeOf is, for a probe lease, the end of the cooldown whose probation
+	// it probes: it tells the probe that is out from an earlier one of the
+	// same cell or resource that outlived its round (each cooldown ends
+	// later than the one before).
+	probeOf int64
 	res     int32
 	gen     uint32
 	probe   uint8 // probeNone, probeCell, probeWhole

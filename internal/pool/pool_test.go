@@ -101,6 +101,7 @@ func TestConfigValidate(t *testing.T) {
 		{"threshold at one", Config{QuarantineBelow: 1}, "QuarantineBelow"},
 		{"cooldowns out of order", Config{CooldownBase: time.Hour, CooldownMax: time.Minute}, "CooldownBase"},
 		{"jitter at one", Config{CooldownJitter: 1}, "CooldownJitter"},
+		{"cooldown cap beyond 73 years", Config{CooldownMax: maxCooldown + 1}, "CooldownMax"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -455,6 +456,57 @@ func TestExpiryFreesCapacityWithoutTick(t *testing.T) {
 	l := mustAcquire(t, p, "ctx") // Acquire itself expires the old lease
 	if l.Resource != "a" {
 		t.Fatalf("Acquire() = %+v", l)
+	}
+}
+
+// TestExpiryBehindManyRenewalsFreesCapacity: a lease renewed many times
+// leaves as many stale expiry entries due before its real one; an Acquire
+// that finds nothing free within its budget finishes the due work, so the
+// expired lease's capacity is not held.
+func TestExpiryBehindManyRenewalsFreesCapacity(t *testing.T) {
+	p, fc := newTestPool(t, Config{})
+	register(t, p, Spec{ID: "a"})
+	l := mustAcquire(t, p, "x")
+	for range 4 * dueBudget {
+		fc.Advance(time.Second)
+		if _, err := p.Renew(l.ID, l.Token, 2*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fc.Advance(3 * time.Second)
+	if got := mustAcquire(t, p, "x"); got.Resource != "a" {
+		t.Fatalf("Acquire() after the only lease expired = %+v, want resource a", got)
+	}
+	if c := p.Counters(); c.Expired != 1 || c.Exhausted != 0 {
+		t.Fatalf("Counters() = %+v, want 1 expired, 0 exhausted", c)
+	}
+}
+
+// TestRenewalsKeepOneExpiryEntryPerLease: renewals that land on an expiry
+// the lease already has (a coarse clock reads the same instant many times)
+// add no entry, and compaction keeps one entry per live lease even after a
+// lease's expiry went back to an earlier value.
+func TestRenewalsKeepOneExpiryEntryPerLease(t *testing.T) {
+	p, _ := newTestPool(t, Config{})
+	register(t, p, Spec{ID: "a"}, Spec{ID: "b"})
+	l := mustAcquire(t, p, "x")
+	mustAcquire(t, p, "x")
+	for i := range 20_000 {
+		ttl := time.Minute
+		if i%2 == 1 && i > 10_000 {
+			ttl = 2 * time.Minute // back and forth between two expiries
+		}
+		if _, err := p.Renew(l.ID, l.Token, ttl); err != nil {
+			t.Fatal(err)
+		}
+		if n, bound := len(p.expiries), 2*p.leases.len()+1024; n > bound {
+			t.Fatalf("renewal %d: %d expiry entries for %d leases, want at most %d", i, n, p.leases.len(), bound)
+		}
+	}
+	p.expiries = append(p.expiries, make(minHeap[uint64], 2000)...) // force a compaction
+	p.compactExpiries()
+	if n := len(p.expiries); n != 2 {
+		t.Fatalf("after compaction: %d expiry entries for 2 leases, want 2", n)
 	}
 }
 
@@ -814,6 +866,69 @@ func TestProbeWithoutOutcomeIsRetried(t *testing.T) {
 	}
 }
 
+// TestAnEarlierProbeEndingDoesNotReleaseAnother: a probe lease whose
+// failure quarantined its cell again, and that is released only after the
+// next cooldown's probe went out, does not put the cell back on probation:
+// there is never more than one probe out.
+func TestAnEarlierProbeEndingDoesNotReleaseAnother(t *testing.T) {
+	for _, whole := range []bool{false, true} {
+		t.Run(map[bool]string{false: "cell", true: "whole resource"}[whole], func(t *testing.T) {
+			cfg := Config{FailuresToQuarantine: 1, FailuresToQuarantineWhole: 1000, CooldownBase: 10 * time.Second, CooldownJitter: -1, QuarantineBelow: -1}
+			if whole {
+				cfg.FailuresToQuarantine, cfg.FailuresToQuarantineWhole = 1000, 1
+			}
+			p, fc := newTestPool(t, cfg)
+			register(t, p, Spec{ID: "a", Capacity: 5})
+			report(t, p, "a", "x", Failure, 1)
+			fc.Advance(10 * time.Second)
+			first := mustAcquire(t, p, "x") // the probe
+			if _, err := p.Report(Report{Resource: "a", Context: "x", Outcome: Failure, LeaseID: first.ID, Token: first.Token}); err != nil {
+				t.Fatal(err)
+			}
+			fc.Advance(20 * time.Second) // the second cooldown (doubled) is over
+			second := mustAcquire(t, p, "x")
+			if _, err := p.Release(first.ID, first.Token, 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.checkInvariants(); err != nil {
+				t.Fatal(err)
+			}
+			if l, err := p.Acquire("x", time.Minute, nil); !errors.Is(err, ErrExhausted) {
+				t.Fatalf("Acquire() while probe %d is out = %+v, %v; want ErrExhausted (no second probe)", second.ID, l, err)
+			}
+			// The probe that is out, released without an outcome, is retried.
+			if _, err := p.Release(second.ID, second.Token, 0); err != nil {
+				t.Fatal(err)
+			}
+			if l := mustAcquire(t, p, "x"); l.Resource != "a" {
+				t.Fatalf("Acquire() after the probe ended without an outcome = %+v, want the next probe of a", l)
+			}
+		})
+	}
+}
+
+// TestWholeProbeWaitsForTheContextsCooldown: a resource whose whole
+// quarantine ended is not handed out as a probe for a context it is still
+// quarantined for; it is for another context.
+func TestWholeProbeWaitsForTheContextsCooldown(t *testing.T) {
+	p, fc := newTestPool(t, Config{FailuresToQuarantine: 100, FailuresToQuarantineWhole: 3, QuarantineBelow: -1, CooldownBase: time.Minute, CooldownJitter: -1})
+	register(t, p, Spec{ID: "a"})
+	report(t, p, "a", "x", Success, 5)
+	report(t, p, "a", "x", Blocked, 1) // a/x blocked until +1m
+	fc.Advance(time.Minute)
+	p.Tick()                           // a/x on probation
+	report(t, p, "a", "x", Blocked, 1) // a/x blocked again, until +3m
+	report(t, p, "a", "y", Failure, 1) // third failure in a row: whole quarantine until +2m
+	fc.Advance(time.Minute)            // +2m: the whole cooldown is over, x's is not
+	if l, err := p.Acquire("x", time.Minute, nil); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("Acquire(x) = %+v, %v; want ErrExhausted: a is quarantined for x until +3m", l, err)
+	}
+	l := mustAcquire(t, p, "y")
+	if l.Resource != "a" || p.Counters().Probes != 1 {
+		t.Fatalf("Acquire(y) = %+v with %d probes, want a's whole-resource probe", l, p.Counters().Probes)
+	}
+}
+
 func TestBlockedOutcomeQuarantinesAtOnce(t *testing.T) {
 	p, _ := newTestPool(t, Config{})
 	register(t, p, Spec{ID: "a"})
@@ -876,6 +991,13 @@ func TestCooldownJitterAndCap(t *testing.T) {
 	}
 	if len(seen) < 10 {
 		t.Fatalf("cooldown(0) took %d distinct values in 50 draws, want jitter", len(seen))
+	}
+	// At the largest cap, doubling saturates instead of overflowing.
+	big, _ := newTestPool(t, Config{CooldownBase: time.Hour, CooldownMax: maxCooldown, CooldownJitter: 0.5})
+	for level := uint8(0); level <= 30; level++ {
+		if d := big.cooldown(level); d < time.Hour/2 || d > maxCooldown*3/2 {
+			t.Fatalf("cooldown(%d) with CooldownMax %v = %v, want within [30m, 1.5 × the cap]", level, time.Duration(maxCooldown), d)
+		}
 	}
 }
 

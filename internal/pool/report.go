@@ -213,17 +213,20 @@ func (p *Pool) record(idx, ctx int32, o Outcome, now int64) (created bool) {
 	return created
 }
 
-// cooldown returns the next quarantine length for level, with jitter.
+// cooldown returns the next quarantine length for level, with jitter. It
+// is at least 1ns, so that every cooldown of a cell or resource ends later
+// than the one before (leaseRec.probeOf relies on that), and at most twice
+// CooldownMax, which Validate bounds so that nothing overflows.
 func (p *Pool) cooldown(level uint8) time.Duration {
 	d := p.cfg.CooldownBase
 	for i := uint8(0); i < level && d < p.cfg.CooldownMax; i++ {
-		d *= 2
+		d = min(2*d, p.cfg.CooldownMax) // CooldownMax <= maxCooldown: no overflow
 	}
 	d = min(d, p.cfg.CooldownMax)
 	if j := p.cfg.CooldownJitter; j > 0 {
 		d = time.Duration(float64(d) * (1 + j*(2*p.rng.Float64()-1)))
 	}
-	return d
+	return max(d, 1)
 }
 
 func (p *Pool) quarantineCell(c *cell, idx, ctx int32, now int64, why string) {
