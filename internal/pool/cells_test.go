@@ -21,25 +21,7 @@ func TestChangesReplayToSnapshot(t *testing.T) {
 	const nids, nctx = 40, maxDense + 4
 	p, fc := newTestPool(t, Config{FailuresToQuarantine: 3})
 	rng := rand.New(rand.NewPCG(7, 8))
-	type key struct{ res, ctx string }
-	resources := map[string]ResourceState{}
-	cells := map[key]CellState{}
-	apply := func(ch Changes) {
-		for _, id := range ch.Removed {
-			delete(resources, id)
-			for k := range cells {
-				if k.res == id {
-					delete(cells, k)
-				}
-			}
-		}
-		for _, r := range ch.Resources {
-			resources[r.ID] = r
-		}
-		for _, c := range ch.Cells {
-			cells[key{c.Resource, c.Context}] = c
-		}
-	}
+	model := newDurable(p.Snapshot()) // what a checkpoint store holds
 	id := func() string { return fmt.Sprintf("r%02d", rng.IntN(nids)) }
 	ctx := func() string { return fmt.Sprintf("c%02d", rng.IntN(nctx)) }
 	for round := range 300 {
@@ -74,21 +56,12 @@ func TestChangesReplayToSnapshot(t *testing.T) {
 			// A change set may span several widenings; check it applies.
 			continue
 		}
-		apply(p.TakeChanges())
+		if err := model.apply(p.TakeChanges()); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
 		snap := p.Snapshot()
-		gotRes := map[string]ResourceState{}
-		for _, r := range snap.Resources {
-			gotRes[r.ID] = r
-		}
-		gotCells := map[key]CellState{}
-		for _, c := range snap.Cells {
-			gotCells[key{c.Resource, c.Context}] = c
-		}
-		if !reflect.DeepEqual(gotRes, resources) {
-			t.Fatalf("round %d: replayed resources differ from the snapshot:\n got %v\nwant %v", round, resources, gotRes)
-		}
-		if !reflect.DeepEqual(gotCells, cells) {
-			t.Fatalf("round %d: replayed cells differ from the snapshot:\n got %v\nwant %v", round, cells, gotCells)
+		if err := model.matches(snap); err != nil {
+			t.Fatalf("round %d: %v", round, err)
 		}
 		q, _ := newTestPool(t, Config{FailuresToQuarantine: 3})
 		fcq := q.clock.(interface{ Set(time.Time) })

@@ -2,6 +2,7 @@ package pool
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"unsafe"
@@ -243,4 +244,76 @@ func TestLeaseEntryIsOneCacheLine(t *testing.T) {
 	if size := unsafe.Sizeof(leaseEntry{}); size != 64 {
 		t.Fatalf("leaseEntry is %d bytes, want 64", size)
 	}
+}
+
+// durable models what a checkpoint store keeps of a pool: the resources
+// and cells of a Snapshot, then every Changes replayed onto it as the
+// checkpointer writes them (removals first).
+type durable struct {
+	res   map[string]ResourceState
+	cells map[durableCell]CellState
+}
+
+type durableCell struct{ res, ctx string }
+
+func newDurable(s Snapshot) *durable {
+	d := &durable{res: map[string]ResourceState{}, cells: map[durableCell]CellState{}}
+	d.load(s)
+	return d
+}
+
+// load replaces the model with s.
+func (d *durable) load(s Snapshot) {
+	clear(d.res)
+	clear(d.cells)
+	for _, r := range s.Resources {
+		d.res[r.ID] = r
+	}
+	for _, c := range s.Cells {
+		d.cells[durableCell{c.Resource, c.Context}] = c
+	}
+}
+
+// apply replays ch; a change set that lists a resource or cell twice is an
+// error (the store refuses it).
+func (d *durable) apply(ch Changes) error {
+	for _, id := range ch.Removed {
+		delete(d.res, id)
+		for k := range d.cells {
+			if k.res == id {
+				delete(d.cells, k)
+			}
+		}
+	}
+	seen := map[string]bool{}
+	for _, r := range ch.Resources {
+		if seen[r.ID] {
+			return fmt.Errorf("resource %q listed twice", r.ID)
+		}
+		seen[r.ID] = true
+		d.res[r.ID] = r
+	}
+	seenCells := map[durableCell]bool{}
+	for _, c := range ch.Cells {
+		k := durableCell{c.Resource, c.Context}
+		if seenCells[k] {
+			return fmt.Errorf("cell %v listed twice", k)
+		}
+		seenCells[k] = true
+		d.cells[k] = c
+	}
+	return nil
+}
+
+// matches returns an error unless the model holds exactly s's resources
+// and cells.
+func (d *durable) matches(s Snapshot) error {
+	want := newDurable(s)
+	if !reflect.DeepEqual(d.res, want.res) {
+		return fmt.Errorf("replayed resources differ from the snapshot:\n got  %+v\n want %+v", d.res, want.res)
+	}
+	if !reflect.DeepEqual(d.cells, want.cells) {
+		return fmt.Errorf("replayed cells differ from the snapshot:\n got  %+v\n want %+v", d.cells, want.cells)
+	}
+	return nil
 }

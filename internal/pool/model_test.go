@@ -27,25 +27,7 @@ var (
 func (p *Pool) peek() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := Snapshot{Epoch: p.epoch, LastToken: p.withEpoch(p.counter), LastLease: p.withEpoch(p.leaseSeq)}
-	for idx := range p.res {
-		if p.res[idx].live {
-			s.Resources = append(s.Resources, p.resourceState(int32(idx)))
-		}
-	}
-	for i := range p.dense {
-		if p.dense[i].live {
-			s.Cells = append(s.Cells, p.cellState(int32(i)))
-		}
-	}
-	for i := range p.sparse {
-		if p.sparse[i].live {
-			s.Cells = append(s.Cells, p.cellState(sparseBase+int32(i)))
-		}
-	}
-	p.leases.each(func(id uint64, l leaseRec) {
-		s.Leases = append(s.Leases, LeaseState{ID: id, Resource: p.res[l.res].id, Context: l.context, Token: l.token, ExpiresAt: time.Unix(0, l.expires)})
-	})
+	s := p.snapshotLocked()
 	var qs []string
 	for idx := range p.res {
 		if r := &p.res[idx]; r.live {
@@ -54,8 +36,6 @@ func (p *Pool) peek() string {
 	}
 	return fmt.Sprintf("%+v %v %d %d %d %d %+v", normalize(s), qs, len(p.dirtyRes), len(p.dirtyCells), len(p.removed), p.leases.len(), p.counters)
 }
-
-type modelCell struct{ r, c string }
 
 // TestRandomOperationsKeepPromises runs seeded random sequences of every
 // operation (register and deregister with slot reuse, Acquire with and
@@ -118,20 +98,7 @@ func runModel(t *testing.T, seed uint64, steps int) bool {
 	var old []Lease
 	seenIDs := map[uint64]bool{}
 	var maxToken uint64
-	// model of the durable state, built from Snapshot + TakeChanges
-	modelRes := map[string]ResourceState{}
-	modelCells := map[modelCell]CellState{}
-	loadModel := func(s Snapshot) {
-		clear(modelRes)
-		clear(modelCells)
-		for _, r := range s.Resources {
-			modelRes[r.ID] = r
-		}
-		for _, c := range s.Cells {
-			modelCells[modelCell{c.Resource, c.Context}] = c
-		}
-	}
-	loadModel(p.Snapshot())
+	model := newDurable(p.Snapshot()) // what a checkpoint store holds
 	fail := func(step int, op string, format string, args ...any) bool {
 		t.Errorf("seed %d step %d op %s: %s", seed, step, op, fmt.Sprintf(format, args...))
 		return false
@@ -318,51 +285,16 @@ func runModel(t *testing.T, seed uint64, steps int) bool {
 			}
 		case x < 90:
 			op = "changes"
-			ch := p.TakeChanges()
-			for _, id := range ch.Removed {
-				delete(modelRes, id)
-				for k := range modelCells {
-					if k.r == id {
-						delete(modelCells, k)
-					}
-				}
+			if err := model.apply(p.TakeChanges()); err != nil {
+				return fail(step, op, "%v", err)
 			}
-			seenR := map[string]bool{}
-			for _, r := range ch.Resources {
-				if seenR[r.ID] {
-					return fail(step, op, "resource %s listed twice", r.ID)
-				}
-				seenR[r.ID] = true
-				modelRes[r.ID] = r
-			}
-			seenC := map[modelCell]bool{}
-			for _, c := range ch.Cells {
-				k := modelCell{c.Resource, c.Context}
-				if seenC[k] {
-					return fail(step, op, "cell %v listed twice", k)
-				}
-				seenC[k] = true
-				modelCells[k] = c
-			}
-			s := p.Snapshot()
-			want := map[string]ResourceState{}
-			for _, r := range s.Resources {
-				want[r.ID] = r
-			}
-			wantC := map[modelCell]CellState{}
-			for _, c := range s.Cells {
-				wantC[modelCell{c.Resource, c.Context}] = c
-			}
-			if !reflect.DeepEqual(want, modelRes) {
-				return fail(step, op, "replayed resources differ:\n got  %+v\n want %+v", modelRes, want)
-			}
-			if !reflect.DeepEqual(wantC, modelCells) {
-				return fail(step, op, "replayed cells differ:\n got  %+v\n want %+v", modelCells, wantC)
+			if err := model.matches(p.Snapshot()); err != nil {
+				return fail(step, op, "%v", err)
 			}
 		case x < 93:
 			op = "restore"
 			s := p.Snapshot()
-			loadModel(s)
+			model.load(s)
 			var q *Pool
 			if rng.IntN(2) == 0 {
 				q = p

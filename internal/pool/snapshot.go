@@ -106,6 +106,13 @@ func (p *Pool) mask() uint64 { return 1<<tokenBits - 1 }
 func (p *Pool) Snapshot() Snapshot {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	s := p.snapshotLocked()
+	p.clearChangesLocked()
+	return s
+}
+
+// snapshotLocked copies the pool's whole state; the caller holds the lock.
+func (p *Pool) snapshotLocked() Snapshot {
 	s := Snapshot{
 		Epoch:     p.epoch,
 		LastToken: p.withEpoch(p.counter),
@@ -132,7 +139,6 @@ func (p *Pool) Snapshot() Snapshot {
 	p.leases.each(func(id uint64, l leaseRec) {
 		s.Leases = append(s.Leases, LeaseState{ID: id, Resource: p.res[l.res].id, Context: l.context, Token: l.token, ExpiresAt: time.Unix(0, l.expires)})
 	})
-	p.clearChangesLocked()
 	return s
 }
 
