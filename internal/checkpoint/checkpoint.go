@@ -150,11 +150,18 @@ func (c *Checkpointer) restore(ctx context.Context, tenant string) error {
 	if !st.HasCheckpoint && len(leases) == 0 {
 		return nil
 	}
+	// A snapshot the pool would refuse is refused before the tenant gets a
+	// pool: a pool, even an empty one, would be checkpointed in full by the
+	// next round, deleting the stored state an operator could repair.
+	snap := withLeases(toSnapshot(st), leases, c.cfg.Clock.Now())
+	if err := snap.Check(); err != nil {
+		return fmt.Errorf("%w: %v", store.ErrCorrupt, err)
+	}
 	p, err := c.cfg.Pools.Pool(tenant)
 	if err != nil {
 		return err
 	}
-	if err := p.Restore(withLeases(toSnapshot(st), leases, c.cfg.Clock.Now())); err != nil {
+	if err := p.Restore(snap); err != nil {
 		return fmt.Errorf("%w: %v", store.ErrCorrupt, err)
 	}
 	c.cfg.Restored(tenant, len(st.Resources), len(st.Cells))

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/repool/repool/internal/clock"
 	"github.com/repool/repool/internal/pool"
 	"github.com/repool/repool/internal/store"
 	"github.com/repool/repool/internal/store/sqlite"
@@ -267,6 +268,78 @@ func TestCorruptTenantSkippedOthersServed(t *testing.T) {
 	}
 	if _, err := b.Acquire("x", time.Minute, nil); err != nil {
 		t.Fatalf("b Acquire after restore = %v", err)
+	}
+}
+
+// TestCorruptTenantKeepsItsStoredState: a tenant whose stored rows the
+// pool refuses gets no pool at restore, so the next round does not
+// checkpoint an empty pool over those rows: they stay for an operator to
+// repair.
+func TestCorruptTenantKeepsItsStoredState(t *testing.T) {
+	e := setup(t)
+	fill(t, poolOf(t, e, "a"), "a", 5)
+	if err := e.cp.Round(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", e.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	// A capacity the store keeps but the pool refuses.
+	if _, err := db.Exec(`UPDATE resources SET capacity = 2000000 WHERE pool_id = 'a' AND id = 'a002'`); err != nil {
+		t.Fatal(err)
+	}
+	r := open(t, e.path)
+	if failed, err := r.cp.RestoreAll(context.Background()); err != nil || failed != 1 {
+		t.Fatalf("RestoreAll() = %d, %v; want 1 failure", failed, err)
+	}
+	if _, ok := r.pools.Lookup("a"); ok {
+		t.Fatal("after a skipped restore tenant a has a pool, which the next round would checkpoint empty")
+	}
+	if err := r.cp.Round(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM resources WHERE pool_id = 'a'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 5 {
+		t.Fatalf("stored resources of the skipped tenant after a round = %d, want 5", n)
+	}
+}
+
+// TestWithLeasesKeepsEveryJournaledLease: the journal may hold leases that
+// ended (which ones is not known), so every unexpired lease of a known
+// resource is restored, beyond its capacity if need be; a stale one left in
+// place of a live one would let the resource be leased twice.
+func TestWithLeasesKeepsEveryJournaledLease(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	s := pool.Snapshot{Resources: []pool.ResourceState{{ID: "r1", Capacity: 1}}}
+	stale := store.LeaseRow{ID: 1<<40 | 1, ResourceID: "r1", Context: "x", Token: 1<<40 | 1, ExpiresAt: now.Add(10 * time.Second).UnixNano()}
+	live := store.LeaseRow{ID: 1<<40 | 2, ResourceID: "r1", Context: "x", Token: 1<<40 | 2, ExpiresAt: now.Add(time.Minute).UnixNano()}
+	expired := store.LeaseRow{ID: 1<<40 | 3, ResourceID: "r1", Context: "x", Token: 1<<40 | 3, ExpiresAt: now.UnixNano()}
+	removed := store.LeaseRow{ID: 1<<40 | 4, ResourceID: "gone", Context: "x", Token: 1<<40 | 4, ExpiresAt: now.Add(time.Minute).UnixNano()}
+	got := withLeases(s, []store.LeaseRow{stale, live, expired, removed}, now)
+	var ids []uint64
+	for _, l := range got.Leases {
+		ids = append(ids, l.ID)
+	}
+	if len(ids) != 2 || ids[0] != stale.ID || ids[1] != live.ID {
+		t.Fatalf("withLeases kept leases %v, want the stale and the live one (%d, %d)", ids, stale.ID, live.ID)
+	}
+	if got.LastLease < removed.ID || got.LastToken < removed.Token {
+		t.Fatalf("high-water marks %d/%d, want at least every journaled lease's (%d)", got.LastLease, got.LastToken, removed.ID)
+	}
+	p, err := pool.New(pool.Config{Clock: clock.NewFake(now)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Restore(got); err != nil {
+		t.Fatalf("Restore(both leases of a capacity-1 resource) = %v", err)
+	}
+	if l, err := p.Acquire("x", time.Minute, nil); !errors.Is(err, pool.ErrExhausted) {
+		t.Fatalf("Acquire() with the live lease restored = %+v, %v; want ErrExhausted", l, err)
 	}
 }
 

@@ -91,22 +91,28 @@ func toSnapshot(st store.PoolState) pool.Snapshot {
 }
 
 // withLeases adds journaled leases that have not expired by now to a
-// snapshot, raising its high-water marks to cover them. A lease of a
+// snapshot, raising its high-water marks to cover every journaled lease. A lease of a
 // resource the checkpoint does not hold is dropped: its resource was
-// removed.
+// removed. Every other one is kept, even beyond its resource's capacity:
+// the journal may still hold leases that ended (a release whose journal
+// write failed, a lease taken back after an uncertain write, a removed and
+// registered again resource), and which of them is stale is not known, so
+// leaving any out could leave out one still held and let the resource be
+// leased beyond its capacity. A stale one only holds capacity until its
+// expiry.
 func withLeases(s pool.Snapshot, leases []store.LeaseRow, now time.Time) pool.Snapshot {
-	known := make(map[string]int, len(s.Resources))
+	known := make(map[string]bool, len(s.Resources))
 	for _, r := range s.Resources {
-		known[r.ID] = r.Capacity
+		known[r.ID] = true
 	}
 	for _, l := range leases {
-		if l.ExpiresAt <= now.UnixNano() || known[l.ResourceID] == 0 {
-			continue
-		}
-		known[l.ResourceID]-- // never restore more leases than the capacity
-		s.Leases = append(s.Leases, pool.LeaseState{ID: l.ID, Resource: l.ResourceID, Context: l.Context, Token: l.Token, ExpiresAt: time.Unix(0, l.ExpiresAt)})
+		// Tokens and ids go on above every journaled lease's, kept or not.
 		s.LastToken = max(s.LastToken, l.Token)
 		s.LastLease = max(s.LastLease, l.ID)
+		if l.ExpiresAt <= now.UnixNano() || !known[l.ResourceID] {
+			continue
+		}
+		s.Leases = append(s.Leases, pool.LeaseState{ID: l.ID, Resource: l.ResourceID, Context: l.Context, Token: l.Token, ExpiresAt: time.Unix(0, l.ExpiresAt)})
 	}
 	s.Epoch = uint32(max(s.LastToken, s.LastLease) >> 40)
 	return s

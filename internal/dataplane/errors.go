@@ -51,7 +51,7 @@ func toStatus(log *slog.Logger, err error) error {
 		code = codes.NotFound
 	case errors.Is(err, pool.ErrStaleToken):
 		code = codes.FailedPrecondition
-	case errors.Is(err, pool.ErrExhausted), errors.Is(err, ErrOverBudget), errors.Is(err, ratelimit.ErrLimited):
+	case errors.Is(err, pool.ErrExhausted), errors.Is(err, pool.ErrOverBudget), errors.Is(err, ErrOverBudget), errors.Is(err, ratelimit.ErrLimited):
 		code = codes.ResourceExhausted
 	case errors.Is(err, auth.ErrUnauthenticated), errors.Is(err, tenants.ErrDeleted):
 		code, msg = codes.Unauthenticated, auth.ErrUnauthenticated.Error()

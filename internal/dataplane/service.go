@@ -22,6 +22,7 @@ import (
 	"github.com/repool/repool/internal/auth"
 	"github.com/repool/repool/internal/pool"
 	"github.com/repool/repool/internal/ratelimit"
+	"github.com/repool/repool/internal/tenants"
 )
 
 // Kind is a kind of state that the budget accounts.
@@ -34,13 +35,48 @@ const (
 )
 
 // Budget gates the creation of state. Reserve fails with an error wrapping
-// ErrOverBudget and changes nothing; Release returns units; Account adds
-// units unconditionally (state that exists already, such as a racing
-// creation).
+// ErrOverBudget and changes nothing; Release returns units.
 type Budget interface {
 	Reserve(tenant string, k Kind, n int) error
 	Release(tenant string, k Kind, n int)
-	Account(tenant string, k Kind, n int)
+}
+
+// PoolGate charges a tenant's pool to b: the pool reserves what it creates
+// and releases what it removes under its own lock (pool.Gate), so the
+// budget counts exactly what the pool holds however calls race, and a call
+// refused by the budget creates nothing (RESOURCE_EXHAUSTED). Give it to
+// the pool when the pool is made.
+func PoolGate(b Budget, tenant string) pool.Gate { return poolGate{b, tenant} }
+
+type poolGate struct {
+	b      Budget
+	tenant string
+}
+
+func (g poolGate) Reserve(resources, cells int) error {
+	if resources > 0 {
+		if err := g.b.Reserve(g.tenant, Resources, resources); err != nil {
+			return err
+		}
+	}
+	if cells > 0 {
+		if err := g.b.Reserve(g.tenant, Cells, cells); err != nil {
+			if resources > 0 {
+				g.b.Release(g.tenant, Resources, resources)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+func (g poolGate) Release(resources, cells int) {
+	if resources > 0 {
+		g.b.Release(g.tenant, Resources, resources)
+	}
+	if cells > 0 {
+		g.b.Release(g.tenant, Cells, cells)
+	}
 }
 
 // Limiter decides whether a tenant may make a call now. It fails open on its
@@ -78,12 +114,12 @@ type Pools interface {
 	Pool(tenant string) (*pool.Pool, error)
 }
 
-// Config wires a Service. Every field but Active, Metrics and Log is
-// required.
+// Config wires a Service. Every field but Active, Journal, Audit, Metrics
+// and Log is required. The budget is not here: each pool charges its own,
+// through PoolGate.
 type Config struct {
 	Pools   Pools
 	Auth    Authenticator
-	Budget  Budget
 	Limiter Limiter
 	// MaxStreams returns a tenant's limit on concurrent event streams.
 	MaxStreams func(tenant string) int
@@ -127,8 +163,6 @@ func New(cfg Config) (*Service, error) {
 		return nil, errors.New("dataplane: Config.Pools is nil")
 	case cfg.Auth == nil:
 		return nil, errors.New("dataplane: Config.Auth is nil")
-	case cfg.Budget == nil:
-		return nil, errors.New("dataplane: Config.Budget is nil")
 	case cfg.Limiter == nil:
 		return nil, errors.New("dataplane: Config.Limiter is nil")
 	case cfg.MaxStreams == nil:
@@ -194,8 +228,9 @@ func (s *Service) IssueToken(ctx context.Context, _ *repoolv1.IssueTokenRequest)
 	return &repoolv1.IssueTokenResponse{Token: tok, ExpiresAt: timestamppb.New(exp)}, nil
 }
 
-// Register adds resources; creating new ones takes from the tenant's
-// resource budget first.
+// Register adds resources; the pool charges new ones to the tenant's
+// resource budget (bad input is refused before, and a refused budget
+// creates nothing).
 func (s *Service) Register(ctx context.Context, req *repoolv1.RegisterRequest) (*repoolv1.RegisterResponse, error) {
 	tenant, p, err := s.tenantPool(ctx)
 	if err != nil {
@@ -205,27 +240,7 @@ func (s *Service) Register(ctx context.Context, req *repoolv1.RegisterRequest) (
 	for i, r := range req.GetResources() {
 		specs[i] = pool.Spec{ID: r.GetId(), Capacity: int(r.GetCapacity()), Labels: r.GetLabels()}
 	}
-	// Bad input is refused as such, before the budget is asked.
-	if err := pool.CheckSpecs(specs); err != nil {
-		return nil, toStatus(s.log, err)
-	}
-	// An estimate for the budget: a racing call may create some of these
-	// first, and settle corrects the reservation by what was created.
-	seen := make(map[string]bool, len(specs))
-	fresh := 0
-	for _, sp := range specs {
-		if !seen[sp.ID] && !p.HasResource(sp.ID) {
-			fresh++
-		}
-		seen[sp.ID] = true
-	}
-	if fresh > 0 {
-		if err := s.cfg.Budget.Reserve(tenant, Resources, fresh); err != nil {
-			return nil, toStatus(s.log, err)
-		}
-	}
 	created, existing, err := p.Register(specs)
-	s.settle(tenant, Resources, fresh, len(created))
 	if err != nil {
 		return nil, toStatus(s.log, err)
 	}
@@ -234,10 +249,8 @@ func (s *Service) Register(ctx context.Context, req *repoolv1.RegisterRequest) (
 			// Take back what this call created, and only that (another call
 			// may have created, and acknowledged, the rest): kept in
 			// memory, a retry would find it "existing" and acknowledge it
-			// undurably.
-			removed, cells, _ := p.Deregister(created)
-			s.cfg.Budget.Release(tenant, Resources, removed)
-			s.cfg.Budget.Release(tenant, Cells, cells)
+			// undurably. The pool refunds the budget.
+			_, _, _ = p.Deregister(created)
 			return nil, s.notDurable(ctx, "registration", err)
 		}
 	}
@@ -247,18 +260,8 @@ func (s *Service) Register(ctx context.Context, req *repoolv1.RegisterRequest) (
 	return &repoolv1.RegisterResponse{Registered: int32(len(created)), Existing: int32(existing)}, nil
 }
 
-// settle reconciles a reservation of reserved units with the created units
-// actually created (they differ when calls race on the same ids).
-func (s *Service) settle(tenant string, k Kind, reserved, created int) {
-	switch {
-	case created < reserved:
-		s.cfg.Budget.Release(tenant, k, reserved-created)
-	case created > reserved:
-		s.cfg.Budget.Account(tenant, k, created-reserved)
-	}
-}
-
-// Deregister removes resources and returns their state to the budget.
+// Deregister removes resources; the pool returns their state to the
+// budget.
 func (s *Service) Deregister(ctx context.Context, req *repoolv1.DeregisterRequest) (*repoolv1.DeregisterResponse, error) {
 	tenant, p, err := s.tenantPool(ctx)
 	if err != nil {
@@ -268,8 +271,6 @@ func (s *Service) Deregister(ctx context.Context, req *repoolv1.DeregisterReques
 	if err != nil {
 		return nil, toStatus(s.log, err)
 	}
-	s.cfg.Budget.Release(tenant, Resources, removed)
-	s.cfg.Budget.Release(tenant, Cells, cells)
 	// Journaled even when nothing was removed now: a retry of a call whose
 	// journal write failed finds the resources gone and must still make the
 	// removal durable before it is acknowledged.
@@ -376,28 +377,9 @@ func (s *Service) Release(ctx context.Context, req *repoolv1.ReleaseRequest) (*r
 	if err != nil {
 		return nil, toStatus(s.log, err)
 	}
-	o := toOutcome(req.GetOutcome())
-	if err := pool.CheckOutcome(o, true); err != nil {
-		return nil, toStatus(s.log, err)
-	}
-	reserved := 0
-	if o != 0 {
-		// Only an outcome can create a cell; an unknown lease or a stale
-		// token is refused as such, before the budget is asked.
-		res, c, err := p.LeaseOf(id, req.GetFencingToken())
-		if err != nil {
-			return nil, toStatus(s.log, err)
-		}
-		if !p.HasCell(res, c) {
-			if err := s.cfg.Budget.Reserve(tenant, Cells, 1); err != nil {
-				return nil, toStatus(s.log, err)
-			}
-			reserved = 1
-		}
-	}
-	created, err := p.Release(id, req.GetFencingToken(), o)
-	s.settle(tenant, Cells, reserved, b2i(created))
-	if err != nil {
+	// An outcome that creates a cell is charged to the budget by the pool,
+	// after the lease and token are checked.
+	if _, err := p.Release(id, req.GetFencingToken(), toOutcome(req.GetOutcome())); err != nil {
 		return nil, toStatus(s.log, err)
 	}
 	if s.cfg.Journal != nil {
@@ -422,17 +404,11 @@ func (s *Service) notDurable(ctx context.Context, what string, err error) error 
 	return toStatus(s.log, fmt.Errorf("%w: %s not durable", ErrNotActive, what))
 }
 
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-// Report records an outcome; one that creates a cell takes from the
-// tenant's cell budget first.
+// Report records an outcome; the pool charges a cell it creates to the
+// tenant's cell budget, after it has checked the report (bad input, an
+// unknown resource or lease, a stale token are refused as such).
 func (s *Service) Report(ctx context.Context, req *repoolv1.ReportRequest) (*repoolv1.ReportResponse, error) {
-	tenant, p, err := s.tenantPool(ctx)
+	_, p, err := s.tenantPool(ctx)
 	if err != nil {
 		return nil, toStatus(s.log, err)
 	}
@@ -442,22 +418,7 @@ func (s *Service) Report(ctx context.Context, req *repoolv1.ReportRequest) (*rep
 			return nil, toStatus(s.log, err)
 		}
 	}
-	// Bad input, an unknown resource or lease and a stale token are refused
-	// as such, before the budget is asked.
-	creates, err := p.Admit(rep)
-	if err != nil {
-		return nil, toStatus(s.log, err)
-	}
-	reserved := 0
-	if creates {
-		if err := s.cfg.Budget.Reserve(tenant, Cells, 1); err != nil {
-			return nil, toStatus(s.log, err)
-		}
-		reserved = 1
-	}
-	created, err := p.Report(rep)
-	s.settle(tenant, Cells, reserved, b2i(created))
-	if err != nil {
+	if _, err := p.Report(rep); err != nil {
 		return nil, toStatus(s.log, err)
 	}
 	return &repoolv1.ReportResponse{}, nil
@@ -601,7 +562,7 @@ func streamEnd(why error) error {
 		return fmt.Errorf("%w: %v", pool.ErrExhausted, why)
 	case errors.Is(why, ErrTenantSuspended):
 		return auth.ErrSuspended
-	case errors.Is(why, ErrNotActive):
+	case errors.Is(why, ErrNotActive), errors.Is(why, tenants.ErrDeleted):
 		return why
 	}
 	return fmt.Errorf("%w: event stream closed", ErrNotActive)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"strconv"
@@ -69,7 +70,6 @@ func (b *countBudget) add(t string, k Kind, n int) {
 }
 
 func (b *countBudget) Release(t string, k Kind, n int) { b.mu.Lock(); b.add(t, k, -n); b.mu.Unlock() }
-func (b *countBudget) Account(t string, k Kind, n int) { b.mu.Lock(); b.add(t, k, n); b.mu.Unlock() }
 
 func (b *countBudget) get(t string, k Kind) int {
 	b.mu.Lock()
@@ -103,24 +103,33 @@ func (l *fakeLimiter) Allow(_ context.Context, tenant, _ string) (ratelimit.Deci
 type env struct {
 	svc     *Service
 	pools   *tenants.Registry
-	budget  *countBudget
+	budget  *countBudget // what pools are charged to, unless setGate says otherwise
 	limiter *fakeLimiter
-	active  atomic.Bool
-	client  repoolv1.PoolServiceClient
-	authc   repoolv1.AuthServiceClient
+
+	gateMu sync.Mutex
+	gate   Budget
+	active atomic.Bool
+	client repoolv1.PoolServiceClient
+	authc  repoolv1.AuthServiceClient
 }
 
 func newEnv(t *testing.T, opts ...func(*Config)) *env {
 	t.Helper()
 	e := &env{
-		pools:   tenants.NewRegistry(func(string) (*pool.Pool, error) { return pool.New(pool.Config{}) }),
 		budget:  &countBudget{ceiling: 1000, used: map[string]map[Kind]int{}},
 		limiter: &fakeLimiter{deny: map[string]bool{}},
 	}
+	e.gate = e.budget
+	// As the server makes them: each pool charged to its tenant's budget.
+	e.pools = tenants.NewRegistry(func(tenant string) (*pool.Pool, error) {
+		e.gateMu.Lock()
+		defer e.gateMu.Unlock()
+		return pool.New(pool.Config{Gate: PoolGate(e.gate, tenant)})
+	})
 	e.active.Store(true)
 	cfg := Config{
 		Pools: e.pools, Auth: fakeAuth{keys: map[string]string{"key-a": "a", "key-b": "b"}},
-		Budget: e.budget, Limiter: e.limiter, MaxStreams: func(string) int { return 2 },
+		Limiter: e.limiter, MaxStreams: func(string) int { return 2 },
 		Active: func() error {
 			if e.active.Load() {
 				return nil
@@ -154,6 +163,13 @@ func newEnv(t *testing.T, opts ...func(*Config)) *env {
 	e.client = repoolv1.NewPoolServiceClient(conn)
 	e.authc = repoolv1.NewAuthServiceClient(conn)
 	return e
+}
+
+// setGate charges the pools made from now on to b instead of e.budget.
+func (e *env) setGate(b Budget) {
+	e.gateMu.Lock()
+	e.gate = b
+	e.gateMu.Unlock()
 }
 
 func as(key string) context.Context {
@@ -589,87 +605,39 @@ func TestBadInputAtTheCeilingIsBadInput(t *testing.T) {
 	wantCode(t, "Release creating a cell at the ceiling", err, codes.ResourceExhausted)
 }
 
-// hookBudget runs beforeReserve, when set, as a Reserve begins: between
-// Register's look at the pool and its registration.
-type hookBudget struct {
-	Budget
-
-	mu            sync.Mutex
-	beforeReserve func()
-}
-
-func (b *hookBudget) Reserve(t string, k Kind, n int) error {
-	b.mu.Lock()
-	f := b.beforeReserve
-	b.beforeReserve = nil // once
-	b.mu.Unlock()
-	if f != nil {
-		f()
-	}
-	return b.Budget.Reserve(t, k, n)
-}
-
 // TestFailedRegisterTakesBackOnlyWhatItCreated: a Register whose journal
 // write fails removes the resources it created, and only those: a resource
 // of the same request that another call registered (and had acknowledged)
-// earlier, or concurrently after this call looked at the pool, stays. The
-// journal is asked for the created resources only.
+// earlier stays, and so does its budget. The journal is asked for the
+// created resources only. (No other call can create one between this
+// call's look at the pool and its registration: the pool charges the
+// budget and registers under one lock.)
 func TestFailedRegisterTakesBackOnlyWhatItCreated(t *testing.T) {
 	a := as("key-a")
-	registerX := func(t *testing.T, e *env) {
-		t.Helper()
-		if _, err := e.client.Register(a, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "x"}}}); err != nil {
-			t.Fatalf("Register(x) by the other call = %v", err)
-		}
+	j := &failingJournal{}
+	e := newEnv(t, func(c *Config) { c.Journal = j })
+	if _, err := e.client.Register(a, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "x"}}}); err != nil {
+		t.Fatalf("Register(x) by the other call = %v", err)
 	}
-	tests := []struct {
-		name       string
-		concurrent bool
-	}{
-		{"registered earlier", false},
-		{"registered concurrently", true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			j := &failingJournal{}
-			hb := &hookBudget{}
-			e := newEnv(t, func(c *Config) {
-				c.Journal = j
-				hb.Budget = c.Budget
-				c.Budget = hb
-			})
-			fenced := errors.New("fenced")
-			if tt.concurrent {
-				// The other call runs inside this one's reservation, after
-				// it found x missing, and is acknowledged before this
-				// call's journal write fails.
-				hb.mu.Lock()
-				hb.beforeReserve = func() { registerX(t, e); j.set(true, fenced) }
-				hb.mu.Unlock()
-			} else {
-				registerX(t, e)
-				j.set(true, fenced)
-			}
-			_, err := e.client.Register(a, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "x"}, {Id: "y"}}})
-			wantCode(t, "Register(x, y) with the journal failing", err, codes.Unavailable)
+	j.set(true, errors.New("fenced"))
+	_, err := e.client.Register(a, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "x"}, {Id: "y"}}})
+	wantCode(t, "Register(x, y) with the journal failing", err, codes.Unavailable)
 
-			p, _ := e.pools.Pool("a")
-			if !p.HasResource("x") {
-				t.Fatal("HasResource(x) = false after the failed Register, want the other call's x kept")
-			}
-			if p.HasResource("y") {
-				t.Fatal("HasResource(y) = true after the failed Register, want it taken back")
-			}
-			j.mu.Lock()
-			journaled := j.registered
-			j.mu.Unlock()
-			if !slices.Equal(journaled, []string{"y"}) {
-				t.Fatalf("Journal.Registered(ids) = %q, want [y]: the resources created", journaled)
-			}
-			if got := e.budget.get("a", Resources); got != 1 {
-				t.Fatalf("resource budget used = %d, want 1 (x)", got)
-			}
-		})
+	p, _ := e.pools.Pool("a")
+	if !p.HasResource("x") {
+		t.Fatal("HasResource(x) = false after the failed Register, want the other call's x kept")
+	}
+	if p.HasResource("y") {
+		t.Fatal("HasResource(y) = true after the failed Register, want it taken back")
+	}
+	j.mu.Lock()
+	journaled := j.registered
+	j.mu.Unlock()
+	if !slices.Equal(journaled, []string{"y"}) {
+		t.Fatalf("Journal.Registered(ids) = %q, want [y]: the resources created", journaled)
+	}
+	if got := e.budget.get("a", Resources); got != 1 {
+		t.Fatalf("resource budget used = %d, want 1 (x)", got)
 	}
 }
 
@@ -736,5 +704,71 @@ func TestCallAdmittedBeforeStepDown(t *testing.T) {
 	e.active.Store(true)
 	if _, err := e.client.Register(a, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "r"}}}); err != nil {
 		t.Fatalf("Register after the server is active again = %v", err)
+	}
+}
+
+// TestBudgetCountsWhatThePoolHolds: many goroutines register, deregister,
+// report on fresh contexts and release with outcomes on a few ids, with a
+// ceiling below what they try to create. The pool charges and refunds its
+// budget under its own lock, so at every moment the budget's count is what
+// the pool holds (never above the ceiling), and at the end they are equal.
+func TestBudgetCountsWhatThePoolHolds(t *testing.T) {
+	e := newEnv(t)
+	e.budget.mu.Lock()
+	e.budget.ceiling = 8
+	e.budget.mu.Unlock()
+	a := as("key-a")
+	ids := []string{"r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9"}
+	p, err := e.pools.Pool("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	watched := make(chan error, 1)
+	go func() { // the ceiling holds for the pool itself, at every moment
+		defer close(watched)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if res, cells := p.Len(); res > 8 || cells > 8 {
+				watched <- fmt.Errorf("pool holds %d resources and %d cells, over the ceiling of 8", res, cells)
+				return
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 1))
+			for range 300 {
+				id := ids[rng.IntN(len(ids))]
+				ctx := fmt.Sprintf("c%d", rng.IntN(4))
+				switch rng.IntN(4) {
+				case 0:
+					_, _ = e.client.Register(a, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: id}, {Id: ids[rng.IntN(len(ids))]}}})
+				case 1:
+					_, _ = e.client.Deregister(a, &repoolv1.DeregisterRequest{ResourceIds: []string{id}})
+				case 2:
+					_, _ = e.client.Report(a, &repoolv1.ReportRequest{ResourceId: id, Context: ctx, Outcome: repoolv1.Outcome_SUCCESS})
+				default:
+					l, err := e.client.Acquire(a, &repoolv1.AcquireRequest{Context: ctx, TtlSeconds: 60})
+					if err == nil {
+						_, _ = e.client.Release(a, &repoolv1.ReleaseRequest{LeaseId: l.GetLease().GetLeaseId(), FencingToken: l.GetLease().GetFencingToken(), Outcome: repoolv1.Outcome_FAILURE})
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	if err := <-watched; err != nil {
+		t.Fatal(err)
+	}
+	res, cells := p.Len()
+	if r, c := e.budget.get("a", Resources), e.budget.get("a", Cells); r != res || c != cells {
+		t.Fatalf("budget counts %d resources and %d cells; the pool holds %d and %d", r, c, res, cells)
 	}
 }

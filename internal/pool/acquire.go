@@ -47,6 +47,9 @@ func (p *Pool) Acquire(context string, ttl time.Duration, selector map[string]st
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if err := p.closedErr(); err != nil {
+		return Lease{}, err
+	}
 	now := p.clock.Now().UnixNano()
 	p.processDue(now, dueBudget)
 

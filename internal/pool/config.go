@@ -80,6 +80,21 @@ type Config struct {
 	// Rand is the source of randomness for sampling and jitter; it is used
 	// under the pool's lock only. Default a PCG seeded from the runtime.
 	Rand rand.Source
+	// Gate, when set, is charged for every resource and cell the pool
+	// creates and refunded for every one it removes, under the pool's lock
+	// (see the package doc). Default none: nothing is charged.
+	Gate Gate
+}
+
+// Gate charges a pool's state to an outside budget. The pool calls it under
+// its lock, so it must be quick and must not call back into the pool.
+type Gate interface {
+	// Reserve takes resources and cells from the budget, or returns why
+	// it cannot and takes nothing; the call that asked then creates
+	// nothing and fails with ErrOverBudget.
+	Reserve(resources, cells int) error
+	// Release gives back resources and cells the pool no longer holds.
+	Release(resources, cells int)
 }
 
 // WithDefaults returns c with every zero field set to its default, as New

@@ -29,6 +29,15 @@
 // the caller raises on every restart or leader change (SetEpoch), so tokens
 // keep growing across Snapshot and Restore and across leaders.
 //
+// # Budgets
+//
+// A pool may charge what it holds to an outside budget through its Gate:
+// under the pool's lock, before a call creates resources or cells, and
+// after one removes them. The budget then counts exactly what the pool
+// holds, however calls race: no state exists that it has not charged, and
+// none is charged that does not exist. Restore does not consult the Gate;
+// its caller accounts what it restored.
+//
 // # Concurrency
 //
 // A Pool is safe for concurrent use. Mutations, Snapshot and TakeChanges
@@ -38,10 +47,11 @@
 //
 // # Errors
 //
-// Every error wraps one of ErrInvalidArgument, ErrNotFound, ErrStaleToken or
-// ErrExhausted, so that callers can map them with errors.Is. A call that
-// fails with ErrInvalidArgument or ErrStaleToken changes nothing. One that
-// fails with ErrNotFound or ErrExhausted does nothing it was asked to, but
+// Every error wraps one of ErrInvalidArgument, ErrNotFound, ErrStaleToken,
+// ErrExhausted, ErrOverBudget or ErrPoolClosed, so that callers can map them
+// with errors.Is. A call that fails with ErrInvalidArgument, ErrStaleToken,
+// ErrOverBudget or ErrPoolClosed changes nothing. One that fails with
+// ErrNotFound or ErrExhausted does nothing it was asked to, but
 // may first have done housekeeping that was due anyway and that any call
 // could have done: expiring leases past their expiry (a Renew, Release or
 // Report naming such a lease expires it and reports it not found) and, in

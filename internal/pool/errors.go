@@ -3,7 +3,8 @@ package pool
 import "errors"
 
 // Sentinel errors. Every error returned by this package wraps exactly one of
-// them.
+// them (ErrOverBudget and ErrPoolClosed also wrap the error that caused
+// them).
 var (
 	// ErrInvalidArgument: a malformed request (empty or oversize id, capacity
 	// below 1, TTL out of range, unknown outcome, ...).
@@ -15,4 +16,10 @@ var (
 	ErrStaleToken = errors.New("wrong or stale fencing token")
 	// ErrExhausted: no resource with free capacity matches the request.
 	ErrExhausted = errors.New("no resource available")
+	// ErrOverBudget: the pool's Gate refused the state the call would
+	// create; the error also wraps the Gate's.
+	ErrOverBudget = errors.New("over budget")
+	// ErrPoolClosed: the pool was closed (Close); the error also wraps the
+	// reason Close was given.
+	ErrPoolClosed = errors.New("pool closed")
 )

@@ -101,6 +101,7 @@ func (s *Subscription) Err() error {
 // a subscriber closing never waits for the pool.
 type bus struct {
 	mu      sync.Mutex
+	shutBy  error // set: subscriptions end at once, with it
 	subs    map[*Subscription]struct{}
 	ring    []Event // ring[seq % len] for the last len events
 	seq     uint64  // last sequence number used
@@ -133,14 +134,21 @@ func (b *bus) publish(e Event) {
 	}
 }
 
-// subscribe registers a subscriber. With after > 0 it first receives the
-// held events with a larger Seq, preceded by an EventGap marker when some of
-// them are no longer held, or when after is beyond the last event: the
-// subscriber saw events of an earlier pool (before a restart or failover,
-// which number events from 1 again), and what came since is unknown.
+// subscribe registers a subscriber; while the bus is shut, the
+// subscription it returns has already ended. With after > 0 it first
+// receives the held events with a larger Seq, preceded by an EventGap
+// marker when some of them are no longer held, or when after is beyond the
+// last event: the subscriber saw events of an earlier pool (before a
+// restart or failover, which number events from 1 again), and what came
+// since is unknown.
 func (b *bus) subscribe(kinds Kinds, after uint64, now time.Time) *Subscription {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.shutBy != nil {
+		c := make(chan Event)
+		close(c)
+		return &Subscription{C: c, c: c, kinds: kinds, bus: b, err: b.shutBy}
+	}
 	var backlog []Event
 	if after > b.seq {
 		backlog = append(backlog, Event{Kind: EventGap, At: now, Detail: "gap"})
@@ -184,13 +192,21 @@ func (b *bus) removeLocked(s *Subscription, why error) {
 	close(s.c)
 }
 
-// closeAll ends every subscription with why.
-func (b *bus) closeAll(why error) {
+// shut ends every subscription with why, and every later one at once,
+// until reopen.
+func (b *bus) shut(why error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.shutBy = why
 	for s := range b.subs {
 		b.removeLocked(s, why)
 	}
+}
+
+func (b *bus) reopen() {
+	b.mu.Lock()
+	b.shutBy = nil
+	b.mu.Unlock()
 }
 
 func (b *bus) stats() (subscribers int, dropped, seq uint64) {

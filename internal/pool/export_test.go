@@ -79,7 +79,7 @@ func (p *Pool) checkInvariants() error {
 		if r.active != held[int32(idx)] {
 			return fmt.Errorf("resource %q: active %d, leases %d", r.id, r.active, held[int32(idx)])
 		}
-		if r.active > r.capacity {
+		if r.active > r.capacity && !p.overbooked { // only Restore may overbook
 			return fmt.Errorf("resource %q: %d leases over capacity %d", r.id, r.active, r.capacity)
 		}
 		want := r.active < r.capacity && r.q.state == qNone
@@ -316,4 +316,13 @@ func (d *durable) matches(s Snapshot) error {
 		return fmt.Errorf("replayed cells differ from the snapshot:\n got  %+v\n want %+v", d.cells, want.cells)
 	}
 	return nil
+}
+
+// leaseLive reports whether lease id is live with token: in the table, not
+// past its expiry, with that token.
+func (p *Pool) leaseLive(id, token uint64) bool {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	l, ok := p.leases.get(id)
+	return ok && l.token == token && l.expires > p.clock.Now().UnixNano()
 }

@@ -76,15 +76,15 @@ func FuzzRequests(f *testing.F) {
 }
 
 // FuzzLeaseCalls feeds arbitrary lease ids, tokens, TTLs and outcomes to
-// Renew, Release, LeaseOf and Report on a pool with one live lease: each
+// Renew, Release and Report on a pool with one live lease: each
 // call answers exactly the documented error, and a rejected call changes
 // nothing — no state, counter, checkpoint change or event.
 func FuzzLeaseCalls(f *testing.F) {
 	f.Add(uint8(0), uint64(1), uint64(1), int64(time.Minute), uint8(1))
 	f.Add(uint8(1), uint64(0), uint64(1), int64(time.Minute), uint8(0))
 	f.Add(uint8(2), uint64(0), uint64(0), int64(0), uint8(2))
-	f.Add(uint8(3), uint64(0), uint64(7), int64(time.Minute), uint8(1))
-	f.Add(uint8(3), uint64(1), uint64(0), int64(time.Minute), uint8(1))
+	f.Add(uint8(2), uint64(0), uint64(7), int64(time.Minute), uint8(1))
+	f.Add(uint8(2), uint64(1), uint64(0), int64(time.Minute), uint8(1))
 	f.Add(uint8(0), uint64(1), uint64(2), int64(time.Hour)+1, uint8(9))
 	f.Fuzz(func(t *testing.T, op uint8, id, token uint64, ttl int64, outcome uint8) {
 		p, _ := newTestPool(t, Config{})
@@ -106,7 +106,7 @@ func FuzzLeaseCalls(f *testing.F) {
 			}
 		}
 		var err error
-		switch op % 4 {
+		switch op % 3 {
 		case 0:
 			if d := time.Duration(ttl); d < MinTTL || d > MaxTTL {
 				want = ErrInvalidArgument
@@ -122,9 +122,6 @@ func FuzzLeaseCalls(f *testing.F) {
 			}
 			_, err = p.Release(id, token, o)
 		case 2:
-			lease()
-			_, _, err = p.LeaseOf(id, token)
-		case 3:
 			switch {
 			case !validOutcome || (id == 0) != (token == 0):
 				want = ErrInvalidArgument
@@ -134,19 +131,19 @@ func FuzzLeaseCalls(f *testing.F) {
 			_, err = p.Report(Report{Resource: "r", Context: "ctx", Outcome: o, LeaseID: id, Token: token})
 		}
 		if (want == nil) != (err == nil) || (want != nil && !errors.Is(err, want)) {
-			t.Fatalf("op %d (id %d, token %d, ttl %d, outcome %d) = %v, want %v", op%4, id, token, ttl, outcome, err, want)
+			t.Fatalf("op %d (id %d, token %d, ttl %d, outcome %d) = %v, want %v", op%3, id, token, ttl, outcome, err, want)
 		}
 		if err != nil {
 			if ch := p.TakeChanges(); len(ch.Resources)+len(ch.Cells)+len(ch.Removed) > 0 {
-				t.Fatalf("rejected op %d left changes: %+v", op%4, ch)
+				t.Fatalf("rejected op %d left changes: %+v", op%3, ch)
 			}
 			select {
 			case e := <-sub.C:
-				t.Fatalf("rejected op %d emitted %+v", op%4, e)
+				t.Fatalf("rejected op %d emitted %+v", op%3, e)
 			default:
 			}
 			if after := fingerprint(t, p); after != before {
-				t.Fatalf("rejected op %d changed state:\nbefore %s\nafter  %s", op%4, before, after)
+				t.Fatalf("rejected op %d changed state:\nbefore %s\nafter  %s", op%3, before, after)
 			}
 		}
 		if err := p.checkInvariants(); err != nil {

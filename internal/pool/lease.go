@@ -10,27 +10,17 @@ import (
 // is expired on the spot and reported as not found. The caller holds the
 // write lock.
 func (p *Pool) lookupLease(id, token uint64, now int64) (leaseRec, error) {
-	l, expired, err := p.peekLease(id, token, now)
-	if expired {
-		p.expireLease(id, l, now)
-	}
-	return l, err
-}
-
-// peekLease is lookupLease without the expiry: it changes nothing, and
-// reports whether the lease it did not find live is one past its expiry.
-// The caller holds the read or write lock.
-func (p *Pool) peekLease(id, token uint64, now int64) (l leaseRec, expired bool, err error) {
 	l, ok := p.leases.get(id)
 	switch {
 	case !ok:
-		return leaseRec{}, false, fmt.Errorf("%w: lease %d", ErrNotFound, id)
+		return leaseRec{}, fmt.Errorf("%w: lease %d", ErrNotFound, id)
 	case l.expires <= now:
-		return l, true, fmt.Errorf("%w: lease %d expired", ErrNotFound, id)
+		p.expireLease(id, l, now)
+		return leaseRec{}, fmt.Errorf("%w: lease %d expired", ErrNotFound, id)
 	case l.token != token:
-		return leaseRec{}, false, fmt.Errorf("%w: lease %d", ErrStaleToken, id)
+		return leaseRec{}, fmt.Errorf("%w: lease %d", ErrStaleToken, id)
 	}
-	return l, false, nil
+	return l, nil
 }
 
 // Renew extends lease id to ttl from now. Errors: ErrInvalidArgument for a
@@ -42,6 +32,9 @@ func (p *Pool) Renew(id, token uint64, ttl time.Duration) (Lease, error) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if err := p.closedErr(); err != nil {
+		return Lease{}, err
+	}
 	now := p.clock.Now().UnixNano()
 	l, err := p.lookupLease(id, token, now)
 	if err != nil {
@@ -59,38 +52,35 @@ func (p *Pool) Renew(id, token uint64, ttl time.Duration) (Lease, error) {
 // Release ends lease id. A non-zero outcome is also recorded for the lease's
 // resource and context, as Report would; created reports whether that
 // created the cell. Errors as for Renew, plus ErrInvalidArgument for an
-// unknown outcome.
+// unknown outcome and ErrOverBudget when the outcome would create a cell
+// the Gate refuses (the lease is then not released).
 func (p *Pool) Release(id, token uint64, outcome Outcome) (created bool, err error) {
 	if err := CheckOutcome(outcome, true); err != nil {
 		return false, err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if err := p.closedErr(); err != nil {
+		return false, err
+	}
 	now := p.clock.Now().UnixNano()
 	l, err := p.lookupLease(id, token, now)
 	if err != nil {
 		return false, err
 	}
 	if outcome != 0 {
+		ctx, known := p.findContext(l.context)
+		if !known || p.findCell(l.res, ctx) < 0 {
+			// The outcome creates the cell: charge it first, and refuse
+			// the whole release (the lease stays) if the budget says no.
+			if err := p.reserve(0, 1); err != nil {
+				return false, err
+			}
+		}
 		created = p.record(l.res, p.contextID(l.context), outcome, now)
 	}
 	p.endLease(id, l)
 	return created, nil
-}
-
-// LeaseOf returns the resource and context of a live lease held with
-// token, so that a caller can tell whether releasing it with an outcome
-// would create a cell. Errors, as Release would return them: ErrNotFound
-// for an unknown or expired lease, ErrStaleToken for another token. It
-// changes nothing (an expired lease is left for Release or expiry to end).
-func (p *Pool) LeaseOf(id, token uint64) (resource, context string, err error) {
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	l, _, err := p.peekLease(id, token, p.clock.Now().UnixNano())
-	if err != nil {
-		return "", "", err
-	}
-	return p.res[l.res].id, l.context, nil
 }
 
 // endLease removes a lease and frees its capacity; the probe that is out,

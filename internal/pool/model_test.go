@@ -350,8 +350,8 @@ func runModel(t *testing.T, seed uint64, steps int) bool {
 					return false
 				}
 			case 2:
-				if _, _, err := p.LeaseOf(l.ID, l.Token); err == nil {
-					return fail(step, op, "LeaseOf found ended lease %+v", l)
+				if p.leaseLive(l.ID, l.Token) {
+					return fail(step, op, "ended lease %+v is live", l)
 				}
 			}
 		}
@@ -361,8 +361,8 @@ func runModel(t *testing.T, seed uint64, steps int) bool {
 		// every lease the model holds and that has not expired is live
 		for id, l := range held {
 			if fc.Now().Before(l.ExpiresAt) {
-				if _, _, err := p.LeaseOf(id, l.Token); err != nil {
-					return fail(step, op, "held lease %+v: LeaseOf = %v", l, err)
+				if !p.leaseLive(id, l.Token) {
+					return fail(step, op, "held lease %+v is not live", l)
 				}
 			}
 		}

@@ -65,8 +65,10 @@ type Pool struct {
 	clock clock.Clock
 	hl    int64 // half-life in nanoseconds
 
-	mu  sync.RWMutex
-	rng *rand.Rand
+	mu     sync.RWMutex
+	rng    *rand.Rand
+	gate   Gate  // nil: nothing is charged
+	closed error // set by Close: every change is refused with it
 
 	ids        idIndex                    // resource id → index in res
 	resView    atomic.Pointer[[]resource] // res as of its last growth, for prefetching without the lock
@@ -91,12 +93,13 @@ type Pool struct {
 	expiries   minHeap[uint64]   // lease expiry → lease id
 	cooldowns  minHeap[cooldown] // quarantine end → quarantine
 
-	epoch     uint32
-	counter   uint64 // low bits of the last fencing token
-	leaseSeq  uint64 // low bits of the last lease id
-	nresource int
-	maxLeases int // 0: unlimited
-	counters  Counters
+	epoch      uint32
+	counter    uint64 // low bits of the last fencing token
+	leaseSeq   uint64 // low bits of the last lease id
+	nresource  int
+	maxLeases  int  // 0: unlimited
+	overbooked bool // Restore gave some resource more leases than its capacity
+	counters   Counters
 
 	dirtyRes   []int32
 	dirtyCells []int32
@@ -248,6 +251,7 @@ func New(cfg Config) (*Pool, error) {
 		rng:   rand.New(cfg.Rand),
 		bus:   newBus(cfg.EventBuffer, cfg.EventHistory),
 		ids:   newIDIndex(),
+		gate:  cfg.Gate,
 	}
 	p.reset()
 	return p, nil
@@ -274,6 +278,7 @@ func (p *Pool) reset() {
 	p.expiries = nil
 	p.cooldowns = nil
 	p.nresource = 0
+	p.overbooked = false
 	p.dirtyRes, p.dirtyCells, p.removed = nil, nil, nil
 }
 
@@ -408,6 +413,12 @@ func (p *Pool) Register(specs []Spec) (created []string, existing int, err error
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if err := p.closedErr(); err != nil {
+		return nil, 0, err
+	}
+	if err := p.reserve(p.countNew(specs), 0); err != nil {
+		return nil, 0, err
+	}
 	now := p.clock.Now()
 	for _, s := range specs {
 		if _, ok := p.lookup(s.ID); ok {
@@ -419,6 +430,62 @@ func (p *Pool) Register(specs []Spec) (created []string, existing int, err error
 		p.emit(Event{Kind: EventRegistered, Resource: s.ID, At: now})
 	}
 	return created, existing, nil
+}
+
+// countNew returns how many resources Register(specs) would create: the
+// distinct ids the pool does not hold.
+func (p *Pool) countNew(specs []Spec) int {
+	n := 0
+	for i, s := range specs {
+		if _, ok := p.lookup(s.ID); ok {
+			continue
+		}
+		repeat := false
+		for _, earlier := range specs[:i] {
+			if earlier.ID == s.ID {
+				repeat = true
+				break
+			}
+		}
+		if !repeat {
+			n++
+		}
+	}
+	return n
+}
+
+// reserve charges the Gate for state about to be created, or returns an
+// ErrOverBudget; the caller holds the write lock.
+func (p *Pool) reserve(resources, cells int) error {
+	if p.gate == nil || resources+cells == 0 {
+		return nil
+	}
+	if err := p.gate.Reserve(resources, cells); err != nil {
+		return fmt.Errorf("%w: %w", ErrOverBudget, err)
+	}
+	return nil
+}
+
+// closedErr returns the ErrPoolClosed of a closed pool, or nil; the caller
+// holds the lock.
+func (p *Pool) closedErr() error {
+	if p.closed == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrPoolClosed, p.closed)
+}
+
+// Close ends the pool's life: every later change (Register, Deregister,
+// Acquire, Renew, Release, Report, Admit) fails with an error wrapping
+// ErrPoolClosed and why, and its subscriptions end with why, as do later
+// ones. A call that got the pool before it was closed (a tenant deleted, a
+// server stepping down) then cannot change it, nor charge its Gate, after
+// the caller of Close has settled the pool's budget. Reads still answer.
+func (p *Pool) Close(why error) {
+	p.mu.Lock()
+	p.closed = why
+	p.mu.Unlock()
+	p.bus.shut(why)
 }
 
 // addResource creates a resource; the caller holds the write lock and has
@@ -478,6 +545,9 @@ func (p *Pool) Deregister(ids []string) (removed, cells int, err error) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if err := p.closedErr(); err != nil {
+		return 0, 0, err
+	}
 	now := p.clock.Now()
 	for _, id := range ids {
 		idx, ok := p.lookup(id)
@@ -488,6 +558,9 @@ func (p *Pool) Deregister(ids []string) (removed, cells int, err error) {
 		p.removeResource(idx)
 		removed++
 		p.emit(Event{Kind: EventRemoved, Resource: id, At: now})
+	}
+	if p.gate != nil && removed > 0 {
+		p.gate.Release(removed, cells)
 	}
 	return removed, cells, nil
 }
@@ -672,8 +745,20 @@ func (p *Pool) Subscribe(kinds Kinds, after uint64) *Subscription {
 }
 
 // CloseSubscriptions ends every subscription with why (for example when the
-// tenant is suspended).
-func (p *Pool) CloseSubscriptions(why error) { p.bus.closeAll(why) }
+// tenant is suspended), and every later one at once, until
+// OpenSubscriptions.
+func (p *Pool) CloseSubscriptions(why error) { p.bus.shut(why) }
+
+// OpenSubscriptions lets subscriptions last again after CloseSubscriptions
+// (a suspended tenant reactivated); a closed pool's stay refused.
+func (p *Pool) OpenSubscriptions() {
+	p.mu.RLock()
+	closed := p.closed != nil
+	p.mu.RUnlock()
+	if !closed {
+		p.bus.reopen()
+	}
+}
 
 // ContextStats are the decayed statistics of one resource in one context.
 type ContextStats struct {

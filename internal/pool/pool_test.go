@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unsafe"
@@ -220,7 +221,6 @@ func TestBadInputChangesNothing(t *testing.T) {
 		}, ErrInvalidArgument},
 		{"renew lease id 0", func() error { _, err := p.Renew(0, l.Token, time.Minute); return err }, ErrNotFound},
 		{"release lease id 0", func() error { return second(p.Release(0, l.Token, Success)) }, ErrNotFound},
-		{"lease of lease id 0", func() error { _, _, err := p.LeaseOf(0, l.Token); return err }, ErrNotFound},
 		{"report lease of another context", func() error {
 			return second(p.Report(Report{Resource: "r1", Context: "other", Outcome: Failure, LeaseID: l.ID, Token: l.Token}))
 		}, ErrInvalidArgument},
@@ -681,6 +681,38 @@ func TestRestoreGoesOnInTheLatestEpoch(t *testing.T) {
 	}
 }
 
+// TestRestoreKeepsLeasesBeyondCapacity: a snapshot may hold more leases
+// of a resource than its capacity (a failover restores every lease that
+// may still be held). All are live; the resource takes no new lease until
+// enough of them end, and then one at a time up to its capacity.
+func TestRestoreKeepsLeasesBeyondCapacity(t *testing.T) {
+	p, fc := newTestPool(t, Config{})
+	snap := Snapshot{LastToken: 3, LastLease: 3, Resources: []ResourceState{{ID: "a", Capacity: 1}}, Leases: []LeaseState{
+		{ID: 1, Resource: "a", Context: "c", Token: 1, ExpiresAt: t0.Add(time.Minute)},
+		{ID: 2, Resource: "a", Context: "c", Token: 2, ExpiresAt: t0.Add(2 * time.Minute)},
+		{ID: 3, Resource: "a", Context: "c", Token: 3, ExpiresAt: t0.Add(3 * time.Minute)},
+	}}
+	if err := p.Restore(snap); err != nil {
+		t.Fatalf("Restore(3 leases of a capacity-1 resource) = %v, want nil", err)
+	}
+	for _, l := range snap.Leases {
+		if !p.leaseLive(l.ID, l.Token) {
+			t.Fatalf("restored lease %d is not live", l.ID)
+		}
+	}
+	for _, after := range []time.Duration{0, time.Minute, 2 * time.Minute} {
+		fc.Set(t0.Add(after))
+		if l, err := p.Acquire("c", time.Hour, nil); !errors.Is(err, ErrExhausted) {
+			t.Fatalf("Acquire() at +%v with restored leases still live = %+v, %v; want ErrExhausted", after, l, err)
+		}
+	}
+	fc.Set(t0.Add(3 * time.Minute)) // the last restored lease ends
+	mustAcquire(t, p, "c")
+	if l, err := p.Acquire("c", time.Hour, nil); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("second Acquire() = %+v, %v; want ErrExhausted at capacity 1", l, err)
+	}
+}
+
 func TestRestoreRejectsBadSnapshots(t *testing.T) {
 	good := Snapshot{LastToken: 10, LastLease: 10, Resources: []ResourceState{{ID: "a", Capacity: 1}}}
 	tests := []struct {
@@ -692,9 +724,6 @@ func TestRestoreRejectsBadSnapshots(t *testing.T) {
 		{"NaN counts", func(s *Snapshot) { s.Resources[0].Aggregate.Alpha = math.NaN() }},
 		{"cell of unknown resource", func(s *Snapshot) { s.Cells = []CellState{{Resource: "zz", Context: "c"}} }},
 		{"negative cell counts", func(s *Snapshot) { s.Cells = []CellState{{Resource: "a", Context: "c", Stats: Stats{Beta: -1}}} }},
-		{"lease over capacity", func(s *Snapshot) {
-			s.Leases = []LeaseState{{ID: 1, Resource: "a", Context: "c", Token: 1}, {ID: 2, Resource: "a", Context: "c", Token: 2}}
-		}},
 		{"lease token above high-water mark", func(s *Snapshot) { s.Leases = []LeaseState{{ID: 1, Resource: "a", Context: "c", Token: 11}} }},
 		{"epoch too large", func(s *Snapshot) { s.Epoch = MaxEpoch + 1 }},
 		{"token high-water mark beyond the largest epoch", func(s *Snapshot) { s.LastToken = 1 << 63 }},
@@ -1123,23 +1152,6 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 	}{
 		{"HasResource", func() { p.HasResource("r0042") }},
 		{"HasCell", func() { p.HasCell("r0042", "x") }},
-		{"Admit", func() {
-			if _, err := p.Admit(Report{Resource: "r0042", Context: "x", Outcome: Success}); err != nil {
-				t.Fatal(err)
-			}
-		}},
-		{"Acquire+Admit with the lease+Release", func() {
-			l, err := p.Acquire("x", time.Minute, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := p.Admit(Report{Resource: l.Resource, Context: "x", Outcome: Failure, LeaseID: l.ID, Token: l.Token}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := p.Release(l.ID, l.Token, 0); err != nil {
-				t.Fatal(err)
-			}
-		}},
 		{"Acquire+Release", func() {
 			l, err := p.Acquire("x", time.Minute, nil)
 			if err != nil {
@@ -1339,57 +1351,208 @@ func TestPresence(t *testing.T) {
 	}
 }
 
-// TestAdmitAnswersAsReportWould: for every report, good or bad, Admit
-// returns the error Report returns and says whether Report creates a cell,
-// and Admit itself changes nothing.
-func TestAdmitAnswersAsReportWould(t *testing.T) {
-	setup := func(t *testing.T) (*Pool, *clock.Fake, Lease, Lease) {
-		p, fc := newTestPool(t, Config{})
-		register(t, p, Spec{ID: "a", Capacity: 3}, Spec{ID: "b"})
-		report(t, p, "a", "x", Success, 1)
-		held := mustAcquire(t, p, "x")
-		short, err := p.Acquire("x", time.Second, nil)
-		if err != nil {
-			t.Fatal(err)
+// countGate is a Gate with a ceiling on resources and on cells; refuse
+// makes it refuse everything.
+type countGate struct {
+	mu                sync.Mutex
+	resources, cells  int
+	ceiling           int
+	refuse            bool
+	reserves, refunds int
+}
+
+func (g *countGate) Reserve(resources, cells int) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.refuse || g.resources+resources > g.ceiling || g.cells+cells > g.ceiling {
+		return errors.New("ceiling reached")
+	}
+	g.resources += resources
+	g.cells += cells
+	g.reserves++
+	return nil
+}
+
+func (g *countGate) Release(resources, cells int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.resources -= resources
+	g.cells -= cells
+	g.refunds++
+}
+
+func (g *countGate) counts() (resources, cells int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.resources, g.cells
+}
+
+// TestGateChargesExactlyWhatThePoolHolds: every call that creates state
+// charges the Gate for exactly that, every removal refunds it, and a call
+// the Gate refuses changes nothing at all.
+func TestGateChargesExactlyWhatThePoolHolds(t *testing.T) {
+	g := &countGate{ceiling: 100}
+	p, _ := newTestPool(t, Config{Gate: g})
+	same := func(step string) {
+		t.Helper()
+		res, cells := p.Len()
+		if r, c := g.counts(); r != res || c != cells {
+			t.Fatalf("after %s: the gate holds %d resources and %d cells, the pool %d and %d", step, r, c, res, cells)
 		}
-		fc.Advance(2 * time.Second) // short is past its expiry, not yet expired
-		return p, fc, held, short
 	}
-	_, _, held, short := setup(t)
-	tests := []struct {
-		name    string
-		rep     Report
-		want    error
-		creates bool
+	register(t, p, Spec{ID: "a"}, Spec{ID: "b"}, Spec{ID: "a"}) // a repeat counts once
+	register(t, p, Spec{ID: "a"}, Spec{ID: "c", Capacity: 2})   // a exists
+	same("Register")
+	report(t, p, "a", "x", Success, 3) // one cell, charged once
+	report(t, p, "b", "y", Failure, 1)
+	same("Report")
+	l := mustAcquire(t, p, "z")
+	if _, err := p.Release(l.ID, l.Token, Success); err != nil { // creates the cell for z
+		t.Fatal(err)
+	}
+	same("Release with an outcome")
+	if _, _, err := p.Deregister([]string{"a", "nope"}); err != nil {
+		t.Fatal(err)
+	}
+	same("Deregister")
+
+	// Refused: nothing changes, not even an interned context.
+	g.mu.Lock()
+	g.refuse = true
+	g.mu.Unlock()
+	held := mustAcquire(t, p, "x")
+	before := fingerprint(t, p)
+	nctx := len(p.ctxs)
+	refused := []struct {
+		name string
+		call func() error
 	}{
-		{"existing cell", Report{Resource: "a", Context: "x", Outcome: Success}, nil, false},
-		{"new cell", Report{Resource: "a", Context: "y", Outcome: Success}, nil, true},
-		{"new cell of a new resource", Report{Resource: "b", Context: "x", Outcome: Failure}, nil, true},
-		{"with its lease", Report{Resource: held.Resource, Context: "x", Outcome: Success, LeaseID: held.ID, Token: held.Token}, nil, held.Resource == "b"},
-		{"unknown resource", Report{Resource: "nope", Context: "x", Outcome: Success}, ErrNotFound, false},
-		{"bad outcome", Report{Resource: "a", Context: "x", Outcome: 9}, ErrInvalidArgument, false},
-		{"empty context", Report{Resource: "a", Outcome: Success}, ErrInvalidArgument, false},
-		{"token without lease id", Report{Resource: "a", Context: "x", Outcome: Success, Token: held.Token}, ErrInvalidArgument, false},
-		{"unknown lease", Report{Resource: held.Resource, Context: "x", Outcome: Success, LeaseID: held.ID + 99, Token: held.Token}, ErrNotFound, false},
-		{"stale token", Report{Resource: held.Resource, Context: "x", Outcome: Success, LeaseID: held.ID, Token: held.Token + 1}, ErrStaleToken, false},
-		{"lease of another context", Report{Resource: held.Resource, Context: "y", Outcome: Success, LeaseID: held.ID, Token: held.Token}, ErrInvalidArgument, false},
-		{"lease past its expiry", Report{Resource: short.Resource, Context: "x", Outcome: Success, LeaseID: short.ID, Token: short.Token}, ErrNotFound, false},
+		{"Register", func() error { _, _, err := p.Register([]Spec{{ID: "b"}, {ID: "new"}}); return err }},
+		{"Report on a new context", func() error { return second(p.Report(Report{Resource: "b", Context: "fresh", Outcome: Success})) }},
+		{"Release creating a cell", func() error { return second(p.Release(held.ID, held.Token, Failure)) }},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			p, _, _, _ := setup(t) // the same pool, leases and time each time
-			before := fingerprint(t, p)
-			creates, err := p.Admit(tt.rep)
-			if !errors.Is(err, tt.want) || (tt.want == nil && err != nil) || creates != tt.creates {
-				t.Fatalf("Admit(%+v) = %v, %v; want %v, %v", tt.rep, creates, err, tt.creates, tt.want)
-			}
-			if after := fingerprint(t, p); after != before {
-				t.Fatalf("Admit changed state:\nbefore %s\nafter  %s", before, after)
-			}
-			created, rerr := p.Report(tt.rep)
-			if (err == nil) != (rerr == nil) || (err != nil && err.Error() != rerr.Error()) || created != creates {
-				t.Fatalf("Report(%+v) = %v, %v after Admit answered %v, %v", tt.rep, created, rerr, creates, err)
+	for _, tt := range refused {
+		err := tt.call()
+		if !errors.Is(err, ErrOverBudget) || !strings.Contains(err.Error(), "ceiling reached") {
+			t.Fatalf("%s with the gate refusing = %v, want ErrOverBudget wrapping the gate's error", tt.name, err)
+		}
+		if after := fingerprint(t, p); after != before || len(p.ctxs) != nctx {
+			t.Fatalf("%s refused by the gate changed the pool:\nbefore %s\nafter  %s", tt.name, before, after)
+		}
+	}
+	// Reusing state is never refused.
+	if _, _, err := p.Register([]Spec{{ID: "b"}}); err != nil {
+		t.Fatalf("Register(existing) with the gate refusing = %v, want nil", err)
+	}
+	report(t, p, "b", "y", Success, 1)
+	same("reuse while refusing")
+}
+
+// TestGateAndLenAgreeUnderConcurrency: goroutines register, deregister,
+// report and release with outcomes on a few ids, against a ceiling, and
+// the pool is closed midway. The gate's counts equal the pool's Len at the
+// end, never exceed the ceiling, and do not move once Close has returned.
+func TestGateAndLenAgreeUnderConcurrency(t *testing.T) {
+	g := &countGate{ceiling: 6}
+	p, _ := newTestPool(t, Config{Gate: g})
+	ids := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	var wg sync.WaitGroup
+	closed := make(chan [2]int, 1)
+	for w := range 8 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 3))
+			for i := range 2000 {
+				if w == 0 && i == 1000 {
+					p.Close(errors.New("tenant deleted"))
+					r, c := g.counts()
+					closed <- [2]int{r, c}
+				}
+				id := ids[rng.IntN(len(ids))]
+				switch rng.IntN(4) {
+				case 0:
+					_, _, _ = p.Register([]Spec{{ID: id}, {ID: ids[rng.IntN(len(ids))]}})
+				case 1:
+					_, _, _ = p.Deregister([]string{id})
+				case 2:
+					_, _ = p.Report(Report{Resource: id, Context: fmt.Sprint("c", rng.IntN(3)), Outcome: Success})
+				default:
+					if l, err := p.Acquire(fmt.Sprint("c", rng.IntN(3)), time.Minute, nil); err == nil {
+						_, _ = p.Release(l.ID, l.Token, Failure)
+					}
+				}
+				if r, c := g.counts(); r > 6 || c > 6 {
+					t.Errorf("gate holds %d resources and %d cells, over the ceiling of 6", r, c)
+					return
+				}
 			}
 		})
+	}
+	wg.Wait()
+	at := <-closed
+	res, cells := p.Len()
+	if r, c := g.counts(); r != res || c != cells || r != at[0] || c != at[1] {
+		t.Fatalf("gate %d/%d, pool %d/%d, gate when Close returned %d/%d: want all equal", r, c, res, cells, at[0], at[1])
+	}
+}
+
+// TestCloseRefusesEveryChange: a closed pool refuses every change with
+// ErrPoolClosed and the reason, ends its subscriptions and every later one,
+// stays closed to OpenSubscriptions, and still answers reads.
+func TestCloseRefusesEveryChange(t *testing.T) {
+	p, _ := newTestPool(t, Config{})
+	register(t, p, Spec{ID: "a", Capacity: 2})
+	l := mustAcquire(t, p, "x")
+	sub := p.Subscribe(0, 0)
+	why := errors.New("tenant deleted")
+	p.Close(why)
+	if _, ok := <-sub.C; ok || !errors.Is(sub.Err(), why) {
+		t.Fatalf("subscription after Close: open %v, Err %v; want ended with %v", ok, sub.Err(), why)
+	}
+	before := fingerprint(t, p)
+	for _, tt := range []struct {
+		name string
+		call func() error
+	}{
+		{"Register", func() error { _, _, err := p.Register([]Spec{{ID: "b"}}); return err }},
+		{"Deregister", func() error { _, _, err := p.Deregister([]string{"a"}); return err }},
+		{"Acquire", func() error { _, err := p.Acquire("x", time.Minute, nil); return err }},
+		{"Renew", func() error { _, err := p.Renew(l.ID, l.Token, time.Minute); return err }},
+		{"Release", func() error { return second(p.Release(l.ID, l.Token, Success)) }},
+		{"Report", func() error { return second(p.Report(Report{Resource: "a", Context: "x", Outcome: Success})) }},
+	} {
+		if err := tt.call(); !errors.Is(err, ErrPoolClosed) || !errors.Is(err, why) {
+			t.Errorf("%s on a closed pool = %v, want ErrPoolClosed wrapping %v", tt.name, err, why)
+		}
+	}
+	if after := fingerprint(t, p); after != before {
+		t.Fatalf("calls on a closed pool changed it:\nbefore %s\nafter  %s", before, after)
+	}
+	p.OpenSubscriptions()
+	if late := p.Subscribe(0, 0); !errors.Is(late.Err(), why) {
+		t.Fatalf("Subscribe on a closed pool: Err %v, want ended with %v", late.Err(), why)
+	}
+	if !p.HasResource("a") {
+		t.Fatal("HasResource(a) = false on a closed pool, want reads answered")
+	}
+}
+
+// TestCloseSubscriptionsHoldsUntilOpened: after CloseSubscriptions (a
+// suspended tenant) a new subscription ends at once, with the reason and
+// without a replay, until OpenSubscriptions.
+func TestCloseSubscriptionsHoldsUntilOpened(t *testing.T) {
+	p, _ := newTestPool(t, Config{})
+	register(t, p, Spec{ID: "a"})
+	why := errors.New("tenant suspended")
+	p.CloseSubscriptions(why)
+	late := p.Subscribe(0, 0)
+	if ev := drain(late); len(ev) != 0 || !errors.Is(late.Err(), why) {
+		t.Fatalf("Subscribe after CloseSubscriptions: events %v, Err %v; want none, %v", ev, late.Err(), why)
+	}
+	p.OpenSubscriptions()
+	s := p.Subscribe(0, 0)
+	defer s.Close()
+	register(t, p, Spec{ID: "b"})
+	if ev := drain(s); len(ev) != 1 || ev[0].Resource != "b" {
+		t.Fatalf("events after OpenSubscriptions = %v, want b's registration", ev)
 	}
 }

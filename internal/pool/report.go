@@ -25,9 +25,10 @@ type Report struct {
 // Errors: ErrInvalidArgument for a bad id, context or outcome, a lease id
 // without a token or a token without a lease id, or a lease of another
 // resource or context; ErrNotFound for an unknown resource or lease;
-// ErrStaleToken for a token that is not the lease's. created reports whether
-// the call created the cell, for callers that account state. Report does not
-// allocate when the cell exists and nothing changes state.
+// ErrStaleToken for a token that is not the lease's; ErrOverBudget when the
+// cell it would create is refused by the Gate. created reports whether the
+// call created the cell. Report does not allocate when the cell exists and
+// nothing changes state.
 func (p *Pool) Report(rep Report) (created bool, err error) {
 	if err := rep.Check(); err != nil {
 		return false, err
@@ -48,6 +49,9 @@ func (p *Pool) Report(rep Report) (created bool, err error) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if err := p.closedErr(); err != nil {
+		return false, err
+	}
 	now := p.clock.Now().UnixNano()
 	ctx, known := p.findContext(rep.Context)
 	warm := func(slot int32) {
@@ -75,6 +79,11 @@ func (p *Pool) Report(rep Report) (created bool, err error) {
 			return false, err
 		}
 	}
+	if !known || p.findCell(idx, ctx) < 0 {
+		if err := p.reserve(0, 1); err != nil { // the report creates the cell
+			return false, err
+		}
+	}
 	if !known {
 		ctx = p.contextID(rep.Context)
 	}
@@ -88,35 +97,6 @@ func (rep Report) subjectOf(l leaseRec, idx int32) error {
 		return fmt.Errorf("%w: lease %d is for another resource or context", ErrInvalidArgument, rep.LeaseID)
 	}
 	return nil
-}
-
-// Admit returns the error that Report(rep) would return now, and whether it
-// would create a cell, without changing anything: what admission control
-// asks before taking from a cell budget, so that a report that will be
-// refused is refused as such and takes nothing from the budget. A lease past
-// its expiry is not found, as Report would find it (Report also expires
-// it). It takes one read lock and does not allocate when rep is admitted.
-func (p *Pool) Admit(rep Report) (creates bool, err error) {
-	if err := rep.Check(); err != nil {
-		return false, err
-	}
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	idx, ok := p.lookup(rep.Resource)
-	if !ok {
-		return false, fmt.Errorf("%w: resource %q", ErrNotFound, rep.Resource)
-	}
-	if rep.LeaseID != 0 {
-		l, _, err := p.peekLease(rep.LeaseID, rep.Token, p.clock.Now().UnixNano())
-		if err != nil {
-			return false, err
-		}
-		if err := rep.subjectOf(l, idx); err != nil {
-			return false, err
-		}
-	}
-	ctx, known := p.findContext(rep.Context)
-	return !known || p.findCell(idx, ctx) < 0, nil
 }
 
 // Check returns the ErrInvalidArgument that Pool.Report would return for

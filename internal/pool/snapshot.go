@@ -188,8 +188,10 @@ func validStats(what string, s Stats) error {
 	return nil
 }
 
-// validate checks a snapshot completely before Restore changes anything.
-func (s Snapshot) validate() error {
+// Check returns the ErrInvalidArgument that Restore would return for s, or
+// nil. It reads no pool, so that a caller can check a snapshot before it
+// makes a pool for it.
+func (s Snapshot) Check() error {
 	if s.Epoch > MaxEpoch {
 		return fmt.Errorf("%w: snapshot epoch %d above %d", ErrInvalidArgument, s.Epoch, MaxEpoch)
 	}
@@ -234,7 +236,6 @@ func (s Snapshot) validate() error {
 			return err
 		}
 	}
-	held := make(map[string]int)
 	ids := make(map[uint64]bool, len(s.Leases))
 	for i, l := range s.Leases {
 		what := fmt.Sprintf("snapshot leases[%d]", i)
@@ -254,21 +255,24 @@ func (s Snapshot) validate() error {
 		if l.Token > s.LastToken || l.ID > s.LastLease {
 			return fmt.Errorf("%w: %s token or id above the snapshot's high-water marks", ErrInvalidArgument, what)
 		}
-		if held[l.Resource]++; held[l.Resource] > caps[l.Resource] {
-			return fmt.Errorf("%w: %s puts %q over its capacity", ErrInvalidArgument, what, l.Resource)
-		}
 	}
 	return nil
 }
 
 // Restore replaces the pool's state with s. The snapshot is checked
-// completely first; if it is invalid (ErrInvalidArgument) nothing changes.
-// Fencing tokens and lease ids continue above the snapshot's high-water
-// marks and above the pool's own, so that they keep increasing. Leases
-// already past their expiry are expired by the next Acquire or Tick.
-// Subscriptions stay open.
+// completely first (Check); if it is invalid (ErrInvalidArgument) nothing
+// changes. Fencing tokens and lease ids continue above the snapshot's
+// high-water marks and above the pool's own, so that they keep increasing.
+// Leases already past their expiry are expired by the next Acquire or Tick.
+//
+// A snapshot may hold more leases of a resource than its capacity: a
+// failover restores every lease that may still be held, because which of
+// them ended is not always known, and one held lease left out would let
+// the resource be leased beyond its capacity. Such a resource takes no new
+// lease until enough of them end. Restore does not consult the Gate (its
+// caller accounts what it restored). Subscriptions stay open.
 func (p *Pool) Restore(s Snapshot) error {
-	if err := s.validate(); err != nil {
+	if err := s.Check(); err != nil {
 		return err
 	}
 	p.mu.Lock()
@@ -311,6 +315,7 @@ func (p *Pool) Restore(s Snapshot) error {
 		idx, _ := p.lookup(ls.Resource)
 		r := &p.res[idx]
 		r.active++
+		p.overbooked = p.overbooked || r.active > r.capacity
 		p.updateAvail(idx)
 		expires := ls.ExpiresAt.UnixNano()
 		context := ls.Context

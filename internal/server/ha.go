@@ -115,6 +115,10 @@ func (s *Server) runHA(ctx context.Context, errc <-chan error) error {
 			stop()
 			return err
 		case <-term.Done():
+			// Stop serving first: stop waits for the journal's commit in
+			// flight and the checkpoint loop, and until stepDown this
+			// server would still answer as the active one.
+			s.lead.Store(false)
 			stop()
 			s.ha.stepdowns.Inc()
 			s.log.Error("stepped down", "why", term.Err())
@@ -166,7 +170,7 @@ func (s *Server) stepDown() {
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	why := fmt.Errorf("%w: stepped down", dataplane.ErrNotActive)
 	for t, p := range s.pools.Close() {
-		p.CloseSubscriptions(why)
+		p.Close(why) // a call still holding it changes nothing, charges nothing
 		s.budget.Forget(t)
 		s.cp.Forget(t)
 	}

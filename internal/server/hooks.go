@@ -24,23 +24,31 @@ var _ control.Hooks = hooks{}
 func (h hooks) ApplyLimits(tenant string, l store.Limits) error { return h.s.applyLimits(tenant, l) }
 
 // TenantStatusChanged drops cached credentials and, on suspension, ends the
-// tenant's event streams.
+// tenant's event streams and refuses new ones (a stream admitted just
+// before the suspension included) until the tenant is reactivated.
 func (h hooks) TenantStatusChanged(tenant string, st store.Status) {
 	h.s.auth.Invalidate(tenant)
-	if st == store.StatusSuspended {
-		if p, ok := h.s.pools.Lookup(tenant); ok {
-			p.CloseSubscriptions(dataplane.ErrTenantSuspended)
-		}
+	p, ok := h.s.pools.Lookup(tenant)
+	if !ok {
+		return
+	}
+	switch st {
+	case store.StatusSuspended:
+		p.CloseSubscriptions(dataplane.ErrTenantSuspended)
+	case store.StatusActive:
+		p.OpenSubscriptions()
 	}
 }
 
 // TenantDeleted runs after the delete committed: it drops the pool for
 // good (a call admitted before the delete cannot create a new one; tenant
-// ids are never reused) and returns the tenant's budget.
+// ids are never reused), closes it, so that a call that already holds it
+// changes nothing and charges no budget from now on, and only then returns
+// the tenant's budget.
 func (h hooks) TenantDeleted(tenant string) {
 	h.s.auth.Invalidate(tenant)
 	if p := h.s.pools.Remove(tenant); p != nil {
-		p.CloseSubscriptions(dataplane.ErrTenantSuspended)
+		p.Close(fmt.Errorf("tenant %s: %w", tenant, tenants.ErrDeleted))
 	}
 	h.s.cp.Forget(tenant)
 	h.s.budget.Forget(tenant)
@@ -80,12 +88,6 @@ func (g budgetGate) Release(tenant string, k dataplane.Kind, n int) {
 	}
 	if err := g.b.Release(tenant, kind(k), int64(n)); err != nil {
 		g.log.Error("budget release", "tenant", tenant, "err", err)
-	}
-}
-
-func (g budgetGate) Account(tenant string, k dataplane.Kind, n int) {
-	if err := g.b.Account(tenant, kind(k), int64(n)); err != nil {
-		g.log.Error("budget account", "tenant", tenant, "err", err)
 	}
 }
 

@@ -116,6 +116,13 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	defer func() {
 		if err != nil {
 			s.stop()
+			// Whatever New bound or opened before it failed, so that a retry
+			// in the same process finds its ports free.
+			for _, ln := range []net.Listener{s.grpcLn, s.httpLn} {
+				if ln != nil {
+					ln.Close()
+				}
+			}
 			if s.store != nil {
 				s.store.Close()
 			}
@@ -173,7 +180,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 		jr = haJournal{s}
 	}
 	if s.svc, err = dataplane.New(dataplane.Config{
-		Pools: s.pools, Auth: s.auth, Budget: budgetGate{s.budget, s.log}, Limiter: s.limiter, Journal: jr,
+		Pools: s.pools, Auth: s.auth, Limiter: s.limiter, Journal: jr,
 		MaxStreams: s.maxStreams, Active: s.active, Metrics: s.reg, Log: opts.Log,
 		Audit: func(tenant, actor, action, detail string) {
 			s.audit.Record(store.AuditEntry{TenantID: tenant, Actor: actor, Action: action, Detail: detail})
@@ -271,7 +278,9 @@ func redact(dsn string) string {
 func (s *Server) newPool(tenant string) (*pool.Pool, error) {
 	// A failure here is the server's, not the caller's: %v keeps the
 	// pool's error kinds out of it, so that it is answered as INTERNAL.
-	p, err := pool.New(pool.Config{Clock: s.poolClock})
+	// The pool charges its tenant's budget itself, under its lock.
+	gate := dataplane.PoolGate(budgetGate{s.budget, s.log}, tenant)
+	p, err := pool.New(pool.Config{Clock: s.poolClock, Gate: gate})
 	if err != nil {
 		return nil, fmt.Errorf("creating the pool of tenant %q: %v", tenant, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"path/filepath"
 	"regexp"
@@ -199,7 +200,8 @@ func TestRestartRestoresStateAndBudgetBeforeTraffic(t *testing.T) {
 
 // TestStartRefusesAnEpochTokensCannotCarry: a store whose epoch counter
 // has passed the largest epoch a fencing token carries stops the server at
-// start, with the reason, instead of failing every call of every tenant.
+// start, with the reason, instead of failing every call of every tenant;
+// the failed start leaves its ports free.
 func TestStartRefusesAnEpochTokensCannotCarry(t *testing.T) {
 	st := sqliteStore(t)
 	start(t, Config{Store: st}).stop(t)
@@ -211,7 +213,8 @@ func TestStartRefusesAnEpochTokensCannotCarry(t *testing.T) {
 	if _, err := db.Exec(`UPDATE server_counters SET value = ? WHERE name = 'epoch'`, pool.MaxEpoch); err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Store: st, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}
+	grpcAddr := freeAddr(t)
+	cfg := Config{Store: st, GRPCAddr: grpcAddr, HTTPAddr: "127.0.0.1:0"}
 	s, err := New(context.Background(), cfg, Options{Out: io.Discard})
 	if err == nil {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -222,6 +225,23 @@ func TestStartRefusesAnEpochTokensCannotCarry(t *testing.T) {
 	if !strings.Contains(err.Error(), "epoch") {
 		t.Fatalf("New() = %v, want an error naming the epoch", err)
 	}
+	// What the failed New bound is free again.
+	ln, err := net.Listen("tcp", grpcAddr)
+	if err != nil {
+		t.Fatalf("after a failed New(), listening on its gRPC address = %v, want the port free", err)
+	}
+	ln.Close()
+}
+
+// freeAddr returns a loopback address with a port nothing listens on now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
 
 func TestBudgetRaceOverGRPC(t *testing.T) {
