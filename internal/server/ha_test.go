@@ -111,3 +111,57 @@ func TestHAFailoverKeepsLeasesAndFencesTokens(t *testing.T) {
 		t.Fatalf("Acquire on the deposed leader = %v, want UNAVAILABLE", err)
 	}
 }
+
+// TestFailoverKeepsALiveLeaseBesideStaleJournalRows: a resource leased,
+// removed and registered again leaves its old lease in the journal; after a
+// failover the successor still knows the live lease of the new resource
+// (it renews), and does not lease the capacity-1 resource again once the
+// stale one has expired.
+func TestFailoverKeepsALiveLeaseBesideStaleJournalRows(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	cfg := func(name string) Config {
+		return Config{Store: dsn, HA: true, HAName: name, HASessionTimeout: time.Second, HAInterval: 100 * time.Millisecond, CheckpointInterval: time.Hour}
+	}
+	a := start(t, cfg("a"))
+	waitStatus(t, a, http.StatusOK, 5*time.Second)
+	b := start(t, cfg("b"))
+	waitStatus(t, b, http.StatusNotFound, 5*time.Second)
+	ctx := withKey(a.key)
+	register := func() {
+		t.Helper()
+		if _, err := a.pool.Register(ctx, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "r1", Capacity: 1}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	register()
+	if _, err := a.pool.Acquire(ctx, &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.pool.Deregister(ctx, &repoolv1.DeregisterRequest{ResourceIds: []string{"r1"}}); err != nil {
+		t.Fatal(err)
+	}
+	register()
+	acq, err := a.pool.Acquire(ctx, &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := acq.GetLease()
+
+	// The leader's session ends: b takes over.
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'repool-leader:a'`); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, b, http.StatusOK, 10*time.Second)
+	if _, err := b.pool.Renew(ctx, &repoolv1.RenewRequest{LeaseId: live.GetLeaseId(), FencingToken: live.GetFencingToken(), TtlSeconds: 60}); err != nil {
+		t.Fatalf("Renew(live lease %s) on the new leader = %v, want OK", live.GetLeaseId(), err)
+	}
+	time.Sleep(2500 * time.Millisecond) // the stale lease (2 s) has expired
+	if got, err := b.pool.Acquire(ctx, &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 60}); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("Acquire on the new leader = %v, %v; want RESOURCE_EXHAUSTED: lease %s still holds capacity-1 r1", got.GetLease(), err, live.GetLeaseId())
+	}
+}
