@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
+	"google.golang.org/grpc"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
 	"github.com/repool/repool/internal/sidecar"
@@ -310,4 +312,46 @@ func (es *eventStream) stillOpen(t *testing.T) {
 			t.Fatal("no keepalive on the event stream for 5s, want it still open")
 		}
 	}
+}
+
+// TestStuckEventClientDoesNotPinARemovedProvider: a client that opens an
+// event stream and never reads it does not hold the stream's handler (and
+// with it the removed provider's upstream) once a reload removes the
+// provider: the write it is stuck in is cut short.
+func TestStuckEventClientDoesNotPinARemovedProvider(t *testing.T) {
+	big := strings.Repeat("x", 16<<10)
+	flood := fakeserver.Start(t, fakeserver.Config{
+		SubscribeEvents: func(_ *repoolv1.SubscribeEventsRequest, stream grpc.ServerStreamingServer[repoolv1.Event]) error {
+			for i := uint64(1); ; i++ {
+				if err := stream.Send(&repoolv1.Event{Kind: repoolv1.EventKind_EVENT_KIND_BLOCKED, Seq: i, Detail: big}); err != nil {
+					return err
+				}
+			}
+		},
+	})
+	other := fakeserver.Start(t, fakeserver.Config{})
+	l := &loader{}
+	h := start(t, one("p", fast(flood)), sidecar.Options{Loader: l.load, Reload: make(chan os.Signal)})
+	c, err := net.Dial("tcp", h.s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.(*net.TCPConn).SetReadBuffer(4096)
+	if _, err := io.WriteString(c, "GET /v1/providers/p/events HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil { // never read
+		t.Fatal(err)
+	}
+	waitFor(t, "the events handler to run", func() bool { return eventsHandlers() == 1 && flood.Calls("SubscribeEvents") == 1 })
+	time.Sleep(200 * time.Millisecond) // let the buffers fill
+	l.set(config.Config{Providers: map[string]config.Provider{"q": fast(other)}}, nil)
+	if err := h.s.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the events handler of the removed provider to end", func() bool { return eventsHandlers() == 0 })
+}
+
+// eventsHandlers counts the goroutines running the events handler.
+func eventsHandlers() int {
+	buf := make([]byte, 1<<22)
+	return strings.Count(string(buf[:runtime.Stack(buf, true)]), "httpapi.(*API).events(")
 }

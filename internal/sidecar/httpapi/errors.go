@@ -122,8 +122,16 @@ func classify(err error) answer {
 	default:
 		a.status, a.code = StatusOf(c)
 	}
+	if a.status == http.StatusTooManyRequests && a.retryAfter <= 0 {
+		// A 429 always says when to come back (DESIGN.md section 8), also
+		// when the upstream gave no hint (an exhausted pool, a proxy).
+		a.retryAfter = defaultRetryAfter
+	}
 	return a
 }
+
+// defaultRetryAfter is a 429's Retry-After when the upstream gave none.
+const defaultRetryAfter = time.Second
 
 // StatusOf returns the HTTP status and the error code (error.code of the
 // JSON body) with which the sidecar answers a call that the upstream failed

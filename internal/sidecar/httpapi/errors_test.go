@@ -50,7 +50,7 @@ func TestClassify(t *testing.T) {
 		{"DEADLINE_EXCEEDED", st(codes.DeadlineExceeded), 504, "deadline_exceeded", "timeout", ""},
 		{"our deadline", context.DeadlineExceeded, 504, "deadline_exceeded", "timeout", ""},
 		{"RESOURCE_EXHAUSTED with hint", retryAfter{st(codes.ResourceExhausted), 1500 * time.Millisecond}, 429, "resource_exhausted", "", "2"},
-		{"RESOURCE_EXHAUSTED without hint", st(codes.ResourceExhausted), 429, "resource_exhausted", "", ""},
+		{"RESOURCE_EXHAUSTED without hint: 1 s", st(codes.ResourceExhausted), 429, "resource_exhausted", "", "1"},
 		{"INVALID_ARGUMENT", st(codes.InvalidArgument), 400, "invalid_argument", "", ""},
 		{"NOT_FOUND", st(codes.NotFound), 404, "not_found", "", ""},
 		{"ALREADY_EXISTS", st(codes.AlreadyExists), 409, "already_exists", "", ""},

@@ -74,7 +74,10 @@ func eventsRequest(r *http.Request) (*repoolv1.SubscribeEventsRequest, error) {
 // The resume-gap marker is sent as "event: gap" without an id, so that a
 // client's Last-Event-ID stays the last event it really got. A stream that
 // ends with an error sends it as "event: error" (the error JSON) first.
-// Comment lines keep idle connections open.
+// Comment lines keep idle connections open. A client that stops reading
+// does not hold the stream (and a removed provider's connection) open:
+// each write must finish within eventWriteTimeout, and the end of the
+// stream cuts a write in progress short.
 func (a *API) events(w http.ResponseWriter, r *http.Request) {
 	h, ok := a.lookup(w, r)
 	if !ok {
@@ -86,11 +89,12 @@ func (a *API) events(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	flusher, ok := w.(http.Flusher)
+	_, ok = w.(http.Flusher)
 	if !ok {
 		writeAnswer(w, answer{status: http.StatusInternalServerError, code: codeInternal, msg: "this connection cannot stream"})
 		return
 	}
+	rc := http.NewResponseController(w)
 
 	// The stream ends with the request, the provider's removal or the
 	// sidecar's shutdown.
@@ -104,6 +108,9 @@ func (a *API) events(w http.ResponseWriter, r *http.Request) {
 			cancel()
 		case <-ctx.Done():
 		}
+		// Interrupt soon a write that waits for a client that stopped
+		// reading, leaving the end of the body time to go out.
+		_ = rc.SetWriteDeadline(time.Now().Add(streamEndGrace))
 	}()
 
 	stream, err := h.Provider.Subscribe(ctx, req)
@@ -137,26 +144,37 @@ func (a *API) events(w http.ResponseWriter, r *http.Request) {
 	hd.Set("Content-Type", "text/event-stream")
 	hd.Set("Cache-Control", "no-store")
 	hd.Set("X-Accel-Buffering", "no")
+	// send writes and flushes one message, and reports whether the client
+	// took it in time.
+	send := func(format string, args ...any) bool {
+		if ctx.Err() != nil {
+			return false
+		}
+		_ = rc.SetWriteDeadline(time.Now().Add(eventWriteTimeout))
+		if _, err := fmt.Fprintf(w, format, args...); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
 	w.WriteHeader(http.StatusOK)
-	fmt.Fprint(w, ": subscribed\n\n")
-	flusher.Flush()
+	if !send(": subscribed\n\n") {
+		return
+	}
 
 	tick := time.NewTicker(a.keepalive)
 	defer tick.Stop()
 	for {
+		ok := true
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			fmt.Fprint(w, ": keepalive\n\n")
+			ok = send(": keepalive\n\n")
 		case res := <-recv:
 			if res.err != nil {
 				if ctx.Err() == nil {
-					ans := classify(res.err)
-					raw := mustMarshalError(ans)
-					fmt.Fprintf(w, "event: error\ndata: %s\n\n", raw)
+					send("event: error\ndata: %s\n\n", mustMarshalError(classify(res.err)))
 				}
-				flusher.Flush()
 				return
 			}
 			raw, err := marshal.Marshal(res.ev) // like every other answer
@@ -164,11 +182,22 @@ func (a *API) events(w http.ResponseWriter, r *http.Request) {
 				continue // cannot happen for a decoded message
 			}
 			if name := eventName(res.ev); name == "gap" {
-				fmt.Fprintf(w, "event: gap\ndata: %s\n\n", raw)
+				ok = send("event: gap\ndata: %s\n\n", raw)
 			} else {
-				fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", res.ev.GetSeq(), name, raw)
+				ok = send("id: %d\nevent: %s\ndata: %s\n\n", res.ev.GetSeq(), name, raw)
 			}
 		}
-		flusher.Flush()
+		if !ok {
+			return
+		}
 	}
 }
+
+// eventWriteTimeout bounds each write of an event stream: a client that
+// takes no data for this long is cut off. Once the stream has ended (the
+// request, the provider's removal, the sidecar's shutdown), what is still
+// being written gets streamEndGrace.
+const (
+	eventWriteTimeout = 10 * time.Second
+	streamEndGrace    = time.Second
+)

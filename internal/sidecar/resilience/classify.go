@@ -32,9 +32,10 @@ func hopStatus(s *status.Status) int {
 
 // Code returns the gRPC code of err: codes.OK for nil, DEADLINE_EXCEEDED and
 // CANCELED for context errors, UNAVAILABLE for an open breaker, the status
-// code for a (possibly wrapped) status error, and UNKNOWN otherwise. A
-// proxy's HTTP 504 (its own timeout), which grpc-go reports as UNAVAILABLE,
-// is DEADLINE_EXCEEDED: a timeout, never retried.
+// code for a (possibly wrapped) status error, and UNKNOWN otherwise. Of a
+// proxy's own answers, which grpc-go reports as UNAVAILABLE, only 502 and
+// 503 stay UNAVAILABLE (retried): a 504 (its timeout) is DEADLINE_EXCEEDED
+// and a 429 (its rate limit) RESOURCE_EXHAUSTED, both final.
 func Code(err error) codes.Code {
 	if err == nil {
 		return codes.OK
@@ -43,8 +44,13 @@ func Code(err error) codes.Code {
 		return codes.Unavailable
 	}
 	if s, ok := status.FromError(err); ok {
-		if s.Code() == codes.Unavailable && hopStatus(s) == 504 {
-			return codes.DeadlineExceeded
+		if s.Code() == codes.Unavailable {
+			switch hopStatus(s) {
+			case 504:
+				return codes.DeadlineExceeded
+			case 429:
+				return codes.ResourceExhausted
+			}
 		}
 		return s.Code()
 	}

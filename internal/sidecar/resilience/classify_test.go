@@ -32,6 +32,7 @@ func TestClassify(t *testing.T) {
 		{"a proxy's 503", status.Error(codes.Unavailable, hopPrefix+"503 (Service Unavailable); transport: received unexpected content-type \"text/html\""), codes.Unavailable, true, FastFailUpstream},
 		{"a proxy's 502", status.Error(codes.Unavailable, hopPrefix+"502 (Bad Gateway)"), codes.Unavailable, true, FastFailUpstream},
 		{"a proxy's 504 is a timeout", status.Error(codes.Unavailable, hopPrefix+"504 (Gateway Timeout); transport: received unexpected content-type \"text/html\""), codes.DeadlineExceeded, false, FastFailTimeout},
+		{"a proxy's 429 is a rate limit", status.Error(codes.Unavailable, hopPrefix+"429 (Too Many Requests); transport: received unexpected content-type \"text/html\""), codes.ResourceExhausted, false, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

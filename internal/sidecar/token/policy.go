@@ -10,7 +10,7 @@ import (
 type Policy struct {
 	// Skew is the safety margin at the end of a token's life: a token is
 	// used only until expires_at - Skew, and its Redis entry expires then.
-	// Default 30s.
+	// It keeps back at most half a token's lifetime. Default 30s.
 	Skew time.Duration `yaml:"skew"`
 	// RefreshAt is the fraction of a token's lifetime after which it is
 	// refreshed in the background while still being served. Each token's

@@ -260,7 +260,10 @@ func (s *Source) fetch(stale *Token, reason prometheus.Counter) (*Token, error) 
 	reason.Inc()
 	ctx, cancel := context.WithTimeout(s.life, s.policy.IssueTimeout)
 	defer cancel()
-	if s.redis != nil {
+	// After a refusal the shared entry is not trusted: another sidecar's
+	// token there may have been refused too (a key rotation revokes them
+	// all), and the call has only one retry to spend.
+	if s.redis != nil && reason != s.unauthenticated {
 		if e, raw := s.redis.get(ctx); e != nil {
 			if t := s.token(e, raw); fresh(t, s.clock.Now()) {
 				s.fromRedis.Inc()
@@ -270,6 +273,10 @@ func (s *Source) fetch(stale *Token, reason prometheus.Counter) (*Token, error) 
 		}
 	}
 	t, err := s.issue(ctx)
+	if err == nil && !s.clock.Now().Before(t.usableUntil) {
+		// Issuing again at once would get the same: wait as after a failure.
+		err = fmt.Errorf("token: provider %q: IssueToken answered a token that expires at %v, before it can be used (check the clocks)", s.provider, t.ExpiresAt)
+	}
 	if err != nil {
 		s.nextTry.Store(s.clock.Now().Add(refreshRetry).UnixNano())
 		if reason == s.ahead && !s.failing.Swap(true) {
@@ -316,7 +323,13 @@ func (s *Source) token(e *entry, raw string) *Token {
 		bearer:    "Bearer " + e.Token,
 		raw:       raw,
 	}
-	t.usableUntil = t.ExpiresAt.Add(-s.policy.Skew)
+	// The skew keeps back at most half the token's lifetime: a skew as
+	// long as the lifetime would make every token unusable on arrival.
+	skew := s.policy.Skew
+	if half := t.ExpiresAt.Sub(t.IssuedAt) / 2; half < skew {
+		skew = max(half, 0)
+	}
+	t.usableUntil = t.ExpiresAt.Add(-skew)
 	life := t.usableUntil.Sub(t.IssuedAt)
 	frac := s.policy.RefreshAt - 0.05*rand.Float64()
 	t.refreshAt = t.IssuedAt.Add(time.Duration(frac * float64(life)))

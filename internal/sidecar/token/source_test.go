@@ -337,3 +337,72 @@ func TestKeyHidesTheAPIKey(t *testing.T) {
 		t.Fatal("Key() is the same for two API keys")
 	}
 }
+
+// TestSkewLongerThanTheLifetime: a skew as long as the tokens' lifetime
+// keeps back half of it instead of making every token unusable on arrival
+// (which set off an IssueToken loop): one issuance, a usable token.
+func TestSkewLongerThanTheLifetime(t *testing.T) {
+	fake := fakeserver.Start(t, fakeserver.Config{TokenTTL: time.Minute})
+	s := newSource(t, Config{Issuer: dial(t, fake.Addr()), Policy: Policy{Skew: 2 * time.Minute}})
+	tok, err := s.Token(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := time.Until(tok.usableUntil); left < 25*time.Second || left > 31*time.Second {
+		t.Fatalf("token usable for %v more, want about half its 1m lifetime", left)
+	}
+	time.Sleep(200 * time.Millisecond) // a loop would issue hundreds meanwhile
+	if n := fake.Calls("IssueToken"); n != 1 {
+		t.Fatalf("IssueToken calls = %d, want 1", n)
+	}
+	if again, err := s.Token(context.Background()); err != nil || again.Value != tok.Value {
+		t.Fatalf("second Token() = %v, %v; want the cached %s", again, err, tok.Value)
+	}
+}
+
+// TestRefusalRefreshSkipsRedis: after a mass revocation the token another
+// sidecar left in Redis is refused too, so the one retry after a refusal
+// goes to a token issued for it, not to the shared entry.
+func TestRefusalRefreshSkipsRedis(t *testing.T) {
+	addr, _ := testenv.Redis(t)
+	fake := fakeserver.Start(t, fakeserver.Config{})
+	issuer := dial(t, fake.Addr())
+	rc := &Redis{Addr: addr}
+	a := newSource(t, Config{Issuer: issuer, Redis: rc})
+	b := newSource(t, Config{Issuer: issuer, Redis: rc})
+	old, err := a.Token(context.Background()) // a holds old; Redis holds old
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared, err := b.Refresh(context.Background(), old) // Redis now holds b's token
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake.RevokeAll() // both are refused from now on
+	tries := 0
+	err = a.Do(context.Background(), func(_ context.Context, bearer string) error {
+		tries++
+		if v := strings.TrimPrefix(bearer, "Bearer "); v == old.Value || v == shared.Value {
+			return status.Error(codes.Unauthenticated, "revoked")
+		}
+		return nil
+	})
+	if err != nil || tries != 2 {
+		t.Fatalf("Do() after a mass revocation = %v after %d tries, want success on the retry with a newly issued token", err, tries)
+	}
+}
+
+// TestTokenExpiredOnArrival: a token that expires before it can be used
+// (the sidecar's clock far ahead of the server's) is an error, and the
+// source waits before it asks again instead of looping on IssueToken.
+func TestTokenExpiredOnArrival(t *testing.T) {
+	fake := fakeserver.Start(t, fakeserver.Config{TokenTTL: -time.Minute})
+	s := newSource(t, Config{Issuer: dial(t, fake.Addr())})
+	if tok, err := s.Token(context.Background()); err == nil || !strings.Contains(err.Error(), "clocks") {
+		t.Fatalf("Token() = %v, %v; want an error that names the clocks", tok, err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := fake.Calls("IssueToken"); n > 2 {
+		t.Fatalf("IssueToken calls in 200ms = %d, want at most 2", n)
+	}
+}
