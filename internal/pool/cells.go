@@ -92,6 +92,7 @@ func (p *Pool) newCell(idx, ctx int32, c cell) int32 {
 	c.dirty = dst.dirty // still listed in dirtyCells if set
 	*dst = c
 	p.res[idx].ncells++
+	p.ctxs[ctx].cells++
 	p.ncells++
 	return slot
 }
@@ -129,6 +130,7 @@ func (p *Pool) dropCells(idx int32) {
 		if c := &p.dense[p.denseSlot(idx, ctx)]; c.live {
 			*c = cell{dirty: c.dirty}
 			r.ncells--
+			p.ctxs[ctx].cells--
 			p.ncells--
 		}
 	}
@@ -141,6 +143,9 @@ func (p *Pool) dropCells(idx int32) {
 			p.freeCells = append(p.freeCells, slot)
 			r.ncells--
 			p.ncells--
+			if p.ctxs[ctx].cells--; p.ctxs[ctx].cells == 0 {
+				p.freeContext(ctx)
+			}
 		}
 	}
 }

@@ -130,6 +130,7 @@ func (p *Pool) checkInvariants() error {
 		listed[slot] = true
 	}
 	ncells := 0
+	perCtx := map[int32]int{}
 	for _, region := range []struct {
 		cells []cell
 		base  int32
@@ -145,6 +146,7 @@ func (p *Pool) checkInvariants() error {
 			}
 			ncells++
 			k := p.keyOf(slot)
+			perCtx[k.ctx]++
 			if !p.res[k.res].live {
 				return fmt.Errorf("cell slot %d belongs to dead resource slot %d", slot, k.res)
 			}
@@ -152,6 +154,31 @@ func (p *Pool) checkInvariants() error {
 				return fmt.Errorf("cell (%d, %d) is in slot %d, findCell says %d", k.res, k.ctx, slot, got)
 			}
 		}
+	}
+	// Each context counts its cells; the interned names are exactly the
+	// contexts in use, and a freed one (sparse, no cells) is blank.
+	free := map[int32]bool{}
+	for _, id := range p.freeCtxs {
+		free[id] = true
+	}
+	for id, cs := range p.ctxs {
+		ctx := int32(id)
+		if cs.cells != perCtx[ctx] {
+			return fmt.Errorf("context %d %q counts %d cells, holds %d", ctx, cs.name, cs.cells, perCtx[ctx])
+		}
+		switch {
+		case free[ctx] && (ctx < maxDense || cs.name != "" || cs.cells != 0):
+			return fmt.Errorf("freed context %d is dense, named %q or has %d cells", ctx, cs.name, cs.cells)
+		case !free[ctx] && ctx >= maxDense && cs.cells == 0:
+			return fmt.Errorf("sparse context %d %q has no cells but is not freed", ctx, cs.name)
+		case !free[ctx]:
+			if got, ok := p.findContext(cs.name); !ok || got != ctx {
+				return fmt.Errorf("context %d %q: findContext says %d, %v", ctx, cs.name, got, ok)
+			}
+		}
+	}
+	if len(p.ctxIDs) != len(p.ctxs)-len(p.freeCtxs) {
+		return fmt.Errorf("%d interned names for %d contexts in use", len(p.ctxIDs), len(p.ctxs)-len(p.freeCtxs))
 	}
 	// c.lead is set exactly on the cells whose resource is on the board.
 	onBoard := 0

@@ -102,8 +102,8 @@ func (p *Pool) endLease(id uint64, l leaseRec) {
 			p.probeRes = append(p.probeRes, l.res)
 		}
 	case probeCell:
-		ctx, _ := p.findContext(l.context)
-		if slot := p.findCell(l.res, ctx); slot >= 0 {
+		ctx, ok := p.findContext(l.context)
+		if slot := p.findCell(l.res, ctx); ok && slot >= 0 {
 			if c := p.cellAt(slot); c.q.state == qProbing && c.q.until == l.probeOf {
 				c.q.state = qProbation
 				p.ctxs[ctx].probes = append(p.ctxs[ctx].probes, l.res)

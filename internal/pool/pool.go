@@ -80,6 +80,7 @@ type Pool struct {
 	ctxIDs     map[string]int32 // interned contexts
 	ctxNames   []string         // the first maxDense of them, by id
 	ctxs       []*contextState
+	freeCtxs   []int32 // ids of freed sparse contexts, for new ones
 	dense      []cell // see cells.go
 	stride     int32
 	sparse     []cell
@@ -207,6 +208,7 @@ const (
 // contextState is what a pool keeps per interned context.
 type contextState struct {
 	name    string
+	cells   int // the context's cells; a sparse context left with none is freed
 	leaders [maxLeaders]leader
 	nlead   int
 	probes  []int32 // resources whose cell cooldown ended, FIFO
@@ -267,7 +269,7 @@ func (p *Pool) reset() {
 	p.labelIdx = map[string]map[string][]int32{}
 	p.ctxIDs = map[string]int32{}
 	p.ctxNames = nil
-	p.ctxs = nil
+	p.ctxs, p.freeCtxs = nil, nil
 	p.dense, p.stride = nil, 0
 	p.sparse, p.sparseKeys, p.freeCells = nil, nil, nil
 	p.sparseIdx = map[cellKey]int32{}
@@ -647,9 +649,19 @@ func (p *Pool) lookup(id string) (int32, bool) {
 	return idx, idx >= 0
 }
 
-// contextID interns name; the caller holds the write lock.
+// contextID interns name; the caller holds the write lock and is about to
+// store a cell for it. A sparse context whose cells are all gone is freed
+// (freeContext) and its id reused, so that the contexts a pool keeps are
+// bounded by its cells however many names come and go.
 func (p *Pool) contextID(name string) int32 {
 	if id, ok := p.findContext(name); ok {
+		return id
+	}
+	if n := len(p.freeCtxs); n > 0 {
+		id := p.freeCtxs[n-1]
+		p.freeCtxs = p.freeCtxs[:n-1]
+		*p.ctxs[id] = contextState{name: name}
+		p.ctxIDs[name] = id
 		return id
 	}
 	id := int32(len(p.ctxs))
@@ -659,6 +671,15 @@ func (p *Pool) contextID(name string) int32 {
 		p.ctxNames = append(p.ctxNames, name)
 	}
 	return id
+}
+
+// freeContext forgets sparse context ctx, which has no cell left: its id
+// goes to the next new context. Nothing refers to it by id any more but
+// stale cooldown entries, which name removed resources and are skipped.
+func (p *Pool) freeContext(ctx int32) {
+	delete(p.ctxIDs, p.ctxs[ctx].name)
+	*p.ctxs[ctx] = contextState{}
+	p.freeCtxs = append(p.freeCtxs, ctx)
 }
 
 // findContext returns the id of an interned context. A tenant has few

@@ -1556,3 +1556,45 @@ func TestCloseSubscriptionsHoldsUntilOpened(t *testing.T) {
 		t.Fatalf("events after OpenSubscriptions = %v, want b's registration", ev)
 	}
 }
+
+// TestContextsComeAndGo: a tenant that uses ever new context names, on
+// resources it removes again, does not grow the pool without bound: a
+// sparse context left without cells is freed and its id reused. Statistics
+// of the contexts still in use are untouched.
+func TestContextsComeAndGo(t *testing.T) {
+	p, _ := newTestPool(t, Config{})
+	register(t, p, Spec{ID: "keep"})
+	for i := range maxDense {
+		report(t, p, "keep", fmt.Sprintf("dense-%d", i), Success, 1)
+	}
+	report(t, p, "keep", "sparse-kept", Success, 3)
+	for i := range 1000 {
+		id := fmt.Sprintf("r%d", i)
+		register(t, p, Spec{ID: id})
+		report(t, p, id, fmt.Sprintf("once-%d", i), Failure, 1)
+		if i%3 == 0 {
+			report(t, p, "keep", "sparse-kept", Success, 1) // a reused sparse context stays
+		}
+		if _, _, err := p.Deregister([]string{id}); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.checkInvariants(); err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+	}
+	if n := len(p.ctxs); n > maxDense+2 {
+		t.Fatalf("%d contexts after 1000 names came and went, want at most %d", n, maxDense+2)
+	}
+	info, err := p.Get("keep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.Contexts) != maxDense+1 {
+		t.Fatalf("keep has %d contexts, want %d", len(info.Contexts), maxDense+1)
+	}
+	for _, c := range info.Contexts {
+		if c.Context == "sparse-kept" && c.Successes < 1+3+333 {
+			t.Fatalf("sparse-kept successes = %v, want at least %d: its statistics kept", c.Successes, 1+3+333)
+		}
+	}
+}
