@@ -91,9 +91,9 @@ func toSnapshot(st store.PoolState) pool.Snapshot {
 }
 
 // withLeases adds journaled leases that have not expired by now to a
-// snapshot, raising its high-water marks to cover every journaled lease. A lease of a
-// resource the checkpoint does not hold is dropped: its resource was
-// removed. Every other one is kept, even beyond its resource's capacity:
+// snapshot, raising its high-water marks to cover every journaled lease. A
+// lease of a resource the checkpoint does not hold is dropped: its resource
+// was removed. Every other one is kept, even beyond its resource's capacity:
 // the journal may still hold leases that ended (a release whose journal
 // write failed, a lease taken back after an uncertain write, a removed and
 // registered again resource), and which of them is stale is not known, so
