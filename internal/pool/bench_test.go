@@ -271,6 +271,26 @@ func BenchmarkHasCellParallel(b *testing.B) {
 	})
 }
 
+// BenchmarkRegister100k registers 100,000 resources in one call: a batch
+// that large must cost about as much per resource as a small one.
+func BenchmarkRegister100k(b *testing.B) {
+	specs := make([]Spec, benchResources)
+	for i := range specs {
+		specs[i] = Spec{ID: fmt.Sprintf("proxy-%06d", i)}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		p, err := New(Config{EventHistory: 1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, _, err := p.Register(specs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/benchResources, "ns/resource")
+}
+
 // BenchmarkMemory100k reports the heap held per resource and per cell: a
 // pool of 100,000 resources with no cells, then the same with 5 cells each.
 func BenchmarkMemory100k(b *testing.B) {

@@ -89,7 +89,8 @@ type cooldown struct {
 // the leases held however many come and go before their expiry. A lease
 // renewed back to an expiry it had before has two entries that match it;
 // only one is kept, so that afterwards the heap holds exactly one entry per
-// live lease. The cost, O(n log n), is amortized over at least n pushes.
+// live lease. The cost, O(n) (O(n log n) when such repeats exist), is
+// amortized over at least n pushes.
 func (p *Pool) compactExpiries() {
 	if len(p.expiries) <= 2*p.leases.len()+1024 {
 		return
@@ -100,8 +101,10 @@ func (p *Pool) compactExpiries() {
 			live = append(live, e)
 		}
 	}
-	slices.SortFunc(live, func(a, b heapEntry[uint64]) int { return cmp.Compare(a.val, b.val) })
-	live = slices.CompactFunc(live, func(a, b heapEntry[uint64]) bool { return a.val == b.val })
+	if len(live) > p.leases.len() { // some lease has two matching entries
+		slices.SortFunc(live, func(a, b heapEntry[uint64]) int { return cmp.Compare(a.val, b.val) })
+		live = slices.CompactFunc(live, func(a, b heapEntry[uint64]) bool { return a.val == b.val })
+	}
 	clear(p.expiries[len(live):])
 	p.expiries = live
 	live.init()

@@ -69,10 +69,9 @@ func (p *Pool) Release(id, token uint64, outcome Outcome) (created bool, err err
 		return false, err
 	}
 	if outcome != 0 {
-		ctx, known := p.findContext(l.context)
-		if !known || p.findCell(l.res, ctx) < 0 {
-			// The outcome creates the cell: charge it first, and refuse
-			// the whole release (the lease stays) if the budget says no.
+		// An outcome that creates the cell is charged first; if the budget
+		// says no, the whole release is refused (the lease stays).
+		if p.gate != nil && !p.hasCell(l.res, l.context) {
 			if err := p.reserve(0, 1); err != nil {
 				return false, err
 			}

@@ -418,8 +418,10 @@ func (p *Pool) Register(specs []Spec) (created []string, existing int, err error
 	if err := p.closedErr(); err != nil {
 		return nil, 0, err
 	}
-	if err := p.reserve(p.countNew(specs), 0); err != nil {
-		return nil, 0, err
+	if p.gate != nil {
+		if err := p.reserve(p.countNew(specs), 0); err != nil {
+			return nil, 0, err
+		}
 	}
 	now := p.clock.Now()
 	for _, s := range specs {
@@ -435,18 +437,28 @@ func (p *Pool) Register(specs []Spec) (created []string, existing int, err error
 }
 
 // countNew returns how many resources Register(specs) would create: the
-// distinct ids the pool does not hold.
+// distinct ids the pool does not hold. A batch of a few is checked for
+// repeats pairwise, a larger one through a set.
 func (p *Pool) countNew(specs []Spec) int {
+	var seen map[string]bool
+	if len(specs) > 8 {
+		seen = make(map[string]bool, len(specs))
+	}
 	n := 0
 	for i, s := range specs {
 		if _, ok := p.lookup(s.ID); ok {
 			continue
 		}
 		repeat := false
-		for _, earlier := range specs[:i] {
-			if earlier.ID == s.ID {
-				repeat = true
-				break
+		if seen != nil {
+			repeat = seen[s.ID]
+			seen[s.ID] = true
+		} else {
+			for _, earlier := range specs[:i] {
+				if earlier.ID == s.ID {
+					repeat = true
+					break
+				}
 			}
 		}
 		if !repeat {
@@ -478,7 +490,7 @@ func (p *Pool) closedErr() error {
 }
 
 // Close ends the pool's life: every later change (Register, Deregister,
-// Acquire, Renew, Release, Report, Admit) fails with an error wrapping
+// Acquire, Renew, Release, Report) fails with an error wrapping
 // ErrPoolClosed and why, and its subscriptions end with why, as do later
 // ones. A call that got the pool before it was closed (a tenant deleted, a
 // server stepping down) then cannot change it, nor charge its Gate, after
@@ -718,15 +730,17 @@ func (p *Pool) HasResource(id string) bool {
 
 // HasCell reports whether statistics exist for the resource in the context,
 // that is whether a Report for them would reuse state rather than create it.
-// It does not allocate. Admit answers the same for a whole Report, its
-// lease included.
+// It does not allocate.
 func (p *Pool) HasCell(resourceID, context string) bool {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	idx, ok := p.lookup(resourceID)
-	if !ok {
-		return false
-	}
+	return ok && p.hasCell(idx, context)
+}
+
+// hasCell reports whether resource idx has a cell for context; the caller
+// holds the lock.
+func (p *Pool) hasCell(idx int32, context string) bool {
 	ctx, ok := p.findContext(context)
 	return ok && p.findCell(idx, ctx) >= 0
 }

@@ -1440,6 +1440,22 @@ func TestGateChargesExactlyWhatThePoolHolds(t *testing.T) {
 			t.Fatalf("%s refused by the gate changed the pool:\nbefore %s\nafter  %s", tt.name, before, after)
 		}
 	}
+	// A large batch with repeats and existing ids is charged for exactly
+	// the distinct new ones.
+	g.mu.Lock()
+	g.refuse = false
+	g.mu.Unlock()
+	var batch []Spec
+	for i := range 60 {
+		batch = append(batch, Spec{ID: fmt.Sprintf("big-%d", i%40)}, Spec{ID: "b"})
+	}
+	if created, _, err := p.Register(batch); err != nil || len(created) != 40 {
+		t.Fatalf("Register(60 specs, 40 distinct new ids) = %d created, %v; want 40", len(created), err)
+	}
+	same("a large Register with repeats")
+	g.mu.Lock()
+	g.refuse = true
+	g.mu.Unlock()
 	// Reusing state is never refused.
 	if _, _, err := p.Register([]Spec{{ID: "b"}}); err != nil {
 		t.Fatalf("Register(existing) with the gate refusing = %v, want nil", err)

@@ -79,7 +79,7 @@ func (p *Pool) Report(rep Report) (created bool, err error) {
 			return false, err
 		}
 	}
-	if !known || p.findCell(idx, ctx) < 0 {
+	if p.gate != nil && (!known || p.findCell(idx, ctx) < 0) {
 		if err := p.reserve(0, 1); err != nil { // the report creates the cell
 			return false, err
 		}
