@@ -81,7 +81,7 @@ type Pool struct {
 	ctxNames   []string         // the first maxDense of them, by id
 	ctxs       []*contextState
 	freeCtxs   []int32 // ids of freed sparse contexts, for new ones
-	dense      []cell // see cells.go
+	dense      []cell  // see cells.go
 	stride     int32
 	sparse     []cell
 	sparseKeys []cellKey // of sparse, by index
