@@ -38,15 +38,38 @@ func waitStatus(t *testing.T, r *running, want int, within time.Duration) time.D
 	return time.Since(start)
 }
 
-func TestHAFailoverKeepsLeasesAndFencesTokens(t *testing.T) {
-	dsn := testenv.Postgres(t)
+// haPair starts two HA servers, a (active) and b (standby), on a fresh
+// PostgreSQL database, with hour-long checkpoint intervals: only the
+// journal makes registrations and leases durable.
+func haPair(t *testing.T) (dsn string, a, b *running) {
+	t.Helper()
+	dsn = testenv.Postgres(t)
 	cfg := func(name string) Config {
-		return Config{Store: dsn, HA: true, HAName: name, HASessionTimeout: time.Second, HAInterval: 100 * time.Millisecond, CheckpointInterval: time.Hour} // only the journal makes r1 and the lease durable
+		return Config{Store: dsn, HA: true, HAName: name, HASessionTimeout: time.Second, HAInterval: 100 * time.Millisecond, CheckpointInterval: time.Hour}
 	}
-	a := start(t, cfg("a"))
+	a = start(t, cfg("a"))
 	waitStatus(t, a, http.StatusOK, 5*time.Second)
-	b := start(t, cfg("b"))
+	b = start(t, cfg("b"))
 	waitStatus(t, b, http.StatusNotFound, 5*time.Second)
+	return dsn, a, b
+}
+
+// endLeaderSession ends the database session of leader a, as when its host
+// dies.
+func endLeaderSession(t *testing.T, dsn string) {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'repool-leader:a'`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestHAFailoverKeepsLeasesAndFencesTokens(t *testing.T) {
+	dsn, a, b := haPair(t)
 	ctx := withKey(a.key)
 
 	_, err := b.pool.Acquire(ctx, &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 60})
@@ -64,14 +87,7 @@ func TestHAFailoverKeepsLeasesAndFencesTokens(t *testing.T) {
 
 	// The leader's database session dies (as when its host does): it must
 	// step down, and the standby must take over.
-	conn, err := pgx.Connect(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'repool-leader:a'`); err != nil {
-		t.Fatal(err)
-	}
+	endLeaderSession(t, dsn)
 	took := waitStatus(t, b, http.StatusOK, 5*time.Second)
 	t.Logf("standby active %v after the leader's session died", took)
 	// The former leader notices at its next session check (HAInterval);
@@ -118,14 +134,7 @@ func TestHAFailoverKeepsLeasesAndFencesTokens(t *testing.T) {
 // (it renews), and does not lease the capacity-1 resource again once the
 // stale one has expired.
 func TestFailoverKeepsALiveLeaseBesideStaleJournalRows(t *testing.T) {
-	dsn := testenv.Postgres(t)
-	cfg := func(name string) Config {
-		return Config{Store: dsn, HA: true, HAName: name, HASessionTimeout: time.Second, HAInterval: 100 * time.Millisecond, CheckpointInterval: time.Hour}
-	}
-	a := start(t, cfg("a"))
-	waitStatus(t, a, http.StatusOK, 5*time.Second)
-	b := start(t, cfg("b"))
-	waitStatus(t, b, http.StatusNotFound, 5*time.Second)
+	dsn, a, b := haPair(t)
 	ctx := withKey(a.key)
 	register := func() {
 		t.Helper()
@@ -147,15 +156,7 @@ func TestFailoverKeepsALiveLeaseBesideStaleJournalRows(t *testing.T) {
 	}
 	live := acq.GetLease()
 
-	// The leader's session ends: b takes over.
-	conn, err := pgx.Connect(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'repool-leader:a'`); err != nil {
-		t.Fatal(err)
-	}
+	endLeaderSession(t, dsn) // b takes over
 	waitStatus(t, b, http.StatusOK, 10*time.Second)
 	if _, err := b.pool.Renew(ctx, &repoolv1.RenewRequest{LeaseId: live.GetLeaseId(), FencingToken: live.GetFencingToken(), TtlSeconds: 60}); err != nil {
 		t.Fatalf("Renew(live lease %s) on the new leader = %v, want OK", live.GetLeaseId(), err)

@@ -254,13 +254,19 @@ func TestRefusedAPIKeyIsInvalidCredentials(t *testing.T) {
 	}
 }
 
-func TestInvalidateDeletesFromRedisOnlyTheFailingToken(t *testing.T) {
-	addr, _ := testenv.Redis(t)
-	fake := fakeserver.Start(t, fakeserver.Config{})
+// twoSidecars returns the token sources of two sidecars that share one
+// Redis and one fake server, and Redis's address.
+func twoSidecars(t *testing.T) (a, b *Source, fake *fakeserver.Server, redisAddr string) {
+	t.Helper()
+	redisAddr, _ = testenv.Redis(t)
+	fake = fakeserver.Start(t, fakeserver.Config{})
 	issuer := dial(t, fake.Addr())
-	rc := &Redis{Addr: addr}
-	a := newSource(t, Config{Issuer: issuer, Redis: rc})
-	b := newSource(t, Config{Issuer: issuer, Redis: rc})
+	rc := &Redis{Addr: redisAddr}
+	return newSource(t, Config{Issuer: issuer, Redis: rc}), newSource(t, Config{Issuer: issuer, Redis: rc}), fake, redisAddr
+}
+
+func TestInvalidateDeletesFromRedisOnlyTheFailingToken(t *testing.T) {
+	a, b, _, addr := twoSidecars(t)
 	old, err := a.Token(context.Background())
 	if err != nil {
 		t.Fatalf("Token() = %v", err)
@@ -364,12 +370,7 @@ func TestSkewLongerThanTheLifetime(t *testing.T) {
 // sidecar left in Redis is refused too, so the one retry after a refusal
 // goes to a token issued for it, not to the shared entry.
 func TestRefusalRefreshSkipsRedis(t *testing.T) {
-	addr, _ := testenv.Redis(t)
-	fake := fakeserver.Start(t, fakeserver.Config{})
-	issuer := dial(t, fake.Addr())
-	rc := &Redis{Addr: addr}
-	a := newSource(t, Config{Issuer: issuer, Redis: rc})
-	b := newSource(t, Config{Issuer: issuer, Redis: rc})
+	a, b, fake, _ := twoSidecars(t)
 	old, err := a.Token(context.Background()) // a holds old; Redis holds old
 	if err != nil {
 		t.Fatal(err)
