@@ -216,3 +216,38 @@ func TestEventStreamRefusedByAnOpenBreaker(t *testing.T) {
 		t.Fatalf("GET events with the breaker open = %d %s (%d upstream), want 503 circuit_open without calling", r.status, r.raw, fake.Calls("SubscribeEvents"))
 	}
 }
+
+// TestEventStreamRefusedBeforeSubscribing: a server that refuses the
+// stream before it subscribes (a standby, say) is answered as a refusal,
+// with its status and reason, not as a 200 stream that ends at once; a
+// refused token is replaced once, as for any call.
+func TestEventStreamRefusedBeforeSubscribing(t *testing.T) {
+	standby := fakeserver.Start(t, fakeserver.Config{
+		SubscribeEvents: func(*repoolv1.SubscribeEventsRequest, grpc.ServerStreamingServer[repoolv1.Event]) error {
+			return status.Error(codes.Unavailable, "not the active server")
+		},
+	})
+	h := start(t, one("p", fast(standby)), sidecar.Options{})
+	r := h.do("GET", "/v1/providers/p/events", "")
+	if r.status != 503 || r.errCode() != "unavailable" || r.header.Get("X-Repool-Fast-Fail") != "upstream" {
+		t.Fatalf("GET events on a standby = %d %s (fast-fail %q), want 503 unavailable, upstream", r.status, r.raw, r.header.Get("X-Repool-Fast-Fail"))
+	}
+
+	// A token revoked since it was issued: refused before the stream
+	// starts, replaced once.
+	fake := fakeserver.Start(t, fakeserver.Config{})
+	h2 := start(t, one("p", fast(fake)), sidecar.Options{})
+	if r := h2.acquire("p"); r.status != 200 {
+		t.Fatalf("acquire = %d %s", r.status, r.raw)
+	}
+	fake.RevokeAll()
+	req, _ := http.NewRequest("GET", h2.base+"/v1/providers/p/events", nil)
+	resp, err := h2.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || fake.Calls("IssueToken") != 2 {
+		t.Fatalf("GET events with a revoked token = %d with %d tokens issued, want 200 after a second token", resp.StatusCode, fake.Calls("IssueToken"))
+	}
+}

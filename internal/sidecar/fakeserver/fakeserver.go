@@ -60,9 +60,11 @@ type Config struct {
 	Release func(ctx context.Context, req *repoolv1.ReleaseRequest) (*repoolv1.ReleaseResponse, error)
 	// Report: default succeeds.
 	Report func(ctx context.Context, req *repoolv1.ReportRequest) (*repoolv1.ReportResponse, error)
-	// SubscribeEvents: default sends nothing and waits for the client to
-	// leave. Like the real server, the fake sends the response headers
-	// first: they tell the client the subscription exists.
+	// SubscribeEvents: default sends the response headers, as the real
+	// server does once it has subscribed (they tell the client the
+	// subscription exists), then nothing, and waits for the client to
+	// leave. A handler set here sends its own headers (its first Send
+	// does), or refuses without them, as a standby does.
 	SubscribeEvents func(req *repoolv1.SubscribeEventsRequest, stream grpc.ServerStreamingServer[repoolv1.Event]) error
 }
 
@@ -268,11 +270,11 @@ func (p poolServer) Report(ctx context.Context, req *repoolv1.ReportRequest) (*r
 }
 
 func (p poolServer) SubscribeEvents(req *repoolv1.SubscribeEventsRequest, stream grpc.ServerStreamingServer[repoolv1.Event]) error {
-	if err := stream.SendHeader(metadata.MD{}); err != nil {
-		return err
-	}
 	if p.s.cfg.SubscribeEvents != nil {
 		return p.s.cfg.SubscribeEvents(req, stream)
+	}
+	if err := stream.SendHeader(metadata.MD{}); err != nil {
+		return err
 	}
 	<-stream.Context().Done()
 	return status.FromContextError(stream.Context().Err()).Err()

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"time"
 
@@ -198,11 +199,16 @@ func (p *Provider) Subscribe(ctx context.Context, req *repoolv1.SubscribeEventsR
 	}
 	s := &EventStream{p: p, ctx: ctx, req: req}
 	tok, err := p.tokens.Token(ctx)
-	if err != nil {
-		p.observe(MethodSubscribeEvents, time.Now(), err)
-		return nil, err
+	if err == nil {
+		err = s.open(tok)
+		if status.Code(err) == codes.Unauthenticated {
+			s.retried = true
+			if tok, err = p.tokens.Refresh(ctx, tok); err == nil {
+				err = s.open(tok)
+			}
+		}
 	}
-	if err := s.open(tok); err != nil {
+	if err != nil {
 		p.observe(MethodSubscribeEvents, time.Now(), err)
 		return nil, err
 	}
@@ -228,9 +234,16 @@ func (s *EventStream) open(tok *token.Token) error {
 		return err
 	}
 	// The server sends its headers once it has subscribed: from then on no
-	// event is missed. A refusal ends the stream without headers (nil, nil)
-	// and surfaces at the first Recv.
-	_, err = stream.Header()
+	// event is missed. A refusal ends the stream without headers (nil, nil);
+	// its status is what Recv returns, and it is returned here, so that the
+	// caller answers the refusal instead of a stream that has ended.
+	md, err := stream.Header()
+	if err != nil || md != nil {
+		return err
+	}
+	if _, err = stream.Recv(); err == nil || errors.Is(err, io.EOF) {
+		err = status.Error(codes.Unavailable, "the event stream ended before the server subscribed")
+	}
 	return err
 }
 
