@@ -55,7 +55,7 @@ func (p *Pool) Renew(id, token uint64, ttl time.Duration) (Lease, error) {
 // unknown outcome and ErrOverBudget when the outcome would create a cell
 // the Gate refuses (the lease is then not released).
 func (p *Pool) Release(id, token uint64, outcome Outcome) (created bool, err error) {
-	if err := CheckOutcome(outcome, true); err != nil {
+	if err := checkOutcome(outcome, true); err != nil {
 		return false, err
 	}
 	p.mu.Lock()
@@ -102,7 +102,10 @@ func (p *Pool) endLease(id uint64, l leaseRec) {
 		}
 	case probeCell:
 		ctx, ok := p.findContext(l.context)
-		if slot := p.findCell(l.res, ctx); ok && slot >= 0 {
+		if !ok {
+			return
+		}
+		if slot := p.findCell(l.res, ctx); slot >= 0 {
 			if c := p.cellAt(slot); c.q.state == qProbing && c.q.until == l.probeOf {
 				c.q.state = qProbation
 				p.ctxs[ctx].probes = append(p.ctxs[ctx].probes, l.res)

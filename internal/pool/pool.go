@@ -375,19 +375,18 @@ func validTTL(ttl time.Duration) error {
 	return nil
 }
 
-// CheckOutcome returns an ErrInvalidArgument unless o is Success, Failure
+// checkOutcome returns an ErrInvalidArgument unless o is Success, Failure
 // or Blocked, or 0 where the outcome is optional (Release).
-func CheckOutcome(o Outcome, optional bool) error {
+func checkOutcome(o Outcome, optional bool) error {
 	if (o == 0 && optional) || (o >= Success && o <= Blocked) {
 		return nil
 	}
 	return fmt.Errorf("%w: outcome %d is not SUCCESS, FAILURE or BLOCKED", ErrInvalidArgument, o)
 }
 
-// CheckSpecs returns the ErrInvalidArgument that Register would return for
-// specs, or nil. It reads no pool, so a caller can check a request before
-// taking from a budget.
-func CheckSpecs(specs []Spec) error {
+// checkSpecs returns the ErrInvalidArgument that Register would return for
+// specs, or nil; it reads no pool, so Register runs it before the lock.
+func checkSpecs(specs []Spec) error {
 	for i, s := range specs {
 		if pr := idProblem(s.ID); pr != "" {
 			return fmt.Errorf("%w: resources[%d].id %s", ErrInvalidArgument, i, pr)
@@ -410,7 +409,7 @@ func CheckSpecs(specs []Spec) error {
 // if any spec is invalid nothing is registered and the error wraps
 // ErrInvalidArgument.
 func (p *Pool) Register(specs []Spec) (created []string, existing int, err error) {
-	if err := CheckSpecs(specs); err != nil {
+	if err := checkSpecs(specs); err != nil {
 		return nil, 0, err
 	}
 	p.mu.Lock()

@@ -30,7 +30,7 @@ type Report struct {
 // call created the cell. Report does not allocate when the cell exists and
 // nothing changes state.
 func (p *Pool) Report(rep Report) (created bool, err error) {
-	if err := rep.Check(); err != nil {
+	if err := rep.check(); err != nil {
 		return false, err
 	}
 	// At 100,000 resources the index entry, the lease, the resource and the
@@ -99,10 +99,10 @@ func (rep Report) subjectOf(l leaseRec, idx int32) error {
 	return nil
 }
 
-// Check returns the ErrInvalidArgument that Pool.Report would return for
-// rep's id, context or outcome, or nil. It reads no pool, so a caller can
-// check a report before taking from a budget.
-func (rep Report) Check() error {
+// check returns the ErrInvalidArgument that Pool.Report would return for
+// rep's id, context, outcome or lease fields, or nil; it reads no pool, so
+// Report runs it before the lock.
+func (rep Report) check() error {
 	if err := validID("resource_id", rep.Resource); err != nil {
 		return err
 	}
@@ -112,7 +112,7 @@ func (rep Report) Check() error {
 	if (rep.LeaseID == 0) != (rep.Token == 0) {
 		return fmt.Errorf("%w: lease_id and fencing_token go together: give both or neither", ErrInvalidArgument)
 	}
-	return CheckOutcome(rep.Outcome, false)
+	return checkOutcome(rep.Outcome, false)
 }
 
 // record applies one outcome for the interned context ctx and reports
@@ -202,7 +202,6 @@ func (p *Pool) cooldown(level uint8) time.Duration {
 	for i := uint8(0); i < level && d < p.cfg.CooldownMax; i++ {
 		d = min(2*d, p.cfg.CooldownMax) // CooldownMax <= maxCooldown: no overflow
 	}
-	d = min(d, p.cfg.CooldownMax)
 	if j := p.cfg.CooldownJitter; j > 0 {
 		d = time.Duration(float64(d) * (1 + j*(2*p.rng.Float64()-1)))
 	}

@@ -102,7 +102,9 @@ func (a *API) events(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	unwatch := context.AfterFunc(a.stopping, cancel)
 	defer unwatch()
+	watched := make(chan struct{})
 	go func() { // ends with ctx at the latest
+		defer close(watched)
 		select {
 		case <-h.Retired:
 			cancel()
@@ -112,6 +114,9 @@ func (a *API) events(w http.ResponseWriter, r *http.Request) {
 		// reading, leaving the end of the body time to go out.
 		_ = rc.SetWriteDeadline(time.Now().Add(streamEndGrace))
 	}()
+	// The deadline is set before the handler returns, never on the
+	// connection's next request (the server clears it after this one).
+	defer func() { cancel(); <-watched }()
 
 	stream, err := h.Provider.Subscribe(ctx, req)
 	if err != nil {
@@ -172,9 +177,7 @@ func (a *API) events(w http.ResponseWriter, r *http.Request) {
 			ok = send(": keepalive\n\n")
 		case res := <-recv:
 			if res.err != nil {
-				if ctx.Err() == nil {
-					send("event: error\ndata: %s\n\n", mustMarshalError(classify(res.err)))
-				}
+				send("event: error\ndata: %s\n\n", mustMarshalError(classify(res.err)))
 				return
 			}
 			raw, err := marshal.Marshal(res.ev) // like every other answer
