@@ -63,9 +63,10 @@ type Checkpointer struct {
 	log *slog.Logger
 
 	round    sync.Mutex             // one round at a time
-	mu       sync.Mutex             // guards needFull and writing
+	mu       sync.Mutex             // guards needFull, writing and syncs
 	needFull map[string]bool        // tenants whose next checkpoint must be full
 	writing  map[string]*sync.Mutex // per tenant ever written: one write at a time
+	syncs    map[string]*syncer     // per tenant ever synced: its group commit
 
 	restoreFailures prometheus.Counter
 	failures        *prometheus.CounterVec
@@ -91,7 +92,7 @@ func New(cfg Config) (*Checkpointer, error) {
 		cfg.Restored = func(string, int, int) {}
 	}
 	c := &Checkpointer{
-		cfg: cfg, log: cfg.Log.With("component", "checkpoint"), needFull: map[string]bool{}, writing: map[string]*sync.Mutex{},
+		cfg: cfg, log: cfg.Log.With("component", "checkpoint"), needFull: map[string]bool{}, writing: map[string]*sync.Mutex{}, syncs: map[string]*syncer{},
 		restoreFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "repool_restore_failures_total", Help: "Tenants skipped at restore because their rows are corrupt.",
 		}),
@@ -270,6 +271,70 @@ func (c *Checkpointer) Persist(ctx context.Context, tenant string, resources []p
 	return c.cfg.Store.SaveCheckpoint(ctx, tenant, cp)
 }
 
+// syncer is one tenant's group commit for Sync: callers that arrive while
+// a write is in flight are answered together by the next one.
+type syncer struct {
+	mu      sync.Mutex
+	running bool         // a goroutine is writing and will look at next again
+	next    []chan error // callers waiting for a write that starts after they came
+}
+
+// Sync returns once everything the tenant's pool changed before the call
+// (the statistics of the reports it has answered) is durable: it writes
+// the tenant's changes, as a round does, in a write that starts after the
+// call. Calls that arrive while a write is in flight share the next one,
+// so a busy tenant pays one transaction per batch of callers. Sync is
+// serialized with the tenant's writes in rounds and with Persist.
+func (c *Checkpointer) Sync(ctx context.Context, tenant string) error {
+	c.mu.Lock()
+	sy, ok := c.syncs[tenant]
+	if !ok {
+		sy = &syncer{}
+		c.syncs[tenant] = sy
+	}
+	c.mu.Unlock()
+	done := make(chan error, 1)
+	sy.mu.Lock()
+	sy.next = append(sy.next, done)
+	if !sy.running {
+		sy.running = true
+		go c.syncLoop(tenant, sy)
+	}
+	sy.mu.Unlock()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// syncLoop writes the tenant's changes for each batch of Sync callers
+// until none waits. It ends by itself; each write is bounded by
+// TenantTimeout.
+func (c *Checkpointer) syncLoop(tenant string, sy *syncer) {
+	for {
+		sy.mu.Lock()
+		batch := sy.next
+		sy.next = nil
+		if len(batch) == 0 {
+			sy.running = false
+			sy.mu.Unlock()
+			return
+		}
+		sy.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.TenantTimeout)
+		err := c.save(ctx, tenant)
+		cancel()
+		if err != nil {
+			c.failures.WithLabelValues(tenant).Inc()
+		}
+		for _, d := range batch {
+			d <- err
+		}
+	}
+}
+
 // SetLeases sets the source of journaled leases restored with each pool
 // (see Config.Leases). Call it before RestoreAll.
 func (c *Checkpointer) SetLeases(f func(ctx context.Context, tenant string) ([]store.LeaseRow, error)) {
@@ -280,6 +345,7 @@ func (c *Checkpointer) SetLeases(f func(ctx context.Context, tenant string) ([]s
 func (c *Checkpointer) Forget(tenant string) {
 	c.mu.Lock()
 	delete(c.needFull, tenant)
+	delete(c.syncs, tenant)
 	c.mu.Unlock()
 }
 

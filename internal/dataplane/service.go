@@ -105,6 +105,10 @@ type Journal interface {
 	// found existing); Deregistered records resources removed.
 	Registered(ctx context.Context, tenant string, ids []string) error
 	Deregistered(ctx context.Context, tenant string, ids []string) error
+	// Reported returns once the statistics of the outcomes reported so far
+	// are durable, or at once if the server does not wait for that (they
+	// then reach the store within its report flush window).
+	Reported(ctx context.Context, tenant string) error
 }
 
 // Pools gives a tenant's pool, creating it on first use. It fails with
@@ -126,8 +130,9 @@ type Config struct {
 	// Active returns nil while this server may serve the data plane, and an
 	// error wrapping ErrNotActive otherwise. Nil means always active.
 	Active func() error
-	// Journal, when set, makes leases and registrations durable before
-	// they are acknowledged (high availability). Nil means in memory only.
+	// Journal, when set, makes leases and registrations (and, if the
+	// server says so, reports) durable before they are acknowledged. Nil
+	// means in memory only (tests).
 	Journal Journal
 	// Audit records a change to a tenant's pool in its audit trail (it must
 	// not block); nil means no audit.
@@ -388,6 +393,11 @@ func (s *Service) Release(ctx context.Context, req *repoolv1.ReleaseRequest) (*r
 		if err := s.cfg.Journal.Ended(ctx, tenant, id); err != nil {
 			s.log.Warn("lease release not journaled", "tenant", tenant, "lease", id, "err", err)
 		}
+		if req.GetOutcome() != repoolv1.Outcome_OUTCOME_UNSPECIFIED {
+			if err := s.cfg.Journal.Reported(ctx, tenant); err != nil {
+				return nil, s.notDurable(ctx, "outcome", err)
+			}
+		}
 	}
 	return &repoolv1.ReleaseResponse{}, nil
 }
@@ -408,7 +418,7 @@ func (s *Service) notDurable(ctx context.Context, what string, err error) error 
 // tenant's cell budget, after it has checked the report (bad input, an
 // unknown resource or lease, a stale token are refused as such).
 func (s *Service) Report(ctx context.Context, req *repoolv1.ReportRequest) (*repoolv1.ReportResponse, error) {
-	_, p, err := s.tenantPool(ctx)
+	tenant, p, err := s.tenantPool(ctx)
 	if err != nil {
 		return nil, toStatus(s.log, err)
 	}
@@ -420,6 +430,11 @@ func (s *Service) Report(ctx context.Context, req *repoolv1.ReportRequest) (*rep
 	}
 	if _, err := p.Report(rep); err != nil {
 		return nil, toStatus(s.log, err)
+	}
+	if s.cfg.Journal != nil {
+		if err := s.cfg.Journal.Reported(ctx, tenant); err != nil {
+			return nil, s.notDurable(ctx, "report", err)
+		}
 	}
 	return &repoolv1.ReportResponse{}, nil
 }

@@ -508,6 +508,7 @@ func (j *failingJournal) Registered(ctx context.Context, _ string, ids []string)
 func (j *failingJournal) Deregistered(ctx context.Context, _ string, _ []string) error {
 	return j.fail(ctx)
 }
+func (j *failingJournal) Reported(ctx context.Context, _ string) error { return j.fail(ctx) }
 
 // TestJournalFailures: a change the journal could not make durable is
 // taken back and answered UNAVAILABLE "not the active server" without the
@@ -547,6 +548,18 @@ func TestJournalFailures(t *testing.T) {
 	}
 	if _, err := e.client.Deregister(a, &repoolv1.DeregisterRequest{ResourceIds: []string{"r"}}); status.Code(err) != codes.Unavailable {
 		t.Fatalf("retried Deregister with the journal failing = %v, want UNAVAILABLE, not an undurable OK", err)
+	}
+
+	// A report whose statistics could not be made durable (durable
+	// reports) is not acknowledged.
+	j.set(false, nil)
+	if _, err := e.client.Register(a, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "r2"}}}); err != nil {
+		t.Fatal(err)
+	}
+	j.set(true, errors.New("disk full"))
+	_, err = e.client.Report(a, &repoolv1.ReportRequest{ResourceId: "r2", Context: "x", Outcome: repoolv1.Outcome_SUCCESS})
+	if status.Code(err) != codes.Unavailable || strings.Contains(status.Convert(err).Message(), "disk") {
+		t.Fatalf("Report with the journal failing = %v, want UNAVAILABLE without the store's text", err)
 	}
 }
 

@@ -15,11 +15,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/repool/repool/internal/store/postgres"
 )
 
-// LockID is the advisory lock key of the leader election. It differs from
-// the lock goose takes for migrations.
-const LockID int64 = 0x7265706f6f6c // "repool"
+// LockID is the advisory lock key of the leader election: the store's
+// writer lock, so that a server outside the group and the group's active
+// server never write at once.
+const LockID = postgres.WriterLockID
 
 // Config tunes an Elector. DSN is required; zero durations take defaults.
 type Config struct {

@@ -25,8 +25,21 @@ type Config struct {
 	HTTPAddr string
 	// Store is sqlite:PATH or postgres://... Default sqlite:./data/repool.db.
 	Store string
-	// CheckpointInterval is the time between checkpoint rounds. Default 10s.
+	// CheckpointInterval is the time between compactions of the lease
+	// journal (journaled leases that expired are removed). Default 10s.
 	CheckpointInterval time.Duration
+	// ReportFlush is the longest time between a report's acknowledgement
+	// and its statistics reaching the store: every ReportFlush the pools'
+	// changes are written (incrementally). A crash loses at most this
+	// window of statistics. Default 1s.
+	ReportFlush time.Duration
+	// DurableReports answers Report (and Release with an outcome) only
+	// once its statistics are durable, group-committed per tenant, so a
+	// crash loses none. Default off.
+	DurableReports bool
+	// StoreSharedFiles lets the server open a SQLite store whose files
+	// other local users may read. Default off: such a store is refused.
+	StoreSharedFiles bool
 	// TokenTTL is the lifetime of tokens from AuthService.IssueToken.
 	// Default 15m.
 	TokenTTL time.Duration
@@ -88,6 +101,9 @@ func (c Config) WithDefaults() Config {
 	if c.CheckpointInterval == 0 {
 		c.CheckpointInterval = 10 * time.Second
 	}
+	if c.ReportFlush == 0 {
+		c.ReportFlush = time.Second
+	}
 	if c.TokenTTL == 0 {
 		c.TokenTTL = 15 * time.Minute
 	}
@@ -142,6 +158,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.CheckpointInterval < 100*time.Millisecond:
 		return fmt.Errorf("config: checkpoint_interval %v is below 100ms", c.CheckpointInterval)
+	case c.ReportFlush < 10*time.Millisecond || c.ReportFlush > time.Minute:
+		return fmt.Errorf("config: report_flush %v is outside [10ms, 1m]", c.ReportFlush)
 	case c.TokenTTL < time.Minute || c.TokenTTL > 24*time.Hour:
 		return fmt.Errorf("config: token_ttl %v is outside [1m, 24h]", c.TokenTTL)
 	case c.OperatorTokenTTL < time.Minute:

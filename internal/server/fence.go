@@ -9,17 +9,16 @@ import (
 	"github.com/repool/repool/internal/store"
 )
 
-// fenceCounter wraps an HA store and counts the writes the store refused
-// because this server's epoch was no longer current: a deposed leader that
-// kept trying to write. Each such write changed nothing.
+// fenceCounter wraps the store and counts the writes it refused because
+// this server's epoch was no longer current: a deposed server that kept
+// trying to write. Each such write changed nothing.
 type fenceCounter struct {
 	store.Store
-	ha      store.HA
 	refused prometheus.Counter
 }
 
-func newFenceCounter(st store.Store, h store.HA, reg prometheus.Registerer) *fenceCounter {
-	f := &fenceCounter{Store: st, ha: h, refused: prometheus.NewCounter(prometheus.CounterOpts{
+func newFenceCounter(st store.Store, reg prometheus.Registerer) *fenceCounter {
+	f := &fenceCounter{Store: st, refused: prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "repool_store_fenced_writes_total",
 		Help: "Writes refused because a successor raised the epoch (this server had been deposed).",
 	})}
@@ -43,20 +42,14 @@ func (f *fenceCounter) AppendAudit(ctx context.Context, e store.AuditEntry) (sto
 	return out, f.count(err)
 }
 
-func (f *fenceCounter) SetFence(epoch uint32) { f.ha.SetFence(epoch) }
-
-func (f *fenceCounter) DSN() string { return f.ha.DSN() }
-
 func (f *fenceCounter) WriteLeases(ctx context.Context, tenant string, put []store.LeaseRow, del []uint64) error {
-	return f.count(f.ha.WriteLeases(ctx, tenant, put, del))
-}
-
-func (f *fenceCounter) LoadLeases(ctx context.Context, tenant string) ([]store.LeaseRow, error) {
-	return f.ha.LoadLeases(ctx, tenant)
+	return f.count(f.Store.WriteLeases(ctx, tenant, put, del))
 }
 
 func (f *fenceCounter) PruneLeases(ctx context.Context, before int64) error {
-	return f.count(f.ha.PruneLeases(ctx, before))
+	return f.count(f.Store.PruneLeases(ctx, before))
 }
 
-var _ store.HA = (*fenceCounter)(nil)
+// unwrap returns the store that f wraps, for the interfaces it does not
+// forward (store.HA, store.WriterLock).
+func (f *fenceCounter) unwrap() store.Store { return f.Store }

@@ -12,16 +12,12 @@ import (
 
 	"github.com/repool/repool/internal/dataplane"
 	"github.com/repool/repool/internal/ha"
-	"github.com/repool/repool/internal/journal"
-	"github.com/repool/repool/internal/pool"
 	"github.com/repool/repool/internal/store"
 )
 
 // haState is what a server in the active/standby group adds.
 type haState struct {
-	st      store.HA
 	elector *ha.Elector
-	journal *journal.Writer
 
 	mu   sync.Mutex
 	term *ha.Term
@@ -31,8 +27,8 @@ type haState struct {
 	isActive  prometheus.Gauge
 }
 
-func newHA(s *Server, cfg Config) (*haState, error) {
-	st, ok := s.store.(store.HA)
+func newHA(s *Server, cfg Config, raw store.Store) (*haState, error) {
+	st, ok := raw.(store.HA)
 	if !ok {
 		return nil, errors.New("ha: the store does not support high availability (use postgres://)")
 	}
@@ -40,18 +36,13 @@ func newHA(s *Server, cfg Config) (*haState, error) {
 	if err != nil {
 		return nil, err
 	}
-	jw, err := journal.New(st, 5*time.Second, s.reg)
-	if err != nil {
-		return nil, err
-	}
 	h := &haState{
-		st: st, elector: el, journal: jw,
+		elector:   el,
 		takeovers: prometheus.NewCounter(prometheus.CounterOpts{Name: "repool_ha_takeovers_total", Help: "Times this server became active."}),
 		stepdowns: prometheus.NewCounter(prometheus.CounterOpts{Name: "repool_ha_stepdowns_total", Help: "Times this server lost leadership."}),
 		isActive:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "repool_ha_active", Help: "1 while this server is the active one."}),
 	}
 	s.reg.MustRegister(h.takeovers, h.stepdowns, h.isActive)
-	s.cp.SetLeases(st.LoadLeases)
 	return h, nil
 }
 
@@ -142,10 +133,10 @@ func (s *Server) takeOver(ctx context.Context, term *ha.Term) (stop func(), err 
 	if err != nil {
 		return nil, fmt.Errorf("raising the epoch: %w", err)
 	}
-	s.ha.st.SetFence(epoch)
+	s.store.SetFence(epoch)
 	// The journal is open before the first call is served.
 	lctx, cancel := context.WithCancel(s.life)
-	journalDone := s.ha.journal.Start(lctx)
+	journalDone := s.journal.Start(lctx)
 	if err := s.becomeActive(ctx, epoch); err != nil {
 		cancel()
 		journalDone()
@@ -154,10 +145,7 @@ func (s *Server) takeOver(ctx context.Context, term *ha.Term) (stop func(), err 
 	s.ha.takeovers.Inc()
 	s.ha.isActive.Set(1)
 	loops := s.activeLoops(lctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); s.pruneLeases(lctx) }()
-	return func() { cancel(); loops(); wg.Wait(); journalDone() }, nil
+	return func() { cancel(); loops(); journalDone() }, nil
 }
 
 // stepDown stops serving at once and forgets the in-memory state: the next
@@ -174,44 +162,4 @@ func (s *Server) stepDown() {
 		s.budget.Forget(t)
 		s.cp.Forget(t)
 	}
-}
-
-// pruneLeases removes journaled leases that expired a while ago.
-func (s *Server) pruneLeases(ctx context.Context) {
-	t := time.NewTicker(10 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := s.ha.st.PruneLeases(ctx, s.clock.Now().Add(-time.Minute).UnixNano()); err != nil && ctx.Err() == nil {
-				s.log.Warn("pruning the lease journal", "err", err)
-			}
-		}
-	}
-}
-
-// haJournal makes leases and registrations durable before they are
-// acknowledged.
-type haJournal struct{ s *Server }
-
-func (j haJournal) Leased(ctx context.Context, tenant string, l pool.Lease) error {
-	return j.s.ha.journal.Leased(ctx, tenant, l)
-}
-
-func (j haJournal) Ended(ctx context.Context, tenant string, id uint64) error {
-	return j.s.ha.journal.Ended(ctx, tenant, id)
-}
-
-func (j haJournal) Registered(ctx context.Context, tenant string, ids []string) error {
-	p, ok := j.s.pools.Lookup(tenant)
-	if !ok {
-		return fmt.Errorf("tenant %s has no pool", tenant)
-	}
-	return j.s.cp.Persist(ctx, tenant, p.States(ids), nil)
-}
-
-func (j haJournal) Deregistered(ctx context.Context, tenant string, ids []string) error {
-	return j.s.cp.Persist(ctx, tenant, nil, ids)
 }

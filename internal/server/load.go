@@ -21,7 +21,7 @@ type binding struct {
 }
 
 // switches are the bindings given as bare flags (--ha means --ha=true).
-var switches = map[string]bool{"ha": true}
+var switches = map[string]bool{"ha": true, "durable-reports": true, "store-shared-files": true}
 
 // textValue is a flag whose text a binding parses later, after the file
 // and the environment. Unlike a flag.String, -h shows its default
@@ -67,6 +67,14 @@ func i64(f func(*Config) *int64) func(*Config, string) error {
 	}
 }
 
+func boolean(f func(*Config) *bool) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		b, err := strconv.ParseBool(v)
+		*f(c) = b
+		return err
+	}
+}
+
 func integer(f func(*Config) *int) func(*Config, string) error {
 	return func(c *Config, v string) error {
 		n, err := strconv.Atoi(v)
@@ -83,7 +91,10 @@ func bindings() []binding {
 		{"grpc-addr", "`host:port` the data plane (gRPC, h2c) listens on", d.GRPCAddr, str(func(c *Config) *string { return &c.GRPCAddr })},
 		{"http-addr", "`host:port` the HTTP server (health, metrics, control plane) listens on", d.HTTPAddr, str(func(c *Config) *string { return &c.HTTPAddr })},
 		{"store", "store `URL`: sqlite:PATH or postgres://...", d.Store, str(func(c *Config) *string { return &c.Store })},
-		{"checkpoint-interval", "time between checkpoints (`duration`)", d.CheckpointInterval.String(), dur(func(c *Config) *time.Duration { return &c.CheckpointInterval })},
+		{"checkpoint-interval", "time between compactions of the lease journal (`duration`)", d.CheckpointInterval.String(), dur(func(c *Config) *time.Duration { return &c.CheckpointInterval })},
+		{"report-flush", "longest time before a report's statistics reach the store (`duration`); a crash loses at most this window", d.ReportFlush.String(), dur(func(c *Config) *time.Duration { return &c.ReportFlush })},
+		{"durable-reports", "answer a report only once its statistics are durable (group-committed)", "false", boolean(func(c *Config) *bool { return &c.DurableReports })},
+		{"store-shared-files", "open a SQLite store whose files other local users may read (refused by default)", "false", boolean(func(c *Config) *bool { return &c.StoreSharedFiles })},
 		{"token-ttl", "lifetime of tokens from AuthService.IssueToken (`duration`)", d.TokenTTL.String(), dur(func(c *Config) *time.Duration { return &c.TokenTTL })},
 		{"operator-token-ttl", "lifetime of the operator token printed on first start (`duration`)", d.OperatorTokenTTL.String(), dur(func(c *Config) *time.Duration { return &c.OperatorTokenTTL })},
 		{"global-resources", "global budget of resources (`n`)", strconv.FormatInt(d.GlobalResources, 10), i64(func(c *Config) *int64 { return &c.GlobalResources })},
@@ -97,11 +108,7 @@ func bindings() []binding {
 		{"max-streams", "default per-tenant limit on event streams (`n`)", strconv.Itoa(d.MaxStreams), integer(func(c *Config) *int { return &c.MaxStreams })},
 		{"max-leases", "default per-tenant limit on outstanding leases (`n`; 0: none)", strconv.Itoa(d.MaxLeases), integer(func(c *Config) *int { return &c.MaxLeases })},
 		{"shutdown-grace", "bound on the graceful drain at shutdown (`duration`)", d.ShutdownGrace.String(), dur(func(c *Config) *time.Duration { return &c.ShutdownGrace })},
-		{"ha", "join the active/standby group (postgres store only)", "false", func(c *Config, v string) error {
-			b, err := strconv.ParseBool(v)
-			c.HA = b
-			return err
-		}},
+		{"ha", "join the active/standby group (postgres store only)", "false", boolean(func(c *Config) *bool { return &c.HA })},
 		{"ha-name", "this server's `name` in the leader election (default: the gRPC address)", "", str(func(c *Config) *string { return &c.HAName })},
 		{"ha-session-timeout", "how long a silent leader keeps the lock (`duration`)", d.HASessionTimeout.String(), dur(func(c *Config) *time.Duration { return &c.HASessionTimeout })},
 		{"ha-interval", "how often a standby tries the lock and the leader checks its session (`duration`)", d.HAInterval.String(), dur(func(c *Config) *time.Duration { return &c.HAInterval })},

@@ -73,7 +73,7 @@ func TestLoad(t *testing.T) {
 
 // TestLoadUsage: -h names every flag's value (a back-quoted word in its
 // usage) instead of the flag package's "value" or "string", and shows the
-// --ha switch bare.
+// switches (--ha, --durable-reports, --store-shared-files) bare.
 func TestLoadUsage(t *testing.T) {
 	var out strings.Builder
 	fs := flag.NewFlagSet("server", flag.ContinueOnError)
@@ -84,9 +84,9 @@ func TestLoadUsage(t *testing.T) {
 	fs.VisitAll(func(f *flag.Flag) {
 		name, _ := flag.UnquoteUsage(f)
 		switch {
-		case f.Name == "ha" && name != "":
-			t.Errorf("-h shows -ha %s, want the bare switch", name)
-		case f.Name != "ha" && (name == "" || name == "value" || name == "string"):
+		case switches[f.Name] && name != "":
+			t.Errorf("-h shows -%s %s, want the bare switch", f.Name, name)
+		case !switches[f.Name] && (name == "" || name == "value" || name == "string"):
 			t.Errorf("-h shows -%s %q, want a name for its value", f.Name, name)
 		}
 	})

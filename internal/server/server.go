@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -36,6 +37,7 @@ import (
 	"github.com/repool/repool/internal/clock"
 	"github.com/repool/repool/internal/control"
 	"github.com/repool/repool/internal/dataplane"
+	"github.com/repool/repool/internal/journal"
 	"github.com/repool/repool/internal/pool"
 	"github.com/repool/repool/internal/ratelimit"
 	"github.com/repool/repool/internal/store"
@@ -67,6 +69,8 @@ type Server struct {
 	reg       *prometheus.Registry
 
 	store   store.Store
+	claim   store.Claim // this process's hold on the store; nil with Config.HA
+	journal *journal.Writer
 	signer  *token.Signer
 	epoch   atomic.Uint32
 	ha      *haState // nil unless Config.HA
@@ -80,14 +84,17 @@ type Server struct {
 	control *control.API
 	health  *health.Server
 
-	life   context.Context // cancelled when Run begins to shut down
-	stop   context.CancelFunc
-	ready  atomic.Bool // restored (standby: connected) and serving
-	lead   atomic.Bool // the active server
-	grpc   *grpc.Server
-	http   *http.Server
-	grpcLn net.Listener
-	httpLn net.Listener
+	life  context.Context // cancelled when Run begins to shut down
+	stop  context.CancelFunc
+	ready atomic.Bool // restored (standby: connected) and serving
+	lead  atomic.Bool // the active server
+	lost  atomic.Bool // the store's claim was lost: write nothing more
+	// journalDone stops a single server's lease journal and waits for it.
+	journalDone func()
+	grpc        *grpc.Server
+	http        *http.Server
+	grpcLn      net.Listener
+	httpLn      net.Listener
 
 	limitsMu sync.RWMutex
 	limits   map[string]store.Limits // per-tenant overrides
@@ -123,6 +130,9 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 					ln.Close()
 				}
 			}
+			if s.claim != nil {
+				s.claim.Release()
+			}
 			if s.store != nil {
 				s.store.Close()
 			}
@@ -134,11 +144,20 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	if cfg.HA {
 		dsn = haDSN(dsn, cfg.HASessionTimeout)
 	}
-	if s.store, err = open.Store(ctx, dsn, store.Options{Clock: opts.Clock}); err != nil {
+	raw, err := open.Store(ctx, dsn, store.Options{Clock: opts.Clock, SharedFiles: cfg.StoreSharedFiles})
+	if err != nil {
 		return nil, fmt.Errorf("opening the store: %w", err)
 	}
-	if h, ok := s.store.(store.HA); ok && cfg.HA {
-		s.store = newFenceCounter(s.store, h, s.reg)
+	s.store = newFenceCounter(raw, s.reg)
+	if !cfg.HA {
+		// One writer per store: a second server on the same store stops
+		// here, before it writes anything. HA servers share the store and
+		// take turns through the leader election instead.
+		if wl, ok := raw.(store.WriterLock); ok {
+			if s.claim, err = wl.LockWriter(ctx); err != nil {
+				return nil, err
+			}
+		}
 	}
 	key, err := s.store.SigningKey(ctx)
 	if err != nil {
@@ -162,8 +181,11 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 		return nil, err
 	}
 	s.pools = tenants.NewRegistry(s.newPool)
+	if s.journal, err = journal.New(s.store, 5*time.Second, s.reg); err != nil {
+		return nil, err
+	}
 	if s.cp, err = checkpoint.New(checkpoint.Config{
-		Store: s.store, Pools: s.pools, Metrics: s.reg, Clock: opts.Clock, Log: opts.Log,
+		Store: s.store, Pools: s.pools, Leases: s.store.LoadLeases, Metrics: s.reg, Clock: opts.Clock, Log: opts.Log,
 		Restored: func(tenant string, resources, cells int) {
 			// Restored state is accounted before traffic, even above a limit.
 			_ = s.budget.Account(tenant, budget.Resources, int64(resources))
@@ -172,15 +194,13 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	}); err != nil {
 		return nil, err
 	}
-	var jr dataplane.Journal
 	if cfg.HA {
-		if s.ha, err = newHA(s, cfg); err != nil {
+		if s.ha, err = newHA(s, cfg, raw); err != nil {
 			return nil, err
 		}
-		jr = haJournal{s}
 	}
 	if s.svc, err = dataplane.New(dataplane.Config{
-		Pools: s.pools, Auth: s.auth, Limiter: s.limiter, Journal: jr,
+		Pools: s.pools, Auth: s.auth, Limiter: s.limiter, Journal: durability{s},
 		MaxStreams: s.maxStreams, Active: s.active, Metrics: s.reg, Log: opts.Log,
 		Audit: func(tenant, actor, action, detail string) {
 			s.audit.Record(store.AuditEntry{TenantID: tenant, Actor: actor, Action: action, Detail: detail})
@@ -210,6 +230,10 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("raising the epoch: %w", err)
 	}
+	s.store.SetFence(epoch)
+	// The journal is open before the first call is served; Run stops it
+	// after the last one.
+	s.journalDone = s.journal.Start(s.life)
 	if err := s.becomeActive(ctx, epoch); err != nil {
 		return nil, err
 	}
@@ -474,16 +498,22 @@ func (s *Server) Run(ctx context.Context) error {
 		runErr = s.runHA(ctx, errc)
 	} else {
 		stop := s.activeLoops(s.life)
+		lost := make(chan error, 1)
+		wctx, cancel := context.WithCancel(s.life)
+		go func() { lost <- s.watchClaim(wctx) }()
 		select {
 		case <-ctx.Done():
 		case runErr = <-errc:
 			s.log.Error("listener failed", "err", runErr)
+		case runErr = <-lost:
+			s.log.Error("lost the store; stopping without writing", "err", runErr)
 		}
+		cancel()
 		// As in runHA: no periodic checkpoint races the final one.
 		stop()
 	}
 	s.log.Info("shutting down")
-	wasActive := s.lead.Load()
+	wasActive := s.lead.Load() && !s.lost.Load()
 	s.ready.Store(false)
 	s.lead.Store(false)
 	s.health.Shutdown()
@@ -499,6 +529,9 @@ func (s *Server) Run(ctx context.Context) error {
 	defer cancel()
 	_ = s.http.Shutdown(hctx)
 	s.stop()
+	if s.journalDone != nil {
+		s.journalDone()
+	}
 	if wasActive {
 		if err := s.cp.Round(hctx); err != nil {
 			s.log.Error("final checkpoint incomplete", "err", err)
@@ -511,19 +544,70 @@ func (s *Server) Run(ctx context.Context) error {
 	if err := s.store.Close(); err != nil && runErr == nil {
 		runErr = err
 	}
+	if s.claim != nil {
+		s.claim.Release()
+	}
 	return runErr
 }
 
-// activeLoops starts what the active server runs in the background —
-// periodic checkpoints and the expiry tick — and returns a function that
-// stops them and waits.
+// watchClaim checks every second that this server still holds its store
+// and returns why once it does not (nil when ctx ends). From that moment
+// it serves nothing and writes nothing more: another server may own the
+// store now.
+func (s *Server) watchClaim(ctx context.Context) error {
+	if s.claim == nil {
+		<-ctx.Done()
+		return nil
+	}
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := s.claim.Check(cctx)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				s.lost.Store(true)
+				s.lead.Store(false)
+				s.store.SetFence(math.MaxUint32) // every later write is refused
+				return fmt.Errorf("store %s: %w", redact(s.cfg.Store), err)
+			}
+		}
+	}
+}
+
+// activeLoops starts what the active server runs in the background — the
+// report flush (the pools' changes written every ReportFlush), the lease
+// journal's compaction every CheckpointInterval, and the expiry tick — and
+// returns a function that stops them and waits.
 func (s *Server) activeLoops(ctx context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); s.cp.Run(ctx, s.cfg.CheckpointInterval) }()
-	go func() { defer wg.Done(); s.tick(ctx) }()
+	wg.Go(func() { s.cp.Run(ctx, s.cfg.ReportFlush) })
+	wg.Go(func() { s.compact(ctx) })
+	wg.Go(func() { s.tick(ctx) })
 	return func() { cancel(); wg.Wait() }
+}
+
+// compact removes journaled leases that expired a while ago, every
+// CheckpointInterval. A restore drops expired leases anyway; pruning keeps
+// the journal as small as the leases outstanding.
+func (s *Server) compact(ctx context.Context) {
+	t := time.NewTicker(s.cfg.CheckpointInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := s.store.PruneLeases(ctx, s.clock.Now().Add(-time.Minute).UnixNano()); err != nil && ctx.Err() == nil {
+				s.log.Warn("pruning the lease journal", "err", err)
+			}
+		}
+	}
 }
 
 func (s *Server) closeStreams(why error) {

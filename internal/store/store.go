@@ -145,6 +145,23 @@ type Store interface {
 	// HasCheckpoint false.
 	LoadCheckpoint(ctx context.Context, tenantID string) (PoolState, error)
 
+	// SetFence makes every later write of the serving server's state
+	// (checkpoints, the lease journal, the audit trail) check, in the
+	// writing transaction, that the persisted epoch is still epoch; if a
+	// successor has raised it the write fails with ErrFenced and changes
+	// nothing. Zero turns fencing off.
+	SetFence(epoch uint32)
+	// WriteLeases records leases granted or renewed (put) and ended (del)
+	// for a tenant, in one fenced transaction: the lease journal, written
+	// before a lease is acknowledged so that a restarted server or a
+	// standby taking over restores every lease a client may hold.
+	WriteLeases(ctx context.Context, tenantID string, put []LeaseRow, del []uint64) error
+	// LoadLeases returns the tenant's journaled leases, ordered by id.
+	LoadLeases(ctx context.Context, tenantID string) ([]LeaseRow, error)
+	// PruneLeases removes journaled leases of every tenant that expired
+	// before the given unix-nanosecond time (fenced).
+	PruneLeases(ctx context.Context, before int64) error
+
 	// Close releases the database handles. Calls after Close fail.
 	Close() error
 }
@@ -153,29 +170,44 @@ type Store interface {
 // PostgreSQL store implements it: high availability needs a shared
 // database.
 type HA interface {
-	// SetFence makes every later write of the active server's state
-	// (checkpoints, the lease journal, the audit trail) check, in the
-	// writing transaction, that the persisted epoch is still epoch; if a
-	// successor has raised it the write fails with ErrFenced and changes
-	// nothing. Zero turns fencing off.
-	SetFence(epoch uint32)
-	// WriteLeases records leases granted or renewed (put) and ended (del)
-	// for a tenant, in one fenced transaction.
-	WriteLeases(ctx context.Context, tenantID string, put []LeaseRow, del []uint64) error
-	// LoadLeases returns the tenant's journaled leases.
-	LoadLeases(ctx context.Context, tenantID string) ([]LeaseRow, error)
-	// PruneLeases removes journaled leases of every tenant that expired
-	// before the given unix-nanosecond time (fenced).
-	PruneLeases(ctx context.Context, before int64) error
+	Store
 	// DSN is the connection string, for the leader election's own session.
 	DSN() string
 }
+
+// WriterLock is implemented by stores that can tell whether another server
+// writes to the same database. A server that is not in an active/standby
+// group claims the store with LockWriter before it writes anything, and
+// stops serving when Lost reports an error.
+type WriterLock interface {
+	// LockWriter claims the store for this process. It fails with an error
+	// wrapping ErrLocked, naming the store and, where it can, the other
+	// process, if another process holds the claim.
+	LockWriter(ctx context.Context) (Claim, error)
+}
+
+// Claim is a store held by one writer.
+type Claim interface {
+	// Check returns nil while the claim still holds, and an error saying
+	// why once it does not (the database file replaced or removed, the
+	// database session that held the lock gone).
+	Check(ctx context.Context) error
+	// Release gives the claim up.
+	Release()
+}
+
+// ErrLocked: another process holds the store's writer claim.
+var ErrLocked = errors.New("store: in use by another server")
 
 // Options configure an implementation. The zero value is ready to use.
 type Options struct {
 	// Clock stamps CreatedAt, DeletedAt, RevokedAt, audit At (when zero) and
 	// checkpoint save times. Nil means clock.Real{}.
 	Clock clock.Clock
+	// SharedFiles lets a file store (SQLite) open a database whose file
+	// other local users may read or write. By default such a file is
+	// refused: it holds the signing key and every tenant's key digests.
+	SharedFiles bool
 }
 
 // Now returns the current time from o.Clock (the wall clock if nil), in UTC

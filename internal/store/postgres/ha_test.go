@@ -7,55 +7,13 @@ import (
 	"testing"
 
 	"github.com/repool/repool/internal/store"
+	"github.com/repool/repool/internal/store/storetest"
 	"github.com/repool/repool/internal/testenv"
 )
 
 func TestFenceRefusesADeposedLeader(t *testing.T) {
 	dsn := testenv.Postgres(t)
-	ctx := context.Background()
-	old, successor := openTest(t, dsn, store.Options{}), openTest(t, dsn, store.Options{})
-	if _, err := old.CreateTenant(ctx, store.Tenant{ID: "acme", Name: "Acme"}); err != nil {
-		t.Fatal(err)
-	}
-	e1, err := old.BumpEpoch(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	old.SetFence(e1)
-	cp := store.Checkpoint{Full: true, FencingHWM: 7, Resources: []store.ResourceRow{{ID: "r1", Capacity: 1}}}
-	if err := old.SaveCheckpoint(ctx, "acme", cp); err != nil {
-		t.Fatalf("SaveCheckpoint(current leader) = %v", err)
-	}
-	if err := old.WriteLeases(ctx, "acme", []store.LeaseRow{{ID: 1, ResourceID: "r1", Context: "x", Token: 7, ExpiresAt: 99}}, nil); err != nil {
-		t.Fatalf("WriteLeases(current leader) = %v", err)
-	}
-
-	e2, err := successor.BumpEpoch(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	successor.SetFence(e2)
-	stale := store.Checkpoint{Full: true, FencingHWM: 8, Resources: []store.ResourceRow{{ID: "stale", Capacity: 1}}}
-	for name, err := range map[string]error{
-		"SaveCheckpoint": old.SaveCheckpoint(ctx, "acme", stale),
-		"WriteLeases":    old.WriteLeases(ctx, "acme", nil, []uint64{1}),
-		"AppendAudit":    second(old.AppendAudit(ctx, store.AuditEntry{TenantID: "acme", Actor: "x", Action: "stale"})),
-	} {
-		if !errors.Is(err, store.ErrFenced) {
-			t.Errorf("%s by the deposed leader = %v, want ErrFenced", name, err)
-		}
-	}
-	st, err := successor.LoadCheckpoint(ctx, "acme")
-	if err != nil || len(st.Resources) != 1 || st.Resources[0].ID != "r1" || st.FencingHWM != 7 {
-		t.Fatalf("LoadCheckpoint after stale writes = %+v, %v; want the leader's r1 and hwm 7", st, err)
-	}
-	leases, err := successor.LoadLeases(ctx, "acme")
-	if err != nil || len(leases) != 1 || leases[0].Token != 7 {
-		t.Fatalf("LoadLeases = %+v, %v; want the journaled lease kept", leases, err)
-	}
-	if err := successor.SaveCheckpoint(ctx, "acme", stale); err != nil {
-		t.Fatalf("SaveCheckpoint(new leader) = %v", err)
-	}
+	storetest.Fence(t, openTest(t, dsn, store.Options{}), openTest(t, dsn, store.Options{}))
 }
 
 // TestWriteLeasesChangesNothingWhenItFails: a lease journal write that

@@ -42,6 +42,9 @@ func (s *Store) SaveCheckpoint(ctx context.Context, tenantID string, cp store.Ch
 	}
 	now := s.opts.Now()
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := s.checkFence(ctx, tx); err != nil {
+			return err
+		}
 		if err := liveTenant(ctx, tx, tenantID); err != nil {
 			return err
 		}

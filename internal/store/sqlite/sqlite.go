@@ -17,6 +17,7 @@ import (
 	"io/fs"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/pressly/goose/v3"
@@ -42,6 +43,10 @@ type Store struct {
 	w    *sql.DB // exactly one connection: every write
 	r    *sql.DB // read-only connections (== w for Memory)
 	opts store.Options
+
+	path   string        // the database file; "" for Memory
+	fileID fileID        // the database file opened, to tell it was replaced
+	fence  atomic.Uint32 // epoch this server's writes must still hold; 0: unfenced
 }
 
 var _ store.Store = (*Store)(nil)
@@ -64,7 +69,11 @@ func Open(ctx context.Context, path string, opts store.Options) (*Store, error) 
 		}
 		s.r = s.w
 	} else {
-		s.w, err = sql.Open("sqlite", path+"?"+pragmas+"&_pragma=journal_mode(WAL)&_txlock=immediate")
+		if err := prepareFile(path, opts.SharedFiles); err != nil {
+			return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+		}
+		s.path = path
+		s.w, err = sql.Open("sqlite", path+"?"+pragmas+"&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_txlock=immediate")
 		if err != nil {
 			return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 		}
@@ -86,6 +95,14 @@ func Open(ctx context.Context, path string, opts store.Options) (*Store, error) 
 	if err := s.migrate(ctx); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	if s.path != "" {
+		// The file the migrations just opened, to tell later that it was
+		// replaced under a running server.
+		if s.fileID, err = statID(path); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("sqlite: open %s: %w: %v", path, store.ErrUnavailable, err)
+		}
 	}
 	return s, nil
 }

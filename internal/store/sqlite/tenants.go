@@ -144,6 +144,7 @@ func (s *Store) DeleteTenant(ctx context.Context, id string) error {
 			`DELETE FROM cells WHERE pool_id = ?`,
 			`DELETE FROM resources WHERE pool_id = ?`,
 			`DELETE FROM checkpoint_meta WHERE pool_id = ?`,
+			`DELETE FROM lease_journal WHERE pool_id = ?`,
 			`DELETE FROM api_keys WHERE tenant_id = ?`,
 			`DELETE FROM audit_log WHERE tenant_id = ?`,
 			`DELETE FROM tenant_limits WHERE tenant_id = ?`,
@@ -351,10 +352,15 @@ func (s *Store) AppendAudit(ctx context.Context, e store.AuditEntry) (store.Audi
 		return store.AuditEntry{}, err
 	}
 	e.At = s.opts.Stamp(e.At)
-	err := s.w.QueryRowContext(ctx, `
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := s.checkFence(ctx, tx); err != nil {
+			return err
+		}
+		return tx.QueryRowContext(ctx, `
 INSERT INTO audit_log (tenant_id, at, actor, action, target, detail)
 SELECT id, ?, ?, ?, ?, ? FROM tenants WHERE id = ? AND status <> 'deleted'
 RETURNING id`, micros(e.At), e.Actor, e.Action, e.Target, e.Detail, e.TenantID).Scan(&e.ID)
+	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.AuditEntry{}, fmt.Errorf("append audit: tenant %q: %w", e.TenantID, store.ErrNotFound)
 	}

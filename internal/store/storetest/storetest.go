@@ -106,6 +106,7 @@ func Run(t *testing.T, open func(t *testing.T, opts store.Options) store.Store) 
 		{"CheckpointCorrupt", testCheckpointCorrupt},
 		{"CheckpointDeletedTenant", testCheckpointDeletedTenant},
 		{"CheckpointConcurrent", testCheckpointConcurrent},
+		{"LeaseJournal", testLeaseJournal},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

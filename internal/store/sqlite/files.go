@@ -1,0 +1,164 @@
+package sqlite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/repool/repool/internal/store"
+)
+
+// The database file holds the token signing key and every tenant's key
+// digests, so it is private to the user that runs the server: its
+// directory is created mode 0700, the file 0600, and SQLite gives the -wal
+// and -shm files the mode of the database file.
+const (
+	dirMode  = 0o700
+	fileMode = 0o600
+)
+
+// prepareFile creates the directory and the database file of path, private
+// to this user, if they do not exist, and refuses a database file (or its
+// -wal or -shm file) that other users may read or write, unless
+// sharedFiles says that is intended.
+func prepareFile(path string, sharedFiles bool) error {
+	// Only the file's own directory is created (./data for the default
+	// store): a missing parent is more likely a typo than a wish.
+	if err := os.Mkdir(filepath.Dir(path), dirMode); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("%w: creating the store's directory: %v", store.ErrUnavailable, err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, fileMode)
+	if err == nil {
+		f.Close()
+	} else if !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("%w: creating the store's file: %v", store.ErrUnavailable, err)
+	}
+	if sharedFiles {
+		return nil
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		fi, err := os.Stat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %v", store.ErrUnavailable, err)
+		}
+		if !fi.Mode().IsRegular() {
+			return fmt.Errorf("%w: store file %s is not a regular file", store.ErrUnavailable, p)
+		}
+		if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+			return fmt.Errorf("%w: store file %s has mode %04o, so other local users can read it, and it holds the token signing key and every API key digest: "+
+				"run chmod 600 %s*, or, if other users must read it, start with --store-shared-files",
+				store.ErrInvalid, p, perm, path)
+		}
+	}
+	return nil
+}
+
+// fileID identifies a file across renames: a replaced or recreated file has
+// another one.
+type fileID struct{ dev, ino uint64 }
+
+func statID(path string) (fileID, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileID{}, err
+	}
+	return sysID(fi), nil
+}
+
+func sysID(fi fs.FileInfo) fileID {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fileID{}
+	}
+	return fileID{dev: uint64(st.Dev), ino: st.Ino}
+}
+
+// LockWriter implements store.WriterLock. It takes an exclusive flock on
+// PATH.lock (created mode 0600; it holds the owner's process id) and fails
+// at once with store.ErrLocked if another process holds it. The claim's
+// Check fails once the database file or the lock file is removed or
+// replaced: a server that no longer knows which file it writes must stop.
+// An in-memory database is private to its process and always claimed.
+func (s *Store) LockWriter(context.Context) (store.Claim, error) {
+	if s.path == "" {
+		return nopClaim{}, nil
+	}
+	lockPath := s.path + ".lock"
+	f, err := os.OpenFile(lockPath, os.O_RDWR|os.O_CREATE, fileMode)
+	if err != nil {
+		return nil, fmt.Errorf("%w: opening the store's lock file: %v", store.ErrUnavailable, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		owner := "another process"
+		if b, rerr := os.ReadFile(lockPath); rerr == nil {
+			if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); perr == nil {
+				owner = "process " + strconv.Itoa(pid)
+			}
+		}
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: store sqlite:%s is held by %s (lock %s); stop that server, or give this one its own --store",
+				store.ErrLocked, s.path, owner, lockPath)
+		}
+		return nil, fmt.Errorf("%w: locking %s: %v", store.ErrUnavailable, lockPath, err)
+	}
+	fail := func(err error) (store.Claim, error) {
+		f.Close() // closing the descriptor drops the flock
+		return nil, fmt.Errorf("%w: %v", store.ErrUnavailable, err)
+	}
+	if err := f.Truncate(0); err != nil {
+		return fail(err)
+	}
+	if _, err := f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0); err != nil {
+		return fail(err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return fail(err)
+	}
+	return &fileClaim{path: s.path, lockPath: lockPath, lock: f, lockID: sysID(fi), dbID: s.fileID}, nil
+}
+
+// fileClaim is a SQLite store's writer claim: the flock on the lock file,
+// and the identities of the files it was taken on.
+type fileClaim struct {
+	path, lockPath string
+	lock           *os.File
+	lockID, dbID   fileID
+}
+
+func (c *fileClaim) Check(context.Context) error {
+	for _, f := range []struct {
+		path, what string
+		want       fileID
+	}{{c.path, "database file", c.dbID}, {c.lockPath, "lock file", c.lockID}} {
+		id, err := statID(f.path)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return fmt.Errorf("the store's %s %s was removed", f.what, f.path)
+		case err != nil:
+			return fmt.Errorf("the store's %s %s: %v", f.what, f.path, err)
+		case id != f.want:
+			return fmt.Errorf("the store's %s %s was replaced by another file", f.what, f.path)
+		}
+	}
+	return nil
+}
+
+func (c *fileClaim) Release() { c.lock.Close() }
+
+type nopClaim struct{}
+
+func (nopClaim) Check(context.Context) error { return nil }
+func (nopClaim) Release()                    {}
+
+var _ store.WriterLock = (*Store)(nil)
