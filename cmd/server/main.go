@@ -17,7 +17,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -83,9 +82,6 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return fmt.Errorf("log level: %w", err)
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
-	if err := ensureDir(cfg.Store); err != nil {
-		return err
-	}
 	defer server.TuneRuntime(cfg, getenv)()
 	s, err := server.New(ctx, cfg, server.Options{Log: log, Out: stdout})
 	if err != nil {
@@ -106,15 +102,6 @@ func sqlitePath(url string) (string, bool) {
 		path = p
 	}
 	return path, true
-}
-
-// ensureDir creates the directory of a sqlite:PATH store.
-func ensureDir(url string) error {
-	path, ok := sqlitePath(url)
-	if !ok || path == sqlite.Memory {
-		return nil
-	}
-	return os.MkdirAll(filepath.Dir(path), 0o750)
 }
 
 // adminToken mints a control-plane token with the signing key of the

@@ -49,7 +49,3 @@ func (f *fenceCounter) WriteLeases(ctx context.Context, tenant string, put []sto
 func (f *fenceCounter) PruneLeases(ctx context.Context, before int64) error {
 	return f.count(f.Store.PruneLeases(ctx, before))
 }
-
-// unwrap returns the store that f wraps, for the interfaces it does not
-// forward (store.HA, store.WriterLock).
-func (f *fenceCounter) unwrap() store.Store { return f.Store }
