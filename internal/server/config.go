@@ -40,6 +40,10 @@ type Config struct {
 	// StoreSharedFiles lets the server open a SQLite store whose files
 	// other local users may read. Default off: such a store is refused.
 	StoreSharedFiles bool
+	// StoreFsync syncs a SQLite store's log to disk at every commit, so
+	// that acknowledged writes survive a power loss of the host too, not
+	// only a crash of the process. Default off.
+	StoreFsync bool
 	// TokenTTL is the lifetime of tokens from AuthService.IssueToken.
 	// Default 15m.
 	TokenTTL time.Duration

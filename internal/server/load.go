@@ -21,7 +21,7 @@ type binding struct {
 }
 
 // switches are the bindings given as bare flags (--ha means --ha=true).
-var switches = map[string]bool{"ha": true, "durable-reports": true, "store-shared-files": true}
+var switches = map[string]bool{"ha": true, "durable-reports": true, "store-shared-files": true, "store-fsync": true}
 
 // textValue is a flag whose text a binding parses later, after the file
 // and the environment. Unlike a flag.String, -h shows its default
@@ -94,6 +94,7 @@ func bindings() []binding {
 		{"checkpoint-interval", "time between compactions of the lease journal (`duration`)", d.CheckpointInterval.String(), dur(func(c *Config) *time.Duration { return &c.CheckpointInterval })},
 		{"report-flush", "longest time before a report's statistics reach the store (`duration`); a crash loses at most this window", d.ReportFlush.String(), dur(func(c *Config) *time.Duration { return &c.ReportFlush })},
 		{"durable-reports", "answer a report only once its statistics are durable (group-committed)", "false", boolean(func(c *Config) *bool { return &c.DurableReports })},
+		{"store-fsync", "sync a SQLite store to disk at every commit: acknowledged writes survive a power loss, not only a crash of the process", "false", boolean(func(c *Config) *bool { return &c.StoreFsync })},
 		{"store-shared-files", "open a SQLite store whose files other local users may read (refused by default)", "false", boolean(func(c *Config) *bool { return &c.StoreSharedFiles })},
 		{"token-ttl", "lifetime of tokens from AuthService.IssueToken (`duration`)", d.TokenTTL.String(), dur(func(c *Config) *time.Duration { return &c.TokenTTL })},
 		{"operator-token-ttl", "lifetime of the operator token printed on first start (`duration`)", d.OperatorTokenTTL.String(), dur(func(c *Config) *time.Duration { return &c.OperatorTokenTTL })},

@@ -144,7 +144,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	if cfg.HA {
 		dsn = haDSN(dsn, cfg.HASessionTimeout)
 	}
-	raw, err := open.Store(ctx, dsn, store.Options{Clock: opts.Clock, SharedFiles: cfg.StoreSharedFiles})
+	raw, err := open.Store(ctx, dsn, store.Options{Clock: opts.Clock, SharedFiles: cfg.StoreSharedFiles, Fsync: cfg.StoreFsync})
 	if err != nil {
 		return nil, fmt.Errorf("opening the store: %w", err)
 	}

@@ -208,6 +208,13 @@ type Options struct {
 	// other local users may read or write. By default such a file is
 	// refused: it holds the signing key and every tenant's key digests.
 	SharedFiles bool
+	// Fsync makes a file store (SQLite) sync its log to disk at every
+	// commit, so that an acknowledged write survives a power loss or an
+	// operating-system crash too. By default a commit survives a crash of
+	// the process (the operating system holds the write) and the log is
+	// synced at its checkpoints only. PostgreSQL syncs as the database is
+	// configured to.
+	Fsync bool
 }
 
 // Now returns the current time from o.Clock (the wall clock if nil), in UTC

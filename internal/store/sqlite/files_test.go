@@ -136,3 +136,22 @@ func TestClaimLost(t *testing.T) {
 		})
 	}
 }
+
+// TestFsync: commits sync the log (synchronous FULL) only with
+// Options.Fsync; by default (NORMAL) a commit survives a crash of the
+// process, which the crash harness in test/crash checks.
+func TestFsync(t *testing.T) {
+	for _, tc := range []struct {
+		fsync bool
+		want  int
+	}{{false, 1}, {true, 2}} {
+		s := openTest(t, filepath.Join(t.TempDir(), "repool.db"), store.Options{Fsync: tc.fsync})
+		var got int
+		if err := s.w.QueryRowContext(t.Context(), `PRAGMA synchronous`).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != tc.want {
+			t.Errorf("PRAGMA synchronous with Fsync %v = got %d, want %d", tc.fsync, got, tc.want)
+		}
+	}
+}

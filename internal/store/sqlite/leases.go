@@ -5,7 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
+	"strconv"
 
 	"github.com/repool/repool/internal/store"
 )
@@ -36,9 +36,16 @@ func (s *Store) checkFence(ctx context.Context, tx *sql.Tx) error {
 	return nil
 }
 
-// leaseBatch is the number of leases per multi-row INSERT (6 parameters
-// each).
-const leaseBatch = 100
+// Lease journal statements: each takes its rows as one JSON array, so the
+// statement text never changes and SQLite prepares it once per connection
+// (a multi-row VALUES list of varying length was parsed anew at every
+// commit).
+const (
+	leaseDelete = `DELETE FROM lease_journal WHERE pool_id = ? AND lease_id IN (SELECT value FROM json_each(?))`
+	leaseUpsert = `INSERT INTO lease_journal (pool_id, lease_id, resource_id, context, token, expires_at)
+SELECT ?, value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4 FROM json_each(?) WHERE true
+ON CONFLICT (pool_id, lease_id) DO UPDATE SET expires_at = excluded.expires_at, token = excluded.token`
+)
 
 // WriteLeases implements store.Store: one fenced transaction.
 func (s *Store) WriteLeases(ctx context.Context, tenantID string, put []store.LeaseRow, del []uint64) error {
@@ -49,36 +56,43 @@ func (s *Store) WriteLeases(ctx context.Context, tenantID string, put []store.Le
 		if err := s.checkFence(ctx, tx); err != nil {
 			return err
 		}
-		for len(del) > 0 {
-			n := min(len(del), leaseBatch*6)
-			args := make([]any, 0, n+1)
-			args = append(args, tenantID)
-			for _, id := range del[:n] {
-				args = append(args, int64(id))
-			}
-			q := `DELETE FROM lease_journal WHERE pool_id = ? AND lease_id IN (` + placeholders(n) + `)`
-			if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-				return classify(err)
-			}
-			del = del[n:]
-		}
-		for len(put) > 0 {
-			n := min(len(put), leaseBatch)
-			var b strings.Builder
-			b.WriteString(`INSERT INTO lease_journal (pool_id, lease_id, resource_id, context, token, expires_at) VALUES `)
-			args := make([]any, 0, 6*n)
-			for i, l := range put[:n] {
+		if len(del) > 0 {
+			b := make([]byte, 0, 1+len(del)*12)
+			b = append(b, '[')
+			for i, id := range del {
 				if i > 0 {
-					b.WriteByte(',')
+					b = append(b, ',')
 				}
-				b.WriteString(`(?, ?, ?, ?, ?, ?)`)
-				args = append(args, tenantID, int64(l.ID), l.ResourceID, l.Context, int64(l.Token), l.ExpiresAt)
+				b = strconv.AppendInt(b, int64(id), 10)
 			}
-			b.WriteString(` ON CONFLICT (pool_id, lease_id) DO UPDATE SET expires_at = excluded.expires_at, token = excluded.token`)
-			if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
+			b = append(b, ']')
+			if _, err := tx.StmtContext(ctx, s.leaseDel).ExecContext(ctx, tenantID, string(b)); err != nil {
 				return classify(err)
 			}
-			put = put[n:]
+		}
+		if len(put) > 0 {
+			b := make([]byte, 0, 2+len(put)*64)
+			b = append(b, '[')
+			for i, l := range put {
+				if i > 0 {
+					b = append(b, ',')
+				}
+				b = append(b, '[')
+				b = strconv.AppendInt(b, int64(l.ID), 10)
+				b = append(b, ',')
+				b = appendJSONString(b, l.ResourceID)
+				b = append(b, ',')
+				b = appendJSONString(b, l.Context)
+				b = append(b, ',')
+				b = strconv.AppendInt(b, int64(l.Token), 10)
+				b = append(b, ',')
+				b = strconv.AppendInt(b, l.ExpiresAt, 10)
+				b = append(b, ']')
+			}
+			b = append(b, ']')
+			if _, err := tx.StmtContext(ctx, s.leaseUpsert).ExecContext(ctx, tenantID, string(b)); err != nil {
+				return classify(err)
+			}
 		}
 		return nil
 	})
@@ -88,9 +102,37 @@ func (s *Store) WriteLeases(ctx context.Context, tenantID string, put []store.Le
 	return nil
 }
 
-// placeholders returns n comma-separated '?'.
-func placeholders(n int) string {
-	return strings.TrimSuffix(strings.Repeat("?,", n), ",")
+// appendJSONString appends s as a JSON string. Ids are valid UTF-8 (the
+// pool checks), so only quotes, backslashes and control characters need
+// escaping.
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < 0x20:
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
+}
+
+// prepareLeases prepares the lease journal's statements on the writer
+// connection, once: inside a transaction the connection is taken, and a
+// statement prepared on it then is dropped at its end.
+func (s *Store) prepareLeases(ctx context.Context) error {
+	var err error
+	if s.leaseDel, err = s.w.PrepareContext(ctx, leaseDelete); err != nil {
+		return classify(err)
+	}
+	if s.leaseUpsert, err = s.w.PrepareContext(ctx, leaseUpsert); err != nil {
+		return classify(err)
+	}
+	return nil
 }
 
 // LoadLeases implements store.Store.

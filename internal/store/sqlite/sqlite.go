@@ -47,6 +47,8 @@ type Store struct {
 	path   string        // the database file; "" for Memory
 	fileID fileID        // the database file opened, to tell it was replaced
 	fence  atomic.Uint32 // epoch this server's writes must still hold; 0: unfenced
+
+	leaseDel, leaseUpsert *sql.Stmt // the lease journal's, on the writer connection
 }
 
 var _ store.Store = (*Store)(nil)
@@ -73,7 +75,13 @@ func Open(ctx context.Context, path string, opts store.Options) (*Store, error) 
 			return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 		}
 		s.path = path
-		s.w, err = sql.Open("sqlite", path+"?"+pragmas+"&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_txlock=immediate")
+		// In WAL mode, synchronous NORMAL makes a commit durable against a
+		// crash of the process; FULL also against a power loss.
+		sync := "NORMAL"
+		if opts.Fsync {
+			sync = "FULL"
+		}
+		s.w, err = sql.Open("sqlite", path+"?"+pragmas+"&_pragma=journal_mode(WAL)&_pragma=synchronous("+sync+")&_txlock=immediate")
 		if err != nil {
 			return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 		}
@@ -93,6 +101,10 @@ func Open(ctx context.Context, path string, opts store.Options) (*Store, error) 
 	s.w.SetConnMaxIdleTime(0)
 
 	if err := s.migrate(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	if err := s.prepareLeases(ctx); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
@@ -125,6 +137,11 @@ func (s *Store) migrate(ctx context.Context) error {
 
 // Close closes the database handles.
 func (s *Store) Close() error {
+	for _, st := range []*sql.Stmt{s.leaseDel, s.leaseUpsert} {
+		if st != nil {
+			st.Close()
+		}
+	}
 	err := s.w.Close()
 	if s.r != s.w {
 		err = errors.Join(err, s.r.Close())
