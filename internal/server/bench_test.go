@@ -120,9 +120,6 @@ func run(clients int, d time.Duration, fn func(ctx context.Context, worker, i in
 // ratio.
 func BenchmarkAcquireReportVsRedis(b *testing.B) {
 	cfg := Config{Store: sqliteStore(b), RatePerSecond: 1e9, Burst: 1 << 30}
-	if os.Getenv("XFLUSH") != "" {
-		cfg.ReportFlush = time.Minute
-	}
 	// The process runs with the server's runtime settings, as cmd/server
 	// does; the Redis client, in the same process, gets them too.
 	defer TuneRuntime(cfg, os.Getenv)()
