@@ -181,6 +181,13 @@ func (w *Writer) commit(ctx context.Context, batch []op) {
 	for _, o := range batch {
 		byTenant[o.tenant] = append(byTenant[o.tenant], o)
 	}
+	if len(byTenant) == 1 {
+		// The common case: no goroutine to start and wait for.
+		for tenant, ops := range byTenant {
+			w.commitTenant(ctx, tenant, ops)
+		}
+		return
+	}
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, tenantsInFlight)
 	for tenant, ops := range byTenant {
