@@ -63,10 +63,10 @@ type Checkpointer struct {
 	log *slog.Logger
 
 	round    sync.Mutex             // one round at a time
-	mu       sync.Mutex             // guards needFull, writing and syncs
+	mu       sync.Mutex             // guards needFull, writing and groups
 	needFull map[string]bool        // tenants whose next checkpoint must be full
 	writing  map[string]*sync.Mutex // per tenant ever written: one write at a time
-	syncs    map[string]*syncer     // per tenant ever synced: its group commit
+	groups   map[string]*group      // per tenant that persisted or synced: its group commit
 
 	restoreFailures prometheus.Counter
 	failures        *prometheus.CounterVec
@@ -92,7 +92,7 @@ func New(cfg Config) (*Checkpointer, error) {
 		cfg.Restored = func(string, int, int) {}
 	}
 	c := &Checkpointer{
-		cfg: cfg, log: cfg.Log.With("component", "checkpoint"), needFull: map[string]bool{}, writing: map[string]*sync.Mutex{}, syncs: map[string]*syncer{},
+		cfg: cfg, log: cfg.Log.With("component", "checkpoint"), needFull: map[string]bool{}, writing: map[string]*sync.Mutex{}, groups: map[string]*group{},
 		restoreFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "repool_restore_failures_total", Help: "Tenants skipped at restore because their rows are corrupt.",
 		}),
@@ -253,86 +253,99 @@ func (c *Checkpointer) save(ctx context.Context, tenant string) error {
 }
 
 // Persist writes resources created or removed now, without waiting for the
-// next round, so that an acknowledged registration survives a failover. It
-// is serialized with the tenant's checkpoint in a round, so a full
-// checkpoint taken before the change cannot overwrite it; other tenants'
-// checkpoints do not hold it up.
+// next round, so that an acknowledged registration survives a crash or a
+// failover. Calls of one tenant that arrive while its write is in flight
+// are written together in the next one (group commit), the last change of
+// each resource winning. Persist is serialized with the tenant's
+// checkpoint in a round, so a full checkpoint taken before the change
+// cannot overwrite it; other tenants' writes do not hold it up.
 func (c *Checkpointer) Persist(ctx context.Context, tenant string, resources []pool.ResourceState, removed []string) error {
-	l := c.tenantLock(tenant)
-	l.Lock()
-	defer l.Unlock()
-	cp := store.Checkpoint{Removed: removed, Resources: make([]store.ResourceRow, len(resources))}
+	rows := make([]store.ResourceRow, len(resources))
 	for i, r := range resources {
-		cp.Resources[i] = resourceRow(r)
+		rows[i] = resourceRow(r)
 	}
-	if p, ok := c.cfg.Pools.Lookup(tenant); ok {
-		_, cp.FencingHWM = p.Epoch()
-	}
-	return c.cfg.Store.SaveCheckpoint(ctx, tenant, cp)
-}
-
-// syncer is one tenant's group commit for Sync: callers that arrive while
-// a write is in flight are answered together by the next one.
-type syncer struct {
-	mu      sync.Mutex
-	running bool         // a goroutine is writing and will look at next again
-	next    []chan error // callers waiting for a write that starts after they came
+	return c.group(tenant).wait(ctx, change{resources: rows, removed: removed})
 }
 
 // Sync returns once everything the tenant's pool changed before the call
 // (the statistics of the reports it has answered) is durable: it writes
 // the tenant's changes, as a round does, in a write that starts after the
 // call. Calls that arrive while a write is in flight share the next one,
-// so a busy tenant pays one transaction per batch of callers. Sync is
-// serialized with the tenant's writes in rounds and with Persist.
+// so a busy tenant pays one transaction per batch of callers.
 func (c *Checkpointer) Sync(ctx context.Context, tenant string) error {
-	c.mu.Lock()
-	sy, ok := c.syncs[tenant]
-	if !ok {
-		sy = &syncer{}
-		c.syncs[tenant] = sy
-	}
-	c.mu.Unlock()
-	done := make(chan error, 1)
-	sy.mu.Lock()
-	sy.next = append(sy.next, done)
-	if !sy.running {
-		sy.running = true
-		go c.syncLoop(tenant, sy)
-	}
-	sy.mu.Unlock()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return c.group(tenant).wait(ctx, change{sync: true})
 }
 
-// syncLoop writes the tenant's changes for each batch of Sync callers
-// until none waits. It ends by itself; each write is bounded by
-// TenantTimeout.
-func (c *Checkpointer) syncLoop(tenant string, sy *syncer) {
-	for {
-		sy.mu.Lock()
-		batch := sy.next
-		sy.next = nil
-		if len(batch) == 0 {
-			sy.running = false
-			sy.mu.Unlock()
-			return
+// group returns the tenant's group commit, creating it on first use.
+func (c *Checkpointer) group(tenant string) *group {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	g, ok := c.groups[tenant]
+	if !ok {
+		g = &group{write: func(batch []change) error { return c.writeBatch(tenant, batch) }}
+		c.groups[tenant] = g
+	}
+	return g
+}
+
+// writeBatch writes one batch of Persist and Sync callers: the
+// registrations and removals (in call order, the last change of a resource
+// winning), then, if any caller syncs, the pool's changes, each in its own
+// transaction under the tenant's write lock.
+func (c *Checkpointer) writeBatch(tenant string, batch []change) error {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.TenantTimeout)
+	defer cancel()
+	final := map[string]*store.ResourceRow{}
+	var order []string
+	syncing := false
+	for _, ch := range batch {
+		syncing = syncing || ch.sync
+		for _, id := range ch.removed {
+			if _, seen := final[id]; !seen {
+				order = append(order, id)
+			}
+			final[id] = nil
 		}
-		sy.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.TenantTimeout)
-		err := c.save(ctx, tenant)
-		cancel()
-		if err != nil {
-			c.failures.WithLabelValues(tenant).Inc()
-		}
-		for _, d := range batch {
-			d <- err
+		for i := range ch.resources {
+			r := &ch.resources[i]
+			if _, seen := final[r.ID]; !seen {
+				order = append(order, r.ID)
+			}
+			final[r.ID] = r
 		}
 	}
+	if len(order) > 0 {
+		var cp store.Checkpoint
+		for _, id := range order {
+			if r := final[id]; r != nil {
+				cp.Resources = append(cp.Resources, *r)
+			} else {
+				cp.Removed = append(cp.Removed, id)
+			}
+		}
+		if err := c.persist(ctx, tenant, cp); err != nil {
+			return err
+		}
+	}
+	if syncing {
+		// After the registrations: the pool's changes are newer.
+		if err := c.save(ctx, tenant); err != nil {
+			c.failures.WithLabelValues(tenant).Inc()
+			return err
+		}
+	}
+	return nil
+}
+
+// persist writes registrations and removals under the tenant's write lock.
+func (c *Checkpointer) persist(ctx context.Context, tenant string, cp store.Checkpoint) error {
+	l := c.tenantLock(tenant)
+	l.Lock()
+	defer l.Unlock()
+	if p, ok := c.cfg.Pools.Lookup(tenant); ok {
+		_, cp.FencingHWM = p.Epoch()
+	}
+	return c.cfg.Store.SaveCheckpoint(ctx, tenant, cp)
 }
 
 // SetLeases sets the source of journaled leases restored with each pool
@@ -345,7 +358,7 @@ func (c *Checkpointer) SetLeases(f func(ctx context.Context, tenant string) ([]s
 func (c *Checkpointer) Forget(tenant string) {
 	c.mu.Lock()
 	delete(c.needFull, tenant)
-	delete(c.syncs, tenant)
+	delete(c.groups, tenant)
 	c.mu.Unlock()
 }
 

@@ -30,6 +30,7 @@ type flakyStore struct {
 	hold     map[string]chan struct{} // a save of the tenant waits for it to close
 	stall    map[string]bool          // a save of the tenant waits for its context to end
 	saved    map[string]store.Checkpoint
+	writes   map[string]int // SaveCheckpoint calls per tenant
 }
 
 func (f *flakyStore) LoadCheckpoint(ctx context.Context, tenant string) (store.PoolState, error) {
@@ -46,6 +47,7 @@ func (f *flakyStore) SaveCheckpoint(ctx context.Context, tenant string, cp store
 	f.mu.Lock()
 	fail, hold, stall := f.fail[tenant], f.hold[tenant], f.stall[tenant]
 	f.saved[tenant] = cp
+	f.writes[tenant]++
 	f.mu.Unlock()
 	if hold != nil {
 		<-hold
@@ -82,7 +84,7 @@ func open(t *testing.T, path string) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	e := &env{path: path, st: &flakyStore{Store: st, fail: map[string]bool{}, failLoad: map[string]bool{}, hold: map[string]chan struct{}{}, stall: map[string]bool{}, saved: map[string]store.Checkpoint{}},
+	e := &env{path: path, st: &flakyStore{Store: st, fail: map[string]bool{}, failLoad: map[string]bool{}, hold: map[string]chan struct{}{}, stall: map[string]bool{}, saved: map[string]store.Checkpoint{}, writes: map[string]int{}},
 		reg: prometheus.NewRegistry(), acct: map[string][2]int{}}
 	e.pools = tenants.NewRegistry(func(string) (*pool.Pool, error) { return pool.New(pool.Config{}) })
 	e.cp, err = New(Config{Store: e.st, Pools: e.pools, Metrics: e.reg, TenantTimeout: 200 * time.Millisecond,
@@ -439,5 +441,77 @@ func TestPersistDoesNotWaitForOtherTenants(t *testing.T) {
 	close(slow)
 	if err := <-round; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPersistGroupCommits: many concurrent registrations and removals of
+// one tenant are all durable when acknowledged, written in fewer
+// transactions than calls while a write is in flight, and a removal
+// acknowledged after its registration leaves the resource removed.
+func TestPersistGroupCommits(t *testing.T) {
+	e := setup(t)
+	p := poolOf(t, e, "a")
+	slow := make(chan struct{})
+	e.st.mu.Lock()
+	e.st.hold["a"] = slow // the first write waits: the others queue behind it
+	e.st.mu.Unlock()
+	const callers = 32
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*callers)
+	for i := range callers {
+		id := fmt.Sprintf("r%03d", i)
+		if _, _, err := p.Register([]pool.Spec{{ID: id, Capacity: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			if err := e.cp.Persist(context.Background(), "a", p.States([]string{id}), nil); err != nil {
+				errs <- err
+				return
+			}
+			if i%2 == 0 { // then removed, in a later call
+				errs <- e.cp.Persist(context.Background(), "a", nil, []string{id})
+			}
+		})
+	}
+	// Wait until at least half the callers queue behind the held write.
+	g := e.cp.group("a")
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		g.mu.Lock()
+		queued := len(g.next)
+		g.mu.Unlock()
+		if queued >= callers/2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("callers queued behind a held write = got %d, want >= %d", queued, callers/2)
+		}
+	}
+	close(slow)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("Persist() = got error %v, want nil", err)
+		}
+	}
+	st, err := e.st.LoadCheckpoint(context.Background(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, r := range st.Resources {
+		got[r.ID] = true
+	}
+	for i := range callers {
+		id := fmt.Sprintf("r%03d", i)
+		if want := i%2 == 1; got[id] != want {
+			t.Errorf("stored %s = got %v, want %v (registered, then removed if even)", id, got[id], want)
+		}
+	}
+	e.st.mu.Lock()
+	writes := e.st.writes["a"]
+	e.st.mu.Unlock()
+	if writes >= callers+callers/2 {
+		t.Errorf("transactions for %d Persist calls queued behind one write = got %d, want fewer (group commit)", callers+callers/2, writes)
 	}
 }
