@@ -25,7 +25,7 @@ func (s *Store) checkFence(ctx context.Context, tx *sql.Tx) error {
 		return nil
 	}
 	var cur int64
-	err := tx.QueryRowContext(ctx, `SELECT value FROM server_counters WHERE name = 'epoch'`).Scan(&cur)
+	err := tx.StmtContext(ctx, s.epochQuery).QueryRowContext(ctx).Scan(&cur)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return classify(err)
 	}
@@ -77,11 +77,17 @@ func (s *Store) WriteLeases(ctx context.Context, tenantID string, put []store.Le
 	return nil
 }
 
-// prepareLeases prepares the lease journal's statements on the writer
+// epochQuery reads the persisted epoch, for the fence.
+const epochQuery = `SELECT value FROM server_counters WHERE name = 'epoch'`
+
+// prepareLeases prepares the fence query and the lease journal's statements on the writer
 // connection, once: inside a transaction the connection is taken, and a
 // statement prepared on it then is dropped at its end.
 func (s *Store) prepareLeases(ctx context.Context) error {
 	var err error
+	if s.epochQuery, err = s.w.PrepareContext(ctx, epochQuery); err != nil {
+		return classify(err)
+	}
 	if s.leaseDel, err = s.w.PrepareContext(ctx, leaseDelete); err != nil {
 		return classify(err)
 	}

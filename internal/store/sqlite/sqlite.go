@@ -48,7 +48,9 @@ type Store struct {
 	fileID fileID        // the database file opened, to tell it was replaced
 	fence  atomic.Uint32 // epoch this server's writes must still hold; 0: unfenced
 
-	leaseDel, leaseUpsert *sql.Stmt // the lease journal's, on the writer connection
+	// Prepared once on the writer connection: the fence's epoch query and
+	// the lease journal's statements.
+	epochQuery, leaseDel, leaseUpsert *sql.Stmt
 }
 
 var _ store.Store = (*Store)(nil)
@@ -137,7 +139,7 @@ func (s *Store) migrate(ctx context.Context) error {
 
 // Close closes the database handles.
 func (s *Store) Close() error {
-	for _, st := range []*sql.Stmt{s.leaseDel, s.leaseUpsert} {
+	for _, st := range []*sql.Stmt{s.epochQuery, s.leaseDel, s.leaseUpsert} {
 		if st != nil {
 			st.Close()
 		}
