@@ -365,14 +365,8 @@ func (c *Checkpointer) Forget(tenant string) {
 // Run checkpoints every interval until ctx ends. The caller runs a final
 // Round on shutdown.
 func (c *Checkpointer) Run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			_ = c.Round(ctx) // failures are logged and counted per tenant
-		}
-	}
+	clock.Every(ctx, interval, func(ctx context.Context) bool {
+		_ = c.Round(ctx) // failures are logged and counted per tenant
+		return true
+	})
 }

@@ -147,3 +147,21 @@ func (f *Fake) Set(t time.Time) {
 	f.now = t
 	f.mu.Unlock()
 }
+
+// Every calls f every d until ctx ends, and returns then; the first call is
+// d after Every starts. f returning false stops it early. A call of f that
+// outlasts d delays the next one instead of piling up.
+func Every(ctx context.Context, d time.Duration, f func(ctx context.Context) bool) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if !f(ctx) {
+				return
+			}
+		}
+	}
+}

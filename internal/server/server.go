@@ -559,24 +559,21 @@ func (s *Server) watchClaim(ctx context.Context) error {
 		<-ctx.Done()
 		return nil
 	}
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			err := s.claim.Check(cctx)
-			cancel()
-			if err != nil && ctx.Err() == nil {
-				s.lost.Store(true)
-				s.lead.Store(false)
-				s.store.SetFence(math.MaxUint32) // every later write is refused
-				return fmt.Errorf("store %s: %w", redact(s.cfg.Store), err)
-			}
+	var lost error
+	clock.Every(ctx, time.Second, func(ctx context.Context) bool {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := s.claim.Check(cctx)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return true
 		}
-	}
+		s.lost.Store(true)
+		s.lead.Store(false)
+		s.store.SetFence(math.MaxUint32) // every later write is refused
+		lost = fmt.Errorf("store %s: %w", redact(s.cfg.Store), err)
+		return false
+	})
+	return lost
 }
 
 // activeLoops starts what the active server runs in the background — the
@@ -596,18 +593,12 @@ func (s *Server) activeLoops(ctx context.Context) (stop func()) {
 // CheckpointInterval. A restore drops expired leases anyway; pruning keeps
 // the journal as small as the leases outstanding.
 func (s *Server) compact(ctx context.Context) {
-	t := time.NewTicker(s.cfg.CheckpointInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := s.store.PruneLeases(ctx, s.clock.Now().Add(-time.Minute).UnixNano()); err != nil && ctx.Err() == nil {
-				s.log.Warn("pruning the lease journal", "err", err)
-			}
+	clock.Every(ctx, s.cfg.CheckpointInterval, func(ctx context.Context) bool {
+		if err := s.store.PruneLeases(ctx, s.clock.Now().Add(-time.Minute).UnixNano()); err != nil && ctx.Err() == nil {
+			s.log.Warn("pruning the lease journal", "err", err)
 		}
-	}
+		return true
+	})
 }
 
 func (s *Server) closeStreams(why error) {
@@ -617,16 +608,10 @@ func (s *Server) closeStreams(why error) {
 // tick expires leases and ends cooldowns every second, so that expiry
 // events are timely in idle pools.
 func (s *Server) tick(ctx context.Context) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			s.pools.Each(func(_ string, p *pool.Pool) { p.Tick() })
-		}
-	}
+	clock.Every(ctx, time.Second, func(context.Context) bool {
+		s.pools.Each(func(_ string, p *pool.Pool) { p.Tick() })
+		return true
+	})
 }
 
 // Checkpoint runs one checkpoint round now (for tests and operators).
