@@ -1,112 +1,81 @@
 package main
 
 import (
-	"context"
-	"io"
-	"net/http"
+	"errors"
 	"os"
-	"path/filepath"
+	"os/exec"
 	"strings"
 	"testing"
-
-	"github.com/repool/repool/internal/server"
 )
 
-// TestAdminTokenNoStore: admin-token finds the store as `server run` does
-// and refuses, creating nothing, when no server has made it.
-func TestAdminTokenNoStore(t *testing.T) {
-	dir := t.TempDir()
-	t.Chdir(dir) // the default store is ./data/repool.db
-	missing := filepath.Join(dir, "elsewhere", "repool.db")
-	config := writeFile(t, dir, "server.yaml", "store: sqlite:"+missing+"\n")
-	if err := os.Mkdir(filepath.Join(dir, "empty"), 0o750); err != nil {
-		t.Fatal(err)
+// TestMain runs main itself when the test binary is started as the
+// command (see exitStatus).
+func TestMain(m *testing.M) {
+	if os.Getenv("REPOOL_TEST_RUN_MAIN") == "1" {
+		os.Args = append([]string{"server"}, os.Args[1:]...)
+		main()
+		os.Exit(0)
 	}
-	inEmpty := filepath.Join(dir, "empty", "repool.db")
-	wantMissing := "no store at " + missing + "; start the server first"
+	os.Exit(m.Run())
+}
+
+// exitStatus runs this test binary as the server command with args (in an
+// empty directory) and returns its exit status and output.
+func exitStatus(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	// No race-detector exit delay (1 s by default) in the child.
+	cmd.Env = append(os.Environ(), "REPOOL_TEST_RUN_MAIN=1", "GORACE=atexit_sleep_ms=0")
+	cmd.Dir = t.TempDir()
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("running %q = got error %v, want it to run", args, err)
+	}
+	return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
+}
+
+// TestExitStatus: help exits 0 for every command, an error exits 1 with
+// one "server: " prefix.
+func TestExitStatus(t *testing.T) {
 	tests := []struct {
-		name    string
-		args    []string
-		env     map[string]string
-		wantErr string
+		name       string
+		args       []string
+		wantStatus int
+		wantStdout string
+		wantStderr string
 	}{
-		{"default store", nil, nil, "no store at ./data/repool.db; start the server first"},
-		{"--store", []string{"--store", "sqlite:" + missing}, nil, wantMissing},
-		{"sqlite:// spelling", []string{"--store", "sqlite://" + missing}, nil, wantMissing},
-		{"REPOOL_STORE", nil, map[string]string{"REPOOL_STORE": "sqlite:" + missing}, wantMissing},
-		{"--config", []string{"--config", config}, nil, wantMissing},
-		{"REPOOL_CONFIG", nil, map[string]string{"REPOOL_CONFIG": config}, wantMissing},
-		{"directory without a store", []string{"--store", "sqlite:" + inEmpty}, nil, "no store at " + inEmpty + ";"},
-		{"in-memory store", []string{"--store", "sqlite::memory:"}, nil, "private to one process"},
+		{"help", []string{"help"}, 0, "server admin-token", ""},
+		{"-h", []string{"-h"}, 0, "server haproxy", ""},
+		{"run -h", []string{"run", "-h"}, 0, "-grpc-addr", ""},
+		{"admin-token --help", []string{"admin-token", "--help"}, 0, "-role", ""},
+		{"haproxy -h", []string{"haproxy", "-h"}, 0, "haproxy render", ""},
+		{"haproxy render -h", []string{"haproxy", "render", "-h"}, 0, "-inventory", ""},
+		{"haproxy status -h", []string{"haproxy", "status", "-h"}, 0, "-socket", ""},
+		{"haproxy drain -h", []string{"haproxy", "drain", "-h"}, 0, "-force", ""},
+		{"haproxy ready -h", []string{"haproxy", "ready", "-h"}, 0, "-socket", ""},
+		{"haproxy maint -h", []string{"haproxy", "maint", "-h"}, 0, "-force", ""},
+		{"keepalived -h", []string{"keepalived", "-h"}, 0, "keepalived render", ""},
+		{"keepalived render -h", []string{"keepalived", "render", "-h"}, 0, "-host", ""},
+		{"help keepalived", []string{"help", "keepalived"}, 0, "keepalived render", ""},
+		{"unknown command", []string{"bogus"}, 1, "", "server: unknown command \"bogus\": want run, admin-token, haproxy, keepalived, help\n"},
+		{"unknown haproxy command", []string{"haproxy", "bogus"}, 1, "", "server: unknown command \"haproxy bogus\""},
+		{"admin-token without --role", []string{"admin-token"}, 1, "", "server: --role is required"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			args := append([]string{"admin-token", "--role", "operator"}, tt.args...)
-			var stdout strings.Builder
-			err := run(t.Context(), args, func(k string) string { return tt.env[k] }, &stdout, io.Discard)
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("run(%v) = got error %v, want %q", args, err, tt.wantErr)
+			status, stdout, stderr := exitStatus(t, tt.args...)
+			if status != tt.wantStatus {
+				t.Errorf("server %s = got exit status %d (stderr %q), want %d", strings.Join(tt.args, " "), status, stderr, tt.wantStatus)
 			}
-			if stdout.Len() > 0 {
-				t.Errorf("run(%v) printed %q, want nothing", args, stdout.String())
+			if !strings.Contains(stdout, tt.wantStdout) {
+				t.Errorf("server %s = got stdout %q, want it to contain %q", strings.Join(tt.args, " "), stdout, tt.wantStdout)
 			}
-			for _, d := range []string{filepath.Dir(missing), filepath.Join(dir, "data"), inEmpty} {
-				if _, err := os.Stat(d); !os.IsNotExist(err) {
-					t.Errorf("run(%v) left %s behind (stat: %v), want nothing created", args, d, err)
-				}
+			if !strings.Contains(stderr, tt.wantStderr) || strings.Contains(stderr, "server: server") {
+				t.Errorf("server %s = got stderr %q, want it to contain %q (and one prefix)", strings.Join(tt.args, " "), stderr, tt.wantStderr)
 			}
 		})
 	}
-}
-
-// TestAdminTokenServerAccepts: a token from admin-token, with the store
-// named in the config file, opens the control plane of the server running
-// on that store.
-func TestAdminTokenServerAccepts(t *testing.T) {
-	dir := t.TempDir()
-	storeURL := "sqlite:" + filepath.Join(dir, "repool.db")
-	ctx, cancel := context.WithCancel(t.Context())
-	s, err := server.New(ctx, server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Store: storeURL}, server.Options{})
-	if err != nil {
-		cancel()
-		t.Fatalf("server.New(ctx, cfg, opts) = got error %v, want nil", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run(ctx) = got error %v, want nil", err)
-		}
-	}()
-
-	config := writeFile(t, dir, "server.yaml", "store: "+storeURL+"\n")
-	args := []string{"admin-token", "--role", "operator"}
-	env := map[string]string{"REPOOL_CONFIG": config}
-	var stdout strings.Builder
-	if err := run(t.Context(), args, func(k string) string { return env[k] }, &stdout, io.Discard); err != nil {
-		t.Fatalf("run(%v) = got error %v, want nil", args, err)
-	}
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+s.HTTPAddr()+"/api/v1/tenants", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(stdout.String()))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("GET /api/v1/tenants = got error %v, want nil", err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /api/v1/tenants with the admin token = got %s, want 200 OK", resp.Status)
-	}
-}
-
-func writeFile(t *testing.T, dir, name, text string) string {
-	t.Helper()
-	path := filepath.Join(dir, name)
-	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
