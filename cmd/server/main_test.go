@@ -2,10 +2,18 @@ package main
 
 import (
 	"errors"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/repool/repool/internal/testenv"
 )
 
 // TestMain runs main itself when the test binary is started as the
@@ -77,5 +85,76 @@ func TestExitStatus(t *testing.T) {
 				t.Errorf("server %s = got stderr %q, want it to contain %q (and one prefix)", strings.Join(tt.args, " "), stderr, tt.wantStderr)
 			}
 		})
+	}
+}
+
+// TestServerBinary runs this test binary as the server: a first start on
+// a busy port fails with nothing on stdout (no secret spent, no tenant
+// made), so the next start on free ports is still the first and prints the
+// secrets; admin-token, a second process, then reads the running server's
+// store (SQLite in WAL mode) and its token opens the control plane.
+func TestServerBinary(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	dir := t.TempDir()
+	store := "sqlite:" + filepath.Join(dir, "repool.db")
+
+	status, stdout, stderr := exitStatus(t, "run", "--grpc-addr", busy.Addr().String(), "--http-addr", "127.0.0.1:0", "--store", store)
+	if status != 1 || stdout != "" || !strings.Contains(stderr, "address already in use") {
+		t.Fatalf("server run on a busy port = got exit status %d, stdout %q, stderr %q; want 1, nothing, and the port refused", status, stdout, stderr)
+	}
+
+	cmd := exec.Command(os.Args[0], "run", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--store", store, "--log-level", "error")
+	cmd.Env = append(os.Environ(), "REPOOL_TEST_RUN_MAIN=1", "GORACE=atexit_sleep_ms=0")
+	var out testenv.Output
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("server after SIGTERM = got %v, want exit status 0; output:\n%s", err, out.String())
+			}
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Errorf("server did not stop within 30s of SIGTERM")
+		}
+	}()
+	served := regexp.MustCompile(`repool server: gRPC on \S+, HTTP on (\S+) `)
+	var m []string
+	for deadline := time.Now().Add(30 * time.Second); m == nil; m = served.FindStringSubmatch(out.String()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("server did not say it serves within 30s; output:\n%s", out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(out.String(), "demo API key:    rpk_") || !strings.Contains(out.String(), "operator token:  eyJ") {
+		t.Fatalf("the first start after the failed one printed\n%s\nwant the demo API key and the operator token", out.String())
+	}
+
+	status, token, stderr := exitStatus(t, "admin-token", "--role", "operator", "--store", store)
+	if status != 0 || !strings.HasPrefix(token, "eyJ") {
+		t.Fatalf("admin-token beside the running server = got exit status %d, stdout %q, stderr %q; want 0 and a token", status, token, stderr)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+m[1]+"/api/v1/tenants", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(token))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET /api/v1/tenants = got error %v, want an answer", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /api/v1/tenants with admin-token's token = got %s, want 200 OK", resp.Status)
 	}
 }
