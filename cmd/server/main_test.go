@@ -1,11 +1,9 @@
 package main
 
 import (
-	"errors"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -16,33 +14,9 @@ import (
 	"github.com/repool/repool/internal/testenv"
 )
 
-// TestMain runs main itself when the test binary is started as the
-// command (see exitStatus).
 func TestMain(m *testing.M) {
-	if os.Getenv("REPOOL_TEST_RUN_MAIN") == "1" {
-		os.Args = append([]string{"server"}, os.Args[1:]...)
-		main()
-		os.Exit(0)
-	}
+	testenv.RunAsCommand("server", main)
 	os.Exit(m.Run())
-}
-
-// exitStatus runs this test binary as the server command with args (in an
-// empty directory) and returns its exit status and output.
-func exitStatus(t *testing.T, args ...string) (int, string, string) {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
-	// No race-detector exit delay (1 s by default) in the child.
-	cmd.Env = append(os.Environ(), "REPOOL_TEST_RUN_MAIN=1", "GORACE=atexit_sleep_ms=0")
-	cmd.Dir = t.TempDir()
-	var stdout, stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if err != nil && !errors.As(err, &ee) {
-		t.Fatalf("running %q = got error %v, want it to run", args, err)
-	}
-	return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
 }
 
 // TestExitStatus: help exits 0 for every command, an error exits 1 with
@@ -74,7 +48,7 @@ func TestExitStatus(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			status, stdout, stderr := exitStatus(t, tt.args...)
+			status, stdout, stderr := testenv.RunCommand(t, tt.args...)
 			if status != tt.wantStatus {
 				t.Errorf("server %s = got exit status %d (stderr %q), want %d", strings.Join(tt.args, " "), status, stderr, tt.wantStatus)
 			}
@@ -102,13 +76,12 @@ func TestServerBinary(t *testing.T) {
 	dir := t.TempDir()
 	store := "sqlite:" + filepath.Join(dir, "repool.db")
 
-	status, stdout, stderr := exitStatus(t, "run", "--grpc-addr", busy.Addr().String(), "--http-addr", "127.0.0.1:0", "--store", store)
+	status, stdout, stderr := testenv.RunCommand(t, "run", "--grpc-addr", busy.Addr().String(), "--http-addr", "127.0.0.1:0", "--store", store)
 	if status != 1 || stdout != "" || !strings.Contains(stderr, "address already in use") {
 		t.Fatalf("server run on a busy port = got exit status %d, stdout %q, stderr %q; want 1, nothing, and the port refused", status, stdout, stderr)
 	}
 
-	cmd := exec.Command(os.Args[0], "run", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--store", store, "--log-level", "error")
-	cmd.Env = append(os.Environ(), "REPOOL_TEST_RUN_MAIN=1", "GORACE=atexit_sleep_ms=0")
+	cmd := testenv.Command("run", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--store", store, "--log-level", "error")
 	var out testenv.Output
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -140,7 +113,7 @@ func TestServerBinary(t *testing.T) {
 		t.Fatalf("the first start after the failed one printed\n%s\nwant the demo API key and the operator token", out.String())
 	}
 
-	status, token, stderr := exitStatus(t, "admin-token", "--role", "operator", "--store", store)
+	status, token, stderr := testenv.RunCommand(t, "admin-token", "--role", "operator", "--store", store)
 	if status != 0 || !strings.HasPrefix(token, "eyJ") {
 		t.Fatalf("admin-token beside the running server = got exit status %d, stdout %q, stderr %q; want 0 and a token", status, token, stderr)
 	}

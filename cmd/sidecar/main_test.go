@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -19,14 +18,8 @@ import (
 	"github.com/repool/repool/internal/testenv"
 )
 
-// TestMain runs main itself when the test binary is started as the
-// command (see TestExitStatus).
 func TestMain(m *testing.M) {
-	if os.Getenv("REPOOL_TEST_RUN_MAIN") == "1" {
-		os.Args = append([]string{"sidecar"}, os.Args[1:]...)
-		main()
-		os.Exit(0)
-	}
+	testenv.RunAsCommand("sidecar", main)
 	os.Exit(m.Run())
 }
 
@@ -203,21 +196,12 @@ func TestExitStatus(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cmd := exec.Command(os.Args[0], tt.args...)
-			// No race-detector exit delay (1 s by default) in the child.
-			cmd.Env = append(os.Environ(), "REPOOL_TEST_RUN_MAIN=1", "GORACE=atexit_sleep_ms=0")
-			var stdout, stderr strings.Builder
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			err := cmd.Run()
-			var ee *exec.ExitError
-			if err != nil && !errors.As(err, &ee) {
-				t.Fatalf("running sidecar %q = got error %v, want it to run", tt.args, err)
+			status, stdout, stderr := testenv.RunCommand(t, tt.args...)
+			if status != tt.wantStatus {
+				t.Errorf("sidecar %q = got exit status %d (stderr %q), want %d", tt.args, status, stderr, tt.wantStatus)
 			}
-			if got := cmd.ProcessState.ExitCode(); got != tt.wantStatus {
-				t.Errorf("sidecar %q = got exit status %d (stderr %q), want %d", tt.args, got, stderr.String(), tt.wantStatus)
-			}
-			if !strings.Contains(stdout.String(), tt.wantStdout) || !strings.Contains(stderr.String(), tt.wantStderr) {
-				t.Errorf("sidecar %q = got stdout %q, stderr %q, want %q and %q in them", tt.args, stdout.String(), stderr.String(), tt.wantStdout, tt.wantStderr)
+			if !strings.Contains(stdout, tt.wantStdout) || !strings.Contains(stderr, tt.wantStderr) {
+				t.Errorf("sidecar %q = got stdout %q, stderr %q, want %q and %q in them", tt.args, stdout, stderr, tt.wantStdout, tt.wantStderr)
 			}
 		})
 	}
