@@ -1,112 +1,133 @@
 package main
 
 import (
-	"context"
-	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
-	"github.com/repool/repool/internal/server"
+	"github.com/repool/repool/internal/testenv"
 )
 
-// TestAdminTokenNoStore: admin-token finds the store as `server run` does
-// and refuses, creating nothing, when no server has made it.
-func TestAdminTokenNoStore(t *testing.T) {
-	dir := t.TempDir()
-	t.Chdir(dir) // the default store is ./data/repool.db
-	missing := filepath.Join(dir, "elsewhere", "repool.db")
-	config := writeFile(t, dir, "server.yaml", "store: sqlite:"+missing+"\n")
-	if err := os.Mkdir(filepath.Join(dir, "empty"), 0o750); err != nil {
-		t.Fatal(err)
-	}
-	inEmpty := filepath.Join(dir, "empty", "repool.db")
-	wantMissing := "no store at " + missing + "; start the server first"
+func TestMain(m *testing.M) {
+	testenv.RunAsCommand("server", main)
+	os.Exit(m.Run())
+}
+
+// TestExitStatus: help exits 0 for every command, an error exits 1 with
+// one "server: " prefix.
+func TestExitStatus(t *testing.T) {
 	tests := []struct {
-		name    string
-		args    []string
-		env     map[string]string
-		wantErr string
+		name       string
+		args       []string
+		wantStatus int
+		wantStdout string
+		wantStderr string
 	}{
-		{"default store", nil, nil, "no store at ./data/repool.db; start the server first"},
-		{"--store", []string{"--store", "sqlite:" + missing}, nil, wantMissing},
-		{"sqlite:// spelling", []string{"--store", "sqlite://" + missing}, nil, wantMissing},
-		{"REPOOL_STORE", nil, map[string]string{"REPOOL_STORE": "sqlite:" + missing}, wantMissing},
-		{"--config", []string{"--config", config}, nil, wantMissing},
-		{"REPOOL_CONFIG", nil, map[string]string{"REPOOL_CONFIG": config}, wantMissing},
-		{"directory without a store", []string{"--store", "sqlite:" + inEmpty}, nil, "no store at " + inEmpty + ";"},
-		{"in-memory store", []string{"--store", "sqlite::memory:"}, nil, "private to one process"},
+		{"help", []string{"help"}, 0, "server admin-token", ""},
+		{"-h", []string{"-h"}, 0, "server haproxy", ""},
+		{"run -h", []string{"run", "-h"}, 0, "-grpc-addr", ""},
+		{"admin-token --help", []string{"admin-token", "--help"}, 0, "-role", ""},
+		{"haproxy -h", []string{"haproxy", "-h"}, 0, "haproxy render", ""},
+		{"haproxy render -h", []string{"haproxy", "render", "-h"}, 0, "-inventory", ""},
+		{"haproxy status -h", []string{"haproxy", "status", "-h"}, 0, "-socket", ""},
+		{"haproxy drain -h", []string{"haproxy", "drain", "-h"}, 0, "-force", ""},
+		{"haproxy ready -h", []string{"haproxy", "ready", "-h"}, 0, "-socket", ""},
+		{"haproxy maint -h", []string{"haproxy", "maint", "-h"}, 0, "-force", ""},
+		{"keepalived -h", []string{"keepalived", "-h"}, 0, "keepalived render", ""},
+		{"keepalived render -h", []string{"keepalived", "render", "-h"}, 0, "-host", ""},
+		{"help keepalived", []string{"help", "keepalived"}, 0, "keepalived render", ""},
+		{"unknown command", []string{"bogus"}, 1, "", "server: unknown command \"bogus\": want run, admin-token, haproxy, keepalived, help\n"},
+		{"unknown haproxy command", []string{"haproxy", "bogus"}, 1, "", "server: unknown command \"haproxy bogus\""},
+		{"admin-token without --role", []string{"admin-token"}, 1, "", "server: --role is required"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			args := append([]string{"admin-token", "--role", "operator"}, tt.args...)
-			var stdout strings.Builder
-			err := run(t.Context(), args, func(k string) string { return tt.env[k] }, &stdout, io.Discard)
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("run(%v) = got error %v, want %q", args, err, tt.wantErr)
+			status, stdout, stderr := testenv.RunCommand(t, tt.args...)
+			if status != tt.wantStatus {
+				t.Errorf("server %s = got exit status %d (stderr %q), want %d", strings.Join(tt.args, " "), status, stderr, tt.wantStatus)
 			}
-			if stdout.Len() > 0 {
-				t.Errorf("run(%v) printed %q, want nothing", args, stdout.String())
+			if !strings.Contains(stdout, tt.wantStdout) {
+				t.Errorf("server %s = got stdout %q, want it to contain %q", strings.Join(tt.args, " "), stdout, tt.wantStdout)
 			}
-			for _, d := range []string{filepath.Dir(missing), filepath.Join(dir, "data"), inEmpty} {
-				if _, err := os.Stat(d); !os.IsNotExist(err) {
-					t.Errorf("run(%v) left %s behind (stat: %v), want nothing created", args, d, err)
-				}
+			if !strings.Contains(stderr, tt.wantStderr) || strings.Contains(stderr, "server: server") {
+				t.Errorf("server %s = got stderr %q, want it to contain %q (and one prefix)", strings.Join(tt.args, " "), stderr, tt.wantStderr)
 			}
 		})
 	}
 }
 
-// TestAdminTokenServerAccepts: a token from admin-token, with the store
-// named in the config file, opens the control plane of the server running
-// on that store.
-func TestAdminTokenServerAccepts(t *testing.T) {
-	dir := t.TempDir()
-	storeURL := "sqlite:" + filepath.Join(dir, "repool.db")
-	ctx, cancel := context.WithCancel(t.Context())
-	s, err := server.New(ctx, server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Store: storeURL}, server.Options{})
-	if err != nil {
-		cancel()
-		t.Fatalf("server.New(ctx, cfg, opts) = got error %v, want nil", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run(ctx) = got error %v, want nil", err)
-		}
-	}()
-
-	config := writeFile(t, dir, "server.yaml", "store: "+storeURL+"\n")
-	args := []string{"admin-token", "--role", "operator"}
-	env := map[string]string{"REPOOL_CONFIG": config}
-	var stdout strings.Builder
-	if err := run(t.Context(), args, func(k string) string { return env[k] }, &stdout, io.Discard); err != nil {
-		t.Fatalf("run(%v) = got error %v, want nil", args, err)
-	}
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+s.HTTPAddr()+"/api/v1/tenants", nil)
+// TestServerBinary runs this test binary as the server: a first start on
+// a busy port fails with nothing on stdout (no secret spent, no tenant
+// made), so the next start on free ports is still the first and prints the
+// secrets; admin-token, a second process, then reads the running server's
+// store (SQLite in WAL mode) and its token opens the control plane.
+func TestServerBinary(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(stdout.String()))
+	defer busy.Close()
+	dir := t.TempDir()
+	store := "sqlite:" + filepath.Join(dir, "repool.db")
+
+	status, stdout, stderr := testenv.RunCommand(t, "run", "--grpc-addr", busy.Addr().String(), "--http-addr", "127.0.0.1:0", "--store", store)
+	if status != 1 || stdout != "" || !strings.Contains(stderr, "address already in use") {
+		t.Fatalf("server run on a busy port = got exit status %d, stdout %q, stderr %q; want 1, nothing, and the port refused", status, stdout, stderr)
+	}
+
+	cmd := testenv.Command("run", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--store", store, "--log-level", "error")
+	var out testenv.Output
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("server after SIGTERM = got %v, want exit status 0; output:\n%s", err, out.String())
+			}
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Errorf("server did not stop within 30s of SIGTERM")
+		}
+	}()
+	served := regexp.MustCompile(`repool server: gRPC on \S+, HTTP on (\S+) `)
+	var m []string
+	for deadline := time.Now().Add(30 * time.Second); m == nil; m = served.FindStringSubmatch(out.String()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("server did not say it serves within 30s; output:\n%s", out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(out.String(), "demo API key:    rpk_") || !strings.Contains(out.String(), "operator token:  eyJ") {
+		t.Fatalf("the first start after the failed one printed\n%s\nwant the demo API key and the operator token", out.String())
+	}
+
+	status, token, stderr := testenv.RunCommand(t, "admin-token", "--role", "operator", "--store", store)
+	if status != 0 || !strings.HasPrefix(token, "eyJ") {
+		t.Fatalf("admin-token beside the running server = got exit status %d, stdout %q, stderr %q; want 0 and a token", status, token, stderr)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+m[1]+"/api/v1/tenants", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(token))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("GET /api/v1/tenants = got error %v, want nil", err)
+		t.Fatalf("GET /api/v1/tenants = got error %v, want an answer", err)
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /api/v1/tenants with the admin token = got %s, want 200 OK", resp.Status)
+		t.Errorf("GET /api/v1/tenants with admin-token's token = got %s, want 200 OK", resp.Status)
 	}
-}
-
-func writeFile(t *testing.T, dir, name, text string) string {
-	t.Helper()
-	path := filepath.Join(dir, name)
-	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }

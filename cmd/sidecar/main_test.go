@@ -18,6 +18,11 @@ import (
 	"github.com/repool/repool/internal/testenv"
 )
 
+func TestMain(m *testing.M) {
+	testenv.RunAsCommand("sidecar", main)
+	os.Exit(m.Run())
+}
+
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -60,7 +65,7 @@ func TestSIGHUPReloadsTheFile(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"--config", path, "--listen", "127.0.0.1:0"}, getenv, &logs, func(s *sidecar.Sidecar) { ready <- s })
+		done <- run(ctx, []string{"--config", path, "--listen", "127.0.0.1:0"}, getenv, io.Discard, &logs, func(s *sidecar.Sidecar) { ready <- s })
 	}()
 	var s *sidecar.Sidecar
 	select {
@@ -119,15 +124,13 @@ func TestRunRefuses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := run(context.Background(), tt.args, env(tt.env), io.Discard, nil)
+			err := run(context.Background(), tt.args, env(tt.env), io.Discard, io.Discard, nil)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("run(%v) = %v, want an error containing %q", tt.args, err, tt.want)
 			}
 		})
 	}
-	if err := run(context.Background(), []string{"-h"}, env(nil), io.Discard, nil); !errors.Is(err, flag.ErrHelp) {
-		t.Fatalf("run(-h) = %v, want flag.ErrHelp", err)
-	}
+
 }
 
 func TestRunNoFileMode(t *testing.T) {
@@ -138,7 +141,7 @@ func TestRunNoFileMode(t *testing.T) {
 	go func() {
 		done <- run(ctx, []string{"--listen", "127.0.0.1:0"},
 			env(map[string]string{"REPOOL_ENDPOINT": fake.Addr(), "REPOOL_API_KEY": fakeserver.DefaultAPIKey}),
-			io.Discard, func(s *sidecar.Sidecar) { ready <- s })
+			io.Discard, io.Discard, func(s *sidecar.Sidecar) { ready <- s })
 	}()
 	var s *sidecar.Sidecar
 	select {
@@ -152,5 +155,54 @@ func TestRunNoFileMode(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("run() = %v", err)
+	}
+}
+
+// TestHelp: -h, --help and "help" print the usage with every flag to
+// stdout and end with flag.ErrHelp (exit status 0).
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{{"-h"}, {"--help"}, {"help"}} {
+		var stdout, stderr strings.Builder
+		err := run(context.Background(), args, env(nil), &stdout, &stderr, nil)
+		if !errors.Is(err, flag.ErrHelp) {
+			t.Errorf("run(%q) = got error %v, want flag.ErrHelp", args, err)
+		}
+		for _, want := range []string{"usage: sidecar", "-config", "-listen", "-allow-remote", "-log-level"} {
+			if !strings.Contains(stdout.String(), want) {
+				t.Errorf("run(%q) = got stdout %q, want it to contain %q", args, stdout.String(), want)
+			}
+		}
+		if stderr.Len() > 0 {
+			t.Errorf("run(%q) = got stderr %q, want nothing", args, stderr.String())
+		}
+	}
+}
+
+// TestExitStatus runs this test binary as the sidecar command: help exits
+// 0, a stray argument 1 after the usage.
+func TestExitStatus(t *testing.T) {
+	tests := []struct {
+		name       string
+		args       []string
+		wantStatus int
+		wantStdout string
+		wantStderr string
+	}{
+		{"-h", []string{"-h"}, 0, "-listen", ""},
+		{"--help", []string{"--help"}, 0, "-config", ""},
+		{"help", []string{"help"}, 0, "-log-level", ""},
+		{"stray argument", []string{"serve"}, 1, "", "sidecar: unexpected arguments: [serve]: the sidecar has no commands"},
+		{"unknown flag", []string{"--bogus"}, 1, "", "usage: sidecar"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, stdout, stderr := testenv.RunCommand(t, tt.args...)
+			if status != tt.wantStatus {
+				t.Errorf("sidecar %q = got exit status %d (stderr %q), want %d", tt.args, status, stderr, tt.wantStatus)
+			}
+			if !strings.Contains(stdout, tt.wantStdout) || !strings.Contains(stderr, tt.wantStderr) {
+				t.Errorf("sidecar %q = got stdout %q, stderr %q, want %q and %q in them", tt.args, stdout, stderr, tt.wantStdout, tt.wantStderr)
+			}
+		})
 	}
 }

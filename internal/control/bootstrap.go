@@ -35,7 +35,10 @@ type Bootstrapped struct {
 // holds no tenant at all (tombstones count), it creates tenant DemoTenantID,
 // an API key for it (both recorded in its audit trail, actor "bootstrap")
 // and an operator token valid for ttl, and returns them with created true.
-// Otherwise it changes nothing and returns created false.
+// Otherwise it changes nothing and returns created false. Call it last in a
+// server's start, once its listeners are bound and nothing else can fail:
+// the secrets are shown once, and a start that fails after it has spent
+// them.
 //
 // Servers starting together on one store are safe: only the one whose
 // CreateTenant succeeds returns created true. If a later step fails (the

@@ -313,13 +313,30 @@ func toLease(l pool.Lease) *repoolv1.Lease {
 	}
 }
 
+// leaseTTL is the lifetime a request's ttl_seconds asks for: it has no
+// default, and the message says so in the request's own terms.
+func leaseTTL(seconds int32) (time.Duration, error) {
+	lo, hi := int32(pool.MinTTL/time.Second), int32(pool.MaxTTL/time.Second)
+	switch {
+	case seconds == 0:
+		return 0, fmt.Errorf("%w: ttl_seconds is required: the lease's lifetime, %d to %d seconds", pool.ErrInvalidArgument, lo, hi)
+	case seconds < lo || seconds > hi:
+		return 0, fmt.Errorf("%w: ttl_seconds %d is outside [%d, %d]", pool.ErrInvalidArgument, seconds, lo, hi)
+	}
+	return time.Duration(seconds) * time.Second, nil
+}
+
 // Acquire leases the best resource for a context.
 func (s *Service) Acquire(ctx context.Context, req *repoolv1.AcquireRequest) (*repoolv1.AcquireResponse, error) {
 	tenant, p, err := s.tenantPool(ctx)
 	if err != nil {
 		return nil, toStatus(s.log, err)
 	}
-	l, err := p.Acquire(req.GetContext(), time.Duration(req.GetTtlSeconds())*time.Second, req.GetLabels())
+	ttl, err := leaseTTL(req.GetTtlSeconds())
+	if err != nil {
+		return nil, toStatus(s.log, err)
+	}
+	l, err := p.Acquire(req.GetContext(), ttl, req.GetLabels())
 	if err != nil {
 		return nil, toStatus(s.log, err)
 	}
@@ -343,7 +360,11 @@ func (s *Service) Renew(ctx context.Context, req *repoolv1.RenewRequest) (*repoo
 	if err != nil {
 		return nil, toStatus(s.log, err)
 	}
-	l, err := p.Renew(id, req.GetFencingToken(), time.Duration(req.GetTtlSeconds())*time.Second)
+	ttl, err := leaseTTL(req.GetTtlSeconds())
+	if err != nil {
+		return nil, toStatus(s.log, err)
+	}
+	l, err := p.Renew(id, req.GetFencingToken(), ttl)
 	if err != nil {
 		return nil, toStatus(s.log, err)
 	}

@@ -433,6 +433,55 @@ func TestHandlerWithoutTenantFails(t *testing.T) {
 	}
 }
 
+// TestTTLSecondsIsRequired: Acquire and Renew have no default lifetime;
+// a missing or out-of-range ttl_seconds is INVALID_ARGUMENT naming the
+// field and its range, and takes no lease.
+func TestTTLSecondsIsRequired(t *testing.T) {
+	e := newEnv(t)
+	a := as("key-a")
+	if _, err := e.client.Register(a, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "r"}}}); err != nil {
+		t.Fatal(err)
+	}
+	acq, err := e.client.Acquire(a, &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := acq.GetLease()
+	tests := []struct {
+		name string
+		call func() error
+		want string
+	}{
+		{"acquire without ttl_seconds", func() error {
+			_, err := e.client.Acquire(a, &repoolv1.AcquireRequest{Context: "x"})
+			return err
+		}, "invalid argument: ttl_seconds is required: the lease's lifetime, 1 to 3600 seconds"},
+		{"acquire with ttl_seconds too long", func() error {
+			_, err := e.client.Acquire(a, &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 3601})
+			return err
+		}, "invalid argument: ttl_seconds 3601 is outside [1, 3600]"},
+		{"acquire with negative ttl_seconds", func() error {
+			_, err := e.client.Acquire(a, &repoolv1.AcquireRequest{Context: "x", TtlSeconds: -5})
+			return err
+		}, "invalid argument: ttl_seconds -5 is outside [1, 3600]"},
+		{"renew without ttl_seconds", func() error {
+			_, err := e.client.Renew(a, &repoolv1.RenewRequest{LeaseId: l.GetLeaseId(), FencingToken: l.GetFencingToken()})
+			return err
+		}, "invalid argument: ttl_seconds is required"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.call()
+			if st := status.Convert(err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), tt.want) {
+				t.Fatalf("%s = got %v, want INVALID_ARGUMENT %q", tt.name, err, tt.want)
+			}
+		})
+	}
+	if p, ok := e.pools.Lookup("a"); !ok || p.ActiveLeases() != 1 {
+		t.Errorf("active leases after the refused calls = got pool %v, want 1 lease (the first one only)", ok)
+	}
+}
+
 func TestErrorMapping(t *testing.T) {
 	tests := []struct {
 		err  error

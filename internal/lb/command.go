@@ -1,5 +1,5 @@
 // Package lb is the command-line front of repool's HAProxy + Keepalived
-// front end (DESIGN.md §6): it renders haproxy.cfg and keepalived.conf from
+// front end (docs/ha.md): it renders haproxy.cfg and keepalived.conf from
 // the LB inventory (packages inventory, haproxy, keepalived) and drives a
 // running HAProxy's servers through its runtime API.
 //
@@ -18,6 +18,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/repool/repool/internal/cli"
 	"github.com/repool/repool/internal/lb/haproxy"
 	"github.com/repool/repool/internal/lb/inventory"
 	"github.com/repool/repool/internal/lb/keepalived"
@@ -42,72 +43,96 @@ Run "` + Prog + ` haproxy render -h" (etc.) for each command's flags.
 // dialTimeout bounds connecting to the stats socket.
 const dialTimeout = 10 * time.Second
 
+// commands are each tool's commands.
+var commands = map[string][]string{
+	"haproxy":    {"render", "status", "drain", "ready", "maint"},
+	"keepalived": {"render"},
+}
+
 // Command runs one lb command. args are the arguments after "lb" (for
 // "server haproxy status --socket S", args is [haproxy status --socket
 // S]). Output goes to stdout, flag errors and usage to stderr. With no
 // arguments or "help" it prints the usage to stdout and returns nil; with -h
-// on a command it returns flag.ErrHelp after printing that command's flags.
+// or --help on a tool or a command it prints that usage or that command's
+// flags to stdout and returns flag.ErrHelp.
 //
 // A render writes nothing on error; with --out it replaces the file
 // atomically. Errors wrap inventory.ErrInvalid (bad inventory),
 // haproxy.ErrLastUp, haproxy.ErrUnknownServer or haproxy.ErrRuntime where
 // they apply.
 func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+	if len(args) == 0 || args[0] == "help" || cli.IsHelp(args[0]) {
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
-	if len(args) < 2 {
-		return fmt.Errorf("%s %s: missing command\n%s", Prog, args[0], usage)
+	tool := args[0]
+	cmds, ok := commands[tool]
+	switch {
+	case !ok:
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("unknown command %q: want haproxy or keepalived", strings.Join(args[:min(2, len(args))], " "))
+	case len(args) < 2:
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("%s: missing command: want %s", tool, strings.Join(cmds, ", "))
+	case args[1] == "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	case cli.IsHelp(args[1]):
+		fmt.Fprint(stdout, usage)
+		return flag.ErrHelp
 	}
-	switch tool, cmd, rest := args[0], args[1], args[2:]; {
+	env := env{stdout, stderr}
+	switch cmd, rest := args[1], args[2:]; {
 	case tool == "haproxy" && cmd == "render":
-		return renderHAProxy(ctx, rest, stdout, stderr)
+		return renderHAProxy(ctx, rest, env)
 	case tool == "keepalived" && cmd == "render":
-		return renderKeepalived(rest, stdout, stderr)
+		return renderKeepalived(rest, env)
 	case tool == "haproxy" && cmd == "status":
-		return status(ctx, rest, stdout, stderr)
+		return status(ctx, rest, env)
 	case tool == "haproxy" && (cmd == "drain" || cmd == "ready" || cmd == "maint"):
-		return setState(ctx, haproxy.AdminState(cmd), rest, stdout, stderr)
-	default:
-		return fmt.Errorf("%s: unknown command %q\n%s", Prog, strings.Join(args[:2], " "), usage)
+		return setState(ctx, haproxy.AdminState(cmd), rest, env)
 	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q: %s commands are %s", tool+" "+args[1], tool, strings.Join(cmds, ", "))
 }
 
-func newFlags(name string, stderr io.Writer, synopsis string) *flag.FlagSet {
-	fs := flag.NewFlagSet(Prog+" "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: %s %s\n\nflags:\n", Prog, synopsis)
-		fs.PrintDefaults()
-	}
+// env is where a command writes.
+type env struct{ stdout, stderr io.Writer }
+
+func newFlags(name, synopsis string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.Usage = cli.Usage(fs, "usage: "+Prog+" "+synopsis+"\n")
 	return fs
 }
 
 // parse parses flags that may come before and after the positional
-// arguments, and returns the positional ones.
-func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+// arguments, and returns the positional ones. -h prints the command's
+// flags to stdout (flag.ErrHelp); a bad flag prints them to stderr.
+func parse(fs *flag.FlagSet, args []string, e env) ([]string, error) {
 	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
+	err := cli.Parse(fs, e.stdout, e.stderr, func() error {
+		for {
+			if err := fs.Parse(args); err != nil {
+				return err
+			}
+			if fs.NArg() == 0 {
+				return nil
+			}
+			pos = append(pos, fs.Arg(0))
+			args = fs.Args()[1:]
 		}
-		if fs.NArg() == 0 {
-			return pos, nil
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
+	})
+	return pos, err
 }
 
-func renderHAProxy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("haproxy render", stderr, "haproxy render --inventory FILE [--host NAME] [--out FILE] [--pid-file FILE]")
+func renderHAProxy(ctx context.Context, args []string, e env) error {
+	fs := newFlags("haproxy render", "haproxy render --inventory FILE [--host NAME] [--out FILE] [--pid-file FILE]")
 	inv := fs.String("inventory", "", "LB inventory file (required)")
 	host := fs.String("host", "", "render for this LB host (its stats socket; monitor frontend on its address);\nempty: one file for all hosts, which must share stats_socket and monitor_port")
 	out := fs.String("out", "", "write here (atomically) instead of stdout")
 	pid := fs.String("pid-file", haproxy.DefaultPIDFile, "HAProxy pid file (global pidfile)")
 	bin := fs.String("haproxy", haproxy.DefaultBinary, "haproxy binary client-native runs (haproxy -v, haproxy -c)")
-	if err := noArgs(fs, args); err != nil {
+	if err := noArgs(fs, args, e); err != nil {
 		return err
 	}
 	i, err := loadInventory(*inv)
@@ -118,15 +143,15 @@ func renderHAProxy(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	return write(*out, cfg, 0o644, stdout)
+	return write(*out, cfg, 0o644, e.stdout)
 }
 
-func renderKeepalived(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("keepalived render", stderr, "keepalived render --inventory FILE --host NAME [--out FILE]")
+func renderKeepalived(args []string, e env) error {
+	fs := newFlags("keepalived render", "keepalived render --inventory FILE --host NAME [--out FILE]")
 	inv := fs.String("inventory", "", "LB inventory file (required)")
 	host := fs.String("host", "", "LB host to render for (required)")
 	out := fs.String("out", "", "write here (atomically, mode 0600: it holds the VRRP password) instead of stdout")
-	if err := noArgs(fs, args); err != nil {
+	if err := noArgs(fs, args, e); err != nil {
 		return err
 	}
 	if *host == "" {
@@ -140,13 +165,13 @@ func renderKeepalived(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return write(*out, conf, 0o600, stdout)
+	return write(*out, conf, 0o600, e.stdout)
 }
 
-func status(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("haproxy status", stderr, "haproxy status --socket PATH")
+func status(ctx context.Context, args []string, e env) error {
+	fs := newFlags("haproxy status", "haproxy status --socket PATH")
 	socket := fs.String("socket", inventory.DefaultStatsSocket, "HAProxy stats socket (admin level)")
-	if err := noArgs(fs, args); err != nil {
+	if err := noArgs(fs, args, e); err != nil {
 		return err
 	}
 	rt, err := dial(ctx, *socket)
@@ -158,7 +183,7 @@ func status(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SERVER\tADDRESS\tSTATE\tADMIN\tCHECK\tWEIGHT\tHAPROXY STATUS")
 	for _, s := range servers {
 		check := s.CheckStatus
@@ -170,15 +195,15 @@ func status(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return tw.Flush()
 }
 
-func setState(ctx context.Context, state haproxy.AdminState, args []string, stdout, stderr io.Writer) error {
+func setState(ctx context.Context, state haproxy.AdminState, args []string, e env) error {
 	synopsis := fmt.Sprintf("haproxy %s NAME --socket PATH", state)
 	if state != haproxy.Ready {
 		synopsis += " [--force]"
 	}
-	fs := newFlags("haproxy "+string(state), stderr, synopsis)
+	fs := newFlags("haproxy "+string(state), synopsis)
 	socket := fs.String("socket", inventory.DefaultStatsSocket, "HAProxy stats socket (admin level)")
 	force := fs.Bool("force", false, "also take out the last UP server (leaves the VIP without an active server)")
-	pos, err := parse(fs, args)
+	pos, err := parse(fs, args, e)
 	if err != nil {
 		return err
 	}
@@ -192,14 +217,17 @@ func setState(ctx context.Context, state haproxy.AdminState, args []string, stdo
 	}
 	defer rt.Close()
 	if err := rt.SetState(pos[0], state, *force); err != nil {
+		if errors.Is(err, haproxy.ErrLastUp) {
+			return fmt.Errorf("%w; --force does it anyway, leaving the VIP without an active server", err)
+		}
 		return err
 	}
-	fmt.Fprintf(stdout, "%s/%s: %s\n", haproxy.Backend, pos[0], state)
+	fmt.Fprintf(e.stdout, "%s/%s: %s\n", haproxy.Backend, pos[0], state)
 	return nil
 }
 
-func noArgs(fs *flag.FlagSet, args []string) error {
-	pos, err := parse(fs, args)
+func noArgs(fs *flag.FlagSet, args []string, e env) error {
+	pos, err := parse(fs, args, e)
 	if err != nil {
 		return err
 	}

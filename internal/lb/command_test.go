@@ -70,23 +70,45 @@ func TestCheckedInConfigs(t *testing.T) {
 	}
 }
 
+// TestCommandUsage: help asked for, on a tool or on any command, goes to
+// stdout (flag.ErrHelp for -h, which cmd/server turns into exit status 0)
+// and names the command's flags.
 func TestCommandUsage(t *testing.T) {
-	for _, args := range [][]string{nil, {"help"}, {"-h"}} {
-		stdout, _, err := run(t, args...)
-		if err != nil || !strings.Contains(stdout, "usage:") {
-			t.Errorf("Command(%q) = got %v and stdout %q, want nil and the usage", args, err, stdout)
-		}
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr error    // nil or flag.ErrHelp
+		want    []string // in stdout
+	}{
+		{"no arguments", nil, nil, []string{"usage:", "haproxy render", "keepalived render"}},
+		{"help", []string{"help"}, nil, []string{"usage:", "haproxy drain|ready|maint"}},
+		{"-h", []string{"-h"}, nil, []string{"usage:"}},
+		{"haproxy -h", []string{"haproxy", "-h"}, flag.ErrHelp, []string{"usage:", "haproxy status --socket PATH"}},
+		{"haproxy --help", []string{"haproxy", "--help"}, flag.ErrHelp, []string{"usage:"}},
+		{"haproxy help", []string{"haproxy", "help"}, nil, []string{"usage:"}},
+		{"keepalived -h", []string{"keepalived", "-h"}, flag.ErrHelp, []string{"keepalived render --inventory FILE --host NAME"}},
+		{"haproxy render -h", []string{"haproxy", "render", "-h"}, flag.ErrHelp, []string{"usage: " + Prog + " haproxy render", "-inventory", "-host", "-out", "-pid-file"}},
+		{"keepalived render --help", []string{"keepalived", "render", "--help"}, flag.ErrHelp, []string{"usage: " + Prog + " keepalived render", "-inventory", "-host", "-out"}},
+		{"haproxy status -h", []string{"haproxy", "status", "-h"}, flag.ErrHelp, []string{"usage: " + Prog + " haproxy status", "-socket"}},
+		{"haproxy drain -h", []string{"haproxy", "drain", "-h"}, flag.ErrHelp, []string{"usage: " + Prog + " haproxy drain NAME", "-socket", "-force"}},
+		{"haproxy ready --help", []string{"haproxy", "ready", "--help"}, flag.ErrHelp, []string{"usage: " + Prog + " haproxy ready NAME", "-socket"}},
+		{"haproxy maint -h", []string{"haproxy", "maint", "-h"}, flag.ErrHelp, []string{"usage: " + Prog + " haproxy maint NAME", "-socket", "-force"}},
 	}
-	for _, args := range [][]string{
-		{"haproxy", "render", "-h"},
-		{"keepalived", "render", "--help"},
-		{"haproxy", "status", "-h"},
-		{"haproxy", "drain", "-h"},
-	} {
-		_, stderr, err := run(t, args...)
-		if !errors.Is(err, flag.ErrHelp) || !strings.Contains(stderr, "usage: "+Prog+" "+args[0]) {
-			t.Errorf("Command(%q) = got %v and stderr %q, want flag.ErrHelp and the command's usage", args, err, stderr)
-		}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stdout, stderr, err := run(t, tt.args...)
+			if !errors.Is(err, tt.wantErr) || (tt.wantErr == nil && err != nil) {
+				t.Fatalf("Command(%q) = got error %v, want %v", tt.args, err, tt.wantErr)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(stdout, w) {
+					t.Errorf("Command(%q) = got stdout %q, want it to contain %q", tt.args, stdout, w)
+				}
+			}
+			if stderr != "" {
+				t.Errorf("Command(%q) = got stderr %q, want nothing: help asked for goes to stdout", tt.args, stderr)
+			}
+		})
 	}
 }
 
@@ -105,9 +127,10 @@ func TestCommandErrors(t *testing.T) {
 		err  error  // wrapped, if set
 		text string // in the message
 	}{
-		{"unknown tool", []string{"nginx", "render"}, nil, `unknown command "nginx render"`},
-		{"unknown command", []string{"haproxy", "reload"}, nil, `unknown command "haproxy reload"`},
-		{"missing command", []string{"haproxy"}, nil, "missing command"},
+		{"unknown tool", []string{"nginx", "render"}, nil, `unknown command "nginx render": want haproxy or keepalived`},
+		{"unknown command", []string{"haproxy", "reload"}, nil, `unknown command "haproxy reload": haproxy commands are render, status, drain, ready, maint`},
+		{"unknown keepalived command", []string{"keepalived", "status"}, nil, `unknown command "keepalived status": keepalived commands are render`},
+		{"missing command", []string{"haproxy"}, nil, "haproxy: missing command: want render, status, drain, ready, maint"},
 		{"no inventory", []string{"haproxy", "render"}, nil, "--inventory is required"},
 		{"missing inventory", []string{"haproxy", "render", "--inventory", "/nonexistent.yaml"}, nil, "nonexistent.yaml"},
 		{"bad inventory", []string{"haproxy", "render", "--inventory", bad}, inventory.ErrInvalid, "vip.router_id"},
@@ -197,22 +220,23 @@ func TestRuntimeCommands(t *testing.T) {
 		name   string
 		args   []string
 		err    error
+		text   string // in the error's message
 		stdout string
 		want   map[string]string
 	}{
-		{"drain last UP", []string{"haproxy", "drain", "active", "--socket", p.Socket}, haproxy.ErrLastUp, "", map[string]string{"active": "UP/ready"}},
-		{"maint last UP", []string{"haproxy", "maint", "--socket", p.Socket, "active"}, haproxy.ErrLastUp, "", map[string]string{"active": "UP/ready"}},
-		{"unknown server", []string{"haproxy", "maint", "nosuch", "--socket", p.Socket}, haproxy.ErrUnknownServer, "", nil},
-		{"maint DOWN server", []string{"haproxy", "maint", "broken", "--socket", p.Socket}, nil, "repool/broken: maint\n", map[string]string{"broken": "MAINT/maint"}},
-		{"drain last UP forced", []string{"haproxy", "drain", "active", "--force", "--socket", p.Socket}, nil, "repool/active: drain\n", map[string]string{"active": "DRAIN/drain"}},
-		{"ready", []string{"haproxy", "ready", "active", "--socket", p.Socket}, nil, "repool/active: ready\n", map[string]string{"active": "UP/ready"}},
-		{"ready broken", []string{"haproxy", "ready", "broken", "--socket", p.Socket}, nil, "repool/broken: ready\n", map[string]string{"broken": "DOWN/ready"}},
+		{"drain last UP", []string{"haproxy", "drain", "active", "--socket", p.Socket}, haproxy.ErrLastUp, "--force does it anyway", "", map[string]string{"active": "UP/ready"}},
+		{"maint last UP", []string{"haproxy", "maint", "--socket", p.Socket, "active"}, haproxy.ErrLastUp, "--force does it anyway", "", map[string]string{"active": "UP/ready"}},
+		{"unknown server", []string{"haproxy", "maint", "nosuch", "--socket", p.Socket}, haproxy.ErrUnknownServer, "nosuch", "", nil},
+		{"maint DOWN server", []string{"haproxy", "maint", "broken", "--socket", p.Socket}, nil, "", "repool/broken: maint\n", map[string]string{"broken": "MAINT/maint"}},
+		{"drain last UP forced", []string{"haproxy", "drain", "active", "--force", "--socket", p.Socket}, nil, "", "repool/active: drain\n", map[string]string{"active": "DRAIN/drain"}},
+		{"ready", []string{"haproxy", "ready", "active", "--socket", p.Socket}, nil, "", "repool/active: ready\n", map[string]string{"active": "UP/ready"}},
+		{"ready broken", []string{"haproxy", "ready", "broken", "--socket", p.Socket}, nil, "", "repool/broken: ready\n", map[string]string{"broken": "DOWN/ready"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			stdout, _, err := run(t, tt.args...)
-			if (tt.err == nil) != (err == nil) || (tt.err != nil && !errors.Is(err, tt.err)) {
-				t.Fatalf("Command(%q) = got error %v, want %v", tt.args, err, tt.err)
+			if (tt.err == nil) != (err == nil) || (tt.err != nil && !errors.Is(err, tt.err)) || (err != nil && !strings.Contains(err.Error(), tt.text)) {
+				t.Fatalf("Command(%q) = got error %v, want one wrapping %v that says %q", tt.args, err, tt.err, tt.text)
 			}
 			if stdout != tt.stdout {
 				t.Errorf("Command(%q) = got stdout %q, want %q", tt.args, stdout, tt.stdout)

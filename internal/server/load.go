@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/repool/repool/internal/yamlerr"
 )
 
 // binding ties one Config field to its flag, its REPOOL_* variable and its
@@ -230,7 +232,7 @@ func loadFile(cfg *Config, path string) error {
 	}
 	var m map[string]string
 	if err := yaml.Unmarshal(raw, &m); err != nil {
-		return fmt.Errorf("config file %s: %w", path, err)
+		return fmt.Errorf("config file %s: %w", path, yamlerr.Fix(err))
 	}
 	known := map[string]binding{}
 	for _, b := range bindings() {

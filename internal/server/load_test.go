@@ -71,6 +71,31 @@ func TestLoad(t *testing.T) {
 	}
 }
 
+// TestLoadFileErrors: a file that does not parse, or holds a key or value
+// that is not allowed, is refused naming the file and the line or key.
+func TestLoadFileErrors(t *testing.T) {
+	tests := []struct {
+		name, text, want string
+	}{
+		{"syntax error on line 2", "burst: 70\n- store: sqlite:x.db\n", "yaml: line 2: did not find expected key"},
+		{"flow mapping opened on line 3", "burst: 70\nstore: sqlite:x.db\nha_name: {a\n", "yaml: line 3: did not find expected ',' or '}'"},
+		{"tab on line 2", "burst: 70\n\tstore: x\n", "yaml: line 2: found a tab character"},
+		{"unknown key", "burst: 70\nbursts: 3\n", `unknown key "bursts"`},
+		{"bad value", "burst: many\n", "burst: strconv.Atoi"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := writeFile(t, "server.yaml", tt.text)
+			fs := flag.NewFlagSet("server", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			_, err := Load(fs, []string{"--config", path}, func(string) string { return "" })
+			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), path) {
+				t.Fatalf("Load(--config %s) = got error %v, want one naming the file and containing %q", path, err, tt.want)
+			}
+		})
+	}
+}
+
 // TestLoadUsage: -h names every flag's value (a back-quoted word in its
 // usage) instead of the flag package's "value" or "string", and shows the
 // switches (--ha, --durable-reports, --store-shared-files) bare.

@@ -100,9 +100,12 @@ type Server struct {
 	limits   map[string]store.Limits // per-tenant overrides
 }
 
-// New opens the store, restores every tenant's pool, and binds the gRPC and
-// HTTP listeners; the server reports ready once restore and budget
-// accounting are done. Call Run to serve.
+// New opens the store, binds the gRPC and HTTP listeners and restores every
+// tenant's pool; the server reports ready once restore and budget
+// accounting are done. On an empty store it then creates the demo tenant
+// and prints its API key and an operator token to Options.Out: last, so
+// that a start that fails (a port in use) spends no secret and creates no
+// tenant. Call Run to serve.
 func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -213,10 +216,26 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	}
 	s.reg.MustRegister(poolCollector{s.pools})
 
-	if err := s.bootstrap(ctx, opts.Out); err != nil {
+	if err := s.listen(); err != nil {
 		return nil, err
 	}
-	if err := s.listen(); err != nil {
+	if s.ha == nil {
+		epoch, err := s.store.BumpEpoch(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("raising the epoch: %w", err)
+		}
+		s.store.SetFence(epoch)
+		// The journal is open before the first call is served; Run stops
+		// it after the last one.
+		s.journalDone = s.journal.Start(s.life)
+		if err := s.becomeActive(ctx, epoch); err != nil {
+			return nil, err
+		}
+	}
+	// Last, once nothing else can fail: a start that fails (a port in use,
+	// a store that cannot be restored) must not spend the secrets that the
+	// first start shows once.
+	if err := s.bootstrap(ctx, opts.Out); err != nil {
 		return nil, err
 	}
 	if s.ha != nil {
@@ -224,18 +243,6 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 		// Run campaigns for the leader lock.
 		s.log.Info("server ready as standby", "grpc", s.grpcLn.Addr().String(), "http", s.httpLn.Addr().String(), "store", redact(cfg.Store))
 		s.ready.Store(true)
-		return s, nil
-	}
-	epoch, err := s.store.BumpEpoch(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("raising the epoch: %w", err)
-	}
-	s.store.SetFence(epoch)
-	// The journal is open before the first call is served; Run stops it
-	// after the last one.
-	s.journalDone = s.journal.Start(s.life)
-	if err := s.becomeActive(ctx, epoch); err != nil {
-		return nil, err
 	}
 	return s, nil
 }
@@ -397,7 +404,8 @@ func (s *Server) applyLimits(tenant string, l store.Limits) error {
 }
 
 // bootstrap creates the demo tenant on an empty store and prints its key
-// and an operator token once.
+// and an operator token once, with examples aimed at the bound addresses.
+// New calls it after everything else that can fail, the listeners bound.
 func (s *Server) bootstrap(ctx context.Context, out io.Writer) error {
 	b, created, err := control.Bootstrap(ctx, s.store, s.signer, s.cfg.OperatorTokenTTL)
 	if err != nil {
@@ -406,7 +414,7 @@ func (s *Server) bootstrap(ctx context.Context, out io.Writer) error {
 	if !created {
 		return nil
 	}
-	grpcAddr, httpAddr := s.cfg.GRPCAddr, s.cfg.HTTPAddr
+	grpcAddr, httpAddr := s.GRPCAddr(), s.HTTPAddr()
 	fmt.Fprintf(out, `repool: first start on an empty store: created tenant %q.
 These secrets are shown once; keep them.
   demo API key:    %s

@@ -233,6 +233,51 @@ func TestStartRefusesAnEpochTokensCannotCarry(t *testing.T) {
 	ln.Close()
 }
 
+// TestFailedFirstStartSpendsNoSecret: a first start that cannot bind its
+// ports fails before it creates the demo tenant or prints a secret, so the
+// next start, on free ports, is still the first and prints them.
+func TestFailedFirstStartSpendsNoSecret(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	tests := []struct {
+		name               string
+		grpcAddr, httpAddr string
+		want               string
+	}{
+		{"gRPC port in use", busy.Addr().String(), "127.0.0.1:0", "gRPC listener"},
+		{"HTTP port in use", "127.0.0.1:0", busy.Addr().String(), "HTTP listener"},
+	}
+	st := sqliteStore(t)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out bytes.Buffer
+			s, err := New(context.Background(), Config{Store: st, GRPCAddr: tt.grpcAddr, HTTPAddr: tt.httpAddr}, Options{Out: &out})
+			if err == nil {
+				ctx, cancel := context.WithCancel(context.Background())
+				cancel()
+				_ = s.Run(ctx)
+				t.Fatalf("New() with the %s = nil error, want it refused", tt.name)
+			}
+			if !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "address already in use") {
+				t.Errorf("New() = %v, want an error naming the %s and \"address already in use\"", err, tt.want)
+			}
+			if out.Len() > 0 {
+				t.Errorf("New() with the %s printed %q, want nothing", tt.name, out.String())
+			}
+		})
+	}
+	r := start(t, Config{Store: st})
+	if r.key == "" || r.op == "" {
+		t.Fatalf("start after the failed ones printed %q, want the first start's demo key and operator token", r.out)
+	}
+	if want := "x-api-key: " + r.key + "' -d '{\"resources\":[{\"id\":\"proxy-1\",\"capacity\":2}]}' " + r.s.GRPCAddr(); !strings.Contains(r.out, want) {
+		t.Errorf("first start printed %q, want examples aimed at the bound gRPC address (%q)", r.out, want)
+	}
+}
+
 // freeAddr returns a loopback address with a port nothing listens on now.
 func freeAddr(t *testing.T) string {
 	t.Helper()

@@ -215,6 +215,14 @@ type Options struct {
 	// synced at its checkpoints only. PostgreSQL syncs as the database is
 	// configured to.
 	Fsync bool
+	// ReadOnly opens an existing store to read it and change nothing, for
+	// tools beside a running server (`server admin-token`): no database
+	// file or schema is created and no migration is applied (a database
+	// without repool's tables is ErrNotFound), SigningKey returns
+	// ErrNotFound instead of creating a missing key, and every write fails
+	// (SQLite opens the file read-only, PostgreSQL runs read-only
+	// transactions).
+	ReadOnly bool
 }
 
 // Now returns the current time from o.Clock (the wall clock if nil), in UTC

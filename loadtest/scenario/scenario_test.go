@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"gopkg.in/yaml.v3"
+
+	"github.com/repool/repool/internal/sidecar/config"
 	"github.com/repool/repool/loadtest/scenario"
 	"github.com/repool/repool/loadtest/scenarios"
 )
@@ -137,4 +140,72 @@ func TestThresholdParsing(t *testing.T) {
 	if !p.Holds(250) || p.Holds(250.1) {
 		t.Errorf("Holds(250), Holds(250.1) = %v, %v; want true, false", p.Holds(250), p.Holds(250.1))
 	}
+}
+
+// TestShortVariantsShowTheRecovery: in every short (CI) variant, a fault
+// that can open the sidecar's breaker for its provider ends early enough
+// that the breaker, open at the fault's end at worst, lets its probes
+// through (after breaker.open_timeout, from the scenario's sidecar
+// settings or the sidecar's default) at least a second before the run
+// ends: the run's end shows the provider recovered, not still failing
+// fast. A short variant scales its policies' timeouts with its duration.
+func TestShortVariantsShowTheRecovery(t *testing.T) {
+	const shown = time.Second
+	files, err := fs.Glob(scenarios.FS, "*.json")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("scenario files = %v, %v; want some", files, err)
+	}
+	for _, f := range files {
+		name := strings.TrimSuffix(f, ".json")
+		t.Run(name, func(t *testing.T) {
+			s, err := scenario.Load(scenarios.FS, name, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, fault := range s.Faults {
+				end := fault.End(s.Duration.D())
+				if fault.For.D() == 0 || end >= s.Duration.D() {
+					continue // lasts to the end: no recovery to show
+				}
+				p := sidecarPolicy(t, s, fault.Provider)
+				if !opensBreaker(fault, p) {
+					continue
+				}
+				if probe := end + p.Breaker.OpenTimeout; probe+shown > s.Duration.D() {
+					t.Errorf("short %s: faults[%d] (%s on %s) ends at %v and breaker.open_timeout is %v: the breaker may stay open until %v, less than %v before the run's end (%v); scale open_timeout in the short variant's sidecar settings",
+						name, i, fault.Kind, fault.Provider, end, p.Breaker.OpenTimeout, probe, shown, s.Duration.D())
+				}
+			}
+		})
+	}
+}
+
+// sidecarPolicy returns the provider's sidecar configuration as the
+// runner generates it: the scenario's settings over the sidecar's
+// defaults.
+func sidecarPolicy(t *testing.T, s *scenario.Scenario, provider string) config.Provider {
+	t.Helper()
+	raw, err := yaml.Marshal(s.Sidecar[provider])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p config.Provider
+	if err := yaml.Unmarshal(raw, &p); err != nil {
+		t.Fatalf("sidecar.%s of %s: %v", provider, s.Name, err)
+	}
+	return config.Config{Providers: map[string]config.Provider{provider: p}}.WithDefaults().Providers[provider]
+}
+
+// opensBreaker reports whether the fault can fail enough of the
+// provider's calls to open its breaker.
+func opensBreaker(f scenario.Fault, p config.Provider) bool {
+	switch f.Kind {
+	case scenario.KindDown, scenario.KindBlackhole, scenario.KindToxic:
+		return true
+	case scenario.KindBrownout:
+		return f.Share >= p.Breaker.FailureRatio
+	case scenario.KindSlow:
+		return f.Latency.D()+f.Jitter.D() >= p.Timeout
+	}
+	return false // kill-active: the standby takes over and the retry rides through it
 }

@@ -388,7 +388,7 @@ func (h *harness) step(ctx context.Context, c repoolv1.PoolServiceClient, rng *r
 func (h *harness) checkJournal() []string {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st, err := open.Store(ctx, h.store, store.Options{})
+	st, err := open.Store(ctx, h.store, store.Options{ReadOnly: true})
 	if err != nil {
 		return []string{fmt.Sprintf("opening the store after the kill: %v", err)}
 	}

@@ -471,7 +471,7 @@ type AcquireRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Kind of work, 1 to 256 bytes (for example "product-list").
 	Context string `protobuf:"bytes,1,opt,name=context,proto3" json:"context,omitempty"`
-	// Lease lifetime, 1 to 3600 seconds.
+	// Lease lifetime, 1 to 3600 seconds. Required: there is no default.
 	TtlSeconds int32 `protobuf:"varint,2,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
 	// Only resources carrying all these labels are considered.
 	Labels        map[string]string `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
@@ -578,7 +578,7 @@ type RenewRequest struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	LeaseId      string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	FencingToken uint64                 `protobuf:"varint,2,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
-	// New lifetime from now, 1 to 3600 seconds.
+	// New lifetime from now, 1 to 3600 seconds. Required.
 	TtlSeconds    int32 `protobuf:"varint,3,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -62,8 +62,9 @@ type ServerStatus struct {
 // Errors of Runtime.
 var (
 	// ErrLastUp: the drain or maint would leave backend Backend without an
-	// UP server; pass force to do it anyway.
-	ErrLastUp = errors.New("refusing to take the last UP server out of rotation (use force)")
+	// UP server; SetState's force does it anyway (`server haproxy drain
+	// --force`).
+	ErrLastUp = errors.New("refusing to take the last UP server out of rotation")
 	// ErrUnknownServer: backend Backend has no server of that name.
 	ErrUnknownServer = errors.New("no such server")
 	// ErrRuntime wraps failures of the runtime API itself (socket

@@ -28,6 +28,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/repool/repool/internal/yamlerr"
 )
 
 // ErrInvalid is wrapped by every error of Validate, Parse and Load that is
@@ -242,7 +244,7 @@ func Parse(r io.Reader) (*Inventory, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, fmt.Errorf("%w: empty document", ErrInvalid)
 		}
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, yamlerr.Fix(err))
 	}
 	inv.setDefaults()
 	if err := inv.Validate(); err != nil {

@@ -93,6 +93,7 @@ func TestParseErrors(t *testing.T) {
 		{"unknown key", minimal + "extra: 1\n", "field extra not found"},
 		{"bad duration", minimal + "checks: {inter: fast}\n", "fast"},
 		{"invalid after defaults", strings.Replace(minimal, "router_id: 7", "router_id: 0", 1), "vip.router_id"},
+		{"syntax error on line 2", "vip: {}\n- lb_hosts\n", "yaml: line 2: did not find expected key"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -19,7 +19,7 @@
 //	  timeout: 250ms
 //	providers:
 //	  eu:
-//	    endpoint: 10.0.0.100:9090   # the VIP, host:port
+//	    endpoint: 10.0.0.100:9090   # the VIP, host:port (or http://host:port)
 //	    api_key_env: REPOOL_EU_KEY  # or api_key: rpk_..., or api_key_file: /path
 //	    timeout: 3s                 # one logical call, retries included
 //	    token: {skew: 30s, refresh_at: 0.8, issue_timeout: 5s}
@@ -51,6 +51,7 @@ import (
 
 	"github.com/repool/repool/internal/sidecar/resilience"
 	"github.com/repool/repool/internal/sidecar/token"
+	"github.com/repool/repool/internal/yamlerr"
 )
 
 // DefaultProvider is the name of the provider of the no-file mode.
@@ -94,6 +95,8 @@ type Redis struct {
 // Provider configures one reputation cluster.
 type Provider struct {
 	// Endpoint is the cluster's VIP, host:port (gRPC, h2c). Required.
+	// http://host:port means the same (WithDefaults strips the scheme);
+	// https:// and other URLs are refused: there is no TLS.
 	Endpoint string `yaml:"endpoint"`
 	// APIKey, APIKeyEnv and APIKeyFile give the API key: inline, from an
 	// environment variable, or from a file (trimmed; a relative path is
@@ -136,6 +139,7 @@ func (c Config) WithDefaults() Config {
 	}
 	providers := make(map[string]Provider, len(c.Providers))
 	for name, p := range c.Providers {
+		p.Endpoint = plainEndpoint(p.Endpoint)
 		if p.Timeout == 0 {
 			p.Timeout = 3 * time.Second
 		}
@@ -205,7 +209,7 @@ func (p Provider) validate(name string) error {
 	if !providerName.MatchString(name) {
 		return fmt.Errorf("%s: provider name %q: want 1 to 63 of a-z, 0-9, '-' and '_', starting with a letter or digit", field, name)
 	}
-	if err := checkHostPort(p.Endpoint); err != nil {
+	if err := checkEndpoint(p.Endpoint); err != nil {
 		return fmt.Errorf("%s.endpoint %q: %w", field, p.Endpoint, err)
 	}
 	sources := 0
@@ -264,6 +268,36 @@ func CheckListen(addr string, allowRemote bool) error {
 	return nil
 }
 
+// plainEndpoint returns an endpoint written as a URL, http://host:port (a
+// trailing slash allowed), as the host:port the sidecar dials: http means
+// plaintext, which is what the sidecar speaks (gRPC over h2c). Anything
+// else is returned as it is, for checkEndpoint to judge.
+func plainEndpoint(e string) string {
+	rest, ok := strings.CutPrefix(e, "http://")
+	if !ok {
+		return e
+	}
+	if rest = strings.TrimSuffix(rest, "/"); strings.ContainsAny(rest, "/?#@") {
+		return e
+	}
+	return rest
+}
+
+// checkEndpoint accepts host:port; plainEndpoint has made an http:// URL
+// one. Other URLs are refused with what to write instead.
+func checkEndpoint(e string) error {
+	if scheme, _, ok := strings.Cut(e, "://"); ok {
+		switch strings.ToLower(scheme) {
+		case "https":
+			return errors.New("https is not supported: the sidecar speaks plaintext gRPC (h2c) to its endpoint; write host:port (or http://host:port)")
+		case "http":
+			return errors.New("want http://host:port with no path, query or user; or plain host:port")
+		}
+		return fmt.Errorf("scheme %q: want host:port (or http://host:port): gRPC over h2c", scheme)
+	}
+	return checkHostPort(e)
+}
+
 // checkHostPort accepts host:port with a non-empty host and a port number.
 func checkHostPort(addr string) error {
 	host, port, err := net.SplitHostPort(addr)
@@ -304,7 +338,7 @@ func Load(path string, getenv func(string) string) (Config, error) {
 		dec := yaml.NewDecoder(bytes.NewReader(raw))
 		dec.KnownFields(true)
 		if err := dec.Decode(&c); err != nil {
-			return Config{}, fmt.Errorf("config file %s: %w", path, err)
+			return Config{}, fmt.Errorf("config file %s: %w", path, yamlerr.Fix(err))
 		}
 		dir = filepath.Dir(path)
 	} else {

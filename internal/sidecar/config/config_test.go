@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -46,6 +47,15 @@ func TestValidateNamesTheBadField(t *testing.T) {
 		{"bad provider name", func(c *Config) { c.Providers["EU!"] = c.Providers["eu"] }, "providers.EU!: provider name"},
 		{"missing endpoint", func(c *Config) { p := c.Providers["eu"]; p.Endpoint = ""; c.Providers["eu"] = p }, "config: providers.eu.endpoint \"\""},
 		{"endpoint without port", func(c *Config) { p := c.Providers["eu"]; p.Endpoint = "vip"; c.Providers["eu"] = p }, "providers.eu.endpoint \"vip\""},
+		{"endpoint as an http URL", func(c *Config) { p := c.Providers["eu"]; p.Endpoint = "http://vip:9090"; c.Providers["eu"] = p }, ""},
+		{"endpoint as an http URL with a slash", func(c *Config) { p := c.Providers["eu"]; p.Endpoint = "http://[::1]:9090/"; c.Providers["eu"] = p }, ""},
+		{"endpoint as an https URL", func(c *Config) { p := c.Providers["eu"]; p.Endpoint = "https://vip:9090"; c.Providers["eu"] = p },
+			`providers.eu.endpoint "https://vip:9090": https is not supported: the sidecar speaks plaintext gRPC (h2c) to its endpoint; write host:port`},
+		{"endpoint URL with a path", func(c *Config) { p := c.Providers["eu"]; p.Endpoint = "http://vip:9090/repool"; c.Providers["eu"] = p },
+			`providers.eu.endpoint "http://vip:9090/repool": want http://host:port with no path, query or user; or plain host:port`},
+		{"endpoint URL without a port", func(c *Config) { p := c.Providers["eu"]; p.Endpoint = "http://vip"; c.Providers["eu"] = p }, `providers.eu.endpoint "vip"`},
+		{"endpoint with another scheme", func(c *Config) { p := c.Providers["eu"]; p.Endpoint = "grpc://vip:9090"; c.Providers["eu"] = p },
+			`providers.eu.endpoint "grpc://vip:9090": scheme "grpc": want host:port (or http://host:port)`},
 		{"no key", func(c *Config) { p := c.Providers["eu"]; p.APIKey = ""; c.Providers["eu"] = p }, "providers.eu.api_key: set exactly one of api_key, api_key_env and api_key_file (0 set)"},
 		{"two key sources", func(c *Config) { p := c.Providers["eu"]; p.APIKeyEnv = "X"; c.Providers["eu"] = p }, "(2 set)"},
 		{"negative timeout", func(c *Config) { p := c.Providers["eu"]; p.Timeout = -1; c.Providers["eu"] = p }, "providers.eu.timeout -1ns"},
@@ -66,6 +76,9 @@ func TestValidateNamesTheBadField(t *testing.T) {
 			c := valid()
 			tt.edit(&c)
 			err := c.Validate()
+			if strings.Contains(fmt.Sprint(err), "too many colons") {
+				t.Errorf("Validate() = %v, want our own words, not net's", err)
+			}
 			switch {
 			case tt.want == "" && err != nil:
 				t.Fatalf("Validate() = %v, want nil", err)
@@ -83,6 +96,27 @@ func TestWithDefaults(t *testing.T) {
 		p.Retry.MaxRetries != 3 || p.RetryBudget.Ratio != 0.2 || p.RetryBudget.MinPerSecond != 10 ||
 		p.Breaker.FailureRatio != 0.5 || p.Breaker.MinRequests != 20 || p.Token.RefreshAt != 0.8 {
 		t.Fatalf("WithDefaults() = %+v, want the documented defaults", c)
+	}
+}
+
+// TestEndpointURL: an endpoint written as an http URL is the host:port the
+// sidecar dials; anything that is not one stays as written, for Validate
+// to refuse.
+func TestEndpointURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"http://vip:9090":       "vip:9090",
+		"http://vip:9090/":      "vip:9090",
+		"http://[::1]:9090":     "[::1]:9090",
+		"vip:9090":              "vip:9090",
+		"https://vip:9090":      "https://vip:9090",
+		"http://vip:9090/x":     "http://vip:9090/x",
+		"http://user@vip:9090":  "http://user@vip:9090",
+		"http://vip:9090?tls=1": "http://vip:9090?tls=1",
+	} {
+		c := Config{Providers: map[string]Provider{"eu": {Endpoint: in, APIKey: "k"}}}.WithDefaults()
+		if got := c.Providers["eu"].Endpoint; got != want {
+			t.Errorf("WithDefaults() of endpoint %q = got %q, want %q", in, got, want)
+		}
 	}
 }
 
@@ -168,6 +202,8 @@ func TestLoadRejects(t *testing.T) {
 	}{
 		{"unknown key", "providers: {eu: {endpoint: a:1, api_key: k, retries: 3}}", nil, "field retries not found"},
 		{"not yaml", "providers: [", nil, "config file"},
+		{"syntax error on line 2", "listen: 127.0.0.1:7070\n- providers\n", nil, "yaml: line 2: did not find expected key"},
+		{"flow mapping opened on line 3", "listen: 127.0.0.1:7070\nproviders:\n  eu: {endpoint: a:1, api_key: k\n", nil, "yaml: line 3: did not find expected ',' or '}'"},
 		{"unset key variable", "providers: {eu: {endpoint: a:1, api_key_env: NOPE}}", nil, "providers.eu.api_key_env: environment variable NOPE is empty or unset"},
 		{"missing key file", "providers: {eu: {endpoint: a:1, api_key_file: /nonexistent/key}}", nil, "providers.eu.api_key_file"},
 		{"two key sources", "providers: {eu: {endpoint: a:1, api_key: k, api_key_env: K}}", map[string]string{"K": "v"}, "set exactly one"},

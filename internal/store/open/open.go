@@ -24,13 +24,9 @@ import (
 // the store. Errors never repeat a PostgreSQL url, which may hold a
 // password.
 func Store(ctx context.Context, url string, opts store.Options) (store.Store, error) {
+	path, isSQLite := SQLitePath(url)
 	switch {
-	case strings.HasPrefix(url, "sqlite:"):
-		path := strings.TrimPrefix(url, "sqlite:")
-		// Tolerate the URL-ish spelling sqlite://PATH too.
-		if strings.HasPrefix(path, "//") {
-			path = strings.TrimPrefix(path, "//")
-		}
+	case isSQLite:
 		s, err := sqlite.Open(ctx, path, opts)
 		if err != nil {
 			return nil, err
@@ -48,4 +44,18 @@ func Store(ctx context.Context, url string, opts store.Options) (store.Store, er
 		scheme = url
 	}
 	return nil, fmt.Errorf("%w: store url: unknown scheme %q, want sqlite:PATH, sqlite::memory: or postgres://...", store.ErrInvalid, scheme)
+}
+
+// SQLitePath returns the file (or sqlite.Memory) that a sqlite:PATH URL
+// names, as Store opens it; the URL-ish spelling sqlite://PATH is
+// tolerated too. ok is false for any other URL.
+func SQLitePath(url string) (path string, ok bool) {
+	path, ok = strings.CutPrefix(url, "sqlite:")
+	if !ok {
+		return "", false
+	}
+	if p, ok := strings.CutPrefix(path, "//"); ok {
+		path = p
+	}
+	return path, true
 }

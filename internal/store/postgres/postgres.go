@@ -53,7 +53,8 @@ var (
 // Open connects to the database at dsn (a postgres:// URL or a libpq
 // key=value string; pool settings such as pool_max_conns are honoured),
 // checks that it answers, and applies the embedded migrations under a
-// session advisory lock, so instances starting together migrate once. A
+// session advisory lock, so instances starting together migrate once (with
+// store.Options ReadOnly: checks that the schema is there instead). A
 // malformed dsn returns store.ErrInvalid; a database that cannot be reached
 // returns store.ErrUnavailable.
 func Open(ctx context.Context, dsn string, opts store.Options) (*Store, error) {
@@ -61,6 +62,11 @@ func Open(ctx context.Context, dsn string, opts store.Options) (*Store, error) {
 	if err != nil {
 		// The parse error may quote the DSN, password included.
 		return nil, fmt.Errorf("%w: postgres: cannot parse the connection string", store.ErrInvalid)
+	}
+	if opts.ReadOnly {
+		// Every transaction of every connection is read-only: a write
+		// fails in the database, whatever the code tries.
+		cfg.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -71,11 +77,30 @@ func Open(ctx context.Context, dsn string, opts store.Options) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: open: %w", classify(err))
 	}
+	if opts.ReadOnly {
+		if err := s.checkSchema(ctx); err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("postgres: open: %w", err)
+		}
+		return s, nil
+	}
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: open: %w", err)
 	}
 	return s, nil
+}
+
+// checkSchema is a read-only store's check, in place of the migrations,
+// that repool's tables are there.
+func (s *Store) checkSchema(ctx context.Context) error {
+	var n int
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM server_secrets`).Scan(&n)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table
+		return fmt.Errorf("%w: no repool store in this database (no schema); a server creates it on its first start", store.ErrNotFound)
+	}
+	return classify(err)
 }
 
 // migrate applies the embedded migrations through a database/sql view of

@@ -409,6 +409,9 @@ func (s *Store) SigningKey(ctx context.Context) ([]byte, error) {
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("signing key: %w", classify(err))
 	}
+	if s.opts.ReadOnly {
+		return nil, fmt.Errorf("signing key: %w: the store has none yet, and a read-only store creates none", store.ErrNotFound)
+	}
 	fresh := make([]byte, 32)
 	if _, err := rand.Read(fresh); err != nil {
 		return nil, fmt.Errorf("signing key: %w", err)

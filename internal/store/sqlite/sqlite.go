@@ -15,6 +15,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -56,14 +59,19 @@ type Store struct {
 var _ store.Store = (*Store)(nil)
 
 // Open opens (creating if needed) the SQLite database at path, or a private
-// in-memory one for Memory, and applies the embedded migrations. A path
-// containing '?' is rejected with store.ErrInvalid; a database that cannot
-// be opened returns store.ErrUnavailable.
+// in-memory one for Memory, and applies the embedded migrations; with
+// store.Options ReadOnly it opens an existing file read-only instead (a
+// missing file or schema is store.ErrNotFound). A path containing '?' is
+// rejected with store.ErrInvalid; a database that cannot be opened returns
+// store.ErrUnavailable.
 func Open(ctx context.Context, path string, opts store.Options) (*Store, error) {
 	if path == "" || strings.ContainsRune(path, '?') {
 		return nil, fmt.Errorf("%w: sqlite path %q: want a file name without '?' or %q", store.ErrInvalid, path, Memory)
 	}
 	pragmas := fmt.Sprintf("_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)", busyTimeout.Milliseconds())
+	if opts.ReadOnly {
+		return openReadOnly(ctx, path, pragmas, opts)
+	}
 	s := &Store{opts: opts}
 	var err error
 	if path == Memory {
@@ -117,6 +125,39 @@ func Open(ctx context.Context, path string, opts store.Options) (*Store, error) 
 			s.Close()
 			return nil, fmt.Errorf("sqlite: open %s: %w: %v", path, store.ErrUnavailable, err)
 		}
+	}
+	return s, nil
+}
+
+// openReadOnly opens the existing database at path for store.Options
+// ReadOnly: as a SQLite URI with mode=ro, which never creates the file, on
+// read-only connections (beside a running server's, which WAL mode allows),
+// without migrations. The one check is that repool's tables are there.
+func openReadOnly(ctx context.Context, path, pragmas string, opts store.Options) (*Store, error) {
+	if path == Memory {
+		return nil, fmt.Errorf("%w: sqlite: a read-only %s database would be empty", store.ErrInvalid, Memory)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	if _, err := os.Stat(abs); errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("sqlite: open %s: %w: no such file; a server creates it on its first start", path, store.ErrNotFound)
+	}
+	uri := "file:" + (&url.URL{Path: abs}).EscapedPath() + "?mode=ro&" + pragmas + "&_pragma=query_only(1)"
+	db, err := sql.Open("sqlite", uri)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(max(4, runtime.GOMAXPROCS(0)))
+	s := &Store{w: db, r: db, opts: opts}
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM server_secrets`).Scan(&n); err != nil {
+		db.Close()
+		if strings.Contains(err.Error(), "no such table") {
+			return nil, fmt.Errorf("sqlite: open %s: %w: no repool store in it (no schema); a server creates it on its first start", path, store.ErrNotFound)
+		}
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, classify(err))
 	}
 	return s, nil
 }

@@ -11,7 +11,9 @@
 //
 // It exits 0 when the thresholds hold (in the sidecar run), 99 when they
 // do not (as k6 does), 1 on error — a fault of the plan that could not be
-// applied is one. See docs/loadtest.md.
+// applied is one — and 2 for bad flags. `go run` turns every non-zero
+// status into 1: build it (go build -o bin/loadtest ./loadtest/cmd/run)
+// to act on 99. See docs/loadtest.md.
 package main
 
 import (
