@@ -114,6 +114,13 @@ type harness struct {
 	grpcAddr, httpAddr string
 	key                string
 	nextID             int
+
+	// Report flush rounds: the ends of the server's completed rounds seen
+	// in this cycle (from /metrics), when the cycle's load began, and the
+	// windows of reports at risk found at each kill.
+	rounds     []time.Time
+	cycleStart time.Time
+	windows    []time.Duration
 }
 
 // server is one run of the server binary.
@@ -249,11 +256,17 @@ func (h *harness) run(kills int) {
 		h.ready(s)
 		// A report is written by the first flush round after it, which
 		// may still be running (or waiting for the store) at the kill.
-		window := reportFlush + time.Second
-		if h.durable {
-			window = 0
+		// Reports acknowledged before the round that ended before the
+		// last one seen began are durable: that round started after them.
+		durableBefore := killedAt
+		if !h.durable {
+			durableBefore = h.cycleStart
+			if n := len(h.rounds); n >= 2 {
+				durableBefore = h.rounds[n-2]
+				h.windows = append(h.windows, killedAt.Sub(durableBefore))
+			}
 		}
-		if ps := h.verify(c, killedAt, window); len(ps) > 0 {
+		if ps := h.verify(c, durableBefore); len(ps) > 0 {
 			t.Logf("output of the server killed before these findings:\n%s", last)
 			fail(ps)
 		}
@@ -267,6 +280,12 @@ func (h *harness) run(kills int) {
 	t.Logf("crash: %s: checked %d registrations and %d live leases after restarts", t.Name(), n.RegistrationsChecked, n.LeasesChecked)
 	fmt.Printf("measure: %s registrations_lost=%d deregistrations_resurrected=%d leases_forgotten=%d journal_mismatches=%d over_capacity=%d token_regressions=%d reports_lost=%.1f reports_lost_beyond_window=%.1f\n",
 		t.Name(), n.LostRegistrations, n.ResurrectedDeregistrations, n.ForgottenLeases, n.JournalMismatches, n.OverCapacity, n.TokenRegressions, n.ReportsLost, n.ReportsLostBeyondWindow)
+	if len(h.windows) > 0 {
+		w := slices.Clone(h.windows)
+		slices.Sort(w)
+		fmt.Printf("measure: %s report_window_median_s=%.2f report_window_max_s=%.2f (time from the start of the last flush that completed to the kill, %d kills)\n",
+			t.Name(), w[len(w)/2].Seconds(), w[len(w)-1].Seconds(), len(w))
+	}
 	if n.Kills < kills {
 		t.Errorf("kills = got %d, want at least %d", n.Kills, kills)
 	}
@@ -307,6 +326,10 @@ func (h *harness) setup(c repoolv1.PoolServiceClient) {
 func (h *harness) load(c repoolv1.PoolServiceClient, d time.Duration) []string {
 	ctx, cancel := context.WithTimeout(h.ctx(), d)
 	defer cancel()
+	h.cycleStart, h.rounds = time.Now(), nil
+	watched := make(chan struct{})
+	go func() { defer close(watched); h.watchRounds(ctx) }()
+	defer func() { <-watched }()
 	var mu sync.Mutex
 	var problems []string
 	var wg sync.WaitGroup
@@ -327,6 +350,31 @@ func (h *harness) load(c repoolv1.PoolServiceClient, d time.Duration) []string {
 	}
 	wg.Wait()
 	return problems
+}
+
+var roundRE = regexp.MustCompile(`(?m)^repool_checkpoint_last_full_success_timestamp_seconds (\S+)$`)
+
+// watchRounds reads the end of the server's last complete flush round from
+// /metrics every 50 ms until ctx ends, and keeps each new one.
+func (h *harness) watchRounds(ctx context.Context) {
+	for ctx.Err() == nil {
+		if resp, err := http.Get("http://" + h.httpAddr + "/metrics"); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if m := roundRE.FindSubmatch(b); m != nil {
+				if v, err := strconv.ParseFloat(string(m[1]), 64); err == nil && v > 0 {
+					at := time.Unix(0, int64(v*1e9))
+					if n := len(h.rounds); n == 0 || at.After(h.rounds[n-1]) {
+						h.rounds = append(h.rounds, at)
+					}
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond): // sampling a real process's metrics
+		}
+	}
 }
 
 // newID returns a resource id never used before in the run.
@@ -417,7 +465,7 @@ func (h *harness) checkJournal() []string {
 }
 
 // verify checks the restarted server against the ledger.
-func (h *harness) verify(c repoolv1.PoolServiceClient, killedAt time.Time, window time.Duration) []string {
+func (h *harness) verify(c repoolv1.PoolServiceClient, durableBefore time.Time) []string {
 	ctx, cancel := context.WithTimeout(h.ctx(), 30*time.Second)
 	defer cancel()
 	var problems []string
@@ -488,7 +536,7 @@ func (h *harness) verify(c repoolv1.PoolServiceClient, killedAt time.Time, windo
 			}
 		}
 	}
-	problems = append(problems, h.l.checkReports(shown, killedAt, window, time.Now())...)
+	problems = append(problems, h.l.checkReports(shown, durableBefore, time.Now())...)
 	h.l.forget(time.Now())
 	return problems
 }

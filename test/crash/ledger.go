@@ -161,10 +161,10 @@ func (l *ledger) reported(resource string, at time.Time) {
 // checkReports compares the successes a restarted server shows with what
 // was acknowledged since the previous reading. Statistics decay with a
 // one-hour half-life, so the expected value is bounded from below by the
-// decay since base; only the reports acknowledged within window before
-// the kill may be missing. It returns a problem for each resource that
-// lost more.
-func (l *ledger) checkReports(shown map[string]float64, killedAt time.Time, window time.Duration, now time.Time) []string {
+// decay since base; only the reports acknowledged at or after
+// durableBefore may be missing. It returns a problem for each resource
+// that lost more.
+func (l *ledger) checkReports(shown map[string]float64, durableBefore time.Time, now time.Time) []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var problems []string
@@ -176,7 +176,7 @@ func (l *ledger) checkReports(shown map[string]float64, killedAt time.Time, wind
 		acked := float64(len(t.acks))
 		inWindow := 0.0
 		for _, a := range t.acks {
-			if !a.Before(killedAt.Add(-window)) {
+			if !a.Before(durableBefore) {
 				inWindow++
 			}
 		}
@@ -189,8 +189,8 @@ func (l *ledger) checkReports(shown map[string]float64, killedAt time.Time, wind
 		l.counts.ReportsLost += max(0, lost-tolerance)
 		if lost > inWindow+tolerance {
 			l.counts.ReportsLostBeyondWindow += lost - inWindow
-			problems = append(problems, fmt.Sprintf("resource %s shows %.3f successes, want at least %.3f (%.0f acknowledged since a reading of %.3f; %.0f of them in the last %v before the kill)",
-				res, got, t.base+acked-inWindow-tolerance, acked, t.base, inWindow, window))
+			problems = append(problems, fmt.Sprintf("resource %s shows %.3f successes, want at least %.3f (%.0f acknowledged since a reading of %.3f; %.0f of them after %s, which a flush had not written)",
+				res, got, t.base+acked-inWindow-tolerance, acked, t.base, inWindow, durableBefore.Format("15:04:05.000")))
 		}
 		t.base, t.baseAt, t.acks = got, now, nil
 	}
