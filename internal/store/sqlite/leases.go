@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/repool/repool/internal/store"
 )
@@ -35,14 +36,21 @@ func (s *Store) checkFence(ctx context.Context, tx *sql.Tx) error {
 	return nil
 }
 
-// Lease journal statements, one row each, prepared once on the writer
-// connection: executing a prepared statement per row costs less than
-// parsing a multi-row statement, or a JSON array, at every commit.
-const (
-	leaseDelete = `DELETE FROM lease_journal WHERE pool_id = ? AND lease_id = ?`
-	leaseUpsert = `INSERT INTO lease_journal (pool_id, lease_id, resource_id, context, token, expires_at) VALUES (?, ?, ?, ?, ?, ?)
-ON CONFLICT (pool_id, lease_id) DO UPDATE SET expires_at = excluded.expires_at, token = excluded.token`
-)
+// Lease journal statements, prepared once on the writer connection for
+// one row and for leaseChunk rows: a commit executes a few prepared
+// statements instead of parsing a multi-row statement of its own length
+// or executing one statement per row.
+const leaseChunk = 16
+
+func leaseDeleteSQL(n int) string {
+	return `DELETE FROM lease_journal WHERE pool_id = ? AND lease_id IN (` + strings.TrimSuffix(strings.Repeat("?,", n), ",") + `)`
+}
+
+func leaseUpsertSQL(n int) string {
+	return `INSERT INTO lease_journal (pool_id, lease_id, resource_id, context, token, expires_at) VALUES ` +
+		strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?),", n), ",") +
+		` ON CONFLICT (pool_id, lease_id) DO UPDATE SET expires_at = excluded.expires_at, token = excluded.token`
+}
 
 // WriteLeases implements store.Store: one fenced transaction.
 func (s *Store) WriteLeases(ctx context.Context, tenantID string, put []store.LeaseRow, del []uint64) error {
@@ -50,24 +58,42 @@ func (s *Store) WriteLeases(ctx context.Context, tenantID string, put []store.Le
 		return err
 	}
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		if err := s.checkFence(ctx, tx); err != nil {
+		// The transaction watches ctx; its statements need not each start
+		// a goroutine to watch it too (the driver does for a cancellable
+		// context), and a local write does not hang: busy_timeout bounds
+		// its lock waits.
+		sctx := context.WithoutCancel(ctx)
+		if err := s.checkFence(sctx, tx); err != nil {
 			return err
 		}
-		if len(del) > 0 {
-			st := tx.StmtContext(ctx, s.leaseDel)
-			for _, id := range del {
-				if _, err := st.ExecContext(ctx, tenantID, int64(id)); err != nil {
-					return classify(err)
-				}
+		args := make([]any, 0, 1+6*leaseChunk)
+		for len(del) > 0 {
+			n, st := 1, s.leaseDel1
+			if len(del) >= leaseChunk {
+				n, st = leaseChunk, s.leaseDelN
 			}
+			args = append(args[:0], tenantID)
+			for _, id := range del[:n] {
+				args = append(args, int64(id))
+			}
+			if _, err := tx.StmtContext(sctx, st).ExecContext(sctx, args...); err != nil {
+				return classify(err)
+			}
+			del = del[n:]
 		}
-		if len(put) > 0 {
-			st := tx.StmtContext(ctx, s.leaseUpsert)
-			for _, l := range put {
-				if _, err := st.ExecContext(ctx, tenantID, int64(l.ID), l.ResourceID, l.Context, int64(l.Token), l.ExpiresAt); err != nil {
-					return classify(err)
-				}
+		for len(put) > 0 {
+			n, st := 1, s.leaseUpsert1
+			if len(put) >= leaseChunk {
+				n, st = leaseChunk, s.leaseUpsertN
 			}
+			args = args[:0]
+			for _, l := range put[:n] {
+				args = append(args, tenantID, int64(l.ID), l.ResourceID, l.Context, int64(l.Token), l.ExpiresAt)
+			}
+			if _, err := tx.StmtContext(sctx, st).ExecContext(sctx, args...); err != nil {
+				return classify(err)
+			}
+			put = put[n:]
 		}
 		return nil
 	})
@@ -84,15 +110,18 @@ const epochQuery = `SELECT value FROM server_counters WHERE name = 'epoch'`
 // connection, once: inside a transaction the connection is taken, and a
 // statement prepared on it then is dropped at its end.
 func (s *Store) prepareLeases(ctx context.Context) error {
-	var err error
-	if s.epochQuery, err = s.w.PrepareContext(ctx, epochQuery); err != nil {
-		return classify(err)
-	}
-	if s.leaseDel, err = s.w.PrepareContext(ctx, leaseDelete); err != nil {
-		return classify(err)
-	}
-	if s.leaseUpsert, err = s.w.PrepareContext(ctx, leaseUpsert); err != nil {
-		return classify(err)
+	for _, p := range []struct {
+		st    **sql.Stmt
+		query string
+	}{
+		{&s.epochQuery, epochQuery},
+		{&s.leaseDel1, leaseDeleteSQL(1)}, {&s.leaseDelN, leaseDeleteSQL(leaseChunk)},
+		{&s.leaseUpsert1, leaseUpsertSQL(1)}, {&s.leaseUpsertN, leaseUpsertSQL(leaseChunk)},
+	} {
+		var err error
+		if *p.st, err = s.w.PrepareContext(ctx, p.query); err != nil {
+			return classify(err)
+		}
 	}
 	return nil
 }

@@ -53,7 +53,7 @@ type Store struct {
 
 	// Prepared once on the writer connection: the fence's epoch query and
 	// the lease journal's statements.
-	epochQuery, leaseDel, leaseUpsert *sql.Stmt
+	epochQuery, leaseDel1, leaseDelN, leaseUpsert1, leaseUpsertN *sql.Stmt
 }
 
 var _ store.Store = (*Store)(nil)
@@ -180,7 +180,7 @@ func (s *Store) migrate(ctx context.Context) error {
 
 // Close closes the database handles.
 func (s *Store) Close() error {
-	for _, st := range []*sql.Stmt{s.epochQuery, s.leaseDel, s.leaseUpsert} {
+	for _, st := range []*sql.Stmt{s.epochQuery, s.leaseDel1, s.leaseDelN, s.leaseUpsert1, s.leaseUpsertN} {
 		if st != nil {
 			st.Close()
 		}
