@@ -123,7 +123,7 @@ func ensureDir(url string) error {
 func adminToken(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("server admin-token", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	role := fs.String("role", "", "token `role`: operator, tenant-admin or tenant-viewer")
+	role := fs.String("role", "", "token `role`: operator, tenant-admin, tenant-viewer or metrics (reads /metrics only)")
 	tenant := fs.String("tenant", "", "`tenant` of a tenant-admin or tenant-viewer token")
 	ttl := fs.Duration("ttl", time.Hour, "token lifetime")
 	storeURL, err := server.LoadStore(fs, args, getenv)

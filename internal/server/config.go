@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/repool/repool/internal/budget"
+	"github.com/repool/repool/internal/control"
 	"github.com/repool/repool/internal/ratelimit"
+	"github.com/repool/repool/internal/store"
 )
 
 // Config is the server's configuration. Every field can be set in the YAML
@@ -37,6 +39,14 @@ type Config struct {
 	// Defaults budget.DefaultResources and budget.DefaultCells.
 	GlobalResources int64
 	GlobalCells     int64
+	// DefaultTenantShare is the percentage of each global budget that a
+	// tenant may hold when the operator set it no max_resources or
+	// max_cells: a new tenant cannot take the whole budget and lock the
+	// others out. 1 to 100. Default 25.
+	DefaultTenantShare int
+	// MaxKeysPerTenant caps a tenant's API keys that are not revoked.
+	// Default control.DefaultMaxKeysPerTenant (100).
+	MaxKeysPerTenant int
 	// RatePerSecond and Burst are a tenant's default request limit.
 	// Defaults ratelimit.DefaultRate and ratelimit.DefaultBurst.
 	RatePerSecond float64
@@ -100,6 +110,12 @@ func (c Config) WithDefaults() Config {
 	if c.GlobalCells == 0 {
 		c.GlobalCells = budget.DefaultCells
 	}
+	if c.DefaultTenantShare == 0 {
+		c.DefaultTenantShare = 25
+	}
+	if c.MaxKeysPerTenant == 0 {
+		c.MaxKeysPerTenant = control.DefaultMaxKeysPerTenant
+	}
 	if c.RatePerSecond == 0 {
 		c.RatePerSecond = ratelimit.DefaultRate
 	}
@@ -146,12 +162,19 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: token_ttl %v is outside [1m, 24h]", c.TokenTTL)
 	case c.OperatorTokenTTL < time.Minute:
 		return fmt.Errorf("config: operator_token_ttl %v is below 1m", c.OperatorTokenTTL)
-	case c.GlobalResources < 1 || c.GlobalCells < 1:
-		return errors.New("config: global_resources and global_cells must be positive")
-	case c.RatePerSecond < 0 || c.Burst < 1:
-		return fmt.Errorf("config: rate_per_second %v / burst %d: want a positive rate and burst", c.RatePerSecond, c.Burst)
-	case c.MaxStreams < 0 || c.MaxLeases < 0:
-		return errors.New("config: max_streams and max_leases must not be negative")
+	case c.GlobalResources < 1 || c.GlobalCells < 1 || c.GlobalResources > budget.MaxBudget || c.GlobalCells > budget.MaxBudget:
+		return fmt.Errorf("config: global_resources and global_cells must be from 1 to %d", budget.MaxBudget)
+	case c.DefaultTenantShare < 1 || c.DefaultTenantShare > 100:
+		return fmt.Errorf("config: default_tenant_share %d: want a percentage from 1 to 100", c.DefaultTenantShare)
+	case c.RatePerSecond < 0 || c.RatePerSecond > control.MaxRatePerSecond || c.Burst < 1 || c.Burst > control.MaxBurst:
+		return fmt.Errorf("config: rate_per_second %v / burst %d: want a rate from 0 to %d and a burst from 1 to %d",
+			c.RatePerSecond, c.Burst, control.MaxRatePerSecond, control.MaxBurst)
+	case c.MaxStreams < 0 || c.MaxStreams > control.MaxStreamsLimit:
+		return fmt.Errorf("config: max_streams %d: want 0 to %d", c.MaxStreams, control.MaxStreamsLimit)
+	case c.MaxLeases < 0 || c.MaxLeases > control.MaxLeasesLimit:
+		return fmt.Errorf("config: max_leases %d: want 0 (no cap) to %d", c.MaxLeases, control.MaxLeasesLimit)
+	case c.MaxKeysPerTenant < 1:
+		return fmt.Errorf("config: max_keys_per_tenant %d: want at least 1", c.MaxKeysPerTenant)
 	case c.ShutdownGrace < 0:
 		return errors.New("config: shutdown_grace must not be negative")
 	case c.HA && !strings.HasPrefix(c.Store, "postgres"):
@@ -178,4 +201,28 @@ func validStore(url string) error {
 		return fmt.Errorf("config: store %q: want sqlite:PATH or postgres://...", url)
 	}
 	return nil
+}
+
+// LimitRules returns the defaults and bounds of tenants' limits that this
+// configuration gives: the defaults of rates, streams and leases, no
+// reservation, and ceilings of DefaultTenantShare percent of the global
+// budgets (at least 1).
+func (c Config) LimitRules() control.LimitRules {
+	c = c.WithDefaults()
+	i64 := func(v int64) *int64 { return &v }
+	rate := c.RatePerSecond
+	return control.LimitRules{
+		Defaults: store.Limits{
+			RatePerSecond: &rate, Burst: i64(int64(c.Burst)),
+			ReservedResources: i64(0), MaxResources: i64(c.share(c.GlobalResources)),
+			ReservedCells: i64(0), MaxCells: i64(c.share(c.GlobalCells)),
+			MaxStreams: i64(int64(c.MaxStreams)), MaxLeases: i64(int64(c.MaxLeases)),
+		},
+		GlobalResources: c.GlobalResources, GlobalCells: c.GlobalCells,
+	}
+}
+
+// share is DefaultTenantShare percent of budget, at least 1.
+func (c Config) share(budget int64) int64 {
+	return max(1, budget*int64(c.DefaultTenantShare)/100)
 }

@@ -88,6 +88,8 @@ func bindings() []binding {
 		{"operator-token-ttl", "lifetime of the operator token printed on first start (`duration`)", d.OperatorTokenTTL.String(), dur(func(c *Config) *time.Duration { return &c.OperatorTokenTTL })},
 		{"global-resources", "global budget of resources (`n`)", strconv.FormatInt(d.GlobalResources, 10), i64(func(c *Config) *int64 { return &c.GlobalResources })},
 		{"global-cells", "global budget of cells (`n`)", strconv.FormatInt(d.GlobalCells, 10), i64(func(c *Config) *int64 { return &c.GlobalCells })},
+		{"default-tenant-share", "`percent` of each global budget that a tenant may hold when the operator set it no max_resources or max_cells (1-100)", strconv.Itoa(d.DefaultTenantShare), integer(func(c *Config) *int { return &c.DefaultTenantShare })},
+		{"max-keys-per-tenant", "most API keys, not revoked, that a tenant may have (`n`)", strconv.Itoa(d.MaxKeysPerTenant), integer(func(c *Config) *int { return &c.MaxKeysPerTenant })},
 		{"rate-per-second", "default per-tenant request rate, per second (`rate`)", strconv.FormatFloat(d.RatePerSecond, 'g', -1, 64), func(c *Config, v string) error {
 			f, err := strconv.ParseFloat(v, 64)
 			c.RatePerSecond = f

@@ -23,7 +23,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -89,8 +88,9 @@ type Server struct {
 	grpcLn net.Listener
 	httpLn net.Listener
 
+	rules    control.LimitRules // defaults and bounds of tenants' limits
 	limitsMu sync.RWMutex
-	limits   map[string]store.Limits // per-tenant overrides
+	limits   map[string]store.Limits // per tenant with stored limits: those in force (LimitRules.Effective)
 }
 
 // New opens the store, restores every tenant's pool, and binds the gRPC and
@@ -107,7 +107,8 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	if opts.Out == nil {
 		opts.Out = io.Discard
 	}
-	s := &Server{cfg: cfg, log: opts.Log, clock: opts.Clock, poolClock: opts.Clock, reg: prometheus.NewRegistry(), limits: map[string]store.Limits{}}
+	s := &Server{cfg: cfg, log: opts.Log, clock: opts.Clock, poolClock: opts.Clock, reg: prometheus.NewRegistry(),
+		rules: cfg.LimitRules(), limits: map[string]store.Limits{}}
 	s.life, s.stop = context.WithCancel(context.Background())
 	if opts.Clock == nil {
 		s.clock = clock.NewAnchored(0)
@@ -150,7 +151,10 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	if s.auth, err = auth.New(auth.Config{Store: s.store, Signer: s.signer, TokenTTL: cfg.TokenTTL, Clock: opts.Clock}); err != nil {
 		return nil, err
 	}
-	if s.budget, err = budget.New(budget.Config{Resources: cfg.GlobalResources, Cells: cfg.GlobalCells}); err != nil {
+	if s.budget, err = budget.New(budget.Config{
+		Resources: cfg.GlobalResources, Cells: cfg.GlobalCells,
+		DefaultMaxResources: *s.rules.Defaults.MaxResources, DefaultMaxCells: *s.rules.Defaults.MaxCells,
+	}); err != nil {
 		return nil, err
 	}
 	if s.limiter, err = ratelimit.New(ratelimit.Config{
@@ -188,7 +192,10 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	}); err != nil {
 		return nil, err
 	}
-	if s.control, err = control.New(control.Config{Store: s.store, Signer: s.signer, Hooks: hooks{s}, Clock: opts.Clock, Log: opts.Log, Active: s.active}); err != nil {
+	if s.control, err = control.New(control.Config{
+		Store: s.store, Limits: s.rules, MaxKeysPerTenant: cfg.MaxKeysPerTenant, Signer: s.signer, Hooks: hooks{s},
+		Clock: opts.Clock, Log: opts.Log, Active: s.active,
+	}); err != nil {
 		return nil, err
 	}
 	s.reg.MustRegister(poolCollector{s.pools})
@@ -299,25 +306,20 @@ func (s *Server) active() error {
 	return nil
 }
 
+// tenantLimits returns the limits in force for tenant: every field set.
 func (s *Server) tenantLimits(tenant string) store.Limits {
 	s.limitsMu.RLock()
-	defer s.limitsMu.RUnlock()
-	return s.limits[tenant]
+	l, ok := s.limits[tenant]
+	s.limitsMu.RUnlock()
+	if !ok {
+		return s.rules.Defaults
+	}
+	return l
 }
 
-func (s *Server) maxStreams(tenant string) int {
-	if l := s.tenantLimits(tenant); l.MaxStreams != nil {
-		return int(*l.MaxStreams)
-	}
-	return s.cfg.MaxStreams
-}
+func (s *Server) maxStreams(tenant string) int { return int(*s.tenantLimits(tenant).MaxStreams) }
 
-func (s *Server) maxLeases(tenant string) int {
-	if l := s.tenantLimits(tenant); l.MaxLeases != nil {
-		return int(*l.MaxLeases)
-	}
-	return s.cfg.MaxLeases
-}
+func (s *Server) maxLeases(tenant string) int { return int(*s.tenantLimits(tenant).MaxLeases) }
 
 // loadLimits applies every tenant's stored limits before traffic.
 func (s *Server) loadLimits(ctx context.Context) error {
@@ -330,41 +332,35 @@ func (s *Server) loadLimits(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("reading the limits of %s: %w", t.ID, err)
 		}
-		if err := s.applyLimits(t.ID, l); err != nil {
-			// Stored limits that no longer fit (a smaller global budget):
-			// serve with defaults rather than not at all.
+		err = s.rules.Check(l)
+		if err == nil {
+			err = s.applyLimits(t.ID, l)
+		}
+		if err != nil {
+			// Stored limits that no longer fit (a smaller global budget,
+			// values from before the ranges): serve with defaults rather
+			// than not at all.
 			s.log.Error("stored limits not applied", "tenant", t.ID, "err", err)
 		}
 	}
 	return nil
 }
 
-// applyLimits validates and applies a tenant's limits live.
+// applyLimits applies a tenant's limits live: those in force, the smaller
+// of the operator's (or the default) and the tenant-admin's of each.
 func (s *Server) applyLimits(tenant string, l store.Limits) error {
-	v := func(p *int64) int64 {
-		if p == nil {
-			return 0
-		}
-		return *p
-	}
+	eff := s.rules.Effective(l)
 	if err := s.budget.SetLimits(tenant, budget.Limits{
-		ReservedResources: v(l.ReservedResources), MaxResources: v(l.MaxResources),
-		ReservedCells: v(l.ReservedCells), MaxCells: v(l.MaxCells),
+		ReservedResources: *eff.ReservedResources, MaxResources: *eff.MaxResources,
+		ReservedCells: *eff.ReservedCells, MaxCells: *eff.MaxCells,
 	}); err != nil {
 		return fmt.Errorf("%w: %v", control.ErrInvalidLimits, err)
 	}
-	rps, burst := s.cfg.RatePerSecond, s.cfg.Burst
-	if l.RatePerSecond != nil {
-		rps = *l.RatePerSecond
-	}
-	if l.Burst != nil {
-		burst = int(*l.Burst)
-	}
-	if err := s.limiter.Set(tenant, rps, burst); err != nil {
+	if err := s.limiter.Set(tenant, *eff.RatePerSecond, int(*eff.Burst)); err != nil {
 		return fmt.Errorf("%w: %v", control.ErrInvalidLimits, err)
 	}
 	s.limitsMu.Lock()
-	s.limits[tenant] = l
+	s.limits[tenant] = eff
 	s.limitsMu.Unlock()
 	if p, ok := s.pools.Lookup(tenant); ok {
 		p.SetMaxLeases(s.maxLeases(tenant))
@@ -442,7 +438,7 @@ func (s *Server) httpHandler() http.Handler {
 			_, _ = io.WriteString(w, "active\n")
 		}
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
+	mux.Handle("GET /metrics", s.metricsHandler())
 	mux.Handle("/api/v1/", s.control.Handler())
 	return mux
 }
