@@ -104,6 +104,9 @@ func (h *harness) do(method, path, body string) response {
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	if method == "POST" || rd != nil {
+		req.Header.Set("Content-Type", "application/json") // as a backend sends it
+	}
 	resp, err := h.client.Do(req)
 	if err != nil {
 		h.t.Errorf("%s %s: %v", method, path, err) // may run off the test's goroutine: no Fatal
@@ -112,9 +115,18 @@ func (h *harness) do(method, path, body string) response {
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	r := response{status: resp.StatusCode, header: resp.Header, raw: string(raw)}
-	if len(bytes.TrimSpace(raw)) > 0 && strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
-		if err := json.Unmarshal(raw, &r.body); err != nil {
-			h.t.Errorf("%s %s: answer is not JSON: %v: %s", method, path, err, raw)
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		r = h.decode(r)
+	}
+	return r
+}
+
+// decode decodes the JSON of r.raw into r.body.
+func (h *harness) decode(r response) response {
+	h.t.Helper()
+	if len(bytes.TrimSpace([]byte(r.raw))) > 0 {
+		if err := json.Unmarshal([]byte(r.raw), &r.body); err != nil {
+			h.t.Errorf("answer is not JSON: %v: %s", err, r.raw)
 		}
 	}
 	return r

@@ -60,6 +60,22 @@ func TestValidateNamesTheBadField(t *testing.T) {
 		{"bad redis", func(c *Config) { c.Redis = &Redis{Redis: token.Redis{Addr: "nope"}} }, "config: redis.addr \"nope\""},
 		{"bad log level", func(c *Config) { c.LogLevel = "loud" }, "config: log_level \"loud\""},
 		{"tiny body limit", func(c *Config) { c.MaxBodyBytes = 10 }, "config: max_body_bytes 10"},
+		{"allowed hosts", func(c *Config) { c.AllowedHosts = []string{"sidecar.internal", "10.0.0.1", "::1"} }, ""},
+		{"allowed host with a port", func(c *Config) { c.AllowedHosts = []string{"sidecar:7070"} }, `config: allowed_hosts[0] "sidecar:7070": want a host name or an IP address`},
+		{"allowed host with a scheme", func(c *Config) { c.AllowedHosts = []string{"ok", "http://x"} }, `allowed_hosts[1] "http://x"`},
+		{"empty allowed host", func(c *Config) { c.AllowedHosts = []string{""} }, "allowed_hosts[0]"},
+		{"allowed origins", func(c *Config) { c.AllowedOrigins = []string{"https://app.example", "http://localhost:3000/"} }, ""},
+		{"null origin", func(c *Config) { c.AllowedOrigins = []string{"null"} }, `config: allowed_origins[0] "null": want an http:// or https:// origin`},
+		{"origin with a path", func(c *Config) { c.AllowedOrigins = []string{"https://app.example/x"} }, "without a path"},
+		{"origin of another scheme", func(c *Config) { c.AllowedOrigins = []string{"file:///tmp"} }, "want an http:// or https:// origin"},
+		{"socket group on TCP", func(c *Config) { c.UnixSocketGroup = "repool" }, `config: unix_socket_group "repool": only for a unix:/path listen address`},
+		{"socket group on a socket", func(c *Config) { c.Listen, c.UnixSocketGroup = "unix:/tmp/s.sock", "repool" }, ""},
+		{"tiny header limit", func(c *Config) { c.MaxHeaderBytes = 100 }, "config: max_header_bytes 100"},
+		{"tiny header timeout", func(c *Config) { c.ReadHeaderTimeout = time.Millisecond }, "config: read_header_timeout 1ms"},
+		{"read timeout below the header's", func(c *Config) { c.ReadTimeout = 5 * time.Second }, "config: read_timeout 5s: want at least read_header_timeout 10s"},
+		{"tiny idle timeout", func(c *Config) { c.IdleTimeout = time.Millisecond }, "config: idle_timeout 1ms"},
+		{"no connections", func(c *Config) { c.MaxConnections = -1 }, "config: max_connections -1"},
+		{"write timeout within a provider's", func(c *Config) { c.WriteTimeout = 3 * time.Second }, "config: write_timeout 3s: want more than providers.eu.timeout 3s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -80,6 +96,8 @@ func TestWithDefaults(t *testing.T) {
 	c := valid().WithDefaults()
 	p := c.Providers["eu"]
 	if c.Listen != "127.0.0.1:7070" || c.MaxBodyBytes != 1<<20 || p.Timeout != 3*time.Second ||
+		c.MaxHeaderBytes != 64<<10 || c.ReadHeaderTimeout != 10*time.Second || c.ReadTimeout != 30*time.Second ||
+		c.WriteTimeout != 30*time.Second || c.IdleTimeout != 2*time.Minute || c.MaxConnections != 1024 ||
 		p.Retry.MaxRetries != 3 || p.RetryBudget.Ratio != 0.2 || p.RetryBudget.MinPerSecond != 10 ||
 		p.Breaker.FailureRatio != 0.5 || p.Breaker.MinRequests != 20 || p.Token.RefreshAt != 0.8 {
 		t.Fatalf("WithDefaults() = %+v, want the documented defaults", c)
