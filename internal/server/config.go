@@ -58,6 +58,35 @@ type Config struct {
 	MaxLeases int
 	// ShutdownGrace bounds the graceful drain on shutdown. Default 10s.
 	ShutdownGrace time.Duration
+	// HTTP server deadlines and bounds: the time to receive a request's
+	// headers (default 10s) and the whole request (30s), to answer it
+	// (30s), how long a keep-alive connection may wait for its next
+	// request (2m), the size of a request's headers (64 KiB) and the
+	// connections open at once (1024; one more is closed at once).
+	HTTPReadHeaderTimeout time.Duration
+	HTTPReadTimeout       time.Duration
+	HTTPWriteTimeout      time.Duration
+	HTTPIdleTimeout       time.Duration
+	HTTPMaxHeaderBytes    int
+	HTTPMaxConnections    int
+	// gRPC server bounds: connections open at once (default 4096; one
+	// more is closed at once), concurrent streams per connection (256),
+	// the time a connection may go without a call before it is closed
+	// (5m), the time to set a connection up, HTTP/2 preface included
+	// (10s), and the size of a call's metadata (64 KiB).
+	GRPCMaxConnections       int
+	GRPCMaxConcurrentStreams int
+	GRPCMaxConnectionIdle    time.Duration
+	GRPCHandshakeTimeout     time.Duration
+	GRPCMaxHeaderBytes       int
+	// gRPC keepalive: the server pings a connection quiet for
+	// GRPCKeepaliveTime (default 1m) and closes it if the ping is not
+	// answered within GRPCKeepaliveTimeout (20s); a client that pings
+	// more often than every GRPCKeepaliveMinTime (10s) is disconnected
+	// (the enforcement policy; pings without calls in flight are allowed).
+	GRPCKeepaliveTime    time.Duration
+	GRPCKeepaliveTimeout time.Duration
+	GRPCKeepaliveMinTime time.Duration
 	// HA joins the active/standby group on a PostgreSQL store: the server
 	// serves the data plane only while it holds the leader lock. Default
 	// off.
@@ -128,6 +157,30 @@ func (c Config) WithDefaults() Config {
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = 10 * time.Second
 	}
+	defDur := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	defInt := func(n *int, v int) {
+		if *n == 0 {
+			*n = v
+		}
+	}
+	defDur(&c.HTTPReadHeaderTimeout, 10*time.Second)
+	defDur(&c.HTTPReadTimeout, 30*time.Second)
+	defDur(&c.HTTPWriteTimeout, 30*time.Second)
+	defDur(&c.HTTPIdleTimeout, 2*time.Minute)
+	defInt(&c.HTTPMaxHeaderBytes, 64<<10)
+	defInt(&c.HTTPMaxConnections, 1024)
+	defInt(&c.GRPCMaxConnections, 4096)
+	defInt(&c.GRPCMaxConcurrentStreams, 256)
+	defDur(&c.GRPCMaxConnectionIdle, 5*time.Minute)
+	defDur(&c.GRPCHandshakeTimeout, 10*time.Second)
+	defInt(&c.GRPCMaxHeaderBytes, 64<<10)
+	defDur(&c.GRPCKeepaliveTime, time.Minute)
+	defDur(&c.GRPCKeepaliveTimeout, 20*time.Second)
+	defDur(&c.GRPCKeepaliveMinTime, 10*time.Second)
 	if c.HAName == "" {
 		c.HAName = c.GRPCAddr
 	}
@@ -177,6 +230,34 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: max_keys_per_tenant %d: want at least 1", c.MaxKeysPerTenant)
 	case c.ShutdownGrace < 0:
 		return errors.New("config: shutdown_grace must not be negative")
+	case c.HTTPReadHeaderTimeout < 10*time.Millisecond:
+		return fmt.Errorf("config: http_read_header_timeout %v: want at least 10ms", c.HTTPReadHeaderTimeout)
+	case c.HTTPReadTimeout < c.HTTPReadHeaderTimeout:
+		return fmt.Errorf("config: http_read_timeout %v: want at least http_read_header_timeout %v (it includes the headers)", c.HTTPReadTimeout, c.HTTPReadHeaderTimeout)
+	case c.HTTPWriteTimeout < 10*time.Millisecond:
+		return fmt.Errorf("config: http_write_timeout %v: want at least 10ms", c.HTTPWriteTimeout)
+	case c.HTTPIdleTimeout < 10*time.Millisecond:
+		return fmt.Errorf("config: http_idle_timeout %v: want at least 10ms", c.HTTPIdleTimeout)
+	case c.HTTPMaxHeaderBytes < 4096 || c.HTTPMaxHeaderBytes > 1<<20:
+		return fmt.Errorf("config: http_max_header_bytes %d: want 4096 to 1048576", c.HTTPMaxHeaderBytes)
+	case c.HTTPMaxConnections < 1:
+		return fmt.Errorf("config: http_max_connections %d: want at least 1", c.HTTPMaxConnections)
+	case c.GRPCMaxConnections < 1:
+		return fmt.Errorf("config: grpc_max_connections %d: want at least 1", c.GRPCMaxConnections)
+	case c.GRPCMaxConcurrentStreams < 1:
+		return fmt.Errorf("config: grpc_max_concurrent_streams %d: want at least 1", c.GRPCMaxConcurrentStreams)
+	case c.GRPCMaxConnectionIdle < 10*time.Millisecond:
+		return fmt.Errorf("config: grpc_max_connection_idle %v: want at least 10ms", c.GRPCMaxConnectionIdle)
+	case c.GRPCHandshakeTimeout < 10*time.Millisecond:
+		return fmt.Errorf("config: grpc_handshake_timeout %v: want at least 10ms", c.GRPCHandshakeTimeout)
+	case c.GRPCMaxHeaderBytes < 4096 || c.GRPCMaxHeaderBytes > 16<<20:
+		return fmt.Errorf("config: grpc_max_header_bytes %d: want 4096 to 16777216", c.GRPCMaxHeaderBytes)
+	case c.GRPCKeepaliveTime < time.Second:
+		return fmt.Errorf("config: grpc_keepalive_time %v: want at least 1s", c.GRPCKeepaliveTime)
+	case c.GRPCKeepaliveTimeout < 10*time.Millisecond:
+		return fmt.Errorf("config: grpc_keepalive_timeout %v: want at least 10ms", c.GRPCKeepaliveTimeout)
+	case c.GRPCKeepaliveMinTime < 10*time.Millisecond:
+		return fmt.Errorf("config: grpc_keepalive_min_time %v: want at least 10ms", c.GRPCKeepaliveMinTime)
 	case c.HA && !strings.HasPrefix(c.Store, "postgres"):
 		return errors.New("config: ha needs a postgres:// store (the servers share it)")
 	case c.HASessionTimeout <= c.HAInterval:

@@ -99,6 +99,20 @@ func bindings() []binding {
 		{"max-streams", "default per-tenant limit on event streams (`n`)", strconv.Itoa(d.MaxStreams), integer(func(c *Config) *int { return &c.MaxStreams })},
 		{"max-leases", "default per-tenant limit on outstanding leases (`n`; 0: none)", strconv.Itoa(d.MaxLeases), integer(func(c *Config) *int { return &c.MaxLeases })},
 		{"shutdown-grace", "bound on the graceful drain at shutdown (`duration`)", d.ShutdownGrace.String(), dur(func(c *Config) *time.Duration { return &c.ShutdownGrace })},
+		{"http-read-header-timeout", "HTTP: time to receive a request's headers (`duration`)", d.HTTPReadHeaderTimeout.String(), dur(func(c *Config) *time.Duration { return &c.HTTPReadHeaderTimeout })},
+		{"http-read-timeout", "HTTP: time to receive a whole request, body included (`duration`)", d.HTTPReadTimeout.String(), dur(func(c *Config) *time.Duration { return &c.HTTPReadTimeout })},
+		{"http-write-timeout", "HTTP: time from a request's headers to the end of its answer (`duration`)", d.HTTPWriteTimeout.String(), dur(func(c *Config) *time.Duration { return &c.HTTPWriteTimeout })},
+		{"http-idle-timeout", "HTTP: how long a keep-alive connection may wait for its next request (`duration`)", d.HTTPIdleTimeout.String(), dur(func(c *Config) *time.Duration { return &c.HTTPIdleTimeout })},
+		{"http-max-header-bytes", "HTTP: largest request header block (`bytes`; larger: 431)", strconv.Itoa(d.HTTPMaxHeaderBytes), integer(func(c *Config) *int { return &c.HTTPMaxHeaderBytes })},
+		{"http-max-connections", "HTTP: connections open at once (`n`; one more is closed at once)", strconv.Itoa(d.HTTPMaxConnections), integer(func(c *Config) *int { return &c.HTTPMaxConnections })},
+		{"grpc-max-connections", "gRPC: connections open at once (`n`; one more is closed at once)", strconv.Itoa(d.GRPCMaxConnections), integer(func(c *Config) *int { return &c.GRPCMaxConnections })},
+		{"grpc-max-concurrent-streams", "gRPC: concurrent calls and streams per connection (`n`)", strconv.Itoa(d.GRPCMaxConcurrentStreams), integer(func(c *Config) *int { return &c.GRPCMaxConcurrentStreams })},
+		{"grpc-max-connection-idle", "gRPC: a connection without a call for this long is closed (`duration`)", d.GRPCMaxConnectionIdle.String(), dur(func(c *Config) *time.Duration { return &c.GRPCMaxConnectionIdle })},
+		{"grpc-handshake-timeout", "gRPC: time to set up a connection, HTTP/2 preface included (`duration`)", d.GRPCHandshakeTimeout.String(), dur(func(c *Config) *time.Duration { return &c.GRPCHandshakeTimeout })},
+		{"grpc-max-header-bytes", "gRPC: largest metadata of a call (`bytes`)", strconv.Itoa(d.GRPCMaxHeaderBytes), integer(func(c *Config) *int { return &c.GRPCMaxHeaderBytes })},
+		{"grpc-keepalive-time", "gRPC: the server pings a connection quiet for this long (`duration`)", d.GRPCKeepaliveTime.String(), dur(func(c *Config) *time.Duration { return &c.GRPCKeepaliveTime })},
+		{"grpc-keepalive-timeout", "gRPC: a connection that does not answer the ping within this is closed (`duration`)", d.GRPCKeepaliveTimeout.String(), dur(func(c *Config) *time.Duration { return &c.GRPCKeepaliveTimeout })},
+		{"grpc-keepalive-min-time", "gRPC: a client that pings more often than this is disconnected (`duration`)", d.GRPCKeepaliveMinTime.String(), dur(func(c *Config) *time.Duration { return &c.GRPCKeepaliveMinTime })},
 		{"ha", "join the active/standby group (postgres store only)", "false", func(c *Config, v string) error {
 			b, err := strconv.ParseBool(v)
 			c.HA = b

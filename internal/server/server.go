@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/repool/repool/internal/audit"
@@ -35,6 +36,7 @@ import (
 	"github.com/repool/repool/internal/clock"
 	"github.com/repool/repool/internal/control"
 	"github.com/repool/repool/internal/dataplane"
+	"github.com/repool/repool/internal/netlimit"
 	"github.com/repool/repool/internal/pool"
 	"github.com/repool/repool/internal/ratelimit"
 	"github.com/repool/repool/internal/store"
@@ -78,6 +80,8 @@ type Server struct {
 	audit   *audit.Writer
 	control *control.API
 	health  *health.Server
+
+	refusedConns *prometheus.CounterVec // connections closed for being over a listener's bound
 
 	life   context.Context // cancelled when Run begins to shut down
 	stop   context.CancelFunc
@@ -130,6 +134,11 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 		}
 	}()
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.refusedConns = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "repool_connections_refused_total",
+		Help: "Connections closed as soon as accepted because the listener held its most (--grpc-max-connections, --http-max-connections).",
+	}, []string{"listener"})
+	s.reg.MustRegister(s.refusedConns)
 
 	dsn := cfg.Store
 	if cfg.HA {
@@ -394,26 +403,60 @@ Call the control plane (HTTP/JSON):
 	return nil
 }
 
+// listen binds the gRPC and HTTP listeners, each bounded to its
+// connections (netlimit), and builds the servers with their deadlines.
 func (s *Server) listen() error {
 	var err error
-	if s.grpcLn, err = net.Listen("tcp", s.cfg.GRPCAddr); err != nil {
+	if s.grpcLn, err = listenLimited(s.cfg.GRPCAddr, s.cfg.GRPCMaxConnections, s.refusedConns.WithLabelValues("grpc")); err != nil {
 		return fmt.Errorf("gRPC listener: %w", err)
 	}
-	if s.httpLn, err = net.Listen("tcp", s.cfg.HTTPAddr); err != nil {
+	if s.httpLn, err = listenLimited(s.cfg.HTTPAddr, s.cfg.HTTPMaxConnections, s.refusedConns.WithLabelValues("http")); err != nil {
 		s.grpcLn.Close()
 		return fmt.Errorf("HTTP listener: %w", err)
 	}
+	c := s.cfg
 	// Stream workers reuse goroutines across calls instead of starting one
 	// per call; shared write buffers keep idle connections small.
-	opts := append(s.svc.ServerOptions(), grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))), grpc.SharedWriteBuffer(true))
+	opts := append(s.svc.ServerOptions(), grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))), grpc.SharedWriteBuffer(true),
+		grpc.MaxConcurrentStreams(uint32(c.GRPCMaxConcurrentStreams)),
+		grpc.ConnectionTimeout(c.GRPCHandshakeTimeout),
+		grpc.MaxHeaderListSize(uint32(c.GRPCMaxHeaderBytes)),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle: c.GRPCMaxConnectionIdle, Time: c.GRPCKeepaliveTime, Timeout: c.GRPCKeepaliveTimeout,
+		}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: c.GRPCKeepaliveMinTime, PermitWithoutStream: true}),
+	)
 	s.grpc = grpc.NewServer(opts...)
 	s.svc.Attach(s.grpc)
 	s.health = health.NewServer()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
-	s.http = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+	s.http = &http.Server{
+		Handler:           s.httpHandler(),
+		ReadHeaderTimeout: c.HTTPReadHeaderTimeout,
+		ReadTimeout:       c.HTTPReadTimeout,
+		WriteTimeout:      c.HTTPWriteTimeout,
+		IdleTimeout:       c.HTTPIdleTimeout,
+		MaxHeaderBytes:    c.HTTPMaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
 	return nil
+}
+
+// listenLimited binds addr and closes, as soon as they are accepted, the
+// connections beyond max, counting each in refused.
+func listenLimited(addr string, max int, refused prometheus.Counter) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	limited, err := netlimit.New(ln, max, refused.Inc)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return limited, nil
 }
 
 func (s *Server) httpHandler() http.Handler {
