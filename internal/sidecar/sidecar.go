@@ -125,7 +125,14 @@ func New(cfg config.Config, opts Options) (_ *Sidecar, err error) {
 	if err := s.Apply(cfg); err != nil {
 		return nil, err
 	}
-	if s.ln, err = listen(cfg); err != nil {
+	refused := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "repool_sidecar_connections_refused_total",
+		Help: "Connections closed as soon as accepted because the listener held max_connections.",
+	})
+	if err := opts.Registry.Register(refused); err != nil {
+		return nil, err
+	}
+	if s.ln, err = listen(cfg, refused.Inc); err != nil {
 		return nil, err
 	}
 	hosts := append([]string(nil), cfg.AllowedHosts...)
@@ -168,8 +175,8 @@ func New(cfg config.Config, opts Options) (_ *Sidecar, err error) {
 
 // listen binds cfg.Listen (host:port or unix:/path) after checking that it
 // is loopback unless allow_remote, and bounds its connections to
-// max_connections.
-func listen(cfg config.Config) (net.Listener, error) {
+// max_connections, calling onRefuse for each connection closed beyond it.
+func listen(cfg config.Config, onRefuse func()) (net.Listener, error) {
 	addr := cfg.Listen
 	if err := config.CheckListen(addr, cfg.AllowRemote); err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
@@ -190,7 +197,7 @@ func listen(cfg config.Config) (net.Listener, error) {
 			return nil, fmt.Errorf("listen: %s resolved to %v, which is not loopback", addr, tcp.IP)
 		}
 	}
-	limited, err := netlimit.New(ln, cfg.MaxConnections, nil)
+	limited, err := netlimit.New(ln, cfg.MaxConnections, onRefuse)
 	if err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("listen: %w", err)
