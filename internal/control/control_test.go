@@ -117,7 +117,7 @@ func TestEveryMutationIsAudited(t *testing.T) {
 	for action, want := range map[string]string{
 		"tenant.create":  `name="Acme Inc."`,
 		"key.create":     `name="ci" prefix="` + key.Prefix + `"`,
-		"limits.put":     "tenant_admin.burst default -> 10, tenant_admin.max_streams default -> 3",
+		"limits.put":     "tenant_admin.burst none -> 10, tenant_admin.max_streams none -> 3",
 		"tenant.suspend": "status active -> suspended",
 	} {
 		if details[action] != want {

@@ -433,11 +433,16 @@ func (req *limitsRequest) changes(c caller) ([]change, error) {
 	return out, nil
 }
 
-func showLimit(v float64, ok bool) string {
-	if !ok {
-		return "default"
+// showLimit shows a value in the audit trail: an operator's unset field is
+// the default, a tenant-admin's is none.
+func showLimit(v float64, ok, admin bool) string {
+	switch {
+	case ok:
+		return num(v)
+	case admin:
+		return "none"
 	}
-	return num(v)
+	return "default"
 }
 
 // getLimits serves GET /api/v1/tenants/{id}/limits.
@@ -503,7 +508,7 @@ func (a *API) putLimits(w http.ResponseWriter, r *http.Request, c caller) error 
 		old, had := ch.ptr(&prev).get()
 		ch.ptr(&merged).set(ch.v)
 		nv, has := ch.ptr(&merged).get()
-		shown = append(shown, fmt.Sprintf("%s %s -> %s", ch.name, showLimit(old, had), showLimit(nv, has)))
+		shown = append(shown, fmt.Sprintf("%s %s -> %s", ch.name, showLimit(old, had, ch.admin), showLimit(nv, has, ch.admin)))
 	}
 	if err := a.checkCeilings(c, changes, merged); err != nil {
 		return err
@@ -513,7 +518,7 @@ func (a *API) putLimits(w http.ResponseWriter, r *http.Request, c caller) error 
 	}
 	if err := a.cfg.Hooks.ApplyLimits(id, merged); err != nil {
 		if errors.Is(err, ErrInvalidLimits) {
-			return invalidArgument("%s", err.Error())
+			return invalidArgument("%s", strings.TrimPrefix(err.Error(), ErrInvalidLimits.Error()+": "))
 		}
 		return fmt.Errorf("apply limits: %w", err)
 	}

@@ -363,7 +363,10 @@ func (s *Server) applyLimits(tenant string, l store.Limits) error {
 		ReservedResources: *eff.ReservedResources, MaxResources: *eff.MaxResources,
 		ReservedCells: *eff.ReservedCells, MaxCells: *eff.MaxCells,
 	}); err != nil {
-		return fmt.Errorf("%w: %v", control.ErrInvalidLimits, err)
+		// The budget's words ("resources reservations would total ..."),
+		// without its sentinel's.
+		msg := strings.TrimPrefix(err.Error(), budget.ErrInvalidArgument.Error()+": ")
+		return fmt.Errorf("%w: %s", control.ErrInvalidLimits, msg)
 	}
 	if err := s.limiter.Set(tenant, *eff.RatePerSecond, int(*eff.Burst)); err != nil {
 		return fmt.Errorf("%w: %v", control.ErrInvalidLimits, err)
