@@ -10,6 +10,7 @@ import (
 
 	"github.com/repool/repool/internal/budget"
 	"github.com/repool/repool/internal/control"
+	"github.com/repool/repool/internal/httpbounds"
 	"github.com/repool/repool/internal/ratelimit"
 	"github.com/repool/repool/internal/store"
 )
@@ -58,17 +59,9 @@ type Config struct {
 	MaxLeases int
 	// ShutdownGrace bounds the graceful drain on shutdown. Default 10s.
 	ShutdownGrace time.Duration
-	// HTTP server deadlines and bounds: the time to receive a request's
-	// headers (default 10s) and the whole request (30s), to answer it
-	// (30s), how long a keep-alive connection may wait for its next
-	// request (2m), the size of a request's headers (64 KiB) and the
-	// connections open at once (1024; one more is closed at once).
-	HTTPReadHeaderTimeout time.Duration
-	HTTPReadTimeout       time.Duration
-	HTTPWriteTimeout      time.Duration
-	HTTPIdleTimeout       time.Duration
-	HTTPMaxHeaderBytes    int
-	HTTPMaxConnections    int
+	// HTTP holds the HTTP server's deadlines and bounds (flags
+	// --http-read-header-timeout, ...; defaults in httpbounds.Config).
+	HTTP httpbounds.Config
 	// gRPC server bounds: connections open at once (default 4096; one
 	// more is closed at once), concurrent streams per connection (256),
 	// the time a connection may go without a call before it is closed
@@ -167,12 +160,7 @@ func (c Config) WithDefaults() Config {
 			*n = v
 		}
 	}
-	defDur(&c.HTTPReadHeaderTimeout, 10*time.Second)
-	defDur(&c.HTTPReadTimeout, 30*time.Second)
-	defDur(&c.HTTPWriteTimeout, 30*time.Second)
-	defDur(&c.HTTPIdleTimeout, 2*time.Minute)
-	defInt(&c.HTTPMaxHeaderBytes, 64<<10)
-	defInt(&c.HTTPMaxConnections, 1024)
+	c.HTTP = c.HTTP.WithDefaults()
 	defInt(&c.GRPCMaxConnections, 4096)
 	defInt(&c.GRPCMaxConcurrentStreams, 256)
 	defDur(&c.GRPCMaxConnectionIdle, 5*time.Minute)
@@ -208,6 +196,23 @@ func (c Config) Validate() error {
 	if err := validStore(c.Store); err != nil {
 		return err
 	}
+	if err := c.HTTP.Validate("http_"); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	for _, d := range []struct {
+		key      string
+		v, least time.Duration
+	}{
+		{"grpc_max_connection_idle", c.GRPCMaxConnectionIdle, 10 * time.Millisecond},
+		{"grpc_handshake_timeout", c.GRPCHandshakeTimeout, 10 * time.Millisecond},
+		{"grpc_keepalive_time", c.GRPCKeepaliveTime, time.Second},
+		{"grpc_keepalive_timeout", c.GRPCKeepaliveTimeout, 10 * time.Millisecond},
+		{"grpc_keepalive_min_time", c.GRPCKeepaliveMinTime, 10 * time.Millisecond},
+	} {
+		if d.v < d.least {
+			return fmt.Errorf("config: %s %v: want at least %v", d.key, d.v, d.least)
+		}
+	}
 	switch {
 	case c.CheckpointInterval < 100*time.Millisecond:
 		return fmt.Errorf("config: checkpoint_interval %v is below 100ms", c.CheckpointInterval)
@@ -230,34 +235,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: max_keys_per_tenant %d: want at least 1", c.MaxKeysPerTenant)
 	case c.ShutdownGrace < 0:
 		return errors.New("config: shutdown_grace must not be negative")
-	case c.HTTPReadHeaderTimeout < 10*time.Millisecond:
-		return fmt.Errorf("config: http_read_header_timeout %v: want at least 10ms", c.HTTPReadHeaderTimeout)
-	case c.HTTPReadTimeout < c.HTTPReadHeaderTimeout:
-		return fmt.Errorf("config: http_read_timeout %v: want at least http_read_header_timeout %v (it includes the headers)", c.HTTPReadTimeout, c.HTTPReadHeaderTimeout)
-	case c.HTTPWriteTimeout < 10*time.Millisecond:
-		return fmt.Errorf("config: http_write_timeout %v: want at least 10ms", c.HTTPWriteTimeout)
-	case c.HTTPIdleTimeout < 10*time.Millisecond:
-		return fmt.Errorf("config: http_idle_timeout %v: want at least 10ms", c.HTTPIdleTimeout)
-	case c.HTTPMaxHeaderBytes < 4096 || c.HTTPMaxHeaderBytes > 1<<20:
-		return fmt.Errorf("config: http_max_header_bytes %d: want 4096 to 1048576", c.HTTPMaxHeaderBytes)
-	case c.HTTPMaxConnections < 1:
-		return fmt.Errorf("config: http_max_connections %d: want at least 1", c.HTTPMaxConnections)
-	case c.GRPCMaxConnections < 1:
-		return fmt.Errorf("config: grpc_max_connections %d: want at least 1", c.GRPCMaxConnections)
-	case c.GRPCMaxConcurrentStreams < 1:
-		return fmt.Errorf("config: grpc_max_concurrent_streams %d: want at least 1", c.GRPCMaxConcurrentStreams)
-	case c.GRPCMaxConnectionIdle < 10*time.Millisecond:
-		return fmt.Errorf("config: grpc_max_connection_idle %v: want at least 10ms", c.GRPCMaxConnectionIdle)
-	case c.GRPCHandshakeTimeout < 10*time.Millisecond:
-		return fmt.Errorf("config: grpc_handshake_timeout %v: want at least 10ms", c.GRPCHandshakeTimeout)
+	case c.GRPCMaxConnections < 1 || c.GRPCMaxConcurrentStreams < 1:
+		return fmt.Errorf("config: grpc_max_connections %d / grpc_max_concurrent_streams %d: want at least 1", c.GRPCMaxConnections, c.GRPCMaxConcurrentStreams)
 	case c.GRPCMaxHeaderBytes < 4096 || c.GRPCMaxHeaderBytes > 16<<20:
 		return fmt.Errorf("config: grpc_max_header_bytes %d: want 4096 to 16777216", c.GRPCMaxHeaderBytes)
-	case c.GRPCKeepaliveTime < time.Second:
-		return fmt.Errorf("config: grpc_keepalive_time %v: want at least 1s", c.GRPCKeepaliveTime)
-	case c.GRPCKeepaliveTimeout < 10*time.Millisecond:
-		return fmt.Errorf("config: grpc_keepalive_timeout %v: want at least 10ms", c.GRPCKeepaliveTimeout)
-	case c.GRPCKeepaliveMinTime < 10*time.Millisecond:
-		return fmt.Errorf("config: grpc_keepalive_min_time %v: want at least 10ms", c.GRPCKeepaliveMinTime)
 	case c.HA && !strings.HasPrefix(c.Store, "postgres"):
 		return errors.New("config: ha needs a postgres:// store (the servers share it)")
 	case c.HASessionTimeout <= c.HAInterval:

@@ -56,15 +56,16 @@ func TestLoad(t *testing.T) {
 		{"bare --ha then more flags", []string{"--ha", "--burst", "3", "--store", "postgres://x@127.0.0.1/db"}, nil, func(c Config) bool { return c.HA && c.Burst == 3 }, false},
 		{"--ha=false", []string{"--ha=false"}, nil, func(c Config) bool { return !c.HA }, false},
 		{"listener defaults", nil, nil, func(c Config) bool {
-			return c.HTTPReadHeaderTimeout == 10*time.Second && c.HTTPReadTimeout == 30*time.Second && c.HTTPWriteTimeout == 30*time.Second &&
-				c.HTTPIdleTimeout == 2*time.Minute && c.HTTPMaxHeaderBytes == 64<<10 && c.HTTPMaxConnections == 1024 &&
+			h := c.HTTP
+			return h.ReadHeaderTimeout == 10*time.Second && h.ReadTimeout == 30*time.Second && h.WriteTimeout == 30*time.Second &&
+				h.IdleTimeout == 2*time.Minute && h.MaxHeaderBytes == 64<<10 && h.MaxConnections == 1024 &&
 				c.GRPCMaxConnections == 4096 && c.GRPCMaxConcurrentStreams == 256 && c.GRPCMaxConnectionIdle == 5*time.Minute &&
 				c.GRPCHandshakeTimeout == 10*time.Second && c.GRPCMaxHeaderBytes == 64<<10 &&
 				c.GRPCKeepaliveTime == time.Minute && c.GRPCKeepaliveTimeout == 20*time.Second && c.GRPCKeepaliveMinTime == 10*time.Second
 		}, false},
 		{"listener settings from flag, env and file", []string{"--config", writeFile(t, "listen.yaml", "grpc_max_connections: 10\nhttp_idle_timeout: 5s\n"), "--http-max-connections", "3"},
 			map[string]string{"REPOOL_GRPC_MAX_CONCURRENT_STREAMS": "7"}, func(c Config) bool {
-				return c.GRPCMaxConnections == 10 && c.HTTPIdleTimeout == 5*time.Second && c.HTTPMaxConnections == 3 && c.GRPCMaxConcurrentStreams == 7
+				return c.GRPCMaxConnections == 10 && c.HTTP.IdleTimeout == 5*time.Second && c.HTTP.MaxConnections == 3 && c.GRPCMaxConcurrentStreams == 7
 			}, false},
 		{"read timeout below the header timeout", []string{"--http-read-timeout", "1s"}, nil, nil, true},
 		{"no connections", []string{"--grpc-max-connections", "-1"}, nil, nil, true},

@@ -413,7 +413,7 @@ func (s *Server) listen() error {
 	if s.grpcLn, err = listenLimited(s.cfg.GRPCAddr, s.cfg.GRPCMaxConnections, s.refusedConns.WithLabelValues("grpc")); err != nil {
 		return fmt.Errorf("gRPC listener: %w", err)
 	}
-	if s.httpLn, err = listenLimited(s.cfg.HTTPAddr, s.cfg.HTTPMaxConnections, s.refusedConns.WithLabelValues("http")); err != nil {
+	if s.httpLn, err = listenLimited(s.cfg.HTTPAddr, s.cfg.HTTP.MaxConnections, s.refusedConns.WithLabelValues("http")); err != nil {
 		s.grpcLn.Close()
 		return fmt.Errorf("HTTP listener: %w", err)
 	}
@@ -435,15 +435,7 @@ func (s *Server) listen() error {
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
-	s.http = &http.Server{
-		Handler:           s.httpHandler(),
-		ReadHeaderTimeout: c.HTTPReadHeaderTimeout,
-		ReadTimeout:       c.HTTPReadTimeout,
-		WriteTimeout:      c.HTTPWriteTimeout,
-		IdleTimeout:       c.HTTPIdleTimeout,
-		MaxHeaderBytes:    c.HTTPMaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-	}
+	s.http = c.HTTP.Server(s.httpHandler(), slog.NewLogLogger(s.log.Handler(), slog.LevelWarn))
 	return nil
 }
 

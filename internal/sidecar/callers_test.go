@@ -2,7 +2,6 @@ package sidecar_test
 
 import (
 	"context"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -16,34 +15,11 @@ import (
 	"github.com/repool/repool/internal/sidecar/fakeserver"
 )
 
-// send makes one request with the given Host and headers (nil values are
-// left out) and returns the status and the error code.
+// send makes one request with the given Host and headers and returns the
+// status and the error code.
 func (h *harness) send(method, path, host string, header map[string]string, body string) (int, string) {
 	h.t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequest(method, h.base+path, rd)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	if host != "" {
-		req.Host = host
-	}
-	for k, v := range header {
-		req.Header.Set(k, v)
-	}
-	resp, err := h.client.Do(req)
-	if err != nil {
-		h.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	r := response{status: resp.StatusCode, raw: string(raw)}
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
-		r = h.decode(r)
-	}
+	r := h.request(method, path, host, header, body)
 	return r.status, r.errCode()
 }
 

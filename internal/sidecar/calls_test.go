@@ -33,7 +33,7 @@ func TestColdCallsIssueOneToken(t *testing.T) {
 	pc.Timeout = time.Minute
 	patient := grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: time.Minute})
 	cfg := one("p", pc)
-	cfg.WriteTimeout = 2 * pc.Timeout // the answers must be written after the calls
+	cfg.HTTP.WriteTimeout = 2 * pc.Timeout // the answers must be written after the calls
 	h := start(t, cfg, sidecar.Options{DialOptions: []grpc.DialOption{patient}})
 	const calls = 1000
 	var wg sync.WaitGroup

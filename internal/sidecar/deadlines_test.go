@@ -21,7 +21,7 @@ func shortDeadlines(fake *fakeserver.Server) config.Config {
 	pc := fast(fake)
 	pc.Timeout = 300 * time.Millisecond
 	cfg := one("p", pc)
-	cfg.ReadHeaderTimeout, cfg.ReadTimeout, cfg.WriteTimeout, cfg.IdleTimeout = 200*time.Millisecond, 400*time.Millisecond, 600*time.Millisecond, 500*time.Millisecond
+	cfg.HTTP.ReadHeaderTimeout, cfg.HTTP.ReadTimeout, cfg.HTTP.WriteTimeout, cfg.HTTP.IdleTimeout = 200*time.Millisecond, 400*time.Millisecond, 600*time.Millisecond, 500*time.Millisecond
 	return cfg
 }
 

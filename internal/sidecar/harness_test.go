@@ -94,7 +94,20 @@ func (r response) retryAfterMS() float64 {
 	return v
 }
 
+// do sends a request as a backend does: a body, and every POST, with
+// Content-Type: application/json.
 func (h *harness) do(method, path, body string) response {
+	h.t.Helper()
+	var header map[string]string
+	if method == "POST" || body != "" {
+		header = map[string]string{"Content-Type": "application/json"}
+	}
+	return h.request(method, path, "", header, body)
+}
+
+// request sends a request with the given Host (the base's if empty) and
+// headers, and returns the answer.
+func (h *harness) request(method, path, host string, header map[string]string, body string) response {
 	h.t.Helper()
 	var rd io.Reader
 	if body != "" {
@@ -104,8 +117,11 @@ func (h *harness) do(method, path, body string) response {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	if method == "POST" || rd != nil {
-		req.Header.Set("Content-Type", "application/json") // as a backend sends it
+	if host != "" {
+		req.Host = host
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
 	}
 	resp, err := h.client.Do(req)
 	if err != nil {

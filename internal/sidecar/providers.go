@@ -266,9 +266,7 @@ func restartOnly(c config.Config) config.Config {
 	return config.Config{
 		Listen: c.Listen, AllowRemote: c.AllowRemote, UnixSocketGroup: c.UnixSocketGroup,
 		AllowedHosts: c.AllowedHosts, AllowedOrigins: c.AllowedOrigins,
-		MaxBodyBytes: c.MaxBodyBytes, MaxHeaderBytes: c.MaxHeaderBytes,
-		ReadHeaderTimeout: c.ReadHeaderTimeout, ReadTimeout: c.ReadTimeout, WriteTimeout: c.WriteTimeout,
-		IdleTimeout: c.IdleTimeout, MaxConnections: c.MaxConnections, LogLevel: c.LogLevel,
+		MaxBodyBytes: c.MaxBodyBytes, HTTP: c.HTTP, LogLevel: c.LogLevel,
 	}
 }
 

@@ -31,7 +31,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/repool/repool/internal/clock"
-	"github.com/repool/repool/internal/netlimit"
 	"github.com/repool/repool/internal/sidecar/config"
 	"github.com/repool/repool/internal/sidecar/httpapi"
 	"github.com/repool/repool/internal/sidecar/provider"
@@ -160,15 +159,7 @@ func New(cfg config.Config, opts Options) (_ *Sidecar, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s.srv = &http.Server{
-		Handler:           api,
-		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
-		ReadTimeout:       cfg.ReadTimeout,
-		WriteTimeout:      cfg.WriteTimeout,
-		IdleTimeout:       cfg.IdleTimeout,
-		MaxHeaderBytes:    cfg.MaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(opts.Log.Handler(), slog.LevelWarn),
-	}
+	s.srv = cfg.HTTP.Server(api, slog.NewLogLogger(opts.Log.Handler(), slog.LevelWarn))
 	s.log.Info("sidecar ready", "listen", s.Addr(), "providers", cfg.Names(), "redis", cfg.Redis != nil)
 	return s, nil
 }
@@ -197,7 +188,7 @@ func listen(cfg config.Config, onRefuse func()) (net.Listener, error) {
 			return nil, fmt.Errorf("listen: %s resolved to %v, which is not loopback", addr, tcp.IP)
 		}
 	}
-	limited, err := netlimit.New(ln, cfg.MaxConnections, onRefuse)
+	limited, err := cfg.HTTP.Limit(ln, onRefuse)
 	if err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("listen: %w", err)

@@ -59,6 +59,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/repool/repool/internal/httpbounds"
 	"github.com/repool/repool/internal/sidecar/resilience"
 	"github.com/repool/repool/internal/sidecar/token"
 )
@@ -91,24 +92,12 @@ type Config struct {
 	AllowedOrigins []string `yaml:"allowed_origins"`
 	// MaxBodyBytes bounds a request body. Default 1 MiB.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
-	// MaxHeaderBytes bounds a request's header block. Default 64 KiB.
-	MaxHeaderBytes int `yaml:"max_header_bytes"`
-	// ReadHeaderTimeout bounds the time to receive a request's headers.
-	// Default 10s.
-	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
-	// ReadTimeout bounds the time to receive a whole request, body
-	// included; event streams clear it once they start. Default 30s.
-	ReadTimeout time.Duration `yaml:"read_timeout"`
-	// WriteTimeout bounds the time from a request's headers to the end of
-	// its answer; it must exceed every provider's timeout. Event streams
-	// replace it with a deadline per event. Default 30s.
-	WriteTimeout time.Duration `yaml:"write_timeout"`
-	// IdleTimeout is how long a keep-alive connection may wait for its
-	// next request. Default 2m.
-	IdleTimeout time.Duration `yaml:"idle_timeout"`
-	// MaxConnections bounds the connections open at once; one more is
-	// closed as soon as it is accepted. Default 1024.
-	MaxConnections int `yaml:"max_connections"`
+	// HTTP holds the HTTP server's deadlines and bounds, as top-level keys
+	// (read_header_timeout, read_timeout, write_timeout, idle_timeout,
+	// max_header_bytes, max_connections; see httpbounds.Config for their
+	// defaults). write_timeout must exceed every provider's timeout; event
+	// streams replace it with a deadline per event.
+	HTTP httpbounds.Config `yaml:",inline"`
 	// ShutdownGrace bounds the drain of in-flight requests at shutdown.
 	// Default 10s.
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
@@ -164,24 +153,7 @@ func (c Config) WithDefaults() Config {
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = 1 << 20
 	}
-	if c.MaxHeaderBytes == 0 {
-		c.MaxHeaderBytes = 64 << 10
-	}
-	if c.ReadHeaderTimeout == 0 {
-		c.ReadHeaderTimeout = 10 * time.Second
-	}
-	if c.ReadTimeout == 0 {
-		c.ReadTimeout = 30 * time.Second
-	}
-	if c.WriteTimeout == 0 {
-		c.WriteTimeout = 30 * time.Second
-	}
-	if c.IdleTimeout == 0 {
-		c.IdleTimeout = 2 * time.Minute
-	}
-	if c.MaxConnections == 0 {
-		c.MaxConnections = 1024
-	}
+	c.HTTP = c.HTTP.WithDefaults()
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = 10 * time.Second
 	}
@@ -222,20 +194,13 @@ func (c Config) Validate() error {
 	if err := c.checkCallers(); err != nil {
 		return err
 	}
+	if err := c.HTTP.Validate(""); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
 	var lv slog.Level
 	switch {
 	case c.MaxBodyBytes < 1024:
 		return fmt.Errorf("config: max_body_bytes %d: want at least 1024", c.MaxBodyBytes)
-	case c.MaxHeaderBytes < 4096 || c.MaxHeaderBytes > 1<<20:
-		return fmt.Errorf("config: max_header_bytes %d: want 4096 to 1048576", c.MaxHeaderBytes)
-	case c.ReadHeaderTimeout < 10*time.Millisecond:
-		return fmt.Errorf("config: read_header_timeout %v: want at least 10ms", c.ReadHeaderTimeout)
-	case c.ReadTimeout < c.ReadHeaderTimeout:
-		return fmt.Errorf("config: read_timeout %v: want at least read_header_timeout %v (it includes the headers)", c.ReadTimeout, c.ReadHeaderTimeout)
-	case c.IdleTimeout < 10*time.Millisecond:
-		return fmt.Errorf("config: idle_timeout %v: want at least 10ms", c.IdleTimeout)
-	case c.MaxConnections < 1:
-		return fmt.Errorf("config: max_connections %d: want at least 1", c.MaxConnections)
 	case c.ShutdownGrace < 0:
 		return fmt.Errorf("config: shutdown_grace %v: must not be negative", c.ShutdownGrace)
 	case lv.UnmarshalText([]byte(c.LogLevel)) != nil:
@@ -259,8 +224,8 @@ func (c Config) Validate() error {
 		if err := p.validate(name); err != nil {
 			return fmt.Errorf("config: %w", err)
 		}
-		if c.WriteTimeout <= p.Timeout {
-			return fmt.Errorf("config: write_timeout %v: want more than providers.%s.timeout %v, or its answers could not be written", c.WriteTimeout, name, p.Timeout)
+		if c.HTTP.WriteTimeout <= p.Timeout {
+			return fmt.Errorf("config: write_timeout %v: want more than providers.%s.timeout %v, or its answers could not be written", c.HTTP.WriteTimeout, name, p.Timeout)
 		}
 	}
 	return nil
