@@ -45,8 +45,8 @@ const (
 	MaxUsage = 1<<32 - 1
 )
 
-// Config sets the global budgets. The zero value of every field means its
-// default; defaults are applied by New.
+// Config sets the global budgets and the default ceilings. The zero value
+// of every field means its default; defaults are applied by New.
 type Config struct {
 	// Resources is the global budget of resources. Default
 	// DefaultResources; at most MaxBudget.
@@ -54,6 +54,13 @@ type Config struct {
 	// Cells is the global budget of cells. Default DefaultCells; at most
 	// MaxBudget.
 	Cells int64
+	// DefaultMaxResources is the ceiling of resources of a tenant whose
+	// Limits set none. A share of the budget keeps a tenant that nobody
+	// configured from taking all of it. Default (and at most) Resources.
+	DefaultMaxResources int64
+	// DefaultMaxCells is the ceiling of cells of a tenant whose Limits set
+	// none. Default (and at most) Cells.
+	DefaultMaxCells int64
 }
 
 func (c Config) withDefaults() Config {
@@ -62,6 +69,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Cells == 0 {
 		c.Cells = DefaultCells
+	}
+	if c.DefaultMaxResources == 0 {
+		c.DefaultMaxResources = c.Resources
+	}
+	if c.DefaultMaxCells == 0 {
+		c.DefaultMaxCells = c.Cells
 	}
 	return c
 }
@@ -75,12 +88,17 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Resources %d is outside [1, %d]", ErrInvalidArgument, c.Resources, MaxBudget)
 	case c.Cells < 0 || c.Cells > MaxBudget:
 		return fmt.Errorf("%w: Cells %d is outside [1, %d]", ErrInvalidArgument, c.Cells, MaxBudget)
+	case c.DefaultMaxResources < 0 || c.DefaultMaxResources > c.Resources:
+		return fmt.Errorf("%w: DefaultMaxResources %d is outside [1, Resources %d]", ErrInvalidArgument, c.DefaultMaxResources, c.Resources)
+	case c.DefaultMaxCells < 0 || c.DefaultMaxCells > c.Cells:
+		return fmt.Errorf("%w: DefaultMaxCells %d is outside [1, Cells %d]", ErrInvalidArgument, c.DefaultMaxCells, c.Cells)
 	}
 	return nil
 }
 
 // Limits are one tenant's reservations and ceilings. A zero reservation
-// means none; a zero ceiling means the global budget.
+// means none; a zero ceiling means the default ceiling
+// (Config.DefaultMaxResources, Config.DefaultMaxCells).
 type Limits struct {
 	// ReservedResources is always available to the tenant.
 	ReservedResources int64
@@ -208,6 +226,8 @@ type tenant struct {
 type global struct {
 	// budget is the global budget; constant.
 	budget int64
+	// defaultCeil is the ceiling of a tenant without one; constant.
+	defaultCeil int64
 	// committed is the sum of all reservations plus every unit drawn from
 	// the shared pool, plus units briefly held by calls in flight. It is
 	// raised before a tenant's word and lowered after it, so it never reads
@@ -251,17 +271,17 @@ func New(cfg Config) (*Budget, error) {
 	}
 	cfg = cfg.withDefaults()
 	b := &Budget{}
-	b.kinds[Resources].budget = cfg.Resources
-	b.kinds[Cells].budget = cfg.Cells
+	b.kinds[Resources].budget, b.kinds[Resources].defaultCeil = cfg.Resources, cfg.DefaultMaxResources
+	b.kinds[Cells].budget, b.kinds[Cells].defaultCeil = cfg.Cells, cfg.DefaultMaxCells
 	return b, nil
 }
 
 // newTenant returns a tenant with default limits: no reservation and the
-// global budget as ceiling.
+// default ceiling.
 func (b *Budget) newTenant() *tenant {
 	t := &tenant{}
 	for k := range Kind(numKinds) {
-		t.ceil[k].Store(b.kinds[k].budget)
+		t.ceil[k].Store(b.kinds[k].defaultCeil)
 	}
 	return t
 }
@@ -292,8 +312,8 @@ func checkCall(tenantID string, k Kind, n int64) error {
 // tenant's usage plus n stays within its ceiling and the units beyond its
 // reservation fit in what is free of the shared pool; a request that fits
 // in the tenant's unused reservation is therefore never refused because of
-// other tenants. A tenant without limits has no reservation and the global
-// budget as its ceiling.
+// other tenants. A tenant without limits has no reservation and the
+// default ceiling.
 //
 // A refusal returns an *ExhaustedError (wrapping ErrExhausted) naming the
 // kind and the limit; bad input returns an error wrapping
@@ -314,11 +334,11 @@ func (b *Budget) Reserve(tenantID string, kind Kind, n int64) error {
 			// An unknown tenant has default limits: all it takes comes
 			// from the shared pool. It is stored only if that succeeds,
 			// so that a refusal changes nothing.
-			if n > g.budget {
-				return &ExhaustedError{Kind: kind, Bound: TenantCeiling, Requested: n, Max: g.budget}
+			if n > g.defaultCeil {
+				return &ExhaustedError{Kind: kind, Bound: TenantCeiling, Requested: n, Max: g.defaultCeil}
 			}
 			if !g.take(n) {
-				return &ExhaustedError{Kind: kind, Bound: GlobalBudget, Requested: n, Max: g.budget}
+				return &ExhaustedError{Kind: kind, Bound: GlobalBudget, Requested: n, Max: g.defaultCeil}
 			}
 			t := b.newTenant()
 			t.words[kind].Store(pack(n, 0))
@@ -336,12 +356,13 @@ func (b *Budget) Reserve(tenantID string, kind Kind, n int64) error {
 				break // forgotten meanwhile: start again with a new life
 			}
 			used, res := unpack(old)
-			if ceil := t.ceil[kind].Load(); n > ceil || used > ceil-n {
-				return &ExhaustedError{Kind: kind, Bound: TenantCeiling, Requested: n, Used: used, Max: ceil}
+			ceil := t.ceil[kind].Load()
+			if n > ceil || used > ceil-n {
+				return &ExhaustedError{Kind: kind, Bound: TenantCeiling, Requested: n, Used: used, Reserved: res, Max: ceil}
 			}
 			d := over(used+n, res) - over(used, res)
 			if d > 0 && !g.take(d) {
-				return &ExhaustedError{Kind: kind, Bound: GlobalBudget, Requested: n, Used: used, Max: g.budget}
+				return &ExhaustedError{Kind: kind, Bound: GlobalBudget, Requested: n, Used: used, Reserved: res, Max: ceil}
 			}
 			if w.CompareAndSwap(old, pack(used+n, res)) {
 				return nil
@@ -446,7 +467,7 @@ func (b *Budget) Account(tenantID string, kind Kind, n int64) error {
 }
 
 // SetLimits replaces tenantID's reservations and ceilings, live. A zero
-// reservation means none and a zero ceiling means the global budget.
+// reservation means none and a zero ceiling means the default ceiling.
 // Lowering a ceiling below the tenant's usage is allowed: its state stays,
 // and Reserve refuses until it is back under the ceiling.
 //
@@ -473,7 +494,7 @@ func (b *Budget) SetLimits(tenantID string, l Limits) error {
 		case ceil[k] > budget:
 			return fmt.Errorf("%w: %s ceiling %d exceeds the global budget %d", ErrInvalidArgument, k, ceil[k], budget)
 		case ceil[k] == 0:
-			ceil[k] = budget
+			ceil[k] = b.kinds[k].defaultCeil
 		}
 		if res[k] > ceil[k] {
 			return fmt.Errorf("%w: %s reservation %d exceeds the ceiling %d", ErrInvalidArgument, k, res[k], ceil[k])

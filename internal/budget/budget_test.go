@@ -2,6 +2,7 @@ package budget
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -70,6 +71,9 @@ func TestConfigValidate(t *testing.T) {
 		{name: "negative resources", cfg: Config{Resources: -1}, wantErr: true},
 		{name: "negative cells", cfg: Config{Cells: -1}, wantErr: true},
 		{name: "too large", cfg: Config{Cells: MaxBudget + 1}, wantErr: true},
+		{name: "default ceilings", cfg: Config{Resources: 10, Cells: 20, DefaultMaxResources: 3, DefaultMaxCells: 20}},
+		{name: "default ceiling above the budget", cfg: Config{Resources: 10, DefaultMaxResources: 11}, wantErr: true},
+		{name: "negative default ceiling", cfg: Config{DefaultMaxCells: -1}, wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -186,6 +190,69 @@ func TestReserve(t *testing.T) {
 	}
 }
 
+// TestDefaultCeilingShares is the default fairness: with a default ceiling
+// of a quarter of the budget, a tenant that nobody configured takes at most
+// a quarter, and a second one gets its quarter after the first took all it
+// could.
+func TestDefaultCeilingShares(t *testing.T) {
+	b, err := New(Config{Resources: 100, Cells: 400, DefaultMaxResources: 25, DefaultMaxCells: 100})
+	if err != nil {
+		t.Fatalf("New() = got error %v, want nil", err)
+	}
+	take := func(tenant string) int64 {
+		var n int64
+		for b.Reserve(tenant, Resources, 1) == nil {
+			n++
+		}
+		return n
+	}
+	if got := take("greedy"); got != 25 {
+		t.Fatalf("units a greedy tenant took = got %d, want 25 (its default ceiling)", got)
+	}
+	var ex *ExhaustedError
+	if err := b.Reserve("greedy", Resources, 1); !errors.As(err, &ex) || ex.Bound != TenantCeiling || ex.Max != 25 {
+		t.Fatalf("Reserve(greedy, 1) past its default ceiling = got %v, want the tenant ceiling of 25", err)
+	}
+	if got := take("second"); got != 25 {
+		t.Fatalf("units a second tenant took = got %d, want 25", got)
+	}
+	mustSetLimits(t, b, "greedy", Limits{ReservedCells: 10})
+	if err := b.Reserve("greedy", Resources, 1); !errors.As(err, &ex) || ex.Max != 25 {
+		t.Fatalf("Reserve(greedy, 1) with a zero ceiling set = got %v, want the default ceiling of 25", err)
+	}
+	mustSetLimits(t, b, "greedy", Limits{MaxResources: 60})
+	if got := take("greedy"); got != 35 {
+		t.Fatalf("units taken up to a ceiling of 60 = got %d, want 35 more", got)
+	}
+	checkAccounting(t, b)
+}
+
+// TestRefusalsTellOnlyTheTenantsOwnFigures: a refusal by the global budget
+// says neither its size nor what others hold.
+func TestRefusalsTellOnlyTheTenantsOwnFigures(t *testing.T) {
+	b, err := New(Config{Resources: 9173, DefaultMaxResources: 9000})
+	if err != nil {
+		t.Fatalf("New() = got error %v, want nil", err)
+	}
+	mustReserve(t, b, "other", Resources, 8642)
+	mustReserve(t, b, "me", Resources, 3)
+	err = b.Reserve("me", Resources, 600)
+	var ex *ExhaustedError
+	if !errors.As(err, &ex) || ex.Bound != GlobalBudget {
+		t.Fatalf("Reserve(me, 600) = got %v, want a global budget refusal", err)
+	}
+	for _, secret := range []string{"9173", "8642", "8645", "528", "531"} {
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("Reserve(me, 600) = got %q, which tells %s (the budget, others' usage or what is free)", err, secret)
+		}
+	}
+	for _, own := range []string{"holds 3", "ceiling of 9000", "600 requested"} {
+		if !strings.Contains(err.Error(), own) {
+			t.Errorf("Reserve(me, 600) = got %q, want it to say %q", err, own)
+		}
+	}
+}
+
 func TestExhaustedErrorMessage(t *testing.T) {
 	tests := []struct {
 		name string
@@ -199,8 +266,8 @@ func TestExhaustedErrorMessage(t *testing.T) {
 		},
 		{
 			name: "global",
-			err:  &ExhaustedError{Kind: Resources, Bound: GlobalBudget, Requested: 3, Used: 1, Max: 100},
-			want: "budget exhausted: resources: global budget of 100 is in use (3 requested)",
+			err:  &ExhaustedError{Kind: Resources, Bound: GlobalBudget, Requested: 3, Used: 7, Reserved: 5, Max: 100},
+			want: "budget exhausted: resources: no shared capacity is free on this server (this tenant holds 7, 5 of them within its reservation, under its ceiling of 100; 3 requested); only a reservation guarantees capacity",
 		},
 	}
 	for _, tt := range tests {

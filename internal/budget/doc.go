@@ -7,7 +7,10 @@
 //
 //   - the reservation is always available to the tenant, whatever the other
 //     tenants use; the sum of all reservations never exceeds the budget;
-//   - the ceiling is never exceeded by Reserve, whatever is free;
+//   - the ceiling is never exceeded by Reserve, whatever is free; a tenant
+//     without one has the default ceiling (Config.DefaultMaxResources and
+//     DefaultMaxCells), which a server sets to a share of the budget so
+//     that no tenant left at the defaults can take all of it;
 //   - the rest of the budget (budget − all reservations − everything used
 //     beyond reservations) is a shared pool that any tenant may draw on, up
 //     to its ceiling, first come first served.

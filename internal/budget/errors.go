@@ -31,7 +31,8 @@ const (
 	// ceiling.
 	TenantCeiling Bound = iota + 1
 	// GlobalBudget: the part of the request beyond the tenant's reservation
-	// does not fit in what is free of the shared pool.
+	// does not fit in what is free of the shared pool. The refusal says so
+	// without the size of the pool or its use.
 	GlobalBudget
 )
 
@@ -47,8 +48,9 @@ func (b Bound) String() string {
 	}
 }
 
-// ExhaustedError describes a refused Reserve. It wraps ErrExhausted. Its
-// message never reveals other tenants' usage.
+// ExhaustedError describes a refused Reserve. It wraps ErrExhausted. It
+// holds, and its message tells, only the tenant's own usage and limits:
+// never other tenants' usage nor the global budget.
 type ExhaustedError struct {
 	// Kind is the kind of state that was requested.
 	Kind Kind
@@ -58,19 +60,21 @@ type ExhaustedError struct {
 	Requested int64
 	// Used is the tenant's usage of Kind when the request was refused.
 	Used int64
-	// Max is the tenant's ceiling (TenantCeiling) or the global budget
-	// (GlobalBudget).
+	// Reserved is the tenant's reservation of Kind.
+	Reserved int64
+	// Max is the tenant's ceiling of Kind.
 	Max int64
 }
 
-// Error tells which kind and which limit refused the request.
+// Error tells which kind and which limit refused the request, with the
+// tenant's own figures.
 func (e *ExhaustedError) Error() string {
 	if e.Bound == TenantCeiling {
 		return fmt.Sprintf("%v: %s: tenant ceiling of %d reached (%d in use, %d requested)",
 			ErrExhausted, e.Kind, e.Max, e.Used, e.Requested)
 	}
-	return fmt.Sprintf("%v: %s: global budget of %d is in use (%d requested)",
-		ErrExhausted, e.Kind, e.Max, e.Requested)
+	return fmt.Sprintf("%v: %s: no shared capacity is free on this server (this tenant holds %d, %d of them within its reservation, under its ceiling of %d; %d requested); only a reservation guarantees capacity",
+		ErrExhausted, e.Kind, e.Used, min(e.Used, e.Reserved), e.Max, e.Requested)
 }
 
 // Unwrap returns ErrExhausted.

@@ -23,6 +23,10 @@ const (
 	// RoleTenantViewer reads its own tenant: the tenant, its keys, limits
 	// and audit trail.
 	RoleTenantViewer = "tenant-viewer"
+	// RoleMetrics reads the server's metrics, per-tenant series included
+	// (GET /metrics), and nothing of the control plane. Its token names no
+	// tenant. It is what a Prometheus scraping from another host holds.
+	RoleMetrics = "metrics"
 )
 
 // ErrInvalidRole is returned by MintToken (wrapped) for an unknown role, a
@@ -32,7 +36,7 @@ var ErrInvalidRole = errors.New("control: invalid role or tenant")
 // validateRole checks that role is known and that tenant fits it.
 func validateRole(role, tenant string) error {
 	switch role {
-	case RoleOperator:
+	case RoleOperator, RoleMetrics:
 		if tenant != "" {
 			return fmt.Errorf("%w: role %s is global and names no tenant, got tenant %q", ErrInvalidRole, role, tenant)
 		}
@@ -46,7 +50,7 @@ func validateRole(role, tenant string) error {
 		}
 		return nil
 	}
-	return fmt.Errorf("%w: unknown role %q, want %s, %s or %s", ErrInvalidRole, role, RoleOperator, RoleTenantAdmin, RoleTenantViewer)
+	return fmt.Errorf("%w: unknown role %q, want %s, %s, %s or %s", ErrInvalidRole, role, RoleOperator, RoleTenantAdmin, RoleTenantViewer, RoleMetrics)
 }
 
 // MintToken signs a control-plane token for role (and tenant, which tenant
@@ -120,12 +124,23 @@ func (a *API) authenticate(r *http.Request) (caller, error) {
 	return caller{role: claims.Role, tenant: claims.Tenant}, nil
 }
 
+// ReadsTenantMetrics reports whether r carries a valid control-plane token
+// of role operator or metrics: the callers that may read per-tenant metric
+// series from another host.
+func (a *API) ReadsTenantMetrics(r *http.Request) bool {
+	c, err := a.authenticate(r)
+	return err == nil && (c.role == RoleOperator || c.role == RoleMetrics)
+}
+
 // authorize checks the caller's role and scope against the route and the
 // tenant id in the path, without touching the store, so that a token
 // outside its tenant learns nothing about whether a tenant exists.
 func authorize(c caller, acc access, tenant string) error {
-	if c.role == RoleOperator {
+	switch c.role {
+	case RoleOperator:
 		return nil
+	case RoleMetrics:
+		return permissionDenied("role metrics reads /metrics only")
 	}
 	if acc == operatorOnly {
 		return permissionDenied("this operation needs the operator role")

@@ -34,11 +34,21 @@ import (
 // Config.RequestTimeout is zero.
 const DefaultRequestTimeout = 10 * time.Second
 
+// DefaultMaxKeysPerTenant caps a tenant's API keys that are not revoked
+// when Config.MaxKeysPerTenant is zero.
+const DefaultMaxKeysPerTenant = 100
+
 // Config configures an API. Store, Signer and Hooks are required; the other
 // fields have working zero values.
 type Config struct {
 	// Store persists tenants, limits, keys and audit entries. Required.
 	Store store.Store
+	// Limits are the defaults and bounds of tenants' limits. Required:
+	// every default must be set.
+	Limits LimitRules
+	// MaxKeysPerTenant caps a tenant's API keys that are not revoked.
+	// Zero means DefaultMaxKeysPerTenant.
+	MaxKeysPerTenant int
 	// Signer verifies the bearer tokens of requests. Required.
 	Signer *token.Signer
 	// Hooks keep the server's in-memory state in step with changes.
@@ -73,8 +83,10 @@ func (c Config) Validate() error {
 		return errors.New("control: Config.Signer is nil")
 	case c.Hooks == nil:
 		return errors.New("control: Config.Hooks is nil (use control.NopHooks{})")
+	case c.MaxKeysPerTenant < 0:
+		return errors.New("control: Config.MaxKeysPerTenant is negative")
 	}
-	return nil
+	return c.Limits.validate()
 }
 
 // withDefaults returns c with every zero optional field set to its default.
@@ -87,6 +99,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.MaxKeysPerTenant == 0 {
+		c.MaxKeysPerTenant = DefaultMaxKeysPerTenant
 	}
 	return c
 }

@@ -2,8 +2,10 @@ package control
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"sync"
@@ -26,6 +28,18 @@ func TestNewValidatesConfig(t *testing.T) {
 		{"no store", Config{Signer: h.signer, Hooks: NopHooks{}}, "Store"},
 		{"no signer", Config{Store: h.real, Hooks: NopHooks{}}, "Signer"},
 		{"no hooks", Config{Store: h.real, Signer: h.signer}, "Hooks"},
+		{"no limit rules", Config{Store: h.real, Signer: h.signer, Hooks: NopHooks{}}, "Limits"},
+		{"a default unset", Config{Store: h.real, Signer: h.signer, Hooks: NopHooks{}, Limits: func() LimitRules {
+			r := testRules
+			r.Defaults.MaxStreams = nil
+			return r
+		}()}, "max_streams is not set"},
+		{"a default out of range", Config{Store: h.real, Signer: h.signer, Hooks: NopHooks{}, Limits: func() LimitRules {
+			r := testRules
+			r.Defaults.MaxResources = ptr(int64(1001))
+			return r
+		}()}, "max_resources 1001 is out of range"},
+		{"negative key cap", Config{Store: h.real, Signer: h.signer, Hooks: NopHooks{}, Limits: testRules, MaxKeysPerTenant: -1}, "MaxKeysPerTenant"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -34,7 +48,7 @@ func TestNewValidatesConfig(t *testing.T) {
 			}
 		})
 	}
-	if _, err := New(Config{Store: h.real, Signer: h.signer, Hooks: NopHooks{}}); err != nil {
+	if _, err := New(Config{Store: h.real, Limits: testRules, Signer: h.signer, Hooks: NopHooks{}}); err != nil {
 		t.Fatalf("New(required fields only) = got error %v, want nil", err)
 	}
 }
@@ -66,7 +80,7 @@ func TestEveryMutationIsAudited(t *testing.T) {
 	}
 	var key createdKeyJSON
 	h.mustDo("POST", "/api/v1/tenants/acme/keys", admin, `{"name":"ci"}`, 201, &key)
-	h.mustDo("PUT", "/api/v1/tenants/acme/limits", admin, `{"burst":100,"max_streams":3}`, 200, nil)
+	h.mustDo("PUT", "/api/v1/tenants/acme/limits", admin, `{"tenant_admin":{"burst":10,"max_streams":3}}`, 200, nil)
 	h.mustDo("DELETE", "/api/v1/tenants/acme/keys/"+key.ID, admin, "", 204, nil)
 	h.mustDo("POST", "/api/v1/tenants/acme/suspend", op, "", 200, nil)
 	h.mustDo("POST", "/api/v1/tenants/acme/reactivate", op, "", 200, nil)
@@ -103,7 +117,7 @@ func TestEveryMutationIsAudited(t *testing.T) {
 	for action, want := range map[string]string{
 		"tenant.create":  `name="Acme Inc."`,
 		"key.create":     `name="ci" prefix="` + key.Prefix + `"`,
-		"limits.put":     "burst default -> 100, max_streams default -> 3",
+		"limits.put":     "tenant_admin.burst none -> 10, tenant_admin.max_streams none -> 3",
 		"tenant.suspend": "status active -> suspended",
 	} {
 		if details[action] != want {
@@ -184,6 +198,48 @@ func TestCreatedKeyIsShownOnce(t *testing.T) {
 	}
 	if strings.Contains(h.logs.String(), k.Key) {
 		t.Error("the logs hold the plain key")
+	}
+}
+
+func TestKeysPerTenantCap(t *testing.T) {
+	h := newHarness(t, openSQLite)
+	var err error
+	h.api, err = New(Config{Store: h.st, Limits: testRules, Signer: h.signer, Hooks: h.hooks, Clock: h.clk, MaxKeysPerTenant: 2})
+	if err != nil {
+		t.Fatalf("New() = got error %v, want nil", err)
+	}
+	h.createTenant("a")
+	h.createTenant("b")
+	admin := h.token(RoleTenantAdmin, "a")
+	var first createdKeyJSON
+	h.mustDo("POST", "/api/v1/tenants/a/keys", admin, `{"name":"one"}`, 201, &first)
+	var second createdKeyJSON
+	h.mustDo("POST", "/api/v1/tenants/a/keys", admin, `{"name":"two"}`, 201, &second)
+	before := h.snapshot()
+	r := h.do("POST", "/api/v1/tenants/a/keys", admin, `{"name":"three"}`)
+	if r.status != 409 || r.errorCode() != codeResourceExhausted || !strings.Contains(r.errorMessage(), `tenant "a" has 2 API keys that are not revoked, the most allowed`) {
+		t.Fatalf("POST .../keys past the cap = got %d %s, want 409 resource_exhausted naming the cap", r.status, r.body)
+	}
+	h.unchanged("a key past the cap", before)
+	h.mustDo("POST", "/api/v1/tenants/b/keys", h.token(RoleOperator, ""), `{"name":"b"}`, 201, nil)
+	h.mustDo("DELETE", "/api/v1/tenants/a/keys/"+first.ID, admin, "", 204, nil)
+	h.mustDo("POST", "/api/v1/tenants/a/keys", admin, `{"name":"three"}`, 201, nil)
+	// One slot free, eight concurrent requests: one gets it.
+	h.mustDo("DELETE", "/api/v1/tenants/a/keys/"+second.ID, admin, "", 204, nil)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() { h.do("POST", "/api/v1/tenants/a/keys", admin, `{"name":"race"}`) })
+	}
+	wg.Wait()
+	ks, _ := h.real.ListKeys(context.Background(), "a")
+	active := 0
+	for _, k := range ks {
+		if !k.Revoked() {
+			active++
+		}
+	}
+	if active != 2 {
+		t.Errorf("active keys after 8 concurrent creates at a cap of 2 = got %d, want 2", active)
 	}
 }
 
@@ -351,22 +407,41 @@ func TestStatusChangeOfDeletedTenant(t *testing.T) {
 func TestPutLimits(t *testing.T) {
 	h := newHarness(t, openSQLite)
 	h.createTenant("a")
-	admin := h.token(RoleTenantAdmin, "a")
+	op, admin := h.token(RoleOperator, ""), h.token(RoleTenantAdmin, "a")
 	tests := []struct {
-		name, body string
-		want       string // the limits that are set after the call
+		name, tok, body string
+		want            string // the limits that are set after the call
+		effective       string // the limits in force, as JSON
 	}{
-		{"set two", `{"burst":100,"rate_per_second":2.5}`, `{"burst":100,"rate_per_second":2.5}`},
-		{"set another, keep the rest", `{"max_streams":0}`, `{"burst":100,"max_streams":0,"rate_per_second":2.5}`},
-		{"null resets to the default", `{"burst":null}`, `{"max_streams":0,"rate_per_second":2.5}`},
-		{"all fields", `{"rate_per_second":1,"burst":2,"reserved_resources":3,"max_resources":4,"reserved_cells":5,"max_cells":6,"max_streams":7,"max_leases":8}`,
-			`{"burst":2,"max_cells":6,"max_leases":8,"max_resources":4,"max_streams":7,"rate_per_second":1,"reserved_cells":5,"reserved_resources":3}`},
+		{"operator sets two", op, `{"burst":100,"rate_per_second":2.5}`, `{"burst":100,"rate_per_second":2.5}`,
+			`{"rate_per_second":2.5,"burst":100,"reserved_resources":0,"max_resources":250,"reserved_cells":0,"max_cells":1500,"max_streams":8,"max_leases":0}`},
+		{"operator sets another, keeps the rest", op, `{"max_streams":0}`, `{"burst":100,"max_streams":0,"rate_per_second":2.5}`,
+			`{"rate_per_second":2.5,"burst":100,"reserved_resources":0,"max_resources":250,"reserved_cells":0,"max_cells":1500,"max_streams":0,"max_leases":0}`},
+		{"null resets to the default", op, `{"burst":null,"max_streams":null}`, `{"rate_per_second":2.5}`,
+			`{"rate_per_second":2.5,"burst":50,"reserved_resources":0,"max_resources":250,"reserved_cells":0,"max_cells":1500,"max_streams":8,"max_leases":0}`},
+		{"tenant-admin lowers its own", admin, `{"tenant_admin":{"rate_per_second":1,"max_streams":2,"max_resources":100}}`,
+			`{"rate_per_second":2.5,"tenant_admin.max_resources":100,"tenant_admin.max_streams":2,"tenant_admin.rate_per_second":1}`,
+			`{"rate_per_second":1,"burst":50,"reserved_resources":0,"max_resources":100,"reserved_cells":0,"max_cells":1500,"max_streams":2,"max_leases":0}`},
+		{"tenant-admin raises back up to the ceiling", admin, `{"tenant_admin":{"rate_per_second":2.5,"max_streams":8}}`,
+			`{"rate_per_second":2.5,"tenant_admin.max_resources":100,"tenant_admin.max_streams":8,"tenant_admin.rate_per_second":2.5}`,
+			`{"rate_per_second":2.5,"burst":50,"reserved_resources":0,"max_resources":100,"reserved_cells":0,"max_cells":1500,"max_streams":8,"max_leases":0}`},
+		{"tenant-admin caps its leases under no cap", admin, `{"tenant_admin":{"max_leases":40,"max_resources":null}}`,
+			`{"rate_per_second":2.5,"tenant_admin.max_leases":40,"tenant_admin.max_streams":8,"tenant_admin.rate_per_second":2.5}`,
+			`{"rate_per_second":2.5,"burst":50,"reserved_resources":0,"max_resources":250,"reserved_cells":0,"max_cells":1500,"max_streams":8,"max_leases":40}`},
+		{"operator lowers a ceiling below the tenant-admin's value", op, `{"max_streams":3,"reserved_resources":20,"max_resources":500}`,
+			`{"max_resources":500,"max_streams":3,"rate_per_second":2.5,"reserved_resources":20,"tenant_admin.max_leases":40,"tenant_admin.max_streams":8,"tenant_admin.rate_per_second":2.5}`,
+			`{"rate_per_second":2.5,"burst":50,"reserved_resources":20,"max_resources":500,"reserved_cells":0,"max_cells":1500,"max_streams":3,"max_leases":40}`},
+		{"operator sets every field", op, `{"rate_per_second":1,"burst":2,"reserved_resources":3,"max_resources":4,"reserved_cells":5,"max_cells":6,"max_streams":7,"max_leases":8,` +
+			`"tenant_admin":{"rate_per_second":0.5,"burst":1,"max_resources":3,"max_cells":5,"max_streams":6,"max_leases":7}}`,
+			`{"burst":2,"max_cells":6,"max_leases":8,"max_resources":4,"max_streams":7,"rate_per_second":1,"reserved_cells":5,"reserved_resources":3,` +
+				`"tenant_admin.burst":1,"tenant_admin.max_cells":5,"tenant_admin.max_leases":7,"tenant_admin.max_resources":3,"tenant_admin.max_streams":6,"tenant_admin.rate_per_second":0.5}`,
+			`{"rate_per_second":0.5,"burst":1,"reserved_resources":3,"max_resources":3,"reserved_cells":5,"max_cells":5,"max_streams":6,"max_leases":7}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h.t = t
 			var got limitsJSON
-			h.mustDo("PUT", "/api/v1/tenants/a/limits", admin, tt.body, 200, &got)
+			h.mustDo("PUT", "/api/v1/tenants/a/limits", tt.tok, tt.body, 200, &got)
 			stored, err := h.real.GetLimits(context.Background(), "a")
 			if err != nil {
 				t.Fatalf("GetLimits() = got error %v, want nil", err)
@@ -374,8 +449,11 @@ func TestPutLimits(t *testing.T) {
 			if s := showLimits(stored); s != tt.want {
 				t.Errorf("stored limits = got %s, want %s", s, tt.want)
 			}
-			if !reflect.DeepEqual(got, toLimitsJSON(stored)) {
+			if !reflect.DeepEqual(got, testRules.toJSON(stored)) {
 				t.Errorf("PUT response = got %+v, want the stored limits %s", got, showLimits(stored))
+			}
+			if eff, _ := json.Marshal(got.Effective); string(eff) != tt.effective {
+				t.Errorf("PUT response: effective = got %s, want %s", eff, tt.effective)
 			}
 			if calls, want := h.hooks.Calls(), []string{"ApplyLimits(a, " + tt.want + ")"}; !reflect.DeepEqual(calls, want) {
 				t.Errorf("hooks = got %q, want %q", calls, want)
@@ -388,10 +466,68 @@ func TestPutLimits(t *testing.T) {
 		})
 	}
 	r := h.mustDo("GET", "/api/v1/tenants/a/limits", admin, "", 200, nil)
-	for _, field := range []string{"rate_per_second", "burst", "reserved_resources", "max_resources", "reserved_cells", "max_cells", "max_streams", "max_leases"} {
+	for _, field := range []string{"rate_per_second", "burst", "reserved_resources", "max_resources", "reserved_cells", "max_cells", "max_streams", "max_leases", "tenant_admin", "effective"} {
 		if !strings.Contains(r.body, `"`+field+`":`) {
 			t.Errorf("GET .../limits = got %s, without field %s", r.body, field)
 		}
+	}
+}
+
+// TestTenantAdminMayOnlyLowerItsLimits is the governance model: a
+// tenant-admin may set only its own values, each at most the operator's
+// ceiling (or the default); anything else is 403 and changes nothing.
+func TestTenantAdminMayOnlyLowerItsLimits(t *testing.T) {
+	h := newHarness(t, openSQLite)
+	h.createTenant("a")
+	op := h.token(RoleOperator, "")
+	h.mustDo("PUT", "/api/v1/tenants/a/limits", op, `{"rate_per_second":50,"max_streams":4,"max_leases":100,"reserved_cells":10}`, 200, nil)
+	h.hooks.Calls()
+	admin := h.token(RoleTenantAdmin, "a")
+	tests := []struct {
+		name, body string
+		status     int
+		message    string
+	}{
+		{"raise its rate", `{"rate_per_second":51}`, 403, "rate_per_second is a ceiling that only the operator sets"},
+		{"set its rate to the same value", `{"rate_per_second":50}`, 403, "only the operator sets"},
+		{"reserve", `{"reserved_resources":1}`, 403, "reserved_resources is a reservation of the shared budget, which only the operator sets"},
+		{"lower its reservation", `{"reserved_cells":0}`, 403, "only the operator sets"},
+		{"reset a ceiling", `{"max_streams":null}`, 403, "only the operator sets"},
+		{"own value above the operator's ceiling", `{"tenant_admin":{"rate_per_second":50.5}}`, 403,
+			"tenant_admin.rate_per_second 50.5 is above its ceiling of 50 (set by the operator)"},
+		{"own value above the default", `{"tenant_admin":{"burst":51}}`, 403,
+			"tenant_admin.burst 51 is above its ceiling of 50 (the server default; the operator set none)"},
+		{"own resources above the default share", `{"tenant_admin":{"max_resources":251}}`, 403, "ceiling of 250"},
+		{"no lease cap under a cap", `{"tenant_admin":{"max_leases":0}}`, 403, "tenant_admin.max_leases 0 (no cap) is above its ceiling of 100"},
+		{"one good, one too high", `{"tenant_admin":{"max_streams":2,"max_cells":1501}}`, 403, "tenant_admin.max_cells 1501 is above its ceiling of 1500"},
+		{"own value far above any range", `{"tenant_admin":{"max_resources":1000000}}`, 403, "tenant_admin.max_resources 1000000 is above its ceiling of 250"},
+		{"own value out of range", `{"tenant_admin":{"max_streams":-1}}`, 400, "tenant_admin.max_streams -1 is out of range: want at least 0"},
+		{"own value below its reservation", `{"tenant_admin":{"max_cells":9}}`, 400, "reserved_cells 10 exceeds tenant_admin.max_cells 9"},
+		{"a reservation of its own", `{"tenant_admin":{"reserved_resources":1}}`, 400, `unknown field "tenant_admin.reserved_resources"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h.t = t
+			before := h.snapshot()
+			r := h.do("PUT", "/api/v1/tenants/a/limits", admin, tt.body)
+			if r.status != tt.status || !strings.Contains(r.errorMessage(), tt.message) {
+				t.Fatalf("PUT .../limits %s as tenant-admin = got %d %s, want %d mentioning %q", tt.body, r.status, r.body, tt.status, tt.message)
+			}
+			h.unchanged(tt.name, before)
+			if got := h.hooks.Calls(); len(got) != 0 {
+				t.Errorf("hooks = got %q, want none for a refused request", got)
+			}
+			for _, global := range []string{"1000", "6000"} {
+				if strings.Contains(r.body, global) && !strings.Contains(tt.body, global) {
+					t.Errorf("PUT .../limits = got %s, which tells the global budget %s", r.body, global)
+				}
+			}
+		})
+	}
+	// The same too-high value from the operator is a contradiction, a 400.
+	r := h.do("PUT", "/api/v1/tenants/a/limits", op, `{"max_streams":2,"tenant_admin":{"max_streams":3}}`)
+	if r.status != 400 || !strings.Contains(r.errorMessage(), "tenant_admin.max_streams 3 is above its ceiling of 2") {
+		t.Fatalf("PUT .../limits as operator with tenant_admin above the new ceiling = got %d %s, want 400", r.status, r.body)
 	}
 }
 
@@ -539,7 +675,7 @@ func TestNotActiveRefusesChanges(t *testing.T) {
 			key := h.createKey("a")
 			var active atomic.Bool
 			var err error
-			h.api, err = New(Config{Store: h.st, Signer: h.signer, Hooks: h.hooks, Clock: h.clk,
+			h.api, err = New(Config{Store: h.st, Limits: testRules, Signer: h.signer, Hooks: h.hooks, Clock: h.clk,
 				Active: func() error {
 					if !active.Load() {
 						return errors.New("standby")
@@ -652,7 +788,9 @@ func TestMintToken(t *testing.T) {
 		{"operator", RoleOperator, "", time.Hour, true},
 		{"tenant admin", RoleTenantAdmin, "acme", time.Minute, true},
 		{"tenant viewer", RoleTenantViewer, "acme", 24 * time.Hour, true},
+		{"metrics", RoleMetrics, "", 8760 * time.Hour, true},
 		{"operator with a tenant", RoleOperator, "acme", time.Hour, false},
+		{"metrics with a tenant", RoleMetrics, "acme", time.Hour, false},
 		{"tenant admin without a tenant", RoleTenantAdmin, "", time.Hour, false},
 		{"tenant viewer without a tenant", RoleTenantViewer, "", time.Hour, false},
 		{"tenant role with a bad tenant id", RoleTenantAdmin, "Not Valid", time.Hour, false},
@@ -712,5 +850,78 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 	}
 	if !strings.Contains(logs, "tenant deleted") {
 		t.Errorf("logs = %q, want the delete logged (its trail is gone)", logs)
+	}
+}
+
+func TestReadsTenantMetrics(t *testing.T) {
+	h := newHarness(t, openSQLite)
+	expired := h.sign(token.Claims{Audience: token.AudienceControl, Role: RoleMetrics, ExpiresAt: h.clk.Now().Add(-time.Second)})
+	tests := []struct {
+		name, authz string
+		want        bool
+	}{
+		{"operator", bearer(h.token(RoleOperator, "")), true},
+		{"metrics reader", bearer(h.token(RoleMetrics, "")), true},
+		{"tenant-admin", bearer(h.token(RoleTenantAdmin, "a")), false},
+		{"tenant-viewer", bearer(h.token(RoleTenantViewer, "a")), false},
+		{"expired metrics token", bearer(expired), false},
+		{"data-plane token", bearer(h.sign(token.Claims{Audience: token.AudienceData, Role: RoleMetrics, ExpiresAt: h.clk.Now().Add(time.Hour)})), false},
+		{"no token", "", false},
+		{"garbage", "Bearer x.y.z", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := httptest.NewRequest("GET", "/metrics", nil)
+			if tt.authz != "" {
+				r.Header.Set("Authorization", tt.authz)
+			}
+			if got := h.api.ReadsTenantMetrics(r); got != tt.want {
+				t.Errorf("ReadsTenantMetrics(%s) = got %v, want %v", tt.name, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestCheckKeys covers the strict key walk on nested bodies: objects in
+// fields, in arrays and in maps.
+func TestCheckKeys(t *testing.T) {
+	type inner struct {
+		A int `json:"a"`
+	}
+	type body struct {
+		In    inner            `json:"in"`
+		List  []inner          `json:"list"`
+		Map   map[string]inner `json:"map"`
+		Other int              `json:"other,omitempty"`
+		Skip  int              `json:"-"`
+		Plain int
+	}
+	tests := []struct {
+		name, raw, want string // want: part of the message; "" for no error
+	}{
+		{"all fine", `{"in":{"a":1},"list":[{"a":2}],"map":{"k":{"a":3}},"other":1,"Plain":2}`, ""},
+		{"nested case", `{"in":{"A":1}}`, `unknown field "in.A" (field names are case-sensitive: did you mean "in.a"?)`},
+		{"nested duplicate", `{"in":{"a":1,"a":2}}`, `duplicate field "in.a"`},
+		{"in an array", `{"list":[{"a":1},{"b":2}]}`, `unknown field "list[1].b"`},
+		{"in a map value", `{"map":{"k":{"x":1}}}`, `unknown field "map.k.x"`},
+		{"duplicate map key", `{"map":{"k":{},"k":{}}}`, `duplicate field "map.k"`},
+		{"a dash field", `{"Skip":1}`, `unknown field "Skip"`},
+		{"untagged field by its Go name only", `{"plain":1}`, `did you mean "Plain"?`},
+		{"truncated", `{"in":{"a":1}`, "truncated"},
+		{"two values", `{} {}`, "after the JSON value"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := checkKeys([]byte(tt.raw), reflect.TypeFor[body]())
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("checkKeys(%s) = got %v, want nil", tt.raw, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("checkKeys(%s) = got %v, want an error mentioning %q", tt.raw, err, tt.want)
+			}
+		})
 	}
 }

@@ -11,15 +11,16 @@ import (
 
 // Error codes of {"error":{"code","message"}} bodies.
 const (
-	codeInvalidArgument  = "invalid_argument"
-	codeUnauthenticated  = "unauthenticated"
-	codePermissionDenied = "permission_denied"
-	codeNotFound         = "not_found"
-	codeAlreadyExists    = "already_exists"
-	codeConflict         = "conflict"
-	codeMethodNotAllowed = "method_not_allowed"
-	codeUnavailable      = "unavailable"
-	codeInternal         = "internal"
+	codeInvalidArgument   = "invalid_argument"
+	codeUnauthenticated   = "unauthenticated"
+	codePermissionDenied  = "permission_denied"
+	codeNotFound          = "not_found"
+	codeAlreadyExists     = "already_exists"
+	codeConflict          = "conflict"
+	codeResourceExhausted = "resource_exhausted"
+	codeMethodNotAllowed  = "method_not_allowed"
+	codeUnavailable       = "unavailable"
+	codeInternal          = "internal"
 )
 
 // apiError is an error written for the client: its message is sent as is.

@@ -206,18 +206,34 @@ func (f *fakeHooks) Calls() []string {
 	return c
 }
 
-// showLimits prints the limits that are set, "{}" for all defaults.
+// showLimits prints the limits that are set, the tenant-admin's as
+// "tenant_admin.<field>", "{}" for all defaults.
 func showLimits(l store.Limits) string {
-	b, _ := json.Marshal(toLimitsJSON(l))
-	var m map[string]any
-	json.Unmarshal(b, &m)
-	for k, v := range m {
-		if v == nil {
-			delete(m, k)
+	m := map[string]float64{}
+	for _, f := range limitFields {
+		if v, ok := f.op(&l).get(); ok {
+			m[f.name] = v
+		}
+		if f.admin != nil {
+			if v, ok := f.admin(&l.Admin).get(); ok {
+				m["tenant_admin."+f.name] = v
+			}
 		}
 	}
-	b, _ = json.Marshal(m) // map keys are sorted
+	b, _ := json.Marshal(m) // map keys are sorted
 	return string(b)
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// testRules are the harness's server limits: a global budget of 1,000
+// resources and 6,000 cells, and a default share of a quarter of it.
+var testRules = LimitRules{
+	Defaults: store.Limits{
+		RatePerSecond: ptr(10.0), Burst: ptr(int64(50)), ReservedResources: ptr(int64(0)), MaxResources: ptr(int64(250)),
+		ReservedCells: ptr(int64(0)), MaxCells: ptr(int64(1500)), MaxStreams: ptr(int64(8)), MaxLeases: ptr(int64(0)),
+	},
+	GlobalResources: 1000, GlobalCells: 6000,
 }
 
 // harness is an API on a real store behind a faultStore, with fake hooks,
@@ -243,7 +259,7 @@ func newHarness(t *testing.T, open openFunc) *harness {
 	}
 	h := &harness{t: t, real: real, st: &faultStore{Store: real}, clk: clk, signer: signer, hooks: &fakeHooks{}, logs: &testenv.Output{}}
 	h.api, err = New(Config{
-		Store: h.st, Signer: signer, Hooks: h.hooks, Clock: clk,
+		Store: h.st, Limits: testRules, Signer: signer, Hooks: h.hooks, Clock: clk,
 		Log: slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	if err != nil {

@@ -1,8 +1,10 @@
 package control
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"reflect"
@@ -13,15 +15,39 @@ import (
 const MaxBodyBytes = 64 << 10
 
 // decodeBody decodes the request's JSON body into v: exactly one JSON value
-// of at most MaxBodyBytes, without unknown fields. Every problem is a 400
-// whose message describes the body in our words (encoding/json's messages
-// name Go types).
+// of at most MaxBodyBytes. Field names must match the request's fields
+// exactly: encoding/json matches them without regard to letter case, so a
+// strict pass over the keys (checkKeys) first refuses unknown names in any
+// letter case and duplicate names, then encoding/json decodes. Every
+// problem is a 400 whose message describes the body in our words
+// (encoding/json's messages name Go types).
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
-	body := http.MaxBytesReader(w, r.Body, MaxBodyBytes)
-	dec := json.NewDecoder(body)
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		return bodyError(err)
+	}
+	if err := checkKeys(raw, reflect.TypeOf(v).Elem()); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return bodyError(err)
+	}
+	return nil
+}
+
+// checkKeys walks the JSON in raw against the Go type t that it will be
+// decoded into, and refuses what encoding/json would let through: an
+// object key that is no field's exact JSON name (encoding/json would take
+// "ID" for "id"), a key given twice (encoding/json keeps the last), and
+// data after the first JSON value. Syntax and type errors are left to the
+// decoder, which names them better, except where the walk cannot go on.
+func checkKeys(raw []byte, t reflect.Type) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := walkValue(dec, t, ""); err != nil {
+		return err
 	}
 	switch _, err := dec.Token(); {
 	case errors.Is(err, io.EOF):
@@ -29,12 +55,139 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	case err == nil:
 		return invalidArgument("request body has data after the JSON value")
 	default:
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return bodyError(err)
+		var syntax *json.SyntaxError
+		if errors.As(err, &syntax) {
+			return invalidArgument("request body has data after the JSON value")
 		}
-		return invalidArgument("request body has data after the JSON value")
+		return bodyError(err)
 	}
+}
+
+// unmarshalerType is json.Unmarshaler: a type that decodes itself is a leaf
+// of the walk.
+var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
+
+// walkValue reads one JSON value from dec, checking the keys of every
+// object in it against t (nil: anything goes). path names the value in
+// messages ("" for the body itself).
+func walkValue(dec *json.Decoder, t reflect.Type, path string) error {
+	tok, err := dec.Token()
+	if err != nil {
+		if path != "" {
+			return inside(err)
+		}
+		return bodyError(err)
+	}
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t != nil && reflect.PointerTo(t).Implements(unmarshalerType) {
+		t = nil
+	}
+	switch tok {
+	case json.Delim('{'):
+		return walkObject(dec, t, path)
+	case json.Delim('['):
+		var elem reflect.Type
+		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+			elem = t.Elem()
+		}
+		for i := 0; dec.More(); i++ {
+			if err := walkValue(dec, elem, fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+		if _, err := dec.Token(); err != nil {
+			return inside(err)
+		}
+	}
+	return nil
+}
+
+// walkObject reads the rest of an object whose '{' dec has just returned.
+// For a struct t every key must be one of its fields' JSON names, exactly;
+// for any t no key may repeat.
+func walkObject(dec *json.Decoder, t reflect.Type, path string) error {
+	var fields map[string]reflect.Type
+	if t != nil && t.Kind() == reflect.Struct {
+		fields = jsonFields(t)
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return inside(err)
+		}
+		key, _ := tok.(string) // object keys are strings
+		name := key
+		if path != "" {
+			name = path + "." + key
+		}
+		if seen[key] {
+			return invalidArgument("duplicate field %s", shortQuote(name))
+		}
+		seen[key] = true
+		var ft reflect.Type
+		if fields != nil {
+			var ok bool
+			if ft, ok = fields[key]; !ok {
+				return unknownField(name, key, path, fields)
+			}
+		} else if t != nil && t.Kind() == reflect.Map {
+			ft = t.Elem()
+		}
+		if err := walkValue(dec, ft, name); err != nil {
+			return err
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return inside(err)
+	}
+	return nil
+}
+
+// inside describes an error of reading inside a JSON value, where the end
+// of the body means that the value is cut short.
+func inside(err error) error {
+	if errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
+	}
+	return bodyError(err)
+}
+
+// unknownField refuses key, naming the field it differs from only in
+// letter case, if there is one.
+func unknownField(name, key, path string, fields map[string]reflect.Type) error {
+	for f := range fields {
+		if strings.EqualFold(f, key) {
+			if path != "" {
+				f = path + "." + f
+			}
+			return invalidArgument("unknown field %s (field names are case-sensitive: did you mean %q?)", shortQuote(name), f)
+		}
+	}
+	return invalidArgument("unknown field %s", shortQuote(name))
+}
+
+// jsonFields maps the JSON names of t's exported fields to their types.
+// The request types are flat structs with explicit names; embedded structs
+// are not looked into.
+func jsonFields(t reflect.Type) map[string]reflect.Type {
+	m := make(map[string]reflect.Type, t.NumField())
+	for f := range t.Fields() {
+		if !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch name {
+		case "-":
+			continue
+		case "":
+			name = f.Name
+		}
+		m[name] = f.Type
+	}
+	return m
 }
 
 // bodyError describes a decoding error of a request body.

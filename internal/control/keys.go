@@ -73,7 +73,30 @@ func (a *API) createKey(w http.ResponseWriter, r *http.Request, c caller) error 
 	if err := checkName("name", req.Name); err != nil {
 		return err
 	}
-	k, plain, err := issueKey(r.Context(), a.cfg.Store, id, req.Name)
+	// Counting and creating under the lifecycle lock keeps concurrent
+	// requests to this server under the cap; only the active server takes
+	// changes.
+	ctx := r.Context()
+	unlock, err := a.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	ks, err := a.cfg.Store.ListKeys(ctx, id)
+	if err != nil {
+		return fromStore(err, "tenant "+strconv.Quote(id))
+	}
+	active := 0
+	for _, k := range ks {
+		if !k.Revoked() {
+			active++
+		}
+	}
+	if active >= a.cfg.MaxKeysPerTenant {
+		return &apiError{http.StatusConflict, codeResourceExhausted, fmt.Sprintf(
+			"tenant %q has %d API keys that are not revoked, the most allowed; revoke one first", id, active)}
+	}
+	k, plain, err := issueKey(ctx, a.cfg.Store, id, req.Name)
 	if errors.Is(err, store.ErrExists) {
 		// A random id or digest collided: not the client's doing.
 		return fmt.Errorf("issue key: %w", err)
@@ -81,7 +104,7 @@ func (a *API) createKey(w http.ResponseWriter, r *http.Request, c caller) error 
 	if err != nil {
 		return fromStore(err, "tenant "+strconv.Quote(id))
 	}
-	a.audit(r.Context(), c, id, actionKeyCreate, k.ID, keyDetail(k))
+	a.audit(ctx, c, id, actionKeyCreate, k.ID, keyDetail(k))
 	w.Header().Set("Location", "/api/v1/tenants/"+id+"/keys/"+k.ID)
 	writeJSON(w, http.StatusCreated, createdKeyJSON{k.ID, k.Name, k.Prefix, plain, k.CreatedAt})
 	return nil

@@ -27,6 +27,7 @@ const (
 	pAdminA   = "tenant-admin of A"
 	pViewerA  = "tenant-viewer of A"
 	pAdminB   = "tenant-admin of B"
+	pMetrics  = "metrics reader"
 )
 
 // Targets of a matrix case, in the order of the want arrays.
@@ -39,12 +40,14 @@ const (
 var targetNames = [...]string{"A", "B", "nonexistent"}
 
 // principals are the matrix rows: the four authorized ones, then those that
-// must get 401 on every route.
+// must get 401 on every route, then the metrics reader, which gets 403 on
+// every route.
 var principals = []string{
 	pOperator, pAdminA, pViewerA, pAdminB,
 	"no token", "garbage token", "wrong scheme", "expired operator token",
 	"data-plane token of A", "data-plane token with operator role",
 	"operator token naming a tenant", "unknown role", "tenant role without tenant",
+	pMetrics,
 }
 
 func newFixture(h *harness, n int) fixture {
@@ -74,6 +77,7 @@ func newFixture(h *harness, n int) fixture {
 			Audience: token.AudienceControl, Role: "superuser", Tenant: f.a, ExpiresAt: exp})),
 		"tenant role without tenant": bearer(h.sign(token.Claims{
 			Audience: token.AudienceControl, Role: RoleTenantAdmin, ExpiresAt: exp})),
+		pMetrics: bearer(h.token(RoleMetrics, "")),
 	}
 	if len(f.tokens) != len(principals) {
 		h.t.Fatalf("fixture has %d tokens for %d principals", len(f.tokens), len(principals))
@@ -154,7 +158,8 @@ var matrixRoutes = []matrixRoute{
 		},
 	},
 	{method: "GET", path: "/api/v1/tenants/{id}/limits", want: readWant},
-	{method: "PUT", path: "/api/v1/tenants/{id}/limits", body: `{"burst":100}`, want: writeWant(200)},
+	{method: "PUT", path: "/api/v1/tenants/{id}/limits", body: `{"burst":100}`, want: operatorOnlyWant(200)},
+	{method: "PUT", path: "/api/v1/tenants/{id}/limits", body: `{"tenant_admin":{"burst":10}}`, want: writeWant(200)},
 	{method: "POST", path: "/api/v1/tenants/{id}/keys", body: `{"name":"ci"}`, want: writeWant(201)},
 	{method: "GET", path: "/api/v1/tenants/{id}/keys", want: readWant},
 	{method: "DELETE", path: "/api/v1/tenants/{id}/keys/{key}", want: writeWant(204)},
@@ -189,6 +194,8 @@ func runMatrix(t *testing.T, open openFunc) {
 					want := 401
 					if w, ok := rt.want[p]; ok {
 						want = w[target]
+					} else if p == pMetrics {
+						want = 403 // authenticated, but reads /metrics only
 					}
 					path := strings.NewReplacer("{id}", tenant, "{key}", key).Replace(rt.path)
 					body := strings.ReplaceAll(rt.body, "{id}", tenant)

@@ -9,7 +9,10 @@ import (
 	"time"
 
 	"github.com/repool/repool/internal/budget"
+	"github.com/repool/repool/internal/control"
+	"github.com/repool/repool/internal/httpbounds"
 	"github.com/repool/repool/internal/ratelimit"
+	"github.com/repool/repool/internal/store"
 )
 
 // Config is the server's configuration. Every field can be set in the YAML
@@ -54,6 +57,14 @@ type Config struct {
 	// Defaults budget.DefaultResources and budget.DefaultCells.
 	GlobalResources int64
 	GlobalCells     int64
+	// DefaultTenantShare is the percentage of each global budget that a
+	// tenant may hold when the operator set it no max_resources or
+	// max_cells: a new tenant cannot take the whole budget and lock the
+	// others out. 1 to 100. Default 25.
+	DefaultTenantShare int
+	// MaxKeysPerTenant caps a tenant's API keys that are not revoked.
+	// Default control.DefaultMaxKeysPerTenant (100).
+	MaxKeysPerTenant int
 	// RatePerSecond and Burst are a tenant's default request limit.
 	// Defaults ratelimit.DefaultRate and ratelimit.DefaultBurst.
 	RatePerSecond float64
@@ -65,6 +76,27 @@ type Config struct {
 	MaxLeases int
 	// ShutdownGrace bounds the graceful drain on shutdown. Default 10s.
 	ShutdownGrace time.Duration
+	// HTTP holds the HTTP server's deadlines and bounds (flags
+	// --http-read-header-timeout, ...; defaults in httpbounds.Config).
+	HTTP httpbounds.Config
+	// gRPC server bounds: connections open at once (default 4096; one
+	// more is closed at once), concurrent streams per connection (256),
+	// the time a connection may go without a call before it is closed
+	// (5m), the time to set a connection up, HTTP/2 preface included
+	// (10s), and the size of a call's metadata (64 KiB).
+	GRPCMaxConnections       int
+	GRPCMaxConcurrentStreams int
+	GRPCMaxConnectionIdle    time.Duration
+	GRPCHandshakeTimeout     time.Duration
+	GRPCMaxHeaderBytes       int
+	// gRPC keepalive: the server pings a connection quiet for
+	// GRPCKeepaliveTime (default 1m) and closes it if the ping is not
+	// answered within GRPCKeepaliveTimeout (20s); a client that pings
+	// more often than every GRPCKeepaliveMinTime (10s) is disconnected
+	// (the enforcement policy; pings without calls in flight are allowed).
+	GRPCKeepaliveTime    time.Duration
+	GRPCKeepaliveTimeout time.Duration
+	GRPCKeepaliveMinTime time.Duration
 	// HA joins the active/standby group on a PostgreSQL store: the server
 	// serves the data plane only while it holds the leader lock. Default
 	// off.
@@ -120,6 +152,12 @@ func (c Config) WithDefaults() Config {
 	if c.GlobalCells == 0 {
 		c.GlobalCells = budget.DefaultCells
 	}
+	if c.DefaultTenantShare == 0 {
+		c.DefaultTenantShare = 25
+	}
+	if c.MaxKeysPerTenant == 0 {
+		c.MaxKeysPerTenant = control.DefaultMaxKeysPerTenant
+	}
 	if c.RatePerSecond == 0 {
 		c.RatePerSecond = ratelimit.DefaultRate
 	}
@@ -132,6 +170,25 @@ func (c Config) WithDefaults() Config {
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = 10 * time.Second
 	}
+	defDur := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	defInt := func(n *int, v int) {
+		if *n == 0 {
+			*n = v
+		}
+	}
+	c.HTTP = c.HTTP.WithDefaults()
+	defInt(&c.GRPCMaxConnections, 4096)
+	defInt(&c.GRPCMaxConcurrentStreams, 256)
+	defDur(&c.GRPCMaxConnectionIdle, 5*time.Minute)
+	defDur(&c.GRPCHandshakeTimeout, 10*time.Second)
+	defInt(&c.GRPCMaxHeaderBytes, 64<<10)
+	defDur(&c.GRPCKeepaliveTime, time.Minute)
+	defDur(&c.GRPCKeepaliveTimeout, 20*time.Second)
+	defDur(&c.GRPCKeepaliveMinTime, 10*time.Second)
 	if c.HAName == "" {
 		c.HAName = c.GRPCAddr
 	}
@@ -159,6 +216,23 @@ func (c Config) Validate() error {
 	if err := validStore(c.Store); err != nil {
 		return err
 	}
+	if err := c.HTTP.Validate("http_"); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	for _, d := range []struct {
+		key      string
+		v, least time.Duration
+	}{
+		{"grpc_max_connection_idle", c.GRPCMaxConnectionIdle, 10 * time.Millisecond},
+		{"grpc_handshake_timeout", c.GRPCHandshakeTimeout, 10 * time.Millisecond},
+		{"grpc_keepalive_time", c.GRPCKeepaliveTime, time.Second},
+		{"grpc_keepalive_timeout", c.GRPCKeepaliveTimeout, 10 * time.Millisecond},
+		{"grpc_keepalive_min_time", c.GRPCKeepaliveMinTime, 10 * time.Millisecond},
+	} {
+		if d.v < d.least {
+			return fmt.Errorf("config: %s %v: want at least %v", d.key, d.v, d.least)
+		}
+	}
 	switch {
 	case c.CheckpointInterval < 100*time.Millisecond:
 		return fmt.Errorf("config: checkpoint_interval %v is below 100ms", c.CheckpointInterval)
@@ -168,14 +242,25 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: token_ttl %v is outside [1m, 24h]", c.TokenTTL)
 	case c.OperatorTokenTTL < time.Minute:
 		return fmt.Errorf("config: operator_token_ttl %v is below 1m", c.OperatorTokenTTL)
-	case c.GlobalResources < 1 || c.GlobalCells < 1:
-		return errors.New("config: global_resources and global_cells must be positive")
-	case c.RatePerSecond < 0 || c.Burst < 1:
-		return fmt.Errorf("config: rate_per_second %v / burst %d: want a positive rate and burst", c.RatePerSecond, c.Burst)
-	case c.MaxStreams < 0 || c.MaxLeases < 0:
-		return errors.New("config: max_streams and max_leases must not be negative")
+	case c.GlobalResources < 1 || c.GlobalCells < 1 || c.GlobalResources > budget.MaxBudget || c.GlobalCells > budget.MaxBudget:
+		return fmt.Errorf("config: global_resources and global_cells must be from 1 to %d", budget.MaxBudget)
+	case c.DefaultTenantShare < 1 || c.DefaultTenantShare > 100:
+		return fmt.Errorf("config: default_tenant_share %d: want a percentage from 1 to 100", c.DefaultTenantShare)
+	case c.RatePerSecond < 0 || c.RatePerSecond > control.MaxRatePerSecond || c.Burst < 1 || c.Burst > control.MaxBurst:
+		return fmt.Errorf("config: rate_per_second %v / burst %d: want a rate from 0 to %d and a burst from 1 to %d",
+			c.RatePerSecond, c.Burst, control.MaxRatePerSecond, control.MaxBurst)
+	case c.MaxStreams < 0 || c.MaxStreams > control.MaxStreamsLimit:
+		return fmt.Errorf("config: max_streams %d: want 0 to %d", c.MaxStreams, control.MaxStreamsLimit)
+	case c.MaxLeases < 0 || c.MaxLeases > control.MaxLeasesLimit:
+		return fmt.Errorf("config: max_leases %d: want 0 (no cap) to %d", c.MaxLeases, control.MaxLeasesLimit)
+	case c.MaxKeysPerTenant < 1:
+		return fmt.Errorf("config: max_keys_per_tenant %d: want at least 1", c.MaxKeysPerTenant)
 	case c.ShutdownGrace < 0:
 		return errors.New("config: shutdown_grace must not be negative")
+	case c.GRPCMaxConnections < 1 || c.GRPCMaxConcurrentStreams < 1:
+		return fmt.Errorf("config: grpc_max_connections %d / grpc_max_concurrent_streams %d: want at least 1", c.GRPCMaxConnections, c.GRPCMaxConcurrentStreams)
+	case c.GRPCMaxHeaderBytes < 4096 || c.GRPCMaxHeaderBytes > 16<<20:
+		return fmt.Errorf("config: grpc_max_header_bytes %d: want 4096 to 16777216", c.GRPCMaxHeaderBytes)
 	case c.HA && !strings.HasPrefix(c.Store, "postgres"):
 		return errors.New("config: ha needs a postgres:// store (the servers share it)")
 	case c.HASessionTimeout <= c.HAInterval:
@@ -200,4 +285,28 @@ func validStore(url string) error {
 		return fmt.Errorf("config: store %q: want sqlite:PATH or postgres://...", url)
 	}
 	return nil
+}
+
+// LimitRules returns the defaults and bounds of tenants' limits that this
+// configuration gives: the defaults of rates, streams and leases, no
+// reservation, and ceilings of DefaultTenantShare percent of the global
+// budgets (at least 1).
+func (c Config) LimitRules() control.LimitRules {
+	c = c.WithDefaults()
+	i64 := func(v int64) *int64 { return &v }
+	rate := c.RatePerSecond
+	return control.LimitRules{
+		Defaults: store.Limits{
+			RatePerSecond: &rate, Burst: i64(int64(c.Burst)),
+			ReservedResources: i64(0), MaxResources: i64(c.share(c.GlobalResources)),
+			ReservedCells: i64(0), MaxCells: i64(c.share(c.GlobalCells)),
+			MaxStreams: i64(int64(c.MaxStreams)), MaxLeases: i64(int64(c.MaxLeases)),
+		},
+		GlobalResources: c.GlobalResources, GlobalCells: c.GlobalCells,
+	}
+}
+
+// share is DefaultTenantShare percent of budget, at least 1.
+func (c Config) share(budget int64) int64 {
+	return max(1, budget*int64(c.DefaultTenantShare)/100)
 }

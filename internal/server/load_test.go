@@ -55,6 +55,25 @@ func TestLoad(t *testing.T) {
 		{"log level unknown flag", []string{"--log-level", "verbose"}, nil, nil, true},
 		{"bare --ha then more flags", []string{"--ha", "--burst", "3", "--store", "postgres://x@127.0.0.1/db"}, nil, func(c Config) bool { return c.HA && c.Burst == 3 }, false},
 		{"--ha=false", []string{"--ha=false"}, nil, func(c Config) bool { return !c.HA }, false},
+		{"listener defaults", nil, nil, func(c Config) bool {
+			h := c.HTTP
+			return h.ReadHeaderTimeout == 10*time.Second && h.ReadTimeout == 30*time.Second && h.WriteTimeout == 30*time.Second &&
+				h.IdleTimeout == 2*time.Minute && h.MaxHeaderBytes == 64<<10 && h.MaxConnections == 1024 &&
+				c.GRPCMaxConnections == 4096 && c.GRPCMaxConcurrentStreams == 256 && c.GRPCMaxConnectionIdle == 5*time.Minute &&
+				c.GRPCHandshakeTimeout == 10*time.Second && c.GRPCMaxHeaderBytes == 64<<10 &&
+				c.GRPCKeepaliveTime == time.Minute && c.GRPCKeepaliveTimeout == 20*time.Second && c.GRPCKeepaliveMinTime == 10*time.Second
+		}, false},
+		{"listener settings from flag, env and file", []string{"--config", writeFile(t, "listen.yaml", "grpc_max_connections: 10\nhttp_idle_timeout: 5s\n"), "--http-max-connections", "3"},
+			map[string]string{"REPOOL_GRPC_MAX_CONCURRENT_STREAMS": "7"}, func(c Config) bool {
+				return c.GRPCMaxConnections == 10 && c.HTTP.IdleTimeout == 5*time.Second && c.HTTP.MaxConnections == 3 && c.GRPCMaxConcurrentStreams == 7
+			}, false},
+		{"read timeout below the header timeout", []string{"--http-read-timeout", "1s"}, nil, nil, true},
+		{"no connections", []string{"--grpc-max-connections", "-1"}, nil, nil, true},
+		{"tiny header limit", []string{"--http-max-header-bytes", "10"}, nil, nil, true},
+		{"governance defaults", nil, nil, func(c Config) bool { return c.DefaultTenantShare == 25 && c.MaxKeysPerTenant == 100 }, false},
+		{"share above 100%", []string{"--default-tenant-share", "101"}, nil, nil, true},
+		{"streams beyond the range", []string{"--max-streams", "1001"}, nil, nil, true},
+		{"no keys", []string{"--max-keys-per-tenant", "-1"}, nil, nil, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -24,10 +24,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/repool/repool/internal/audit"
@@ -38,6 +38,7 @@ import (
 	"github.com/repool/repool/internal/control"
 	"github.com/repool/repool/internal/dataplane"
 	"github.com/repool/repool/internal/journal"
+	"github.com/repool/repool/internal/netlimit"
 	"github.com/repool/repool/internal/pool"
 	"github.com/repool/repool/internal/ratelimit"
 	"github.com/repool/repool/internal/store"
@@ -84,6 +85,8 @@ type Server struct {
 	control *control.API
 	health  *health.Server
 
+	refusedConns *prometheus.CounterVec // connections closed for being over a listener's bound
+
 	life  context.Context // cancelled when Run begins to shut down
 	stop  context.CancelFunc
 	ready atomic.Bool // restored (standby: connected) and serving
@@ -96,8 +99,9 @@ type Server struct {
 	grpcLn      net.Listener
 	httpLn      net.Listener
 
+	rules    control.LimitRules // defaults and bounds of tenants' limits
 	limitsMu sync.RWMutex
-	limits   map[string]store.Limits // per-tenant overrides
+	limits   map[string]store.Limits // per tenant with stored limits: those in force (LimitRules.Effective)
 }
 
 // New opens the store, binds the gRPC and HTTP listeners and restores every
@@ -117,7 +121,8 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	if opts.Out == nil {
 		opts.Out = io.Discard
 	}
-	s := &Server{cfg: cfg, log: opts.Log, clock: opts.Clock, poolClock: opts.Clock, reg: prometheus.NewRegistry(), limits: map[string]store.Limits{}}
+	s := &Server{cfg: cfg, log: opts.Log, clock: opts.Clock, poolClock: opts.Clock, reg: prometheus.NewRegistry(),
+		rules: cfg.LimitRules(), limits: map[string]store.Limits{}}
 	s.life, s.stop = context.WithCancel(context.Background())
 	if opts.Clock == nil {
 		s.clock = clock.NewAnchored(0)
@@ -142,6 +147,11 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 		}
 	}()
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.refusedConns = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "repool_connections_refused_total",
+		Help: "Connections closed as soon as accepted because the listener held its most (--grpc-max-connections, --http-max-connections).",
+	}, []string{"listener"})
+	s.reg.MustRegister(s.refusedConns)
 
 	dsn := cfg.Store
 	if cfg.HA {
@@ -172,7 +182,10 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	if s.auth, err = auth.New(auth.Config{Store: s.store, Signer: s.signer, TokenTTL: cfg.TokenTTL, Clock: opts.Clock}); err != nil {
 		return nil, err
 	}
-	if s.budget, err = budget.New(budget.Config{Resources: cfg.GlobalResources, Cells: cfg.GlobalCells}); err != nil {
+	if s.budget, err = budget.New(budget.Config{
+		Resources: cfg.GlobalResources, Cells: cfg.GlobalCells,
+		DefaultMaxResources: *s.rules.Defaults.MaxResources, DefaultMaxCells: *s.rules.Defaults.MaxCells,
+	}); err != nil {
 		return nil, err
 	}
 	if s.limiter, err = ratelimit.New(ratelimit.Config{
@@ -211,7 +224,10 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	}); err != nil {
 		return nil, err
 	}
-	if s.control, err = control.New(control.Config{Store: s.store, Signer: s.signer, Hooks: hooks{s}, Clock: opts.Clock, Log: opts.Log, Active: s.active}); err != nil {
+	if s.control, err = control.New(control.Config{
+		Store: s.store, Limits: s.rules, MaxKeysPerTenant: cfg.MaxKeysPerTenant, Signer: s.signer, Hooks: hooks{s},
+		Clock: opts.Clock, Log: opts.Log, Active: s.active,
+	}); err != nil {
 		return nil, err
 	}
 	s.reg.MustRegister(poolCollector{s.pools})
@@ -330,25 +346,20 @@ func (s *Server) active() error {
 	return nil
 }
 
+// tenantLimits returns the limits in force for tenant: every field set.
 func (s *Server) tenantLimits(tenant string) store.Limits {
 	s.limitsMu.RLock()
-	defer s.limitsMu.RUnlock()
-	return s.limits[tenant]
+	l, ok := s.limits[tenant]
+	s.limitsMu.RUnlock()
+	if !ok {
+		return s.rules.Defaults
+	}
+	return l
 }
 
-func (s *Server) maxStreams(tenant string) int {
-	if l := s.tenantLimits(tenant); l.MaxStreams != nil {
-		return int(*l.MaxStreams)
-	}
-	return s.cfg.MaxStreams
-}
+func (s *Server) maxStreams(tenant string) int { return int(*s.tenantLimits(tenant).MaxStreams) }
 
-func (s *Server) maxLeases(tenant string) int {
-	if l := s.tenantLimits(tenant); l.MaxLeases != nil {
-		return int(*l.MaxLeases)
-	}
-	return s.cfg.MaxLeases
-}
+func (s *Server) maxLeases(tenant string) int { return int(*s.tenantLimits(tenant).MaxLeases) }
 
 // loadLimits applies every tenant's stored limits before traffic.
 func (s *Server) loadLimits(ctx context.Context) error {
@@ -361,41 +372,38 @@ func (s *Server) loadLimits(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("reading the limits of %s: %w", t.ID, err)
 		}
-		if err := s.applyLimits(t.ID, l); err != nil {
-			// Stored limits that no longer fit (a smaller global budget):
-			// serve with defaults rather than not at all.
+		err = s.rules.Check(l)
+		if err == nil {
+			err = s.applyLimits(t.ID, l)
+		}
+		if err != nil {
+			// Stored limits that no longer fit (a smaller global budget,
+			// values from before the ranges): serve with defaults rather
+			// than not at all.
 			s.log.Error("stored limits not applied", "tenant", t.ID, "err", err)
 		}
 	}
 	return nil
 }
 
-// applyLimits validates and applies a tenant's limits live.
+// applyLimits applies a tenant's limits live: those in force, the smaller
+// of the operator's (or the default) and the tenant-admin's of each.
 func (s *Server) applyLimits(tenant string, l store.Limits) error {
-	v := func(p *int64) int64 {
-		if p == nil {
-			return 0
-		}
-		return *p
-	}
+	eff := s.rules.Effective(l)
 	if err := s.budget.SetLimits(tenant, budget.Limits{
-		ReservedResources: v(l.ReservedResources), MaxResources: v(l.MaxResources),
-		ReservedCells: v(l.ReservedCells), MaxCells: v(l.MaxCells),
+		ReservedResources: *eff.ReservedResources, MaxResources: *eff.MaxResources,
+		ReservedCells: *eff.ReservedCells, MaxCells: *eff.MaxCells,
 	}); err != nil {
-		return fmt.Errorf("%w: %v", control.ErrInvalidLimits, err)
+		// The budget's words ("resources reservations would total ..."),
+		// without its sentinel's.
+		msg := strings.TrimPrefix(err.Error(), budget.ErrInvalidArgument.Error()+": ")
+		return fmt.Errorf("%w: %s", control.ErrInvalidLimits, msg)
 	}
-	rps, burst := s.cfg.RatePerSecond, s.cfg.Burst
-	if l.RatePerSecond != nil {
-		rps = *l.RatePerSecond
-	}
-	if l.Burst != nil {
-		burst = int(*l.Burst)
-	}
-	if err := s.limiter.Set(tenant, rps, burst); err != nil {
+	if err := s.limiter.Set(tenant, *eff.RatePerSecond, int(*eff.Burst)); err != nil {
 		return fmt.Errorf("%w: %v", control.ErrInvalidLimits, err)
 	}
 	s.limitsMu.Lock()
-	s.limits[tenant] = l
+	s.limits[tenant] = eff
 	s.limitsMu.Unlock()
 	if p, ok := s.pools.Lookup(tenant); ok {
 		p.SetMaxLeases(s.maxLeases(tenant))
@@ -430,26 +438,52 @@ Call the control plane (HTTP/JSON):
 	return nil
 }
 
+// listen binds the gRPC and HTTP listeners, each bounded to its
+// connections (netlimit), and builds the servers with their deadlines.
 func (s *Server) listen() error {
 	var err error
-	if s.grpcLn, err = net.Listen("tcp", s.cfg.GRPCAddr); err != nil {
+	if s.grpcLn, err = listenLimited(s.cfg.GRPCAddr, s.cfg.GRPCMaxConnections, s.refusedConns.WithLabelValues("grpc")); err != nil {
 		return fmt.Errorf("gRPC listener: %w", err)
 	}
-	if s.httpLn, err = net.Listen("tcp", s.cfg.HTTPAddr); err != nil {
+	if s.httpLn, err = listenLimited(s.cfg.HTTPAddr, s.cfg.HTTP.MaxConnections, s.refusedConns.WithLabelValues("http")); err != nil {
 		s.grpcLn.Close()
 		return fmt.Errorf("HTTP listener: %w", err)
 	}
+	c := s.cfg
 	// Stream workers reuse goroutines across calls instead of starting one
 	// per call; shared write buffers keep idle connections small.
-	opts := append(s.svc.ServerOptions(), grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))), grpc.SharedWriteBuffer(true))
+	opts := append(s.svc.ServerOptions(), grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))), grpc.SharedWriteBuffer(true),
+		grpc.MaxConcurrentStreams(uint32(c.GRPCMaxConcurrentStreams)),
+		grpc.ConnectionTimeout(c.GRPCHandshakeTimeout),
+		grpc.MaxHeaderListSize(uint32(c.GRPCMaxHeaderBytes)),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle: c.GRPCMaxConnectionIdle, Time: c.GRPCKeepaliveTime, Timeout: c.GRPCKeepaliveTimeout,
+		}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: c.GRPCKeepaliveMinTime, PermitWithoutStream: true}),
+	)
 	s.grpc = grpc.NewServer(opts...)
 	s.svc.Attach(s.grpc)
 	s.health = health.NewServer()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
-	s.http = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+	s.http = c.HTTP.Server(s.httpHandler(), slog.NewLogLogger(s.log.Handler(), slog.LevelWarn))
 	return nil
+}
+
+// listenLimited binds addr and closes, as soon as they are accepted, the
+// connections beyond max, counting each in refused.
+func listenLimited(addr string, max int, refused prometheus.Counter) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	limited, err := netlimit.New(ln, max, refused.Inc)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return limited, nil
 }
 
 func (s *Server) httpHandler() http.Handler {
@@ -474,7 +508,7 @@ func (s *Server) httpHandler() http.Handler {
 			_, _ = io.WriteString(w, "active\n")
 		}
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
+	mux.Handle("GET /metrics", s.metricsHandler())
 	mux.Handle("/api/v1/", s.control.Handler())
 	return mux
 }

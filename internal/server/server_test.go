@@ -167,7 +167,7 @@ func TestNewcomerFlow(t *testing.T) {
 
 func TestRestartRestoresStateAndBudgetBeforeTraffic(t *testing.T) {
 	st := sqliteStore(t)
-	r := start(t, Config{Store: st, GlobalResources: 3})
+	r := start(t, Config{Store: st, GlobalResources: 3, DefaultTenantShare: 100})
 	ctx := withKey(r.key)
 	if _, err := r.pool.Register(ctx, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "a"}, {Id: "b"}, {Id: "c"}}}); err != nil {
 		t.Fatal(err)
@@ -178,7 +178,7 @@ func TestRestartRestoresStateAndBudgetBeforeTraffic(t *testing.T) {
 	}
 	r.stop(t)
 
-	r2 := start(t, Config{Store: st, GlobalResources: 3})
+	r2 := start(t, Config{Store: st, GlobalResources: 3, DefaultTenantShare: 100})
 	if r2.out != "" {
 		t.Fatalf("second start printed %q, want nothing", r2.out)
 	}
@@ -291,7 +291,7 @@ func freeAddr(t *testing.T) string {
 
 func TestBudgetRaceOverGRPC(t *testing.T) {
 	for round := 0; round < 3; round++ {
-		r := start(t, Config{Store: sqliteStore(t), GlobalResources: 20, RatePerSecond: 1e6, Burst: 1e6})
+		r := start(t, Config{Store: sqliteStore(t), GlobalResources: 20, DefaultTenantShare: 100, RatePerSecond: 1e6, Burst: 1e6})
 		ctx := withKey(r.key)
 		var ok, exhausted atomic.Int32
 		var wg sync.WaitGroup

@@ -37,7 +37,7 @@ const tenantsShown = 20
 func adminToken(ctx context.Context, args []string, env Env) error {
 	fs := flag.NewFlagSet(Prog+" admin-token", flag.ContinueOnError)
 	fs.Usage = cli.Usage(fs, adminTokenUsage)
-	role := fs.String("role", "", "token `role`: "+control.RoleOperator+", "+control.RoleTenantAdmin+" or "+control.RoleTenantViewer+" (required)")
+	role := fs.String("role", "", "token `role`: "+control.RoleOperator+", "+control.RoleTenantAdmin+", "+control.RoleTenantViewer+" or "+control.RoleMetrics+" (required)")
 	tenant := fs.String("tenant", "", "`id` of the tenant a "+control.RoleTenantAdmin+" or "+control.RoleTenantViewer+" token acts on")
 	ttl := fs.Duration("ttl", time.Hour, "token lifetime")
 	var storeURL string
@@ -84,13 +84,13 @@ func adminToken(ctx context.Context, args []string, env Env) error {
 
 // checkTokenFlags checks --role, --tenant and --ttl, in the flags' terms.
 func checkTokenFlags(role, tenant string, ttl time.Duration) error {
-	roles := control.RoleOperator + ", " + control.RoleTenantAdmin + " or " + control.RoleTenantViewer
+	roles := control.RoleOperator + ", " + control.RoleTenantAdmin + ", " + control.RoleTenantViewer + " or " + control.RoleMetrics
 	switch role {
 	case "":
 		return fmt.Errorf("--role is required: %s", roles)
-	case control.RoleOperator:
+	case control.RoleOperator, control.RoleMetrics:
 		if tenant != "" {
-			return fmt.Errorf("--role %s acts on every tenant and takes no --tenant (got --tenant %q)", role, tenant)
+			return fmt.Errorf("--role %s is not for one tenant and takes no --tenant (got --tenant %q)", role, tenant)
 		}
 	case control.RoleTenantAdmin, control.RoleTenantViewer:
 		if tenant == "" {

@@ -36,11 +36,12 @@ func TestAdminTokenChecksItsFlagsFirst(t *testing.T) {
 		args    []string
 		wantErr string
 	}{
-		{"no role", nil, "--role is required: operator, tenant-admin or tenant-viewer"},
-		{"unknown role", []string{"--role", "admin"}, `--role "admin": want operator, tenant-admin or tenant-viewer`},
+		{"no role", nil, "--role is required: operator, tenant-admin, tenant-viewer or metrics"},
+		{"unknown role", []string{"--role", "admin"}, `--role "admin": want operator, tenant-admin, tenant-viewer or metrics`},
 		{"tenant role without tenant", []string{"--role", "tenant-admin"}, "--role tenant-admin needs --tenant ID"},
 		{"viewer without tenant", []string{"--role", "tenant-viewer"}, "--role tenant-viewer needs --tenant ID"},
-		{"operator with tenant", []string{"--role", "operator", "--tenant", "demo"}, `--role operator acts on every tenant and takes no --tenant (got --tenant "demo")`},
+		{"operator with tenant", []string{"--role", "operator", "--tenant", "demo"}, `--role operator is not for one tenant and takes no --tenant (got --tenant "demo")`},
+		{"metrics with tenant", []string{"--role", "metrics", "--tenant", "demo"}, `--role metrics is not for one tenant and takes no --tenant (got --tenant "demo")`},
 		{"malformed tenant", []string{"--role", "tenant-viewer", "--tenant", "Demo!"}, `--tenant "Demo!": want 1-`},
 		{"zero ttl", []string{"--role", "operator", "--ttl", "0s"}, "--ttl 0s: want a positive duration"},
 		{"negative ttl", []string{"--role", "operator", "--ttl", "-1h"}, "--ttl -1h0m0s: want a positive duration"},

@@ -32,7 +32,9 @@ func TestColdCallsIssueOneToken(t *testing.T) {
 	// arrived, under a full CI run) may be what this test measures.
 	pc.Timeout = time.Minute
 	patient := grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: time.Minute})
-	h := start(t, one("p", pc), sidecar.Options{DialOptions: []grpc.DialOption{patient}})
+	cfg := one("p", pc)
+	cfg.HTTP.WriteTimeout = 2 * pc.Timeout // the answers must be written after the calls
+	h := start(t, cfg, sidecar.Options{DialOptions: []grpc.DialOption{patient}})
 	const calls = 1000
 	var wg sync.WaitGroup
 	var failed atomic.Int64

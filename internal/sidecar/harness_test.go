@@ -94,7 +94,20 @@ func (r response) retryAfterMS() float64 {
 	return v
 }
 
+// do sends a request as a backend does: a body, and every POST, with
+// Content-Type: application/json.
 func (h *harness) do(method, path, body string) response {
+	h.t.Helper()
+	var header map[string]string
+	if method == "POST" || body != "" {
+		header = map[string]string{"Content-Type": "application/json"}
+	}
+	return h.request(method, path, "", header, body)
+}
+
+// request sends a request with the given Host (the base's if empty) and
+// headers, and returns the answer.
+func (h *harness) request(method, path, host string, header map[string]string, body string) response {
 	h.t.Helper()
 	var rd io.Reader
 	if body != "" {
@@ -104,6 +117,12 @@ func (h *harness) do(method, path, body string) response {
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	if host != "" {
+		req.Host = host
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
 	resp, err := h.client.Do(req)
 	if err != nil {
 		h.t.Errorf("%s %s: %v", method, path, err) // may run off the test's goroutine: no Fatal
@@ -112,9 +131,18 @@ func (h *harness) do(method, path, body string) response {
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	r := response{status: resp.StatusCode, header: resp.Header, raw: string(raw)}
-	if len(bytes.TrimSpace(raw)) > 0 && strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
-		if err := json.Unmarshal(raw, &r.body); err != nil {
-			h.t.Errorf("%s %s: answer is not JSON: %v: %s", method, path, err, raw)
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		r = h.decode(r)
+	}
+	return r
+}
+
+// decode decodes the JSON of r.raw into r.body.
+func (h *harness) decode(r response) response {
+	h.t.Helper()
+	if len(bytes.TrimSpace([]byte(r.raw))) > 0 {
+		if err := json.Unmarshal([]byte(r.raw), &r.body); err != nil {
+			h.t.Errorf("answer is not JSON: %v: %s", err, r.raw)
 		}
 	}
 	return r

@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -153,9 +154,9 @@ func (s *Sidecar) dial(k upstreamKey) (*upstream, error) {
 // keeping what did not change: the connection and tokens if the endpoint,
 // key, token policy and Redis settings are the same, the breaker (and its
 // state) and the retry budget if their policies are too. A request holds
-// the provider it started with until it ends. Settings of the listener
-// (listen, allow_remote, max_body_bytes) and log_level take effect at the
-// next start.
+// the provider it started with until it ends. Settings of the listener and
+// its HTTP server (see restartOnly) and log_level take effect at the next
+// start.
 //
 // An invalid cfg changes nothing.
 func (s *Sidecar) Apply(cfg config.Config) error {
@@ -253,9 +254,19 @@ func (s *Sidecar) Apply(cfg config.Config) error {
 // warnRestartOnly logs settings that a reload cannot change. The caller
 // holds s.mu.
 func (s *Sidecar) warnRestartOnly(cfg config.Config) {
-	c := s.cfg
-	if c.Listen != cfg.Listen || c.AllowRemote != cfg.AllowRemote || c.MaxBodyBytes != cfg.MaxBodyBytes || c.LogLevel != cfg.LogLevel {
-		s.log.Warn("listen, allow_remote, max_body_bytes and log_level changes take effect at the next start")
+	if !reflect.DeepEqual(restartOnly(s.cfg), restartOnly(cfg)) {
+		s.log.Warn("changes of listen, allow_remote, unix_socket_group, allowed_hosts, allowed_origins, max_body_bytes, " +
+			"max_header_bytes, the timeouts, max_connections and log_level take effect at the next start")
+	}
+}
+
+// restartOnly keeps of c the settings that a reload cannot change: those
+// of the listener, the HTTP server and the logger.
+func restartOnly(c config.Config) config.Config {
+	return config.Config{
+		Listen: c.Listen, AllowRemote: c.AllowRemote, UnixSocketGroup: c.UnixSocketGroup,
+		AllowedHosts: c.AllowedHosts, AllowedOrigins: c.AllowedOrigins,
+		MaxBodyBytes: c.MaxBodyBytes, HTTP: c.HTTP, LogLevel: c.LogLevel,
 	}
 }
 

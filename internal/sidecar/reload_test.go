@@ -171,7 +171,7 @@ func TestUnixSocket(t *testing.T) {
 	cfg := one("p", fast(fake))
 	cfg.Listen = "unix:" + path
 	h := start(t, cfg, sidecar.Options{})
-	h.base = "http://sidecar"
+	h.base = "http://localhost" // what curl --unix-socket sends too
 	h.client = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", path)
 	}}}
@@ -338,7 +338,7 @@ func TestStuckEventClientDoesNotPinARemovedProvider(t *testing.T) {
 	}
 	defer c.Close()
 	_ = c.(*net.TCPConn).SetReadBuffer(4096)
-	if _, err := io.WriteString(c, "GET /v1/providers/p/events HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil { // never read
+	if _, err := io.WriteString(c, "GET /v1/providers/p/events HTTP/1.1\r\nHost: localhost\r\n\r\n"); err != nil { // never read
 		t.Fatal(err)
 	}
 	waitFor(t, "the events handler to run", func() bool { return eventsHandlers() == 1 && flood.Calls("SubscribeEvents") == 1 })

@@ -17,6 +17,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -121,56 +124,158 @@ func New(cfg config.Config, opts Options) (_ *Sidecar, err error) {
 	if err := s.Apply(cfg); err != nil {
 		return nil, err
 	}
-	if s.ln, err = listen(cfg.Listen, cfg.AllowRemote); err != nil {
+	refused := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "repool_sidecar_connections_refused_total",
+		Help: "Connections closed as soon as accepted because the listener held max_connections.",
+	})
+	if err := opts.Registry.Register(refused); err != nil {
 		return nil, err
 	}
+	if s.ln, err = listen(cfg, refused.Inc); err != nil {
+		return nil, err
+	}
+	hosts := append([]string(nil), cfg.AllowedHosts...)
+	if host, _, err := net.SplitHostPort(cfg.Listen); err == nil && host != "" {
+		// The address it listens on names the sidecar: a request to it
+		// from a web page has an Origin (or Sec-Fetch-Site), which the
+		// API refuses.
+		hosts = append(hosts, host)
+	}
+	var origins []string
+	for _, o := range cfg.AllowedOrigins {
+		c, _ := config.ParseOrigin(o) // Validate checked it
+		origins = append(origins, c)
+	}
 	api, err := httpapi.New(httpapi.Config{
-		Providers:    lookup{s},
-		Metrics:      promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{Registry: opts.Registry}),
-		MaxBodyBytes: cfg.MaxBodyBytes,
-		Stopping:     s.stopping,
-		Keepalive:    opts.Keepalive,
-		Log:          opts.Log,
+		Providers:      lookup{s},
+		Metrics:        promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{Registry: opts.Registry}),
+		MaxBodyBytes:   cfg.MaxBodyBytes,
+		Stopping:       s.stopping,
+		Keepalive:      opts.Keepalive,
+		Log:            opts.Log,
+		AllowedHosts:   hosts,
+		AllowedOrigins: origins,
 	})
 	if err != nil {
 		return nil, err
 	}
-	s.srv = &http.Server{
-		Handler:           api,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(opts.Log.Handler(), slog.LevelWarn),
-	}
+	s.srv = cfg.HTTP.Server(api, slog.NewLogLogger(opts.Log.Handler(), slog.LevelWarn))
 	s.log.Info("sidecar ready", "listen", s.Addr(), "providers", cfg.Names(), "redis", cfg.Redis != nil)
 	return s, nil
 }
 
-// listen binds addr (host:port or unix:/path) after checking that it is
-// loopback unless allowRemote.
-func listen(addr string, allowRemote bool) (net.Listener, error) {
-	if err := config.CheckListen(addr, allowRemote); err != nil {
+// listen binds cfg.Listen (host:port or unix:/path) after checking that it
+// is loopback unless allow_remote, and bounds its connections to
+// max_connections, calling onRefuse for each connection closed beyond it.
+func listen(cfg config.Config, onRefuse func()) (net.Listener, error) {
+	addr := cfg.Listen
+	if err := config.CheckListen(addr, cfg.AllowRemote); err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
+	var ln net.Listener
 	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
-		if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
-			os.Remove(path) // a stale socket of an earlier run
-		}
-		ln, err := net.Listen("unix", path)
-		if err != nil {
+		var err error
+		if ln, err = listenUnix(path, cfg.UnixSocketGroup); err != nil {
 			return nil, fmt.Errorf("listen: %w", err)
 		}
-		return ln, nil
+	} else {
+		var err error
+		if ln, err = net.Listen("tcp", addr); err != nil {
+			return nil, fmt.Errorf("listen: %w", err)
+		}
+		if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !cfg.AllowRemote && !tcp.IP.IsLoopback() {
+			ln.Close()
+			return nil, fmt.Errorf("listen: %s resolved to %v, which is not loopback", addr, tcp.IP)
+		}
 	}
-	ln, err := net.Listen("tcp", addr)
+	limited, err := cfg.HTTP.Limit(ln, onRefuse)
 	if err != nil {
+		ln.Close()
 		return nil, fmt.Errorf("listen: %w", err)
 	}
-	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !allowRemote && !tcp.IP.IsLoopback() {
-		ln.Close()
-		return nil, fmt.Errorf("listen: %s resolved to %v, which is not loopback", addr, tcp.IP)
-	}
-	return ln, nil
+	return limited, nil
 }
+
+// listenUnix creates a unix socket at path that only its owner (mode
+// 0600), or also group (mode 0660, the group set), may connect to. The
+// socket is bound in a new directory only the owner can enter, given its
+// mode and group there, and only then renamed to path, so that nobody can
+// connect while it still has the mode the umask gave it. A stale socket
+// at path is replaced; any other file there is an error.
+func listenUnix(path, group string) (net.Listener, error) {
+	gid, mode := -1, os.FileMode(0o600)
+	if group != "" {
+		var err error
+		if gid, err = lookupGroup(group); err != nil {
+			return nil, err
+		}
+		mode = 0o660
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("%s exists and is not a socket", path)
+		}
+		os.Remove(path) // a stale socket of an earlier run
+	}
+	dir, err := os.MkdirTemp(filepath.Dir(path), ".sidecar-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	tmp := filepath.Join(dir, "s")
+	ln, err := net.Listen("unix", tmp)
+	if err != nil {
+		return nil, err
+	}
+	ul := ln.(*net.UnixListener)
+	ul.SetUnlinkOnClose(false) // the socket moves: unixListener removes it
+	if err := setSocketMode(tmp, gid, mode); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return &unixListener{UnixListener: ul, path: path}, nil
+}
+
+func setSocketMode(path string, gid int, mode os.FileMode) error {
+	if gid >= 0 {
+		if err := os.Chown(path, -1, gid); err != nil {
+			return fmt.Errorf("unix_socket_group: %w", err)
+		}
+	}
+	return os.Chmod(path, mode)
+}
+
+// lookupGroup resolves a group name or numeric id.
+func lookupGroup(group string) (int, error) {
+	if id, err := strconv.Atoi(group); err == nil && id >= 0 {
+		return id, nil
+	}
+	g, err := user.LookupGroup(group)
+	if err != nil {
+		return 0, fmt.Errorf("unix_socket_group %q: %w", group, err)
+	}
+	return strconv.Atoi(g.Gid)
+}
+
+// unixListener removes its socket file when closed.
+type unixListener struct {
+	*net.UnixListener
+	path string
+	once sync.Once
+}
+
+func (l *unixListener) Close() error {
+	err := l.UnixListener.Close()
+	l.once.Do(func() { os.Remove(l.path) })
+	return err
+}
+
+// Addr is the socket's path, not the name it was bound with.
+func (l *unixListener) Addr() net.Addr { return &net.UnixAddr{Name: l.path, Net: "unix"} }
 
 // Addr returns the bound address: host:port, or unix:/path.
 func (s *Sidecar) Addr() string {

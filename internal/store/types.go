@@ -70,6 +70,22 @@ type Limits struct {
 	MaxStreams *int64
 	// MaxLeases caps concurrent leases.
 	MaxLeases *int64
+	// Admin are the tenant-admin's own values of the caps above: the
+	// server applies the smaller of each and the operator's value (or the
+	// server default when that is nil).
+	Admin AdminLimits
+}
+
+// AdminLimits are the values a tenant-admin set for its own tenant, each at
+// most the operator's (docs/control-plane.md). A nil field means none: the
+// operator's value applies.
+type AdminLimits struct {
+	RatePerSecond *float64
+	Burst         *int64
+	MaxResources  *int64
+	MaxCells      *int64
+	MaxStreams    *int64
+	MaxLeases     *int64
 }
 
 // DigestLen is the length of an API key digest (SHA-256).

@@ -75,10 +75,15 @@ func (t Tenant) Validate() error {
 }
 
 // Validate checks that every limit that is set is not negative (and the
-// rate finite). The error wraps ErrInvalid and names the field.
+// rates finite). The error wraps ErrInvalid and names the field.
 func (l Limits) Validate() error {
-	if r := l.RatePerSecond; r != nil && (math.IsNaN(*r) || math.IsInf(*r, 0) || *r < 0) {
-		return fmt.Errorf("%w: limits: rate_per_second %v, want finite and >= 0", ErrInvalid, *r)
+	for _, r := range []struct {
+		name string
+		v    *float64
+	}{{"rate_per_second", l.RatePerSecond}, {"admin.rate_per_second", l.Admin.RatePerSecond}} {
+		if r.v != nil && (math.IsNaN(*r.v) || math.IsInf(*r.v, 0) || *r.v < 0) {
+			return fmt.Errorf("%w: limits: %s %v, want finite and >= 0", ErrInvalid, r.name, *r.v)
+		}
 	}
 	for _, f := range []struct {
 		name string
@@ -91,6 +96,11 @@ func (l Limits) Validate() error {
 		{"max_cells", l.MaxCells},
 		{"max_streams", l.MaxStreams},
 		{"max_leases", l.MaxLeases},
+		{"admin.burst", l.Admin.Burst},
+		{"admin.max_resources", l.Admin.MaxResources},
+		{"admin.max_cells", l.Admin.MaxCells},
+		{"admin.max_streams", l.Admin.MaxStreams},
+		{"admin.max_leases", l.Admin.MaxLeases},
 	} {
 		if f.v != nil && *f.v < 0 {
 			return fmt.Errorf("%w: limits: %s %d, want >= 0", ErrInvalid, f.name, *f.v)

@@ -100,6 +100,9 @@ func TestLimitsValidate(t *testing.T) {
 		{name: "negative burst", limits: Limits{Burst: i(-1)}, field: "burst"},
 		{name: "negative reserved cells", limits: Limits{ReservedCells: i(-3)}, field: "reserved_cells"},
 		{name: "negative max leases", limits: Limits{MaxLeases: i(-1)}, field: "max_leases"},
+		{name: "tenant-admin values", limits: Limits{Admin: AdminLimits{RatePerSecond: f(1), MaxStreams: i(0)}}},
+		{name: "negative tenant-admin burst", limits: Limits{Admin: AdminLimits{Burst: i(-1)}}, field: "admin.burst"},
+		{name: "infinite tenant-admin rate", limits: Limits{Admin: AdminLimits{RatePerSecond: f(math.Inf(1))}}, field: "admin.rate_per_second"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -7,7 +7,16 @@
 //
 //	listen: 127.0.0.1:7070        # loopback host:port, or unix:/path
 //	allow_remote: false           # allow a non-loopback listen address
+//	unix_socket_group: ""         # group (name or id) that may use the unix socket
+//	allowed_hosts: []             # Host names accepted besides loopback and the listen host
+//	allowed_origins: []           # browser origins allowed to call the sidecar
 //	max_body_bytes: 1048576       # larger request bodies are refused (413)
+//	max_header_bytes: 65536       # larger request headers are refused (431)
+//	read_header_timeout: 10s      # to receive a request's headers
+//	read_timeout: 30s             # to receive a whole request, body included
+//	write_timeout: 30s            # to answer (event streams: per event, 10s)
+//	idle_timeout: 2m              # keep-alive connection without a request
+//	max_connections: 1024         # connections open at once; more are closed
 //	shutdown_grace: 10s           # drain time on SIGTERM/SIGINT
 //	log_level: info               # debug, info, warn, error
 //	redis:                        # optional shared token cache
@@ -39,6 +48,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -49,6 +59,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/repool/repool/internal/httpbounds"
 	"github.com/repool/repool/internal/sidecar/resilience"
 	"github.com/repool/repool/internal/sidecar/token"
 	"github.com/repool/repool/internal/yamlerr"
@@ -67,8 +78,27 @@ type Config struct {
 	// sidecar holds credentials and has no authentication of its own: only
 	// set this behind a network boundary you trust. Default false.
 	AllowRemote bool `yaml:"allow_remote"`
+	// UnixSocketGroup, for a unix:/path Listen, is the group (a name or a
+	// numeric id) whose members may connect: the socket is created with
+	// mode 0660 and that group. Default none: mode 0600, the owner only.
+	UnixSocketGroup string `yaml:"unix_socket_group"`
+	// AllowedHosts are Host header names (or addresses) accepted besides
+	// loopback ones (localhost, 127.0.0.0/8, ::1) and the Listen host.
+	// Any other Host is refused with 403: it is how DNS rebinding shows.
+	AllowedHosts []string `yaml:"allowed_hosts"`
+	// AllowedOrigins are the browser origins (scheme://host[:port]) whose
+	// requests are accepted. Any other request with an Origin header, or
+	// that a browser marks cross-site (Sec-Fetch-Site), is refused with
+	// 403. Default none.
+	AllowedOrigins []string `yaml:"allowed_origins"`
 	// MaxBodyBytes bounds a request body. Default 1 MiB.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// HTTP holds the HTTP server's deadlines and bounds, as top-level keys
+	// (read_header_timeout, read_timeout, write_timeout, idle_timeout,
+	// max_header_bytes, max_connections; see httpbounds.Config for their
+	// defaults). write_timeout must exceed every provider's timeout; event
+	// streams replace it with a deadline per event.
+	HTTP httpbounds.Config `yaml:",inline"`
 	// ShutdownGrace bounds the drain of in-flight requests at shutdown.
 	// Default 10s.
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
@@ -126,6 +156,7 @@ func (c Config) WithDefaults() Config {
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = 1 << 20
 	}
+	c.HTTP = c.HTTP.WithDefaults()
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = 10 * time.Second
 	}
@@ -164,6 +195,12 @@ func (c Config) Validate() error {
 	if err := CheckListen(c.Listen, c.AllowRemote); err != nil {
 		return fmt.Errorf("config: listen: %w", err)
 	}
+	if err := c.checkCallers(); err != nil {
+		return err
+	}
+	if err := c.HTTP.Validate(""); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
 	var lv slog.Level
 	switch {
 	case c.MaxBodyBytes < 1024:
@@ -187,11 +224,50 @@ func (c Config) Validate() error {
 		return errors.New("config: providers: want at least one provider")
 	}
 	for _, name := range c.Names() {
-		if err := c.Providers[name].validate(name); err != nil {
+		p := c.Providers[name]
+		if err := p.validate(name); err != nil {
 			return fmt.Errorf("config: %w", err)
+		}
+		if c.HTTP.WriteTimeout <= p.Timeout {
+			return fmt.Errorf("config: write_timeout %v: want more than providers.%s.timeout %v, or its answers could not be written", c.HTTP.WriteTimeout, name, p.Timeout)
 		}
 	}
 	return nil
+}
+
+// checkCallers checks allowed_hosts, allowed_origins and unix_socket_group.
+func (c Config) checkCallers() error {
+	for i, h := range c.AllowedHosts {
+		if h == "" || (strings.ContainsAny(h, "/:@ []") && net.ParseIP(h) == nil) {
+			return fmt.Errorf("config: allowed_hosts[%d] %q: want a host name or an IP address, without a scheme or a port", i, h)
+		}
+	}
+	for i, o := range c.AllowedOrigins {
+		if _, err := ParseOrigin(o); err != nil {
+			return fmt.Errorf("config: allowed_origins[%d] %q: %w", i, o, err)
+		}
+	}
+	if c.UnixSocketGroup != "" && !strings.HasPrefix(c.Listen, "unix:") {
+		return fmt.Errorf("config: unix_socket_group %q: only for a unix:/path listen address", c.UnixSocketGroup)
+	}
+	return nil
+}
+
+// ParseOrigin returns the canonical form of a browser origin,
+// scheme://host[:port] in lower case, as an Origin header states it: http
+// or https, a host, no path, query, fragment or user. "null" (what
+// sandboxed pages and files send) is not an origin that can be allowed.
+func ParseOrigin(s string) (string, error) {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("want scheme://host[:port]: %v", err)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "", errors.New("want an http:// or https:// origin")
+	case u.Host == "" || u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "":
+		return "", errors.New("want scheme://host[:port], without a path, query, fragment or user")
+	}
+	return strings.ToLower(u.Scheme + "://" + u.Host), nil
 }
 
 // Names returns the provider names, sorted.

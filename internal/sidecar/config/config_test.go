@@ -70,6 +70,22 @@ func TestValidateNamesTheBadField(t *testing.T) {
 		{"bad redis", func(c *Config) { c.Redis = &Redis{Redis: token.Redis{Addr: "nope"}} }, "config: redis.addr \"nope\""},
 		{"bad log level", func(c *Config) { c.LogLevel = "loud" }, "config: log_level \"loud\""},
 		{"tiny body limit", func(c *Config) { c.MaxBodyBytes = 10 }, "config: max_body_bytes 10"},
+		{"allowed hosts", func(c *Config) { c.AllowedHosts = []string{"sidecar.internal", "10.0.0.1", "::1"} }, ""},
+		{"allowed host with a port", func(c *Config) { c.AllowedHosts = []string{"sidecar:7070"} }, `config: allowed_hosts[0] "sidecar:7070": want a host name or an IP address`},
+		{"allowed host with a scheme", func(c *Config) { c.AllowedHosts = []string{"ok", "http://x"} }, `allowed_hosts[1] "http://x"`},
+		{"empty allowed host", func(c *Config) { c.AllowedHosts = []string{""} }, "allowed_hosts[0]"},
+		{"allowed origins", func(c *Config) { c.AllowedOrigins = []string{"https://app.example", "http://localhost:3000/"} }, ""},
+		{"null origin", func(c *Config) { c.AllowedOrigins = []string{"null"} }, `config: allowed_origins[0] "null": want an http:// or https:// origin`},
+		{"origin with a path", func(c *Config) { c.AllowedOrigins = []string{"https://app.example/x"} }, "without a path"},
+		{"origin of another scheme", func(c *Config) { c.AllowedOrigins = []string{"file:///tmp"} }, "want an http:// or https:// origin"},
+		{"socket group on TCP", func(c *Config) { c.UnixSocketGroup = "repool" }, `config: unix_socket_group "repool": only for a unix:/path listen address`},
+		{"socket group on a socket", func(c *Config) { c.Listen, c.UnixSocketGroup = "unix:/tmp/s.sock", "repool" }, ""},
+		{"tiny header limit", func(c *Config) { c.HTTP.MaxHeaderBytes = 100 }, "config: max_header_bytes 100"},
+		{"tiny header timeout", func(c *Config) { c.HTTP.ReadHeaderTimeout = time.Millisecond }, "config: read_header_timeout 1ms"},
+		{"read timeout below the header's", func(c *Config) { c.HTTP.ReadTimeout = 5 * time.Second }, "config: read_timeout 5s: want at least read_header_timeout 10s"},
+		{"tiny idle timeout", func(c *Config) { c.HTTP.IdleTimeout = time.Millisecond }, "config: idle_timeout 1ms"},
+		{"no connections", func(c *Config) { c.HTTP.MaxConnections = -1 }, "config: max_connections -1"},
+		{"write timeout within a provider's", func(c *Config) { c.HTTP.WriteTimeout = 3 * time.Second }, "config: write_timeout 3s: want more than providers.eu.timeout 3s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -93,6 +109,8 @@ func TestWithDefaults(t *testing.T) {
 	c := valid().WithDefaults()
 	p := c.Providers["eu"]
 	if c.Listen != "127.0.0.1:7070" || c.MaxBodyBytes != 1<<20 || p.Timeout != 3*time.Second ||
+		c.HTTP.MaxHeaderBytes != 64<<10 || c.HTTP.ReadHeaderTimeout != 10*time.Second || c.HTTP.ReadTimeout != 30*time.Second ||
+		c.HTTP.WriteTimeout != 30*time.Second || c.HTTP.IdleTimeout != 2*time.Minute || c.HTTP.MaxConnections != 1024 ||
 		p.Retry.MaxRetries != 3 || p.RetryBudget.Ratio != 0.2 || p.RetryBudget.MinPerSecond != 10 ||
 		p.Breaker.FailureRatio != 0.5 || p.Breaker.MinRequests != 20 || p.Token.RefreshAt != 0.8 {
 		t.Fatalf("WithDefaults() = %+v, want the documented defaults", c)
@@ -237,5 +255,44 @@ providers: {eu: {endpoint: a:1, api_key: k}}
 	path = writeFile(t, "sidecar.yaml", "redis: {addr: a:1, password: secret}\nproviders: {eu: {endpoint: a:1, api_key: k}}\n")
 	if _, err := Load(path, env(nil)); err == nil || !strings.Contains(err.Error(), "field password not found") {
 		t.Fatalf("Load(redis.password in the file) = %v, want an error containing %q", err, "field password not found")
+	}
+}
+
+// TestLoadCallersAndDeadlines: the keys of who may call the sidecar and of
+// its HTTP server's deadlines are top-level keys of the file.
+func TestLoadCallersAndDeadlines(t *testing.T) {
+	path := writeFile(t, "sidecar.yaml", `
+listen: unix:/tmp/repool-sidecar.sock
+unix_socket_group: repool
+allowed_hosts: [sidecar.internal]
+allowed_origins: ["https://app.example"]
+read_header_timeout: 2s
+read_timeout: 5s
+write_timeout: 9s
+idle_timeout: 1m
+max_header_bytes: 8192
+max_connections: 7
+providers:
+  eu:
+    endpoint: 10.0.0.1:9090
+    api_key: rpk_inline
+`)
+	c, err := Load(path, env(nil))
+	if err != nil {
+		t.Fatalf("Load() = got error %v, want nil", err)
+	}
+	c = c.WithDefaults()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Validate() = got error %v, want nil", err)
+	}
+	h := c.HTTP
+	if c.UnixSocketGroup != "repool" || len(c.AllowedHosts) != 1 || c.AllowedOrigins[0] != "https://app.example" ||
+		h.ReadHeaderTimeout != 2*time.Second || h.ReadTimeout != 5*time.Second || h.WriteTimeout != 9*time.Second ||
+		h.IdleTimeout != time.Minute || h.MaxHeaderBytes != 8192 || h.MaxConnections != 7 {
+		t.Fatalf("Load() = %+v, want every key of the file", c)
+	}
+	bad := writeFile(t, "bad.yaml", "read_timeout_s: 5\nproviders: {eu: {endpoint: 10.0.0.1:9090, api_key: k}}\n")
+	if _, err := Load(bad, env(nil)); err == nil || !strings.Contains(err.Error(), "read_timeout_s") {
+		t.Fatalf("Load(unknown key) = got %v, want an error naming read_timeout_s", err)
 	}
 }

@@ -18,9 +18,11 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"sort"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -65,6 +67,12 @@ type Config struct {
 	Keepalive time.Duration
 	// Log receives request failures. Default discards them.
 	Log *slog.Logger
+	// AllowedHosts are the Host names (or addresses) accepted besides
+	// loopback ones: the listen host and the configured allowed_hosts.
+	AllowedHosts []string
+	// AllowedOrigins are the browser origins (canonical, as
+	// config.ParseOrigin returns them) whose requests are accepted.
+	AllowedOrigins []string
 }
 
 // API serves the sidecar's HTTP API. It is an http.Handler, safe for
@@ -75,6 +83,7 @@ type API struct {
 	stopping  context.Context
 	keepalive time.Duration
 	log       *slog.Logger
+	guard     guard
 	mux       *http.ServeMux
 }
 
@@ -95,7 +104,7 @@ func New(cfg Config) (*API, error) {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	a := &API{providers: cfg.Providers, maxBody: cfg.MaxBodyBytes, stopping: cfg.Stopping,
-		keepalive: cfg.Keepalive, log: cfg.Log, mux: http.NewServeMux()}
+		keepalive: cfg.Keepalive, log: cfg.Log, guard: newGuard(cfg.AllowedHosts, cfg.AllowedOrigins), mux: http.NewServeMux()}
 
 	routes := []struct {
 		method, path string
@@ -126,8 +135,16 @@ func New(cfg Config) (*API, error) {
 	return a, nil
 }
 
-// ServeHTTP serves the API.
-func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
+// ServeHTTP serves the API: the guard's checks first (see guard), then the
+// routes.
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if ans, ok := a.guard.check(r); !ok {
+		a.log.Debug("request refused", "method", r.Method, "path", r.URL.Path, "status", ans.status, "code", ans.code)
+		writeAnswer(w, ans)
+		return
+	}
+	a.mux.ServeHTTP(w, r)
+}
 
 func methodNotAllowed(methods []string) http.HandlerFunc {
 	allow := ""
@@ -159,8 +176,9 @@ func (a *API) lookup(w http.ResponseWriter, r *http.Request) (Handle, bool) {
 type rpc[Req, Resp proto.Message] func(repoolv1.PoolServiceClient, context.Context, Req, ...grpc.CallOption) (Resp, error)
 
 // unary serves one PoolService call: find the provider, build the request
-// (nothing reaches the provider if that fails), call through the
-// provider's resilience layers, answer.
+// and check that it can be encoded (nothing reaches the provider, and its
+// breaker sees nothing, if either fails: the caller's 400), call through
+// the provider's resilience layers, answer.
 func unary[Req, Resp proto.Message](a *API, method provider.Method, build func(http.ResponseWriter, *http.Request) (Req, error), call rpc[Req, Resp]) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		h, ok := a.lookup(w, r)
@@ -169,6 +187,9 @@ func unary[Req, Resp proto.Message](a *API, method provider.Method, build func(h
 		}
 		defer h.Release()
 		req, err := build(w, r)
+		if err == nil {
+			err = encodable(req)
+		}
 		if err != nil {
 			a.writeError(w, r, err)
 			return
@@ -198,7 +219,33 @@ func body[Req interface {
 }
 
 func deregisterRequest(_ http.ResponseWriter, r *http.Request) (*repoolv1.DeregisterRequest, error) {
-	return &repoolv1.DeregisterRequest{ResourceIds: []string{r.PathValue("id")}}, nil
+	id, err := pathValue(r, "id", "resource id")
+	if err != nil {
+		return nil, err
+	}
+	return &repoolv1.DeregisterRequest{ResourceIds: []string{id}}, nil
+}
+
+// pathValue returns the URL's {name}, which must be valid UTF-8: the
+// provider takes only UTF-8 strings (JSON bodies are checked as they are
+// decoded).
+func pathValue(r *http.Request, name, what string) (string, error) {
+	v := r.PathValue(name)
+	if !utf8.ValidString(v) {
+		return "", badRequest("%s in the URL is not valid UTF-8", what)
+	}
+	return v, nil
+}
+
+// encodable returns a 400 if req cannot be encoded for the provider. The
+// decoders and pathValue already refuse what cannot be: this makes sure
+// that nothing the caller sends is ever counted as the provider's failure,
+// whatever a future field takes.
+func encodable(req proto.Message) error {
+	if _, err := proto.Marshal(req); err != nil {
+		return badRequest("the request cannot be encoded for the provider: %v", err)
+	}
+	return nil
 }
 
 func (a *API) renewRequest(w http.ResponseWriter, r *http.Request) (*repoolv1.RenewRequest, error) {
@@ -220,7 +267,10 @@ func (a *API) releaseRequest(w http.ResponseWriter, r *http.Request) (*repoolv1.
 // leaseFromPath sets the lease id from the URL; a different one in the
 // body is a contradiction.
 func leaseFromPath(r *http.Request, id *string) error {
-	lease := r.PathValue("lease")
+	lease, err := pathValue(r, "lease", "lease id")
+	if err != nil {
+		return err
+	}
 	if *id != "" && *id != lease {
 		return badRequest("lease_id %s in the body differs from %s in the URL", jsonQuote(*id), jsonQuote(lease))
 	}
@@ -234,9 +284,12 @@ func (a *API) decode(w http.ResponseWriter, r *http.Request, msg proto.Message) 
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.maxBody))
 	if err != nil {
 		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
+		switch {
+		case errors.As(err, &tooBig):
 			return &apiError{http.StatusRequestEntityTooLarge, codeBodyTooLarge,
 				"request body is larger than " + strconv.FormatInt(a.maxBody, 10) + " bytes"}
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return &apiError{http.StatusRequestTimeout, codeRequestTimeout, "the request body did not arrive within read_timeout"}
 		}
 		return badRequest("reading the request body: %v", err)
 	}

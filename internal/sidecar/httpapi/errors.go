@@ -24,6 +24,7 @@ const (
 	codeInvalidCredentials = "invalid_credentials"
 	codeUnknownProvider    = "unknown_provider"
 	codeBodyTooLarge       = "body_too_large"
+	codeRequestTimeout     = "request_timeout"
 	codeInvalidArgument    = "invalid_argument"
 	codeNotFound           = "not_found"
 	codeMethodNotAllowed   = "method_not_allowed"

@@ -94,6 +94,9 @@ func (a *API) events(w http.ResponseWriter, r *http.Request) {
 		writeAnswer(w, answer{status: http.StatusInternalServerError, code: codeInternal, msg: "this connection cannot stream"})
 		return
 	}
+	// The stream outlives the server's write_timeout: each send below sets
+	// a write deadline of its own. (read_timeout ends once the request has
+	// been read: the server clears it.)
 	rc := http.NewResponseController(w)
 
 	// The stream ends with the request, the provider's removal or the

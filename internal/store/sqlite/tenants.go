@@ -176,15 +176,22 @@ func (s *Store) PutLimits(ctx context.Context, tenantID string, l store.Limits) 
 		}
 		_, err := tx.ExecContext(ctx, `
 INSERT INTO tenant_limits (tenant_id, rate_per_second, burst, reserved_resources, max_resources,
-                           reserved_cells, max_cells, max_streams, max_leases)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                           reserved_cells, max_cells, max_streams, max_leases,
+                           admin_rate_per_second, admin_burst, admin_max_resources, admin_max_cells,
+                           admin_max_streams, admin_max_leases)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (tenant_id) DO UPDATE SET
     rate_per_second = excluded.rate_per_second, burst = excluded.burst,
     reserved_resources = excluded.reserved_resources, max_resources = excluded.max_resources,
     reserved_cells = excluded.reserved_cells, max_cells = excluded.max_cells,
-    max_streams = excluded.max_streams, max_leases = excluded.max_leases`,
+    max_streams = excluded.max_streams, max_leases = excluded.max_leases,
+    admin_rate_per_second = excluded.admin_rate_per_second, admin_burst = excluded.admin_burst,
+    admin_max_resources = excluded.admin_max_resources, admin_max_cells = excluded.admin_max_cells,
+    admin_max_streams = excluded.admin_max_streams, admin_max_leases = excluded.admin_max_leases`,
 			tenantID, l.RatePerSecond, l.Burst, l.ReservedResources, l.MaxResources,
-			l.ReservedCells, l.MaxCells, l.MaxStreams, l.MaxLeases)
+			l.ReservedCells, l.MaxCells, l.MaxStreams, l.MaxLeases,
+			l.Admin.RatePerSecond, l.Admin.Burst, l.Admin.MaxResources, l.Admin.MaxCells,
+			l.Admin.MaxStreams, l.Admin.MaxLeases)
 		return classify(err)
 	})
 	if err != nil {
@@ -204,10 +211,14 @@ func (s *Store) GetLimits(ctx context.Context, tenantID string) (store.Limits, e
 	)
 	err := s.r.QueryRowContext(ctx, `
 SELECT t.status, l.rate_per_second, l.burst, l.reserved_resources, l.max_resources,
-       l.reserved_cells, l.max_cells, l.max_streams, l.max_leases
+       l.reserved_cells, l.max_cells, l.max_streams, l.max_leases,
+       l.admin_rate_per_second, l.admin_burst, l.admin_max_resources, l.admin_max_cells,
+       l.admin_max_streams, l.admin_max_leases
 FROM tenants t LEFT JOIN tenant_limits l ON l.tenant_id = t.id
 WHERE t.id = ?`, tenantID).Scan(&status, &l.RatePerSecond, &l.Burst, &l.ReservedResources, &l.MaxResources,
-		&l.ReservedCells, &l.MaxCells, &l.MaxStreams, &l.MaxLeases)
+		&l.ReservedCells, &l.MaxCells, &l.MaxStreams, &l.MaxLeases,
+		&l.Admin.RatePerSecond, &l.Admin.Burst, &l.Admin.MaxResources, &l.Admin.MaxCells,
+		&l.Admin.MaxStreams, &l.Admin.MaxLeases)
 	if errors.Is(err, sql.ErrNoRows) || (err == nil && status == store.StatusDeleted) {
 		return store.Limits{}, fmt.Errorf("tenant %q: %w", tenantID, store.ErrNotFound)
 	}

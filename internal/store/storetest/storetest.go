@@ -504,13 +504,20 @@ func testLimits(t *testing.T, h *harness) {
 		{name: "all set", limits: store.Limits{
 			RatePerSecond: ptr(12.5), Burst: ptr(int64(60)), ReservedResources: ptr(int64(100)), MaxResources: ptr(int64(1000)),
 			ReservedCells: ptr(int64(500)), MaxCells: ptr(int64(5000)), MaxStreams: ptr(int64(4)), MaxLeases: ptr(int64(0)),
+			Admin: store.AdminLimits{
+				RatePerSecond: ptr(2.5), Burst: ptr(int64(30)), MaxResources: ptr(int64(900)), MaxCells: ptr(int64(4000)),
+				MaxStreams: ptr(int64(2)), MaxLeases: ptr(int64(7)),
+			},
 		}},
+		{name: "only a tenant-admin's values", limits: store.Limits{Admin: store.AdminLimits{MaxStreams: ptr(int64(0)), RatePerSecond: ptr(1.0)}}},
 		{name: "some set, others back to default", limits: store.Limits{RatePerSecond: ptr(0.5), MaxStreams: ptr(int64(0))}},
 		{name: "all defaults", limits: store.Limits{}},
 		{name: "negative burst", limits: store.Limits{Burst: ptr(int64(-1))}, wantErr: store.ErrInvalid},
 		{name: "NaN rate", limits: store.Limits{RatePerSecond: ptr(math.NaN())}, wantErr: store.ErrInvalid},
 		{name: "infinite rate", limits: store.Limits{RatePerSecond: ptr(math.Inf(1))}, wantErr: store.ErrInvalid},
 		{name: "negative max cells", limits: store.Limits{MaxCells: ptr(int64(-5))}, wantErr: store.ErrInvalid},
+		{name: "negative tenant-admin max leases", limits: store.Limits{Admin: store.AdminLimits{MaxLeases: ptr(int64(-1))}}, wantErr: store.ErrInvalid},
+		{name: "NaN tenant-admin rate", limits: store.Limits{Admin: store.AdminLimits{RatePerSecond: ptr(math.NaN())}}, wantErr: store.ErrInvalid},
 	}
 	want := store.Limits{}
 	for _, tc := range tests {
@@ -536,15 +543,21 @@ func testLimits(t *testing.T, h *harness) {
 
 func fmtLimits(l store.Limits) string {
 	var b strings.Builder
-	v := reflect.ValueOf(l)
-	for i := range v.NumField() {
-		f := v.Field(i)
-		if f.IsNil() {
-			fmt.Fprintf(&b, "%s=default ", v.Type().Field(i).Name)
-		} else {
-			fmt.Fprintf(&b, "%s=%v ", v.Type().Field(i).Name, f.Elem())
+	var show func(prefix string, v reflect.Value)
+	show = func(prefix string, v reflect.Value) {
+		for i := range v.NumField() {
+			f, name := v.Field(i), prefix+v.Type().Field(i).Name
+			switch {
+			case f.Kind() == reflect.Struct:
+				show(name+".", f)
+			case f.IsNil():
+				fmt.Fprintf(&b, "%s=default ", name)
+			default:
+				fmt.Fprintf(&b, "%s=%v ", name, f.Elem())
+			}
 		}
 	}
+	show("", reflect.ValueOf(l))
 	return strings.TrimSpace(b.String())
 }
 
