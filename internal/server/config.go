@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"slices"
 	"strings"
@@ -148,14 +149,16 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: operator_token_ttl %v is below 1m", c.OperatorTokenTTL)
 	case c.GlobalResources < 1 || c.GlobalCells < 1:
 		return errors.New("config: global_resources and global_cells must be positive")
-	case c.RatePerSecond < 0 || c.Burst < 1:
-		return fmt.Errorf("config: rate_per_second %v / burst %d: want a positive rate and burst", c.RatePerSecond, c.Burst)
+	case math.IsNaN(c.RatePerSecond) || math.IsInf(c.RatePerSecond, 0) || c.RatePerSecond < 0 || c.Burst < 1:
+		return fmt.Errorf("config: rate_per_second %v / burst %d: want a finite positive rate and a positive burst", c.RatePerSecond, c.Burst)
 	case c.MaxStreams < 0 || c.MaxLeases < 0:
 		return errors.New("config: max_streams and max_leases must not be negative")
 	case c.ShutdownGrace < 0:
 		return errors.New("config: shutdown_grace must not be negative")
 	case c.HA && !strings.HasPrefix(c.Store, "postgres"):
 		return errors.New("config: ha needs a postgres:// store (the servers share it)")
+	case c.HAInterval < 0 || c.HASessionTimeout < 0:
+		return fmt.Errorf("config: ha_interval %v / ha_session_timeout %v: want positive durations", c.HAInterval, c.HASessionTimeout)
 	case c.HASessionTimeout <= c.HAInterval:
 		return fmt.Errorf("config: ha_session_timeout %v must exceed ha_interval %v", c.HASessionTimeout, c.HAInterval)
 	case c.GCPercent != -1 && (c.GCPercent < 10 || c.GCPercent > 10000):
@@ -172,10 +175,12 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// validStore checks the scheme of Config.Store.
+// validStore checks the scheme of Config.Store. The error quotes only the
+// scheme: the rest of a URL may hold a password.
 func validStore(url string) error {
 	if !strings.HasPrefix(url, "sqlite:") && !strings.HasPrefix(url, "postgres://") && !strings.HasPrefix(url, "postgresql://") {
-		return fmt.Errorf("config: store %q: want sqlite:PATH or postgres://...", url)
+		scheme, _, _ := strings.Cut(url, ":")
+		return fmt.Errorf("config: store: scheme %q: want sqlite:PATH or postgres://...", scheme)
 	}
 	return nil
 }
