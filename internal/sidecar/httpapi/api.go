@@ -21,6 +21,7 @@ import (
 	"sort"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -198,7 +199,22 @@ func body[Req interface {
 }
 
 func deregisterRequest(_ http.ResponseWriter, r *http.Request) (*repoolv1.DeregisterRequest, error) {
-	return &repoolv1.DeregisterRequest{ResourceIds: []string{r.PathValue("id")}}, nil
+	id, err := pathText(r, "id", "resource id")
+	if err != nil {
+		return nil, err
+	}
+	return &repoolv1.DeregisterRequest{ResourceIds: []string{id}}, nil
+}
+
+// pathText returns the path parameter name, which must be valid UTF-8 (ids
+// are protobuf strings: one that is not could not be sent, and the refusal
+// would count against the provider's breaker).
+func pathText(r *http.Request, name, what string) (string, error) {
+	v := r.PathValue(name)
+	if !utf8.ValidString(v) {
+		return "", badRequest("%s in the URL is not valid UTF-8 once percent-decoded", what)
+	}
+	return v, nil
 }
 
 func (a *API) renewRequest(w http.ResponseWriter, r *http.Request) (*repoolv1.RenewRequest, error) {
@@ -220,7 +236,10 @@ func (a *API) releaseRequest(w http.ResponseWriter, r *http.Request) (*repoolv1.
 // leaseFromPath sets the lease id from the URL; a different one in the
 // body is a contradiction.
 func leaseFromPath(r *http.Request, id *string) error {
-	lease := r.PathValue("lease")
+	lease, err := pathText(r, "lease", "lease id")
+	if err != nil {
+		return err
+	}
 	if *id != "" && *id != lease {
 		return badRequest("lease_id %s in the body differs from %s in the URL", jsonQuote(*id), jsonQuote(lease))
 	}
