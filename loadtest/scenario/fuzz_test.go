@@ -17,11 +17,7 @@ import (
 // render, parse), and its request mix follows the weights. No input takes
 // longer than testenv.FuzzBound.
 func FuzzParse(f *testing.F) {
-	files, err := fs.Glob(scenarios.FS, "*.json")
-	if err != nil || len(files) == 0 {
-		f.Fatalf("scenario files = %v, %v; want some", files, err)
-	}
-	for _, name := range files {
+	for _, name := range shipped(f) {
 		raw, err := fs.ReadFile(scenarios.FS, name)
 		if err != nil {
 			f.Fatal(err)
