@@ -170,11 +170,16 @@ func FuzzRequests(f *testing.F) {
 			}
 		}
 	}
+	// Every route as every caller on tenant a, and as the operator on the
+	// suspended, the deleted and a nonexistent tenant: few enough seeds that
+	// go test runs them in a few seconds under the race detector.
 	for _, rt := range matrixRoutes {
 		for _, tenant := range []string{"a", "b", "gone", "ghost"} {
 			target := strings.NewReplacer("{id}", tenant, "{key}", fuzzKeyID).Replace(rt.path)
 			for caller := range numFuzzCallers {
-				seed(caller, rt.method, target, strings.ReplaceAll(rt.body, "{id}", tenant+"2"))
+				if tenant == "a" || caller == fuzzOperator {
+					seed(caller, rt.method, target, strings.ReplaceAll(rt.body, "{id}", tenant+"2"))
+				}
 			}
 		}
 	}
