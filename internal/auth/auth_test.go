@@ -61,7 +61,7 @@ func (f *fakeStore) GetTenant(_ context.Context, id string) (store.Tenant, error
 	return f.tenant, nil
 }
 
-func setup(t *testing.T) (*Authenticator, *fakeStore, *clock.Fake, string) {
+func setup(t testing.TB) (*Authenticator, *fakeStore, *clock.Fake, string) {
 	t.Helper()
 	plain, prefix, digest, err := NewKey(nil)
 	if err != nil {

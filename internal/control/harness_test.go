@@ -239,7 +239,7 @@ var testRules = LimitRules{
 // harness is an API on a real store behind a faultStore, with fake hooks,
 // a fake clock and captured logs.
 type harness struct {
-	t      *testing.T
+	t      testing.TB
 	real   store.Store
 	st     *faultStore
 	clk    *clock.Fake

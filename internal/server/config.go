@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"slices"
 	"strings"
@@ -246,7 +247,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: global_resources and global_cells must be from 1 to %d", budget.MaxBudget)
 	case c.DefaultTenantShare < 1 || c.DefaultTenantShare > 100:
 		return fmt.Errorf("config: default_tenant_share %d: want a percentage from 1 to 100", c.DefaultTenantShare)
-	case c.RatePerSecond < 0 || c.RatePerSecond > control.MaxRatePerSecond || c.Burst < 1 || c.Burst > control.MaxBurst:
+	case math.IsNaN(c.RatePerSecond) || c.RatePerSecond < 0 || c.RatePerSecond > control.MaxRatePerSecond || c.Burst < 1 || c.Burst > control.MaxBurst:
 		return fmt.Errorf("config: rate_per_second %v / burst %d: want a rate from 0 to %d and a burst from 1 to %d",
 			c.RatePerSecond, c.Burst, control.MaxRatePerSecond, control.MaxBurst)
 	case c.MaxStreams < 0 || c.MaxStreams > control.MaxStreamsLimit:
@@ -263,6 +264,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: grpc_max_header_bytes %d: want 4096 to 16777216", c.GRPCMaxHeaderBytes)
 	case c.HA && !strings.HasPrefix(c.Store, "postgres"):
 		return errors.New("config: ha needs a postgres:// store (the servers share it)")
+	case c.HAInterval < 0 || c.HASessionTimeout < 0:
+		return fmt.Errorf("config: ha_interval %v / ha_session_timeout %v: want positive durations", c.HAInterval, c.HASessionTimeout)
 	case c.HASessionTimeout <= c.HAInterval:
 		return fmt.Errorf("config: ha_session_timeout %v must exceed ha_interval %v", c.HASessionTimeout, c.HAInterval)
 	case c.GCPercent != -1 && (c.GCPercent < 10 || c.GCPercent > 10000):
@@ -279,10 +282,12 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// validStore checks the scheme of Config.Store.
+// validStore checks the scheme of Config.Store. The error quotes only the
+// scheme: the rest of a URL may hold a password.
 func validStore(url string) error {
 	if !strings.HasPrefix(url, "sqlite:") && !strings.HasPrefix(url, "postgres://") && !strings.HasPrefix(url, "postgresql://") {
-		return fmt.Errorf("config: store %q: want sqlite:PATH or postgres://...", url)
+		scheme, _, _ := strings.Cut(url, ":")
+		return fmt.Errorf("config: store: scheme %q: want sqlite:PATH or postgres://...", scheme)
 	}
 	return nil
 }

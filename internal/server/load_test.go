@@ -45,6 +45,11 @@ func TestLoad(t *testing.T) {
 		{"memory limit negative", []string{"--memory-limit", "-5"}, nil, nil, true},
 		{"memory limit overflow", []string{"--memory-limit", "9999999999TiB"}, nil, nil, true},
 		{"stray argument", []string{"extra"}, nil, nil, true},
+		{"rate NaN", []string{"--rate-per-second", "NaN"}, nil, nil, true},
+		{"rate infinite", []string{"--rate-per-second", "+Inf"}, nil, nil, true},
+		{"negative ha interval", []string{"--ha-interval", "-1s"}, nil, nil, true},
+		{"negative ha timeouts", []string{"--ha-interval", "-3s", "--ha-session-timeout", "-1s"}, nil, nil, true},
+		{"store password not shown", []string{"--store", "postgress://u:pw-in-the-url@h/db"}, nil, nil, true},
 		{"empty file", []string{"--config", empty}, nil, func(c Config) bool { return c == Config{}.WithDefaults() }, false},
 		{"comment-only file", nil, map[string]string{"REPOOL_CONFIG": comments}, func(c Config) bool { return c == Config{}.WithDefaults() }, false},
 		{"log level default", nil, nil, func(c Config) bool { return c.LogLevel == "info" }, false},
@@ -82,6 +87,9 @@ func TestLoad(t *testing.T) {
 			cfg, err := Load(fs, tt.args, func(k string) string { return tt.env[k] })
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("Load(%v) = %+v, %v; want error %v", tt.args, cfg, err, tt.wantErr)
+			}
+			if err != nil && strings.Contains(err.Error(), "pw-in-the-url") {
+				t.Fatalf("Load(%v) = %v, which shows the store's password", tt.args, err)
 			}
 			if err == nil && !tt.check(cfg) {
 				t.Fatalf("Load(%v) = %+v", tt.args, cfg)

@@ -81,11 +81,15 @@ func (s *Signer) Sign(c Claims) (string, error) {
 }
 
 // Verify checks tok's signature (HS256 only), expiry and audience and
-// returns its claims, or an error wrapping ErrInvalid.
+// returns its claims, or an error wrapping ErrInvalid. Only the canonical
+// base64url spelling of a token verifies: a token is accepted exactly as it
+// was issued, never in one of the other spellings that decode to the same
+// bytes (unused low bits of a segment's last character set).
 func (s *Signer) Verify(tok, audience string) (Claims, error) {
 	var jc jwtClaims
 	_, err := jwt.ParseWithClaims(tok, &jc, func(*jwt.Token) (any, error) { return s.key, nil },
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
+		jwt.WithStrictDecoding(),
 		jwt.WithExpirationRequired(),
 		jwt.WithAudience(audience),
 		jwt.WithIssuer("repool"),

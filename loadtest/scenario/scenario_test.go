@@ -14,11 +14,18 @@ import (
 	"github.com/repool/repool/loadtest/scenarios"
 )
 
-func TestShippedScenariosLoad(t *testing.T) {
+// shipped returns the names of the scenario files of loadtest/scenarios.
+func shipped(tb testing.TB) []string {
+	tb.Helper()
 	files, err := fs.Glob(scenarios.FS, "*.json")
 	if err != nil || len(files) == 0 {
-		t.Fatalf("scenario files = %v, %v; want some", files, err)
+		tb.Fatalf("scenario files = %v, %v; want some", files, err)
 	}
+	return files
+}
+
+func TestShippedScenariosLoad(t *testing.T) {
+	files := shipped(t)
 	for _, want := range []string{"baseline", "provider-down", "blackhole", "brownout", "failover"} {
 		found := false
 		for _, f := range files {

@@ -105,12 +105,17 @@ func TestParseErrors(t *testing.T) {
 	}
 }
 
-func TestValidate(t *testing.T) {
-	tests := []struct {
-		name   string
-		change func(*Inventory)
-		field  string // the error must name it
-	}{
+// validateCase changes a valid inventory; Validate must then name field.
+type validateCase struct {
+	name   string
+	change func(*Inventory)
+	field  string // the error must name it
+}
+
+// validateCases are the changes TestValidate makes to minimal (and
+// FuzzParse starts from).
+func validateCases() []validateCase {
+	return []validateCase{
 		{"valid", func(*Inventory) {}, ""},
 		{"vip missing", func(i *Inventory) { i.VIP.Address = "" }, "vip.address"},
 		{"vip without prefix", func(i *Inventory) { i.VIP.Address = "192.0.2.100" }, "vip.address"},
@@ -151,7 +156,10 @@ func TestValidate(t *testing.T) {
 		{"notify script", func(i *Inventory) { i.Keepalived.NotifyScript = "/etc/../notify.sh" }, "keepalived.notify_script"},
 		{"script user", func(i *Inventory) { i.Keepalived.ScriptUser = "root; rm" }, "keepalived.script_user"},
 	}
-	for _, tt := range tests {
+}
+
+func TestValidate(t *testing.T) {
+	for _, tt := range validateCases() {
 		t.Run(tt.name, func(t *testing.T) {
 			inv, err := Parse(strings.NewReader(minimal))
 			if err != nil {

@@ -46,6 +46,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/url"
@@ -499,7 +500,7 @@ func (c *Config) resolve(dir string, getenv func(string) string) error {
 			if !filepath.IsAbs(path) {
 				path = filepath.Join(dir, path)
 			}
-			raw, err := os.ReadFile(path)
+			raw, err := readKeyFile(path)
 			if err != nil {
 				return fmt.Errorf("config: %s.api_key_file: %w", field, err)
 			}
@@ -518,4 +519,38 @@ func (c *Config) resolve(dir string, getenv func(string) string) error {
 		}
 	}
 	return nil
+}
+
+// maxKeyFileBytes bounds an API key file: it holds one key (and maybe a
+// newline), far below this.
+const maxKeyFileBytes = 4 << 10
+
+// readKeyFile reads an API key file: a regular file (or a link to one) of
+// at most maxKeyFileBytes. A device or a FIFO is refused before it is
+// opened, so that a key file of /dev/zero or a pipe nobody writes to
+// cannot hang a start or a reload.
+func readKeyFile(path string) ([]byte, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case fi.IsDir():
+		return nil, fmt.Errorf("%s is a directory; want a file holding the API key", path)
+	case !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("%s is not a regular file (a device, pipe or socket); want a file holding the API key", path)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	raw, err := io.ReadAll(io.LimitReader(f, maxKeyFileBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(raw) > maxKeyFileBytes {
+		return nil, fmt.Errorf("%s is larger than %d bytes; want a file holding only the API key", path, maxKeyFileBytes)
+	}
+	return raw, nil
 }

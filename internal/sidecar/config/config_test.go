@@ -23,6 +23,15 @@ func writeFile(t *testing.T, name, content string) string {
 	return path
 }
 
+// writeIn writes content to dir/name and returns name.
+func writeIn(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
 func valid() Config {
 	return Config{Providers: map[string]Provider{"eu": {Endpoint: "10.0.0.1:9090", APIKey: "rpk_x"}}}
 }
@@ -213,6 +222,8 @@ providers:
 }
 
 func TestLoadRejects(t *testing.T) {
+	dir := t.TempDir()
+	big := filepath.Join(dir, writeIn(t, dir, "big.key", "rpk_"+strings.Repeat("k", 4<<10)))
 	tests := []struct {
 		name, yaml string
 		env        map[string]string
@@ -224,12 +235,15 @@ func TestLoadRejects(t *testing.T) {
 		{"flow mapping opened on line 3", "listen: 127.0.0.1:7070\nproviders:\n  eu: {endpoint: a:1, api_key: k\n", nil, "yaml: line 3: did not find expected ',' or '}'"},
 		{"unset key variable", "providers: {eu: {endpoint: a:1, api_key_env: NOPE}}", nil, "providers.eu.api_key_env: environment variable NOPE is empty or unset"},
 		{"missing key file", "providers: {eu: {endpoint: a:1, api_key_file: /nonexistent/key}}", nil, "providers.eu.api_key_file"},
+		{"key file is a device", "providers: {eu: {endpoint: a:1, api_key_file: /dev/zero}}", nil, "providers.eu.api_key_file: /dev/zero is not a regular file"},
+		{"key file is a directory", "providers: {eu: {endpoint: a:1, api_key_file: /}}", nil, "providers.eu.api_key_file: / is a directory"},
+		{"key file too large", "providers: {eu: {endpoint: a:1, api_key_file: big.key}}", nil, "providers.eu.api_key_file: " + big + " is larger than 4096 bytes"},
 		{"two key sources", "providers: {eu: {endpoint: a:1, api_key: k, api_key_env: K}}", map[string]string{"K": "v"}, "set exactly one"},
 		{"bad bool", "providers: {eu: {endpoint: a:1, api_key: k}}", map[string]string{"REPOOL_SIDECAR_ALLOW_REMOTE": "maybe"}, "REPOOL_SIDECAR_ALLOW_REMOTE"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Load(writeFile(t, "c.yaml", tt.yaml), env(tt.env))
+			_, err := Load(filepath.Join(dir, writeIn(t, dir, "c.yaml", tt.yaml)), env(tt.env))
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("Load() = %v, want an error containing %q", err, tt.want)
 			}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
 )
@@ -22,7 +23,9 @@ func eventName(e *repoolv1.Event) string {
 }
 
 // parseKinds reads ?kinds=blocked,recovered (names as in eventName, or the
-// enum names).
+// enum names, in any letter case). Names are ASCII: strings.ToUpper alone
+// would also take look-alikes such as "lea\u017fe_expired" (ſ upper-cases
+// to S).
 func parseKinds(q string) ([]repoolv1.EventKind, error) {
 	var kinds []repoolv1.EventKind
 	for _, name := range strings.Split(q, ",") {
@@ -30,10 +33,12 @@ func parseKinds(q string) ([]repoolv1.EventKind, error) {
 		if name == "" {
 			continue
 		}
+		ascii := strings.IndexFunc(name, func(r rune) bool { return r >= utf8.RuneSelf }) < 0
 		v, ok := repoolv1.EventKind_value[strings.ToUpper(name)]
 		if !ok {
 			v, ok = repoolv1.EventKind_value["EVENT_KIND_"+strings.ToUpper(name)]
 		}
+		ok = ok && ascii
 		if !ok || v == int32(repoolv1.EventKind_EVENT_KIND_UNSPECIFIED) {
 			return nil, badRequest("kinds: unknown event kind %s; want registered, blocked, recovered, lease_expired or removed", jsonQuote(name))
 		}
