@@ -1,7 +1,7 @@
 // Package control serves repool's control plane: an HTTP/JSON API under
 // /api/v1/ to create, list, suspend, reactivate and delete tenants, to set
 // their limits, to issue, list and revoke their API keys and to read their
-// audit trails (DESIGN.md sections 4 and 8).
+// audit trails.
 //
 // Every request carries a control-plane bearer token (token.AudienceControl)
 // with a role: RoleOperator acts on everything, RoleTenantAdmin manages one
@@ -161,7 +161,7 @@ type route struct {
 	serve        handlerFunc
 }
 
-// routes builds the mux: the routes of DESIGN.md section 8, a 405 with an
+// routes builds the mux: the routes of docs/control-plane.md, a 405 with an
 // Allow header for other methods on those paths, and a JSON 404 elsewhere.
 func (a *API) routes() http.Handler {
 	const tenant = "/api/v1/tenants/{id}"

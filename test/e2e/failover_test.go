@@ -1,4 +1,4 @@
-// Package e2e holds repool's end-to-end failover test (DESIGN.md §6): the
+// Package e2e holds repool's end-to-end failover test: the
 // real topology in network namespaces — PostgreSQL, three servers in one
 // active/standby group, two LB hosts with HAProxy and Keepalived sharing a
 // VIP, a client host with the sidecar — under load while parts of it are

@@ -257,7 +257,7 @@ func build(conf configuration.Configuration, tx string, inv *inventory.Inventory
 	ch := inv.Checks
 	for _, s := range inv.Servers {
 		// Every option sits on the server line: check-proto is ignored on
-		// default-server (DESIGN.md §8), and without it a "proto h2" server
+		// default-server, and without it a "proto h2" server
 		// would be checked over HTTP/2.
 		if err := conf.CreateServer("backend", Backend, &models.Server{
 			Name:    s.Name,

@@ -79,7 +79,7 @@ func checkConfig(tb testing.TB, cfg []byte) {
 	}
 }
 
-// TestRenderDirectives pins the lines DESIGN.md §6 and §8 depend on, so a
+// TestRenderDirectives pins the lines the front end depends on (docs/ha.md), so a
 // golden update cannot silently drop one.
 func TestRenderDirectives(t *testing.T) {
 	got, err := Render(context.Background(), loadExample(t), Options{})

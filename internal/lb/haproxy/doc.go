@@ -3,7 +3,7 @@
 // running HAProxy's servers through client-native's runtime API client on
 // the stats socket (Dial, Runtime: status, drain, ready, maint).
 //
-// The configuration (DESIGN.md §6, §8): a gRPC frontend speaking h2c on the
+// The configuration: a gRPC frontend speaking h2c on the
 // VIP, a monitor frontend whose monitor-uri Keepalived's track script checks,
 // and one backend whose health check GETs /readyz/active on each server's
 // HTTP port over HTTP/1 (check-proto h1 on every server line: on

@@ -1,5 +1,5 @@
 // Package inventory describes the HAProxy + Keepalived front end of a repool
-// cluster (DESIGN.md §6): the virtual IP, the load-balancer hosts that pass it
+// cluster: the virtual IP, the load-balancer hosts that pass it
 // between them with VRRP, the repool servers behind HAProxy, and the timings
 // of HAProxy's health checks and of Keepalived's track script.
 //
@@ -155,7 +155,7 @@ type Server struct {
 }
 
 // Checks are HAProxy's health-check timings for every server
-// (DESIGN.md §8: fast checks make a handover take well under a second).
+// (fast checks make a handover take well under a second).
 type Checks struct {
 	// Inter is the time between two checks of a server, a whole number of
 	// milliseconds. Default 500ms.

@@ -1,5 +1,5 @@
 // Package keepalived renders keepalived.conf for one LB host of repool's
-// front end (DESIGN.md §6) from the LB inventory: one VRRP instance over
+// front end from the LB inventory: one VRRP instance over
 // unicast that holds the VIP, tracks this host's own HAProxy over the network
 // (its monitor-uri) and runs keepalived/notify.sh on every transition.
 //
@@ -14,7 +14,7 @@
 //   - vrrp_script interval is whole seconds, at least 1.
 //   - the track script checks HAProxy with curl over the network, never by
 //     process name: in network-namespace tests all hosts share one process
-//     table (DESIGN.md §8).
+//     table.
 package keepalived
 
 import (

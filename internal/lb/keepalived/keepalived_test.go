@@ -105,7 +105,7 @@ func TestRenderBadConfigFailsCheck(t *testing.T) {
 	}
 }
 
-// TestRenderDirectives pins what DESIGN.md §6/§8 and the VIP-move target
+// TestRenderDirectives pins what docs/ha.md and the VIP-move target
 // depend on.
 func TestRenderDirectives(t *testing.T) {
 	inv := loadExample(t)

@@ -1,5 +1,5 @@
-// Package httpapi is the sidecar's HTTP/JSON API for backends (DESIGN.md
-// section 8): the PoolService calls of each provider, its event stream as
+// Package httpapi is the sidecar's HTTP/JSON API for backends
+// (docs/sidecar.md): the PoolService calls of each provider, its event stream as
 // server-sent events, the breakers view, health and metrics.
 //
 // Request and response bodies mirror the gRPC messages in snake case

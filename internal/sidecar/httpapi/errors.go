@@ -36,7 +36,7 @@ const (
 const FastFailHeader = "X-Repool-Fast-Fail"
 
 // httpStatus maps the gRPC codes of upstream answers to HTTP statuses
-// (DESIGN.md section 8). UNAUTHENTICATED, CANCELED and codes not listed are
+// (docs/sidecar.md). UNAUTHENTICATED, CANCELED and codes not listed are
 // handled in StatusOf.
 var httpStatus = [...]int{
 	codes.InvalidArgument:    http.StatusBadRequest,
@@ -124,7 +124,7 @@ func classify(err error) answer {
 		a.status, a.code = StatusOf(c)
 	}
 	if a.status == http.StatusTooManyRequests && a.retryAfter <= 0 {
-		// A 429 always says when to come back (DESIGN.md section 8), also
+		// A 429 always says when to come back, also
 		// when the upstream gave no hint (an exhausted pool, a proxy).
 		a.retryAfter = defaultRetryAfter
 	}
@@ -136,7 +136,7 @@ const defaultRetryAfter = time.Second
 
 // StatusOf returns the HTTP status and the error code (error.code of the
 // JSON body) with which the sidecar answers a call that the upstream failed
-// with the gRPC code c (DESIGN.md section 8). UNAUTHENTICATED is
+// with the gRPC code c. UNAUTHENTICATED is
 // invalid_credentials, a 502: the backend did nothing wrong and cannot fix
 // it, the sidecar's own credentials for the provider are refused. CANCELED
 // is 499 (the client closed the request). Codes without a status of their

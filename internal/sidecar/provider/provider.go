@@ -118,7 +118,7 @@ func (p *Provider) Breaker() *resilience.Breaker { return p.breaker }
 
 // Do runs one logical call to the provider. This is the only place where
 // the resilience layers are composed, and their order is the design
-// (DESIGN.md section 5, STYLE.md rule 15):
+// (docs/sidecar.md):
 //
 //		breaker.Execute( retry( auth( call ) ) )
 //

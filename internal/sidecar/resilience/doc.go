@@ -5,7 +5,7 @@
 //
 // The package does not compose them: the one place that does, in the order
 // CB(Retry(auth(call))), is provider.Provider.Do. Keeping the composition
-// in one documented function is a project rule (STYLE.md, rule 15).
+// in one documented function is a project rule (docs/sidecar.md).
 //
 // Errors are classified by their gRPC code alone (see Code): only
 // UNAVAILABLE is retried; the breaker ignores UNAUTHENTICATED (credentials
