@@ -161,7 +161,9 @@ func startServer(t *testing.T, bins binaries, httpHost string, flags ...string) 
 			return false
 		}
 		resp.Body.Close()
-		return resp.StatusCode == 200
+		// The banner is printed before the server answers, but reaches
+		// this process through a pipe: wait for it too.
+		return resp.StatusCode == 200 && tokenRE.MatchString(s.out.String())
 	})
 	out := s.out.String()
 	k, tok := keyRE.FindStringSubmatch(out), tokenRE.FindStringSubmatch(out)
