@@ -90,7 +90,7 @@ func TestUnavailableAfterOurDeadlineIsOurTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tokens.Close()
-	p, err := New(Config{Name: "p", Timeout: 300 * time.Millisecond, // room for 3 attempts on a loaded machine Pool: repoolv1.NewPoolServiceClient(nil), Tokens: tokens,
+	p, err := New(Config{Name: "p", Timeout: 300 * time.Millisecond, Pool: repoolv1.NewPoolServiceClient(nil), Tokens: tokens,
 		Breaker: resilience.NewBreaker(resilience.BreakerConfig{Provider: "p", Policy: resilience.BreakerPolicy{MinRequests: 100, OpenTimeout: time.Hour}}),
 		Retrier: resilience.NewRetrier(resilience.RetrierConfig{Provider: "p", Policy: resilience.RetryPolicy{MaxRetries: 2, InitialInterval: time.Millisecond, MaxInterval: time.Millisecond},
 			Budget: resilience.NewBudget(resilience.BudgetPolicy{}, nil)}),
