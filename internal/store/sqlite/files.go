@@ -42,7 +42,7 @@ func prepareFile(path string, sharedFiles bool) error {
 	if sharedFiles {
 		return nil
 	}
-	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+	for _, p := range []string{path, path + "-wal", path + "-shm", path + leaseLogSuffix} {
 		fi, err := os.Stat(p)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
@@ -86,9 +86,11 @@ func sysID(fi fs.FileInfo) fileID {
 // PATH.lock (created mode 0600; it holds the owner's process id) and fails
 // at once with store.ErrLocked if another process holds it. The claim's
 // Check fails once the database file or the lock file is removed or
-// replaced: a server that no longer knows which file it writes must stop.
+// replaced, and so does the lease log's: a server that no longer knows which
+// file it writes must stop. Taking the claim opens the store's lease log
+// (leaseLog), where the lease journal is written while the claim is held.
 // An in-memory database is private to its process and always claimed.
-func (s *Store) LockWriter(context.Context) (store.Claim, error) {
+func (s *Store) LockWriter(ctx context.Context) (store.Claim, error) {
 	if s.path == "" {
 		return nopClaim{}, nil
 	}
@@ -125,22 +127,32 @@ func (s *Store) LockWriter(context.Context) (store.Claim, error) {
 	if err != nil {
 		return fail(err)
 	}
-	return &fileClaim{path: s.path, lockPath: lockPath, lock: f, lockID: sysID(fi), dbID: s.fileID}, nil
+	log, err := s.openLog(ctx)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &fileClaim{s: s, log: log, lock: f, files: []claimedFile{
+		{s.path, "database file", s.fileID}, {lockPath, "lock file", sysID(fi)}, {log.path, "lease log", log.id},
+	}}, nil
 }
 
 // fileClaim is a SQLite store's writer claim: the flock on the lock file,
 // and the identities of the files it was taken on.
 type fileClaim struct {
-	path, lockPath string
-	lock           *os.File
-	lockID, dbID   fileID
+	s     *Store
+	log   *leaseLog
+	lock  *os.File
+	files []claimedFile
+}
+
+type claimedFile struct {
+	path, what string
+	want       fileID
 }
 
 func (c *fileClaim) Check(context.Context) error {
-	for _, f := range []struct {
-		path, what string
-		want       fileID
-	}{{c.path, "database file", c.dbID}, {c.lockPath, "lock file", c.lockID}} {
+	for _, f := range c.files {
 		id, err := statID(f.path)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
@@ -154,7 +166,17 @@ func (c *fileClaim) Check(context.Context) error {
 	return nil
 }
 
-func (c *fileClaim) Release() { c.lock.Close() }
+// Release folds the lease log into the table (what a fold cannot write
+// stays in the log, for the next writer to replay), closes it, and drops
+// the flock.
+func (c *fileClaim) Release() {
+	ctx, cancel := context.WithTimeout(context.Background(), busyTimeout)
+	c.log.fold(ctx, c.s, nil)
+	cancel()
+	c.s.log.CompareAndSwap(c.log, nil)
+	c.log.close()
+	c.lock.Close()
+}
 
 type nopClaim struct{}
 

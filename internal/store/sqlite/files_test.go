@@ -44,28 +44,34 @@ func TestFilesArePrivate(t *testing.T) {
 	if got := mode(t, dir); got != 0o700 {
 		t.Errorf("mode of the store's new directory = got %04o, want 0700", got)
 	}
-	for _, p := range []string{path, path + "-wal", path + "-shm", path + ".lock"} {
+	for _, p := range []string{path, path + "-wal", path + "-shm", path + ".lock", path + leaseLogSuffix} {
 		if got := mode(t, p); got != 0o600 {
 			t.Errorf("mode of %s = got %04o, want 0600", filepath.Base(p), got)
 		}
 	}
 }
 
-// TestRefusesFilesOthersCanRead: a database file (or its -wal) that other
+// TestRefusesFilesOthersCanRead: a database file (or its -wal, or its lease
+// log) that other
 // users may read is refused with a message that names the file and both
 // ways out, unless Options.SharedFiles says it is meant.
 func TestRefusesFilesOthersCanRead(t *testing.T) {
-	for _, suffix := range []string{"", "-wal"} {
+	for _, suffix := range []string{"", "-wal", leaseLogSuffix} {
 		t.Run("file"+suffix, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "repool.db")
 			s := openTest(t, path, store.Options{})
 			if _, err := s.CreateTenant(t.Context(), store.Tenant{ID: "acme", Name: "Acme"}); err != nil {
 				t.Fatal(err)
 			}
+			claim, err := s.LockWriter(t.Context()) // creates the lease log
+			if err != nil {
+				t.Fatal(err)
+			}
+			claim.Release()
 			if err := os.Chmod(path+suffix, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			_, err := Open(context.Background(), path, store.Options{})
+			_, err = Open(context.Background(), path, store.Options{})
 			if !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), path+suffix) ||
 				!strings.Contains(err.Error(), "chmod 600") || !strings.Contains(err.Error(), "--store-shared-files") {
 				t.Fatalf("Open(file of mode 0644) = got %v, want ErrInvalid naming the file, chmod 600 and --store-shared-files", err)

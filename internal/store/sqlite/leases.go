@@ -52,53 +52,66 @@ func leaseUpsertSQL(n int) string {
 		` ON CONFLICT (pool_id, lease_id) DO UPDATE SET expires_at = excluded.expires_at, token = excluded.token`
 }
 
-// WriteLeases implements store.Store: one fenced transaction.
+// WriteLeases implements store.Store. A store whose writer claim is held
+// appends the changes to its lease log (leaseLog); any other writes them in
+// one fenced transaction.
 func (s *Store) WriteLeases(ctx context.Context, tenantID string, put []store.LeaseRow, del []uint64) error {
 	if err := store.ValidateTenantID(tenantID); err != nil {
 		return err
 	}
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		// The transaction watches ctx; its statements need not each start
-		// a goroutine to watch it too (the driver does for a cancellable
-		// context), and a local write does not hang: busy_timeout bounds
-		// its lock waits.
-		sctx := context.WithoutCancel(ctx)
-		if err := s.checkFence(sctx, tx); err != nil {
-			return err
-		}
-		args := make([]any, 0, 1+6*leaseChunk)
-		for len(del) > 0 {
-			n, st := 1, s.leaseDel1
-			if len(del) >= leaseChunk {
-				n, st = leaseChunk, s.leaseDelN
+	var err error
+	if l := s.log.Load(); l != nil {
+		err = l.append(tenantID, put, del)
+	} else {
+		err = s.inTx(ctx, func(tx *sql.Tx) error {
+			// The transaction watches ctx; its statements need not each
+			// start a goroutine to watch it too (the driver does for a
+			// cancellable context), and a local write does not hang:
+			// busy_timeout bounds its lock waits.
+			sctx := context.WithoutCancel(ctx)
+			if err := s.checkFence(sctx, tx); err != nil {
+				return err
 			}
-			args = append(args[:0], tenantID)
-			for _, id := range del[:n] {
-				args = append(args, int64(id))
-			}
-			if _, err := tx.StmtContext(sctx, st).ExecContext(sctx, args...); err != nil {
-				return classify(err)
-			}
-			del = del[n:]
-		}
-		for len(put) > 0 {
-			n, st := 1, s.leaseUpsert1
-			if len(put) >= leaseChunk {
-				n, st = leaseChunk, s.leaseUpsertN
-			}
-			args = args[:0]
-			for _, l := range put[:n] {
-				args = append(args, tenantID, int64(l.ID), l.ResourceID, l.Context, int64(l.Token), l.ExpiresAt)
-			}
-			if _, err := tx.StmtContext(sctx, st).ExecContext(sctx, args...); err != nil {
-				return classify(err)
-			}
-			put = put[n:]
-		}
-		return nil
-	})
+			return s.writeRows(sctx, tx, tenantID, put, del)
+		})
+	}
 	if err != nil {
 		return fmt.Errorf("write lease journal of tenant %q: %w", tenantID, err)
+	}
+	return nil
+}
+
+// writeRows deletes del and upserts put in the lease_journal table, in tx,
+// with the statements prepared for one row and for leaseChunk rows.
+func (s *Store) writeRows(ctx context.Context, tx *sql.Tx, tenantID string, put []store.LeaseRow, del []uint64) error {
+	args := make([]any, 0, 1+6*leaseChunk)
+	for len(del) > 0 {
+		n, st := 1, s.leaseDel1
+		if len(del) >= leaseChunk {
+			n, st = leaseChunk, s.leaseDelN
+		}
+		args = append(args[:0], tenantID)
+		for _, id := range del[:n] {
+			args = append(args, int64(id))
+		}
+		if _, err := tx.StmtContext(ctx, st).ExecContext(ctx, args...); err != nil {
+			return classify(err)
+		}
+		del = del[n:]
+	}
+	for len(put) > 0 {
+		n, st := 1, s.leaseUpsert1
+		if len(put) >= leaseChunk {
+			n, st = leaseChunk, s.leaseUpsertN
+		}
+		args = args[:0]
+		for _, l := range put[:n] {
+			args = append(args, tenantID, int64(l.ID), l.ResourceID, l.Context, int64(l.Token), l.ExpiresAt)
+		}
+		if _, err := tx.StmtContext(ctx, st).ExecContext(ctx, args...); err != nil {
+			return classify(err)
+		}
+		put = put[n:]
 	}
 	return nil
 }
@@ -126,15 +139,57 @@ func (s *Store) prepareLeases(ctx context.Context) error {
 	return nil
 }
 
-// LoadLeases implements store.Store.
+// LoadLeases implements store.Store: the table's rows with the lease
+// log's changes on top. A read-only store reads the log from its file;
+// what it returns is consistent while no server writes the store.
 func (s *Store) LoadLeases(ctx context.Context, tenantID string) ([]store.LeaseRow, error) {
 	if err := store.ValidateTenantID(tenantID); err != nil {
 		return nil, err
 	}
+	l := s.log.Load()
+	if l != nil {
+		// Under the log's lock no fold moves rows between the two.
+		l.mu.Lock()
+		defer l.mu.Unlock()
+	}
+	rows, err := s.tableLeases(ctx, tenantID)
+	if err != nil {
+		return nil, fmt.Errorf("load lease journal of tenant %q: %w", tenantID, err)
+	}
+	switch {
+	case l != nil:
+		return overlay(tenantID, rows, func(apply func(leaseRecord)) {
+			for k, row := range l.pending {
+				if k.tenant != tenantID {
+					continue
+				}
+				if row == nil {
+					apply(leaseRecord{tenant: k.tenant, del: []uint64{k.id}})
+				} else {
+					apply(leaseRecord{tenant: k.tenant, put: []store.LeaseRow{*row}})
+				}
+			}
+		}), nil
+	case s.logPath != "":
+		recs, err := readLeaseLog(s.logPath)
+		if err != nil {
+			return nil, fmt.Errorf("load lease journal of tenant %q: %w", tenantID, err)
+		}
+		return overlay(tenantID, rows, func(apply func(leaseRecord)) {
+			for _, r := range recs {
+				apply(r)
+			}
+		}), nil
+	}
+	return rows, nil
+}
+
+// tableLeases reads tenant's rows of the lease_journal table.
+func (s *Store) tableLeases(ctx context.Context, tenantID string) ([]store.LeaseRow, error) {
 	rows, err := s.r.QueryContext(ctx, `
 SELECT lease_id, resource_id, context, token, expires_at FROM lease_journal WHERE pool_id = ? ORDER BY lease_id`, tenantID)
 	if err != nil {
-		return nil, fmt.Errorf("load lease journal of tenant %q: %w", tenantID, classify(err))
+		return nil, classify(err)
 	}
 	defer rows.Close()
 	out := []store.LeaseRow{}
@@ -142,28 +197,78 @@ SELECT lease_id, resource_id, context, token, expires_at FROM lease_journal WHER
 		var l store.LeaseRow
 		var id, tok int64
 		if err := rows.Scan(&id, &l.ResourceID, &l.Context, &tok, &l.ExpiresAt); err != nil {
-			return nil, fmt.Errorf("load lease journal of tenant %q: %w", tenantID, classify(err))
+			return nil, classify(err)
 		}
 		l.ID, l.Token = uint64(id), uint64(tok)
 		out = append(out, l)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("load lease journal of tenant %q: %w", tenantID, classify(err))
-	}
-	return out, nil
+	return out, classify(rows.Err())
 }
 
-// PruneLeases implements store.Store.
+// PruneLeases implements store.Store. A store whose writer claim is held
+// folds its lease log into the table in the same transaction.
 func (s *Store) PruneLeases(ctx context.Context, before int64) error {
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		if err := s.checkFence(ctx, tx); err != nil {
-			return err
-		}
+	prune := func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `DELETE FROM lease_journal WHERE expires_at < ?`, before)
 		return classify(err)
-	})
+	}
+	var err error
+	if l := s.log.Load(); l != nil {
+		if err = l.fold(ctx, s, prune); err == nil {
+			l.pruned(before)
+		}
+	} else {
+		err = s.inTx(ctx, func(tx *sql.Tx) error {
+			if err := s.checkFence(ctx, tx); err != nil {
+				return err
+			}
+			return prune(tx)
+		})
+	}
 	if err != nil {
 		return fmt.Errorf("prune lease journal: %w", err)
 	}
 	return nil
+}
+
+// openLog opens the lease log of the file store, replays it into the table
+// and empties it (a fold), so the writer starts with every journaled lease
+// in lease_journal, and makes it the store's. The writer claim calls it.
+func (s *Store) openLog(ctx context.Context) (*leaseLog, error) {
+	l, recs, err := openLeaseLog(s.path+leaseLogSuffix, s.opts.Fsync)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.loadFolded(ctx, l); err != nil {
+		l.close()
+		return nil, err
+	}
+	for _, r := range recs {
+		l.note(r)
+	}
+	if err := l.fold(ctx, s, nil); err != nil {
+		l.close()
+		return nil, err
+	}
+	s.log.Store(l)
+	return l, nil
+}
+
+// loadFolded reads which leases the table holds into l.
+func (s *Store) loadFolded(ctx context.Context, l *leaseLog) error {
+	rows, err := s.w.QueryContext(ctx, `SELECT pool_id, lease_id, expires_at FROM lease_journal`)
+	if err != nil {
+		return classify(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k leaseKey
+		var id, exp int64
+		if err := rows.Scan(&k.tenant, &id, &exp); err != nil {
+			return classify(err)
+		}
+		k.id = uint64(id)
+		l.folded[k] = exp
+	}
+	return classify(rows.Err())
 }

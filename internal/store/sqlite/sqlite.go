@@ -51,6 +51,12 @@ type Store struct {
 	fileID fileID        // the database file opened, to tell it was replaced
 	fence  atomic.Uint32 // epoch this server's writes must still hold; 0: unfenced
 
+	// log is the lease log of a file store whose writer claim is held
+	// (nil before LockWriter, after the claim's Release, for Memory and
+	// read-only stores); logPath names the log a read-only store reads.
+	log     atomic.Pointer[leaseLog]
+	logPath string
+
 	// Prepared once on the writer connection: the fence's epoch query and
 	// the lease journal's statements.
 	epochQuery, leaseDel1, leaseDelN, leaseUpsert1, leaseUpsertN *sql.Stmt
@@ -150,7 +156,7 @@ func openReadOnly(ctx context.Context, path, pragmas string, opts store.Options)
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
 	db.SetMaxOpenConns(max(4, runtime.GOMAXPROCS(0)))
-	s := &Store{w: db, r: db, opts: opts}
+	s := &Store{w: db, r: db, opts: opts, logPath: abs + leaseLogSuffix}
 	var n int
 	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM server_secrets`).Scan(&n); err != nil {
 		db.Close()
@@ -178,8 +184,11 @@ func (s *Store) migrate(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the database handles.
+// Close closes the database handles and releases the lease log.
 func (s *Store) Close() error {
+	if l := s.log.Swap(nil); l != nil {
+		l.close()
+	}
 	for _, st := range []*sql.Stmt{s.epochQuery, s.leaseDel1, s.leaseDelN, s.leaseUpsert1, s.leaseUpsertN} {
 		if st != nil {
 			st.Close()

@@ -140,14 +140,26 @@ func TestContract(t *testing.T) {
 	tests := []struct {
 		name string
 		path func(t *testing.T) string
+		// claim takes the writer claim, as a server does: the lease
+		// journal is then written to the lease log.
+		claim bool
 	}{
 		{name: "file", path: func(t *testing.T) string { return filepath.Join(t.TempDir(), "repool.db") }},
+		{name: "file claimed", path: func(t *testing.T) string { return filepath.Join(t.TempDir(), "repool.db") }, claim: true},
 		{name: "memory", path: func(*testing.T) string { return Memory }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			storetest.Run(t, func(t *testing.T, opts store.Options) store.Store {
-				return raw{openTest(t, tc.path(t), opts)}
+				s := openTest(t, tc.path(t), opts)
+				if tc.claim {
+					c, err := s.LockWriter(t.Context())
+					if err != nil {
+						t.Fatalf("LockWriter = got error %v, want nil", err)
+					}
+					t.Cleanup(c.Release)
+				}
+				return raw{s}
 			})
 		})
 	}

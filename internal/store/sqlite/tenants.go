@@ -159,6 +159,9 @@ func (s *Store) DeleteTenant(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("delete tenant %q: %w", id, err)
 	}
+	if l := s.log.Load(); l != nil {
+		l.forget(id)
+	}
 	return nil
 }
 

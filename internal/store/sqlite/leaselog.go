@@ -1,0 +1,301 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"slices"
+	"sync"
+	"syscall"
+
+	"github.com/repool/repool/internal/store"
+)
+
+// leaseLogSuffix names a file store's lease log: the database's path with
+// this suffix, beside SQLite's own -wal and -shm files.
+const leaseLogSuffix = "-leases"
+
+// leaseLog is the tail of a file store's lease journal. WriteLeases appends
+// one checksummed record per call to PATH-leases with one write(2) — no
+// SQLite transaction, whose fixed cost (pages to the WAL, locks on the
+// shared memory) is what a busy server's lease changes would otherwise pay
+// per group commit — and a fold moves what the log holds into the
+// lease_journal table and empties the log: at every open, at every
+// compaction (PruneLeases) and before a tenant is deleted.
+//
+// A record is durable against a crash of the process once write(2)
+// returns (the kernel holds it), and against a power loss once fsync
+// returns, with store.Options Fsync, as SQLite's synchronous=NORMAL and
+// FULL are. Replay is the table, then the log's records in order; a fold
+// that commits and crashes before it empties the log is replayed again,
+// which changes nothing: the last change of each lease wins either way.
+//
+// The log is private to the store's writer: it is held with an exclusive
+// flock for the store's life, and every append checks that the path still
+// names the file appended to, so that a writer whose log was replaced
+// under it fails its writes instead of acknowledging them into a file that
+// no one will read. All methods are safe for concurrent use.
+type leaseLog struct {
+	path  string
+	fsync bool
+
+	mu   sync.Mutex
+	f    *os.File
+	id   fileID
+	size int64 // bytes of whole records in the file
+	// err, once set, fails every later append: the file's tail is not
+	// known to be whole, or it is not the log any more.
+	err error
+	// pending holds the net change of each lease since the last fold: the
+	// row, or nil for the removal of a folded row.
+	pending map[leaseKey]*store.LeaseRow
+	// folded holds the expiry of each row of the lease_journal table, to
+	// tell which removals the next fold must write.
+	folded map[leaseKey]int64
+	buf    []byte
+}
+
+type leaseKey struct {
+	tenant string
+	id     uint64
+}
+
+// openLeaseLog opens (creating, mode 0600) and locks the lease log at
+// path and returns it with the records it holds. A torn tail, the record
+// a crash cut short, is cut off: it was never acknowledged.
+func openLeaseLog(path string, fsync bool) (*leaseLog, []leaseRecord, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, fileMode)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: opening the lease log: %v", store.ErrUnavailable, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, nil, fmt.Errorf("%w: the lease log %s is held by another process writing this store; stop it, or give this one its own --store", store.ErrLocked, path)
+		}
+		return nil, nil, fmt.Errorf("%w: locking the lease log %s: %v", store.ErrUnavailable, path, err)
+	}
+	l := &leaseLog{path: path, fsync: fsync, f: f, pending: map[leaseKey]*store.LeaseRow{}, folded: map[leaseKey]int64{}}
+	fail := func(err error) (*leaseLog, []leaseRecord, error) {
+		f.Close()
+		return nil, nil, fmt.Errorf("%w: lease log %s: %v", store.ErrUnavailable, path, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return fail(err)
+	}
+	l.id = sysID(fi)
+	b, err := io.ReadAll(io.NewSectionReader(f, 0, fi.Size()))
+	if err != nil {
+		return fail(err)
+	}
+	recs, n, _ := decodeRecords(b)
+	if int64(n) < fi.Size() {
+		if err := f.Truncate(int64(n)); err != nil {
+			return fail(err)
+		}
+	}
+	l.size = int64(n)
+	return l, recs, nil
+}
+
+// readLeaseLog returns the whole records of the lease log at path without
+// locking or changing it (none if there is no log), for a read-only store.
+func readLeaseLog(path string) ([]leaseRecord, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading the lease log: %v", store.ErrUnavailable, err)
+	}
+	recs, _, _ := decodeRecords(b)
+	return recs, nil
+}
+
+// note applies one record to the pending changes. Call with mu held.
+func (l *leaseLog) note(r leaseRecord) {
+	for _, id := range r.del {
+		k := leaseKey{r.tenant, id}
+		if _, ok := l.folded[k]; ok {
+			l.pending[k] = nil
+		} else {
+			delete(l.pending, k)
+		}
+	}
+	for i := range r.put {
+		row := r.put[i]
+		l.pending[leaseKey{r.tenant, row.ID}] = &row
+	}
+}
+
+// append makes one WriteLeases call durable. Removals are applied before
+// puts, as the table's transaction does.
+func (l *leaseLog) append(tenant string, put []store.LeaseRow, del []uint64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return l.err
+	}
+	l.buf = appendRecord(l.buf[:0], tenant, put, del)
+	if _, err := l.f.Write(l.buf); err != nil {
+		// A partial record would hide every later one from replay.
+		if terr := l.f.Truncate(l.size); terr != nil {
+			l.err = fmt.Errorf("%w: lease log %s: a failed append could not be cut off: %v", store.ErrUnavailable, l.path, terr)
+		}
+		return fmt.Errorf("%w: appending to the lease log: %v", store.ErrUnavailable, err)
+	}
+	l.size += int64(len(l.buf))
+	if l.fsync {
+		if err := l.f.Sync(); err != nil {
+			// After a failed fsync the kernel may have dropped the pages:
+			// nothing written since the last good one is known durable.
+			l.err = fmt.Errorf("%w: syncing the lease log %s: %v", store.ErrUnavailable, l.path, err)
+			return l.err
+		}
+	}
+	// Checked after the write: a log replaced before this point is seen
+	// here, and the write, into a file no one will read, is refused.
+	if id, err := statID(l.path); err != nil || id != l.id {
+		l.err = fmt.Errorf("%w: the lease log %s was removed or replaced under this server", store.ErrFenced, l.path)
+		return l.err
+	}
+	l.note(leaseRecord{tenant: tenant, put: put, del: del})
+	return nil
+}
+
+// fold writes the pending changes into the lease_journal table in one
+// transaction of s, runs then (if not nil) in that transaction, and once it
+// has committed empties the log. It holds the log for its duration.
+func (l *leaseLog) fold(ctx context.Context, s *Store, then func(tx *sql.Tx) error) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return l.err
+	}
+	put := map[string][]store.LeaseRow{}
+	del := map[string][]uint64{}
+	for k, row := range l.pending {
+		if row != nil {
+			put[k.tenant] = append(put[k.tenant], *row)
+		} else {
+			del[k.tenant] = append(del[k.tenant], k.id)
+		}
+	}
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		sctx := context.WithoutCancel(ctx)
+		if err := s.checkFence(sctx, tx); err != nil {
+			return err
+		}
+		for tenant, ids := range del {
+			if err := s.writeRows(sctx, tx, tenant, nil, ids); err != nil {
+				return err
+			}
+		}
+		for tenant, rows := range put {
+			if err := s.writeRows(sctx, tx, tenant, rows, nil); err != nil {
+				return err
+			}
+		}
+		if then != nil {
+			return then(tx)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for k, row := range l.pending {
+		if row != nil {
+			l.folded[k] = row.ExpiresAt
+		} else {
+			delete(l.folded, k)
+		}
+	}
+	clear(l.pending)
+	if err := l.f.Truncate(0); err != nil {
+		// The table holds every record: replaying them again is harmless,
+		// but appends after a tail of unknown length are not.
+		l.err = fmt.Errorf("%w: emptying the lease log %s: %v", store.ErrUnavailable, l.path, err)
+		return l.err
+	}
+	l.size = 0
+	return nil
+}
+
+// forget drops what the log knows of tenant's leases, after the tenant's
+// rows were deleted. Its records stay in the file until the next fold;
+// replayed after a crash, they name a deleted tenant, whose leases no one
+// loads, and expire.
+func (l *leaseLog) forget(tenant string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k := range l.pending {
+		if k.tenant == tenant {
+			delete(l.pending, k)
+		}
+	}
+	for k := range l.folded {
+		if k.tenant == tenant {
+			delete(l.folded, k)
+		}
+	}
+}
+
+// pruned drops the folded rows that expired before before, as the
+// compaction that just committed deleted them.
+func (l *leaseLog) pruned(before int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k, exp := range l.folded {
+		if exp < before {
+			delete(l.folded, k)
+		}
+	}
+}
+
+// close releases the log's lock.
+func (l *leaseLog) close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.err = fmt.Errorf("%w: the store is closed", store.ErrUnavailable)
+	return l.f.Close()
+}
+
+// overlay applies the changes of recs (in order) to tenant's rows from the
+// table, and returns them ordered by lease id.
+func overlay(tenant string, rows []store.LeaseRow, apply func(func(leaseRecord))) []store.LeaseRow {
+	byID := make(map[uint64]store.LeaseRow, len(rows))
+	for _, r := range rows {
+		byID[r.ID] = r
+	}
+	apply(func(r leaseRecord) {
+		if r.tenant != tenant {
+			return
+		}
+		for _, id := range r.del {
+			delete(byID, id)
+		}
+		for _, p := range r.put {
+			byID[p.ID] = p
+		}
+	})
+	out := make([]store.LeaseRow, 0, len(byID))
+	for _, r := range byID {
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b store.LeaseRow) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
