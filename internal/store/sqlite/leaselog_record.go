@@ -123,22 +123,24 @@ type decoder struct {
 
 func (d *decoder) uvarint() uint64 {
 	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.fail()
-		return 0
-	}
-	d.b = d.b[n:]
+	d.skip(n)
 	return v
 }
 
 func (d *decoder) varint() int64 {
 	v, n := binary.Varint(d.b)
+	d.skip(n)
+	return v
+}
+
+// skip consumes the n bytes a varint took; n <= 0 (too short, or beyond 64
+// bits) fails the decoder. The binary package returns 0 with such an n.
+func (d *decoder) skip(n int) {
 	if n <= 0 {
 		d.fail()
-		return 0
+		return
 	}
 	d.b = d.b[n:]
-	return v
 }
 
 // count reads a count of items of at least minSize bytes each, refusing
