@@ -170,23 +170,31 @@ func (l *leaseLog) append(tenant string, put []store.LeaseRow, del []uint64) err
 
 // fold writes the pending changes into the lease_journal table in one
 // transaction of s, runs then (if not nil) in that transaction, and once it
-// has committed empties the log. It holds the log for its duration.
+// has committed empties the log. It takes the log once the transaction
+// holds the store's writer connection, so appends wait only for the fold's
+// own writes, never for another transaction on that connection.
 func (l *leaseLog) fold(ctx context.Context, s *Store, then func(tx *sql.Tx) error) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.err != nil {
-		return l.err
-	}
-	put := map[string][]store.LeaseRow{}
-	del := map[string][]uint64{}
-	for k, row := range l.pending {
-		if row != nil {
-			put[k.tenant] = append(put[k.tenant], *row)
-		} else {
-			del[k.tenant] = append(del[k.tenant], k.id)
+	locked := false
+	defer func() {
+		if locked {
+			l.mu.Unlock()
 		}
-	}
+	}()
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		l.mu.Lock()
+		locked = true
+		if l.err != nil {
+			return l.err
+		}
+		put := map[string][]store.LeaseRow{}
+		del := map[string][]uint64{}
+		for k, row := range l.pending {
+			if row != nil {
+				put[k.tenant] = append(put[k.tenant], *row)
+			} else {
+				del[k.tenant] = append(del[k.tenant], k.id)
+			}
+		}
 		sctx := context.WithoutCancel(ctx)
 		if err := s.checkFence(sctx, tx); err != nil {
 			return err
