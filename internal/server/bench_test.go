@@ -152,26 +152,44 @@ func BenchmarkAcquireReportVsRedis(b *testing.B) {
 	}
 	contexts := []string{"search", "order"}
 	for b.Loop() {
-		ours, oursErr := run(*benchClients, *benchFor, func(_ context.Context, w, i int) error {
-			l, err := clients[w].Acquire(ctx, &repoolv1.AcquireRequest{Context: contexts[i%2], TtlSeconds: 60})
-			if err != nil {
+		var oursErr, theirsErr int64
+		ours, oursCPU, err := measureCPU(ctx, nil, *benchFor, func() (rate float64) {
+			rate, oursErr = run(*benchClients, *benchFor, func(_ context.Context, w, i int) error {
+				l, err := clients[w].Acquire(ctx, &repoolv1.AcquireRequest{Context: contexts[i%2], TtlSeconds: 60})
+				if err != nil {
+					return err
+				}
+				outcome := repoolv1.Outcome_SUCCESS
+				if (w+i)%5 == 0 {
+					outcome = repoolv1.Outcome_FAILURE
+				}
+				_, err = clients[w].Release(ctx, &repoolv1.ReleaseRequest{LeaseId: l.GetLease().GetLeaseId(), FencingToken: l.GetLease().GetFencingToken(), Outcome: outcome})
 				return err
-			}
-			outcome := repoolv1.Outcome_SUCCESS
-			if (w+i)%5 == 0 {
-				outcome = repoolv1.Outcome_FAILURE
-			}
-			_, err = clients[w].Release(ctx, &repoolv1.ReleaseRequest{LeaseId: l.GetLease().GetLeaseId(), FencingToken: l.GetLease().GetFencingToken(), Outcome: outcome})
-			return err
+			})
+			return rate
 		})
-		theirs, theirsErr := run(*benchClients, *benchFor, func(cctx context.Context, w, i int) error {
-			return rp.cycle(cctx, contexts[i%2], (w+i)%5 != 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		theirs, theirsCPU, err := measureCPU(ctx, rp.rdb, *benchFor, func() (rate float64) {
+			rate, theirsErr = run(*benchClients, *benchFor, func(cctx context.Context, w, i int) error {
+				return rp.cycle(cctx, contexts[i%2], (w+i)%5 != 0)
+			})
+			return rate
 		})
+		if err != nil {
+			b.Fatal(err)
+		}
 		b.ReportMetric(ours, "repool_cycles/s")
 		b.ReportMetric(theirs, "redis_cycles/s")
 		b.ReportMetric(ours/theirs, "ratio")
-		fmt.Printf("acquire+report, %d clients, %v each: repool gRPC %.0f/s (%d errors), Redis Lua pool %.0f/s (%d errors), ratio %.2f\n",
-			*benchClients, *benchFor, ours, oursErr, theirs, theirsErr, ours/theirs)
+		b.ReportMetric(oursCPU.perCycle(), "repool_cpu_µs/cycle")
+		b.ReportMetric(theirsCPU.perCycle(), "redis_cpu_µs/cycle")
+		fmt.Printf("acquire+report, %d clients, %v each: repool gRPC %.0f/s (%d errors), Redis Lua pool %.0f/s (%d errors), ratio %.2f; "+
+			"CPU per cycle: repool %.1f µs, Redis %.1f µs (clients %.1f + server %.1f), CPU ratio %.2f\n",
+			*benchClients, *benchFor, ours, oursErr, theirs, theirsErr, ours/theirs,
+			oursCPU.perCycle(), theirsCPU.perCycle(), float64(theirsCPU.process)/1e3/theirsCPU.cycles, float64(theirsCPU.redis)/1e3/theirsCPU.cycles,
+			theirsCPU.perCycle()/oursCPU.perCycle())
 	}
 }
 
