@@ -131,6 +131,7 @@ func (p *Provider) Breaker() *resilience.Breaker { return p.breaker }
 //	 2. The retrier runs within the call's deadline (Timeout, which starts
 //	    only once the breaker has admitted the call) and the provider's retry
 //	    budget; it retries UNAVAILABLE only.
+//	    A retry is not made once the breaker has opened meanwhile.
 //	 3. The bulkhead (breaker.Enter) bounds the attempts in flight to the
 //	    provider; an attempt beyond the bound fails at once, is not retried
 //	    and is not counted by the breaker. It is inside the retry so that a
@@ -151,7 +152,16 @@ func (p *Provider) Do(ctx context.Context, method Method, call Call) error {
 		ctx, cancel := context.WithTimeout(ctx, p.timeout)
 		defer cancel()
 		var trailer metadata.MD
+		retry := false
 		err := p.retrier.Do(ctx, func(ctx context.Context) error {
+			if retry {
+				// The breaker opened while this call waited to retry
+				// (other calls found the provider down): stop now.
+				if err := p.breaker.Admit(); err != nil {
+					return err
+				}
+			}
+			retry = true
 			if err := p.breaker.Enter(); err != nil {
 				return err
 			}

@@ -65,16 +65,17 @@ type BreakerPolicy struct {
 	// ConsecutiveTimeouts trips the breaker when this many calls in a row
 	// ended in DEADLINE_EXCEEDED (the sidecar's timeout or a proxy's 504):
 	// the slow-call rule for a silent provider, which answers nothing and
-	// costs every caller a full timeout. Default 3 (at most MaxInFlight
-	// calls hang at once, so it trips one timeout after the fault); negative
-	// turns the rule off.
+	// costs every caller a full timeout. Default 3 (up to MaxInFlight calls
+	// hang at once, so it trips one timeout after the fault); negative turns
+	// the rule off.
 	ConsecutiveTimeouts int `yaml:"consecutive_timeouts"`
 	// MaxInFlight bounds the attempts in flight to the provider, the
 	// bulkhead (Envoy's max_requests): an attempt beyond it fails at once
 	// with ErrBulkheadFull, so a silent provider holds at most this many of
-	// the backend's workers. Waits between retries do not count. Default 4,
-	// which carries rate × latency up to 4 (1,000 calls/s at 4 ms);
-	// negative means no bound.
+	// the backend's workers. Waits between retries do not count. Default 8,
+	// which carries rate × latency up to 8 (1,000 calls/s at 8 ms) and the
+	// slow attempts of a failover's first tenth of a second; negative means
+	// no bound.
 	MaxInFlight int `yaml:"max_in_flight"`
 }
 
@@ -105,7 +106,7 @@ func (p BreakerPolicy) WithDefaults() BreakerPolicy {
 		p.ConsecutiveTimeouts = 3
 	}
 	if p.MaxInFlight == 0 {
-		p.MaxInFlight = 4
+		p.MaxInFlight = 8
 	}
 	return p
 }
