@@ -80,9 +80,10 @@ func (s *Summary) targets(wins []Window) []Target {
 func (s *Summary) degraded(pi int, name string, wins []Window) []Target {
 	var failed, knownBad, after, afterFast int64
 	detect := time.Duration(-1) // worst time from a window's start to its first known-bad answer
-	kill := false
+	kill, blackhole := false, false
 	for _, w := range wins {
 		kill = kill || w.Kind == "kill-active"
+		blackhole = blackhole || w.Kind == "blackhole"
 		at := time.Duration(-1)
 		for _, x := range s.samples {
 			if x.Provider != pi || x.Start < w.Start || x.Start >= w.End {
@@ -120,10 +121,15 @@ func (s *Summary) degraded(pi int, name string, wins []Window) []Target {
 	case failed == 0:
 		out = append(out, Target{Name: "known_bad_within_1s", Provider: name, Want: "≤ 1s (when calls fail)", Got: "no failed call", OK: true})
 	case detect < 0:
-		out = append(out, Target{Name: "known_bad_within_1s", Provider: name, Want: "≤ 1s", Got: fmt.Sprintf("%d failed calls, none failed fast", failed)})
-	default:
 		out = append(out, Target{Name: "known_bad_within_1s", Provider: name, Want: "≤ 1s",
-			Got: fmt.Sprintf("%.2fs", detect.Seconds()), OK: detect <= TargetKnownBad})
+			Got: fmt.Sprintf("%d failed calls, none failed fast", failed), Short: blackhole})
+	default:
+		// A blackhole fills the bulkhead within a few calls, however loaded
+		// the machine: a short run shows it. An outage is known bad only
+		// once 5 calls have spent their retries, which a loaded CI machine
+		// can stretch.
+		out = append(out, Target{Name: "known_bad_within_1s", Provider: name, Want: "≤ 1s",
+			Got: fmt.Sprintf("%.2fs", detect.Seconds()), OK: detect <= TargetKnownBad, Short: blackhole})
 	}
 	if after > 0 {
 		share := float64(afterFast) / float64(after)
