@@ -185,7 +185,10 @@ func Compute(in Input) *Summary {
 		for _, x := range samples {
 			if x.Provider == pi && x.Failed {
 				code := x.Code
-				if code == "" {
+				switch {
+				case x.FastFail == "bulkhead-full":
+					code = "bulkhead_full" // an unavailable the sidecar answered itself
+				case code == "":
 					code = "unknown"
 				}
 				ps.ErrorCodes[code]++

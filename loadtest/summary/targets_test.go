@@ -29,6 +29,9 @@ func TestTargets(t *testing.T) {
 			samples = append(samples, failed(2600*ms+time.Duration(i)*ms, ms, 1, "circuit-open"))
 		}
 		s := run(t, "sidecar", `{}`, samples...)
+		if got := s.Providers["us"].ErrorCodes; got["bulkhead_full"] != 1 || got["unavailable"] != 1001 {
+			t.Errorf("us error codes = %v, want the bulkhead's rejection apart: 1 bulkhead_full, 1001 unavailable", got)
+		}
 		for name, want := range map[string]string{"known_bad_within_1s": "0.50s", "fast_fail_once_known_bad": "100.00% of 1001", "healthy_p95": "11.95ms vs 9.97ms (1.20×)"} {
 			if got := target(s, name); !got.OK || !strings.HasPrefix(got.Got, strings.Split(want, " ")[0]) {
 				t.Errorf("%s = %+v, want met, got %q", name, got, want)
