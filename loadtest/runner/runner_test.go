@@ -108,9 +108,9 @@ func TestShortScenarios(t *testing.T) {
 				if r.Mode != runner.ModeSidecar {
 					continue
 				}
-				// The targets a short run can show (summary.Target.Short):
-				// a failover without failed calls, a blackhole known bad
-				// within a second.
+				// The targets a short run on a loaded machine can show
+				// (summary.Target.Short): a blackhole known bad within a
+				// second.
 				for _, tg := range r.Targets {
 					if tg.Short && !tg.OK {
 						t.Errorf("target %s{provider:%s}: want %s, got %s", tg.Name, tg.Provider, tg.Want, tg.Got)

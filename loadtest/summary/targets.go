@@ -114,8 +114,11 @@ func (s *Summary) degraded(pi int, name string, wins []Window) []Target {
 	}
 	var out []Target
 	if kill {
+		// Not asserted in short runs: the handover's length is the
+		// machine's (0.34 s at load 9, 0.85 s at load 14), and a short
+		// run's retry budget holds only its first seconds of calls.
 		out = append(out, Target{Name: "failed_calls", Provider: name, Want: "0 in the fault window",
-			Got: fmt.Sprint(failed), OK: failed == 0, Short: true})
+			Got: fmt.Sprint(failed), OK: failed == 0})
 	}
 	switch {
 	case failed == 0:
