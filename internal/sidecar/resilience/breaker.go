@@ -371,9 +371,14 @@ func (b *Breaker) Policy() BreakerPolicy { return b.policy }
 // A rejection returns at once, without calling fn and without allocating,
 // an error matching ErrCircuitOpen. Otherwise it returns fn's error.
 func (b *Breaker) Execute(fn func() error) error {
-	if b.probe != nil && b.cb.State() == gobreaker.StateHalfOpen {
-		b.startProbe()
-		return b.errBusy
+	switch b.cb.State() { // one lock, as gobreaker's own rejection takes
+	case gobreaker.StateOpen:
+		return b.errOpen
+	case gobreaker.StateHalfOpen:
+		if b.probe != nil {
+			b.startProbe()
+			return b.errBusy
+		}
 	}
 	_, err := b.cb.Execute(func() (struct{}, error) { return struct{}{}, fn() })
 	switch err {
