@@ -204,7 +204,7 @@ func (s *Sidecar) Apply(cfg config.Config) error {
 			e.up = u
 		}
 		sameUp := oe != nil && oe.up == e.up
-		if sameUp && oe.cfg.Breaker == pc.Breaker {
+		if sameUp && oe.cfg.Breaker == pc.Breaker && oe.cfg.Timeout == pc.Timeout { // the timeout bounds its probes
 			e.breaker = oe.breaker
 		} else {
 			e.breaker = resilience.NewBreaker(resilience.BreakerConfig{
