@@ -19,6 +19,7 @@ import (
 	"github.com/repool/repool/internal/sidecar"
 	"github.com/repool/repool/internal/sidecar/config"
 	"github.com/repool/repool/internal/sidecar/fakeserver"
+	"github.com/repool/repool/internal/sidecar/resilience"
 	"github.com/repool/repool/internal/sidecar/token"
 	"github.com/repool/repool/internal/testenv"
 )
@@ -291,6 +292,49 @@ func TestOneProviderOpenWhileAnotherServes(t *testing.T) {
 	}
 	if a, b := h.breaker("a"), h.breaker("b"); a["state"] != "open" || b["state"] != "closed" {
 		t.Fatalf("breakers = a %v, b %v; want a open, b closed", a["state"], b["state"])
+	}
+}
+
+// TestSilentProviderFailsFast: a provider that answers nothing holds at
+// most max_in_flight (4) calls; the next ones fail at once (503, fast-fail
+// bulkhead-full, no attempt made), and once those timeouts came in a row
+// the breaker is open. Default breaker policy otherwise.
+func TestSilentProviderFailsFast(t *testing.T) {
+	fake := fakeserver.Start(t, fakeserver.Config{Acquire: func(ctx context.Context, _ *repoolv1.AcquireRequest) (*repoolv1.AcquireResponse, error) {
+		<-ctx.Done() // silent until the sidecar's deadline
+		return nil, ctx.Err()
+	}})
+	pc := fast(fake)
+	pc.Timeout = time.Second
+	pc.Breaker = resilience.BreakerPolicy{OpenTimeout: time.Minute, MaxInFlight: 4} // the defaults otherwise
+	h := start(t, one("p", pc), sidecar.Options{})
+	hung := make(chan response, 4)
+	for range 4 {
+		go func() { hung <- h.acquire("p") }()
+	}
+	for deadline := time.Now().Add(10 * time.Second); fake.Calls("Acquire") < 4; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 4 calls reached the silent provider in 10s", fake.Calls("Acquire"))
+		}
+	}
+	r := h.acquire("p")
+	if r.status != 503 || r.header.Get("X-Repool-Fast-Fail") != "bulkhead-full" || len(hung) != 0 || fake.Calls("Acquire") != 4 {
+		t.Fatalf("5th call with 4 hanging = %d %s (fast-fail %q, %d returned, %d attempts), want 503 bulkhead-full before the 4 return, no attempt",
+			r.status, r.raw, r.header.Get("X-Repool-Fast-Fail"), len(hung), fake.Calls("Acquire"))
+	}
+	if got := h.metric("repool_sidecar_bulkhead_rejections_total", nil); got != 1 {
+		t.Fatalf("bulkhead rejections = %v, want 1", got)
+	}
+	for range 4 {
+		if r := <-hung; r.status != 504 {
+			t.Fatalf("a hanging call = %d %s, want 504", r.status, r.raw)
+		}
+	}
+	if b := h.breaker("p"); b["state"] != "open" {
+		t.Fatalf("breaker after 4 timeouts in a row = %v, want open", b)
+	}
+	if r := h.acquire("p"); r.errCode() != "circuit_open" || fake.Calls("Acquire") != 4 {
+		t.Fatalf("call after the trip = %d %s, want circuit_open without an attempt", r.status, r.raw)
 	}
 }
 

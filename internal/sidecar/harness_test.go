@@ -199,12 +199,14 @@ func (h *harness) metric(name string, labels map[string]string) float64 {
 }
 
 // fast is a provider policy for tests: quick retries, a breaker that
-// needs 20 calls, no retry floor unless set.
+// needs 20 calls and trips on the ratio only, no bulkhead, no retry floor
+// unless set.
 func fast(fake *fakeserver.Server) config.Provider {
 	return config.Provider{
 		Endpoint: fake.Addr(), APIKey: fakeserver.DefaultAPIKey, Timeout: 2 * time.Second,
-		Retry:   resilience.RetryPolicy{MaxRetries: 2, InitialInterval: time.Millisecond, MaxInterval: 2 * time.Millisecond},
-		Breaker: resilience.BreakerPolicy{MinRequests: 20, OpenTimeout: time.Minute},
+		Retry: resilience.RetryPolicy{MaxRetries: 2, InitialInterval: time.Millisecond, MaxInterval: 2 * time.Millisecond},
+		Breaker: resilience.BreakerPolicy{MinRequests: 20, OpenTimeout: time.Minute,
+			ConsecutiveFailures: -1, ConsecutiveTimeouts: -1, MaxInFlight: -1},
 	}
 }
 

@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 	"slices"
@@ -9,7 +10,10 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
 	"github.com/repool/repool/internal/sidecar/config"
@@ -200,11 +204,12 @@ func (s *Sidecar) Apply(cfg config.Config) error {
 			e.up = u
 		}
 		sameUp := oe != nil && oe.up == e.up
-		if sameUp && oe.cfg.Breaker == pc.Breaker {
+		if sameUp && oe.cfg.Breaker == pc.Breaker && oe.cfg.Timeout == pc.Timeout { // the timeout bounds its probes
 			e.breaker = oe.breaker
 		} else {
 			e.breaker = resilience.NewBreaker(resilience.BreakerConfig{
-				Provider: name, Policy: pc.Breaker, Metrics: s.resMetrics, Notify: s.transitions})
+				Provider: name, Policy: pc.Breaker, Metrics: s.resMetrics, Notify: s.transitions,
+				Probe: healthProbe(e.up.conn), ProbeTimeout: pc.Timeout})
 		}
 		if sameUp && oe.cfg.RetryBudget == pc.RetryBudget {
 			e.budget = oe.budget
@@ -299,4 +304,25 @@ func (l lookup) Breakers() []resilience.Status {
 		out = append(out, e.breaker.Status())
 	}
 	return out
+}
+
+// healthProbe is a half-open breaker's probe: the standard gRPC health check
+// of the provider's server behind its VIP, which needs no token. Anything
+// but SERVING (a standby answers NOT_SERVING) is a failure; a server without
+// the health service (UNIMPLEMENTED) answered, which is all a probe asks.
+func healthProbe(conn *grpc.ClientConn) func(context.Context) error {
+	client := healthpb.NewHealthClient(conn)
+	return func(ctx context.Context) error {
+		resp, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+		if status.Code(err) == codes.Unimplemented {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if st := resp.GetStatus(); st != healthpb.HealthCheckResponse_SERVING {
+			return status.Errorf(codes.Unavailable, "the provider's health check answered %v", st)
+		}
+		return nil
+	}
 }

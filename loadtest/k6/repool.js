@@ -6,6 +6,10 @@
 //
 //   k6 run -e SCENARIO=provider-down loadtest/k6/repool.js
 //
+// Written for k6 v0.54.0. Without k6, the Go runner runs this file's own code in an embedded
+// JavaScript engine (loadtest/k6js) against the topology it starts:
+//   go run ./loadtest/cmd/run -script loadtest/k6/repool.js -scenario provider-down [-short] [-json F]
+//
 // Environment:
 //   SCENARIO      scenario name (a file of ../scenarios) or a path to a .json file; default baseline
 //   SHORT         1 to run the scenario's short (CI) variant

@@ -161,6 +161,7 @@ h2 { margin-top: 32px; border-bottom: 1px solid #ccc; }
 {{end}}
 {{range .Runs}}{{$s := .S}}
 <h2>mode {{$s.Mode}}</h2>
+{{if $s.Faults}}<p class="muted">fault windows of this run: {{range $i, $f := $s.Faults}}{{if $i}}, {{end}}{{$f.Provider}} {{$f.Kind}} {{printf "%.1f" $f.StartS}}s → {{printf "%.1f" $f.EndS}}s{{end}}</p>{{end}}
 <table>
 <tr><th>iterations</th><th>dropped</th><th>interrupted</th><th>max VUs</th><th>peak busy VUs</th><th>requests/s</th><th>avg</th><th>p50</th><th>p90</th><th>p95</th><th>p99</th><th>max</th></tr>
 <tr><td>{{$s.Iterations}}</td><td>{{$s.DroppedIterations}}</td><td>{{$s.InterruptedIterations}}</td><td>{{$s.MaxVUs}}</td><td>{{$s.PeakActiveVUs}}</td><td>{{printf "%.1f" $s.RequestsPerS}}</td>
@@ -177,6 +178,9 @@ h2 { margin-top: 32px; border-bottom: 1px solid #ccc; }
 {{.VUs}}
 {{if $s.Thresholds}}<p><b>thresholds</b></p><table><tr><th>metric</th><th>threshold</th><th>value</th><th></th></tr>
 {{range $s.Thresholds}}<tr><td>{{.Metric}}</td><td>{{.Expr}}</td><td>{{if .Error}}{{.Error}}{{else}}{{printf "%.4g" .Value}}{{end}}</td><td>{{if .OK}}<span class="ok">✓</span>{{else}}<span class="bad">✗</span>{{end}}</td></tr>
+{{end}}</table>{{end}}
+{{if $s.Targets}}<p><b>targets</b> (reported, not enforced; see docs/loadtest.md)</p><table><tr><th>target</th><th>provider</th><th>want</th><th>got</th><th></th></tr>
+{{range $s.Targets}}<tr><td>{{.Name}}</td><td>{{.Provider}}</td><td>{{.Want}}</td><td>{{.Got}}</td><td>{{if .OK}}<span class="ok">✓</span>{{else}}<span class="bad">✗</span>{{end}}</td></tr>
 {{end}}</table>{{end}}
 {{if $s.Events}}<p><b>events</b></p><table><tr><th>at</th><th>event</th></tr>
 {{range $s.Events}}<tr><td>{{printf "%.2fs" .AtS}}</td><td class="text">{{.Text}}</td></tr>

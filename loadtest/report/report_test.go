@@ -18,6 +18,7 @@ func TestWriteDrawsChartsWithFaultWindows(t *testing.T) {
 			Faults:    []summary.Window{{Provider: "us", Kind: "down", StartS: 2, EndS: 8}},
 			Series:    map[string][]summary.Bucket{"us": {{T: 0, Requests: 5, AvgMS: 1, P95MS: 2, MaxMS: 3}, {T: 1, Requests: 5, Errors: 5, AvgMS: 900, P95MS: 1000, MaxMS: 1100}}},
 			VUs:       []summary.VUBucket{{T: 1, Active: 1, Allocated: 2}},
+			Targets:   []summary.Target{{Name: "max_vus", Want: "≤ 8", Got: "12"}},
 		}
 	}
 	naive, sidecar := run("naive"), run("sidecar")
@@ -26,7 +27,8 @@ func TestWriteDrawsChartsWithFaultWindows(t *testing.T) {
 		t.Fatalf("Write() = %v", err)
 	}
 	html := buf.String()
-	for _, want := range []string{"<svg", "latency per second (naive)", "error rate per second (sidecar)", "VUs (sidecar)", "us down", "Before / after"} {
+	for _, want := range []string{"<svg", "latency per second (naive)", "error rate per second (sidecar)", "VUs (sidecar)", "us down", "Before / after",
+		"fault windows of this run: us down 2.0s → 8.0s", "<td>max_vus</td><td></td><td>≤ 8</td><td>12</td>"} {
 		if !strings.Contains(html, want) {
 			t.Errorf("report lacks %q", want)
 		}

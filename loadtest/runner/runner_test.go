@@ -105,8 +105,114 @@ func TestShortScenarios(t *testing.T) {
 			}
 			for _, r := range res.Runs {
 				checkFaultsApplied(t, r, res.Scenario.Faults)
+				if r.Mode != runner.ModeSidecar {
+					continue
+				}
+				// The targets a short run on a loaded machine can show
+				// (summary.Target.Short): a blackhole known bad within a
+				// second.
+				for _, tg := range r.Targets {
+					if tg.Short && !tg.OK {
+						t.Errorf("target %s{provider:%s}: want %s, got %s", tg.Name, tg.Provider, tg.Want, tg.Got)
+					}
+				}
 			}
 		})
+	}
+}
+
+// TestScriptMatchesGoRunner runs loadtest/k6/repool.js itself (run -script:
+// its requests, checks, thresholds and handleSummary, in k6js) and the Go
+// runner on the short provider-down scenario, and compares the two JSON
+// summaries: the script's has the Go runner's shape (every field it writes
+// is one of the Go runner's, with the same meaning), and the numbers agree
+// as two runs of one scenario on one machine can.
+func TestScriptMatchesGoRunner(t *testing.T) {
+	if topology.PostgresBinDir() == "" {
+		t.Fatal("PostgreSQL is not installed: run scripts/test, which installs it")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	pg, err := topology.StartPostgres(ctx)
+	if err != nil {
+		t.Fatalf("StartPostgres() = %v", err)
+	}
+	t.Cleanup(func() { pg.Close() })
+	dir := t.TempDir()
+	var out bytes.Buffer
+	o := runner.Options{Scenario: "provider-down", Short: true, Mode: runner.ModeSidecar, Store: runner.StorePostgres, Dir: dir,
+		JSON: filepath.Join(dir, "k6.json"), Out: &out}
+	o.Postgres = pg
+	if _, err := runner.RunScript(ctx, o, filepath.Join("..", "k6", "repool.js")); err != nil {
+		t.Fatalf("RunScript() = %v\n%s", err, out.String())
+	}
+	t.Logf("script:\n%s", out.String())
+	for _, want := range []string{"checks", "http_req_duration{provider:us}", "fast_fail_within_10ms{provider:us}", "dropped_iterations"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the script's summary (handleSummary's stdout) lacks %q", want)
+		}
+	}
+	o.JSON = filepath.Join(dir, "go.json")
+	if _, err := runner.Execute(ctx, o); err != nil {
+		t.Fatalf("Execute() = %v", err)
+	}
+	read := func(path string) map[string]any {
+		t.Helper()
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc map[string]any
+		if err := json.Unmarshal(raw, &doc); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		return doc
+	}
+	k6, goRun := read(filepath.Join(dir, "k6.json")), read(filepath.Join(dir, "go.json"))
+	if k6["mode"] != "k6" || k6["scenario"] != "provider-down" || k6["short"] != true {
+		t.Fatalf("script's summary = mode %v, scenario %v, short %v; want k6, provider-down, true", k6["mode"], k6["scenario"], k6["short"])
+	}
+	var sameShape func(path string, a, b map[string]any)
+	sameShape = func(path string, a, b map[string]any) {
+		for k, v := range a {
+			w, ok := b[k]
+			if !ok {
+				t.Errorf("%s%s: in the script's summary, not in the Go runner's", path, k)
+				continue
+			}
+			if am, ok := v.(map[string]any); ok {
+				bm, ok := w.(map[string]any)
+				if !ok {
+					t.Errorf("%s%s: an object in the script's summary, %T in the Go runner's", path, k, w)
+					continue
+				}
+				sameShape(path+k+".", am, bm)
+			}
+		}
+	}
+	sameShape("", k6, goRun)
+	num := func(doc map[string]any, keys ...string) float64 {
+		var v any = doc
+		for _, k := range keys {
+			v = v.(map[string]any)[k]
+		}
+		f, _ := v.(float64)
+		return f
+	}
+	// Both ran 8 s at 50 iterations/s; us was down for 4 s of them.
+	for _, doc := range []map[string]any{k6, goRun} {
+		it := num(doc, "iterations") + num(doc, "dropped_iterations")
+		// Not eu's health: on a loaded machine the healthy provider's
+		// HA pair can lose its leader for a second; that is the topology's,
+		// not a difference between the runners.
+		us := num(doc, "providers", "us", "error_rate")
+		if it < 300 || it > 420 || us < 0.1 || num(doc, "providers", "us", "fast_fail_marked") < 0.9 {
+			t.Errorf("%s run: %v iterations, us error rate %.3f, us fast-fail marked %.3f; want about 400, the outage's failures (> 10%%) marked fast-fail (> 90%%)",
+				doc["mode"], it, us, num(doc, "providers", "us", "fast_fail_marked"))
+		}
+	}
+	if a, b := num(k6, "providers", "us", "error_rate"), num(goRun, "providers", "us", "error_rate"); a > 2*b+0.05 || b > 2*a+0.05 {
+		t.Errorf("us error rate: script %.3f, Go runner %.3f; want them within 2× of each other", a, b)
 	}
 }
 

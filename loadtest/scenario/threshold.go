@@ -97,3 +97,7 @@ func (t Threshold) Holds(got float64) bool {
 		return got != t.Value
 	}
 }
+
+// ParseThresholds parses thresholds in k6's syntax (metric{tag:value} →
+// ["AGG OP NUMBER", ...]), sorted by key and expression.
+func ParseThresholds(m map[string][]string) ([]Threshold, error) { return parseThresholds(m) }

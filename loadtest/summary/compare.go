@@ -23,6 +23,9 @@ type Comparison struct {
 	// about; empty when the scenario has no fault.
 	Provider string `json:"provider,omitempty"`
 	Rows     []Row  `json:"rows"`
+	// Targets are the targets that need both runs (the sidecar's success
+	// rate against the naive client's).
+	Targets []Target `json:"targets,omitempty"`
 }
 
 // Row is one line of the table.
@@ -58,6 +61,9 @@ func Compare(naive, sidecar *Summary) *Comparison {
 			add("error rate, "+where, "share", pn.Fault.ErrorRate, ps.Fault.ErrorRate)
 			add("fast-fail ≤10ms, "+where, "share", pn.Fault.FastFailWithin10ms, ps.Fault.FastFailWithin10ms)
 			add("fast-fail ≤100ms, "+where, "share", pn.Fault.FastFailWithin100ms, ps.Fault.FastFailWithin100ms)
+			if t := SuccessRateTarget(naive, sidecar, c.Provider); t != nil {
+				c.Targets = append(c.Targets, *t)
+			}
 		}
 		for _, name := range sidecar.providerOrder {
 			if name == c.Provider {
@@ -94,6 +100,9 @@ func (c *Comparison) WriteText(w io.Writer, sc *scenario.Scenario) {
 	fmt.Fprintf(w, "   %-44s %12s %12s %14s\n", "", "naive", "sidecar", "naive/sidecar")
 	for _, r := range c.Rows {
 		fmt.Fprintf(w, "   %-44s %12s %12s %14s\n", r.Name, r.format(r.Naive), r.format(r.Sidecar), r.ratio())
+	}
+	for _, t := range c.Targets {
+		fmt.Fprintf(w, "\n   target %s\n", t.line())
 	}
 	fmt.Fprintln(w)
 }

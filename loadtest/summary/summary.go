@@ -47,6 +47,9 @@ type Summary struct {
 	Events                []Event                   `json:"events"`
 	Thresholds            []ThresholdResult         `json:"thresholds"`
 	ThresholdsOK          bool                      `json:"thresholds_ok"`
+	// Targets are the degraded-cluster targets (targets.go), reported, not
+	// enforced: the exit status follows the thresholds only.
+	Targets []Target `json:"targets"`
 	// Series are per-second buckets per provider, for charts.
 	Series map[string][]Bucket `json:"series"`
 	// VUs are per-second VU counts.
@@ -182,7 +185,10 @@ func Compute(in Input) *Summary {
 		for _, x := range samples {
 			if x.Provider == pi && x.Failed {
 				code := x.Code
-				if code == "" {
+				switch {
+				case x.FastFail == "bulkhead-full":
+					code = "bulkhead_full" // an unavailable the sidecar answered itself
+				case code == "":
 					code = "unknown"
 				}
 				ps.ErrorCodes[code]++
@@ -215,6 +221,7 @@ func Compute(in Input) *Summary {
 	}
 	s.VUs = vuBuckets(vus)
 	s.Thresholds, s.ThresholdsOK = evaluate(s, sc.ParsedThresholds())
+	s.Targets = s.targets(in.Windows)
 	return s
 }
 

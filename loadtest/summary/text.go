@@ -136,6 +136,18 @@ func (s *Summary) WriteText(w io.Writer) {
 			p("\n")
 		}
 	}
+	if len(s.Targets) > 0 {
+		met := 0
+		for _, t := range s.Targets {
+			if t.OK {
+				met++
+			}
+		}
+		p("\n   targets (%d of %d met; reported, not enforced):\n", met, len(s.Targets))
+		for _, t := range s.Targets {
+			p("     %s\n", t.line())
+		}
+	}
 	if len(s.Faults) > 0 {
 		p("\n   faults:\n")
 		for _, f := range s.Faults {

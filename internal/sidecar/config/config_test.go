@@ -120,7 +120,7 @@ func TestWithDefaults(t *testing.T) {
 	if c.Listen != "127.0.0.1:7070" || c.MaxBodyBytes != 1<<20 || p.Timeout != 3*time.Second ||
 		c.HTTP.MaxHeaderBytes != 64<<10 || c.HTTP.ReadHeaderTimeout != 10*time.Second || c.HTTP.ReadTimeout != 30*time.Second ||
 		c.HTTP.WriteTimeout != 30*time.Second || c.HTTP.IdleTimeout != 2*time.Minute || c.HTTP.MaxConnections != 1024 ||
-		p.Retry.MaxRetries != 3 || p.RetryBudget.Ratio != 0.2 || p.RetryBudget.MinPerSecond != 10 ||
+		p.Retry.MaxRetries != 5 || p.RetryBudget.Ratio != 0.5 || p.RetryBudget.MinPerSecond != 10 ||
 		p.Breaker.FailureRatio != 0.5 || p.Breaker.MinRequests != 20 || p.Token.RefreshAt != 0.8 {
 		t.Fatalf("WithDefaults() = %+v, want the documented defaults", c)
 	}

@@ -31,8 +31,8 @@ const (
 	codeInternal           = "internal"
 )
 
-// FastFailHeader says why a call failed fast: circuit-open, timeout or
-// upstream.
+// FastFailHeader says why a call failed fast: circuit-open, bulkhead-full,
+// timeout or upstream.
 const FastFailHeader = "X-Repool-Fast-Fail"
 
 // httpStatus maps the gRPC codes of upstream answers to HTTP statuses

@@ -106,7 +106,7 @@ func New(cfg Config) (*Provider, error) {
 		name: cfg.Name, timeout: cfg.Timeout, pool: cfg.Pool, tokens: cfg.Tokens,
 		breaker: cfg.Breaker, retrier: cfg.Retrier,
 		series: newSeries(cfg.Metrics, cfg.Name,
-			resilience.FastFailCircuitOpen, resilience.FastFailTimeout, resilience.FastFailUpstream),
+			resilience.FastFailCircuitOpen, resilience.FastFailBulkhead, resilience.FastFailTimeout, resilience.FastFailUpstream),
 	}, nil
 }
 
@@ -120,7 +120,7 @@ func (p *Provider) Breaker() *resilience.Breaker { return p.breaker }
 // the resilience layers are composed, and their order is the design
 // (docs/sidecar.md):
 //
-//		breaker.Execute( retry( auth( call ) ) )
+//		breaker.Execute( retry( bulkhead( auth( call ) ) ) )
 //
 //	 1. The breaker is outermost, so an open breaker rejects the call before
 //	    any attempt, any token fetch and any timer — in well under a
@@ -131,13 +131,18 @@ func (p *Provider) Breaker() *resilience.Breaker { return p.breaker }
 //	 2. The retrier runs within the call's deadline (Timeout, which starts
 //	    only once the breaker has admitted the call) and the provider's retry
 //	    budget; it retries UNAVAILABLE only.
-//	 3. The auth layer is innermost, so each attempt carries a current token,
+//	    A retry is not made once the breaker has opened meanwhile.
+//	 3. The bulkhead (breaker.Enter) bounds the attempts in flight to the
+//	    provider; an attempt beyond the bound fails at once, is not retried
+//	    and is not counted by the breaker. It is inside the retry so that a
+//	    call waiting to retry holds no slot.
+//	 4. The auth layer is innermost, so each attempt carries a current token,
 //	    and a token the server refuses is replaced and the attempt repeated
 //	    once without spending a retry; an IssueToken that fails with
 //	    UNAVAILABLE is retried like the call itself.
 //
 // The error is the call's (a gRPC status error, possibly wrapped), or one
-// matching resilience.ErrCircuitOpen, resilience.ErrBudgetSpent,
+// matching resilience.ErrCircuitOpen, resilience.ErrBulkheadFull, resilience.ErrBudgetSpent,
 // token.ErrInvalidCredentials or a context error. A RESOURCE_EXHAUSTED
 // answer with a retry-after trailer has a RetryAfter() time.Duration
 // method, as does a circuit-open rejection.
@@ -147,7 +152,20 @@ func (p *Provider) Do(ctx context.Context, method Method, call Call) error {
 		ctx, cancel := context.WithTimeout(ctx, p.timeout)
 		defer cancel()
 		var trailer metadata.MD
+		retry := false
 		err := p.retrier.Do(ctx, func(ctx context.Context) error {
+			if retry {
+				// The breaker opened while this call waited to retry
+				// (other calls found the provider down): stop now.
+				if err := p.breaker.Admit(); err != nil {
+					return err
+				}
+			}
+			retry = true
+			if err := p.breaker.Enter(); err != nil {
+				return err
+			}
+			defer p.breaker.Leave()
 			return p.tokens.Do(ctx, func(ctx context.Context, bearer string) error {
 				trailer = nil
 				return call(metadata.AppendToOutgoingContext(ctx, "authorization", bearer), p.pool, grpc.Trailer(&trailer))

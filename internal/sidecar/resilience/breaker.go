@@ -1,6 +1,7 @@
 package resilience
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -16,6 +17,12 @@ import (
 // time.Duration method telling how long the breaker stays open (for a
 // half-open breaker, a fixed 250 ms: its probes settle soon).
 var ErrCircuitOpen = errors.New("circuit breaker is open")
+
+// ErrBulkheadFull is matched (errors.Is) by the rejection of an attempt
+// that would exceed the provider's bound on attempts in flight
+// (BreakerPolicy.MaxInFlight). Such an attempt never reaches the provider,
+// is not retried, and is not counted by the breaker.
+var ErrBulkheadFull = errors.New("too many calls in flight to the provider")
 
 // halfOpenRetryAfter is the retry-after hint of a half-open breaker whose
 // probes are all in flight: they settle within one call timeout, usually
@@ -38,13 +45,38 @@ type BreakerPolicy struct {
 	// Buckets divides Window; outcomes expire one bucket (Window/Buckets) at
 	// a time. Default 10; at most 1000.
 	Buckets int `yaml:"buckets"`
-	// OpenTimeout is how long an open breaker rejects calls before it lets
-	// probes through (half-open). Default 5s.
+	// OpenTimeout is how long an open breaker rejects calls before it
+	// probes the provider (half-open). Default 1s: the sidecar's probes are
+	// its own health checks, which cost callers nothing.
 	OpenTimeout time.Duration `yaml:"open_timeout"`
 	// HalfOpenProbes is how many calls a half-open breaker lets through.
 	// All of them must succeed to close it; one failure opens it again.
-	// Default 3.
+	// Default 3. With a probe (the sidecar always has one), these are the
+	// sidecar's own health checks, one after the other, and every caller is
+	// rejected until they close the breaker; without one they are callers'
+	// calls.
 	HalfOpenProbes uint32 `yaml:"half_open_probes"`
+	// ConsecutiveFailures trips the breaker when this many calls in a row
+	// failed, whatever the window holds (Envoy's consecutive_5xx): a
+	// cluster that went down is known bad after a few calls, not after the
+	// window's successes are outweighed. Default 5; negative turns the rule
+	// off.
+	ConsecutiveFailures int `yaml:"consecutive_failures"`
+	// ConsecutiveTimeouts trips the breaker when this many calls in a row
+	// ended in DEADLINE_EXCEEDED (the sidecar's timeout or a proxy's 504):
+	// the slow-call rule for a silent provider, which answers nothing and
+	// costs every caller a full timeout. Default 3 (up to MaxInFlight calls
+	// hang at once, so it trips one timeout after the fault); negative turns
+	// the rule off.
+	ConsecutiveTimeouts int `yaml:"consecutive_timeouts"`
+	// MaxInFlight bounds the attempts in flight to the provider, the
+	// bulkhead (Envoy's max_requests): an attempt beyond it fails at once
+	// with ErrBulkheadFull, so a silent provider holds at most this many of
+	// the backend's workers. Waits between retries do not count. Default 8,
+	// which carries rate × latency up to 8 (1,000 calls/s at 8 ms) and the
+	// slow attempts of a failover's first tenth of a second; negative means
+	// no bound.
+	MaxInFlight int `yaml:"max_in_flight"`
 }
 
 // WithDefaults returns p with defaults in place of zero values.
@@ -62,10 +94,19 @@ func (p BreakerPolicy) WithDefaults() BreakerPolicy {
 		p.Buckets = 10
 	}
 	if p.OpenTimeout == 0 {
-		p.OpenTimeout = 5 * time.Second
+		p.OpenTimeout = time.Second
 	}
 	if p.HalfOpenProbes == 0 {
 		p.HalfOpenProbes = 3
+	}
+	if p.ConsecutiveFailures == 0 {
+		p.ConsecutiveFailures = 5
+	}
+	if p.ConsecutiveTimeouts == 0 {
+		p.ConsecutiveTimeouts = 3
+	}
+	if p.MaxInFlight == 0 {
+		p.MaxInFlight = 8
 	}
 	return p
 }
@@ -84,6 +125,12 @@ func (p BreakerPolicy) Validate() error {
 		return fmt.Errorf("buckets %d: a bucket of window %v must last at least 1ms", p.Buckets, p.Window)
 	case p.OpenTimeout < time.Millisecond:
 		return fmt.Errorf("open_timeout %v: want at least 1ms", p.OpenTimeout)
+	case p.ConsecutiveFailures > 1000:
+		return fmt.Errorf("consecutive_failures %d: want at most 1000", p.ConsecutiveFailures)
+	case p.ConsecutiveTimeouts > 1000:
+		return fmt.Errorf("consecutive_timeouts %d: want at most 1000", p.ConsecutiveTimeouts)
+	case p.MaxInFlight > 1_000_000:
+		return fmt.Errorf("max_in_flight %d: want at most 1000000", p.MaxInFlight)
 	}
 	return nil
 }
@@ -127,8 +174,12 @@ type Transition struct {
 	Provider string
 	From, To State
 	At       time.Time
+	// Rule is the rule that opened the breaker, for a transition to open.
+	Rule TripRule
 	// For a transition to open from closed: the failures and counted
-	// outcomes in the window that tripped it. Both zero otherwise.
+	// outcomes in the window that tripped it (RuleFailureRatio), or the
+	// failures in a row (the consecutive rules; Total 0). Both zero
+	// otherwise.
 	Failures, Total uint32
 	// LastFailure is the code of the latest failure before the transition.
 	LastFailure codes.Code
@@ -142,12 +193,32 @@ func (t Transition) Reason() string {
 	if t.To != StateOpen {
 		return ""
 	}
-	if t.Total == 0 {
-		return fmt.Sprintf("a half-open probe failed (%v)", t.LastFailure)
+	switch t.Rule {
+	case RuleConsecutiveFailures:
+		return fmt.Sprintf("%d calls in a row failed; last failure %v", t.Failures, t.LastFailure)
+	case RuleConsecutiveTimeouts:
+		return fmt.Sprintf("%d calls in a row timed out (%v)", t.Failures, t.LastFailure)
+	case RuleFailureRatio:
+		return fmt.Sprintf("failure ratio %.0f%% (%d of %d calls) in %v reached %.0f%%; last failure %v",
+			100*float64(t.Failures)/float64(t.Total), t.Failures, t.Total, t.Window, 100*t.Ratio, t.LastFailure)
 	}
-	return fmt.Sprintf("failure ratio %.0f%% (%d of %d calls) in %v reached %.0f%%; last failure %v",
-		100*float64(t.Failures)/float64(t.Total), t.Failures, t.Total, t.Window, 100*t.Ratio, t.LastFailure)
+	return fmt.Sprintf("a half-open probe failed (%v)", t.LastFailure)
 }
+
+// TripRule names the rule that opened a breaker.
+type TripRule int
+
+// The rules that open a breaker.
+const (
+	// RuleProbe: a half-open probe failed.
+	RuleProbe TripRule = iota
+	// RuleFailureRatio: BreakerPolicy.FailureRatio over the window.
+	RuleFailureRatio
+	// RuleConsecutiveFailures: BreakerPolicy.ConsecutiveFailures.
+	RuleConsecutiveFailures
+	// RuleConsecutiveTimeouts: BreakerPolicy.ConsecutiveTimeouts.
+	RuleConsecutiveTimeouts
+)
 
 // BreakerConfig configures NewBreaker.
 type BreakerConfig struct {
@@ -161,6 +232,16 @@ type BreakerConfig struct {
 	// Notify, when set, receives every transition. The breaker never
 	// blocks on it: a transition that does not fit is dropped and counted.
 	Notify chan<- Transition
+	// Probe, when set, is the half-open breaker's health check: once
+	// OpenTimeout has passed, the breaker runs it (in a goroutine of its
+	// own, bounded by ProbeTimeout) up to HalfOpenProbes times in a row
+	// while every caller is still rejected; all must succeed (nil) to close
+	// the breaker, one failure opens it again. Callers' calls then never
+	// wait on a provider that is known bad. Without it, callers' calls are
+	// the probes.
+	Probe func(context.Context) error
+	// ProbeTimeout bounds one probe. Default 1s.
+	ProbeTimeout time.Duration
 }
 
 // Counts are the outcomes a breaker holds in its current window (closed) or
@@ -185,6 +266,8 @@ type Status struct {
 	// LastTrip is zero if the breaker never opened.
 	LastTrip       time.Time
 	LastTripReason string
+	// InFlight is the attempts in flight under the bulkhead.
+	InFlight int
 }
 
 // Breaker is one provider's circuit breaker: sony/gobreaker's local
@@ -210,6 +293,16 @@ type Breaker struct {
 
 	// Rejections, allocated once so that rejecting allocates nothing.
 	errOpen, errBusy *openError
+	errFull          *bulkheadError
+
+	probe        func(context.Context) error
+	probeTimeout time.Duration
+	probing      atomic.Bool // a probe goroutine is running
+
+	// The bulkhead: attempts in flight, and its bound (0: none).
+	inFlight    atomic.Int64
+	maxInFlight int64
+	rejected    prometheus.Counter
 
 	// Written by the callbacks, under gobreaker's lock, with atomics only;
 	// read anywhere.
@@ -220,6 +313,11 @@ type Breaker struct {
 	tripFailures atomic.Uint32 // failures in the window that tripped it
 	tripTotal    atomic.Uint32 // counted outcomes in that window; 0: a probe failed
 	lastFailure  atomic.Uint32 // codes.Code of the latest failure
+	tripRule     atomic.Uint32 // TripRule of the last trip
+
+	// Calls in a row that failed, and that timed out; written under
+	// gobreaker's lock (isSuccessful, onStateChange).
+	consecFailures, consecTimeouts atomic.Uint32
 }
 
 // NewBreaker returns a closed breaker. cfg.Policy must be valid.
@@ -238,6 +336,15 @@ func NewBreaker(cfg BreakerConfig) *Breaker {
 	}
 	b.errOpen = &openError{b: b, cause: gobreaker.ErrOpenState}
 	b.errBusy = &openError{b: b, cause: gobreaker.ErrTooManyRequests}
+	b.errFull = &bulkheadError{b: b}
+	b.rejected = m.bulkheadRejections.WithLabelValues(cfg.Provider)
+	if p.MaxInFlight > 0 {
+		b.maxInFlight = int64(p.MaxInFlight)
+	}
+	b.probe, b.probeTimeout = cfg.Probe, cfg.ProbeTimeout
+	if b.probeTimeout <= 0 {
+		b.probeTimeout = time.Second
+	}
 	b.since.Store(time.Now().UnixNano())
 	b.cb = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:          cfg.Provider,
@@ -264,6 +371,15 @@ func (b *Breaker) Policy() BreakerPolicy { return b.policy }
 // A rejection returns at once, without calling fn and without allocating,
 // an error matching ErrCircuitOpen. Otherwise it returns fn's error.
 func (b *Breaker) Execute(fn func() error) error {
+	switch b.cb.State() { // one lock, as gobreaker's own rejection takes
+	case gobreaker.StateOpen:
+		return b.errOpen
+	case gobreaker.StateHalfOpen:
+		if b.probe != nil {
+			b.startProbe()
+			return b.errBusy
+		}
+	}
 	_, err := b.cb.Execute(func() (struct{}, error) { return struct{}{}, fn() })
 	switch err {
 	case gobreaker.ErrOpenState:
@@ -278,11 +394,62 @@ func (b *Breaker) Execute(fn func() error) error {
 // or nil, without running or counting anything. It is for work with no
 // single outcome to count, such as opening a long-lived stream.
 func (b *Breaker) Admit() error {
-	if b.State() == StateOpen {
+	switch b.State() {
+	case StateOpen:
 		return b.errOpen
+	case StateHalfOpen:
+		if b.probe != nil {
+			b.startProbe()
+			return b.errBusy
+		}
 	}
 	return nil
 }
+
+// startProbe runs the half-open probes in a goroutine unless one runs
+// already. The goroutine ends when a probe fails, when HalfOpenProbes
+// probes succeeded (the breaker closed), or when the breaker left the
+// half-open state.
+func (b *Breaker) startProbe() {
+	if !b.probing.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer b.probing.Store(false)
+		for range b.policy.HalfOpenProbes {
+			if b.cb.State() != gobreaker.StateHalfOpen {
+				return
+			}
+			_, err := b.cb.Execute(func() (struct{}, error) {
+				ctx, cancel := context.WithTimeout(context.Background(), b.probeTimeout)
+				defer cancel()
+				return struct{}{}, b.probe(ctx)
+			})
+			if err != nil {
+				return
+			}
+		}
+	}()
+}
+
+// Enter admits one attempt to the provider under the bulkhead
+// (MaxInFlight), or returns at once, without allocating, an error matching
+// ErrBulkheadFull. Every nil return must be paired with one Leave.
+func (b *Breaker) Enter() error {
+	n := b.inFlight.Add(1)
+	if b.maxInFlight > 0 && n > b.maxInFlight {
+		b.inFlight.Add(-1)
+		b.rejected.Inc()
+		return b.errFull
+	}
+	return nil
+}
+
+// Leave ends an attempt admitted by Enter.
+func (b *Breaker) Leave() { b.inFlight.Add(-1) }
+
+// InFlight returns the attempts in flight (admitted by Enter, not yet left).
+func (b *Breaker) InFlight() int { return int(b.inFlight.Load()) }
 
 // State returns the breaker's state, moving an open breaker whose timeout
 // has passed to half-open.
@@ -311,7 +478,8 @@ func (b *Breaker) Status() Status {
 			Exclusions: c.TotalExclusions, ConsecutiveSuccesses: c.ConsecutiveSuccesses,
 			ConsecutiveFailures: c.ConsecutiveFailures,
 		},
-		Trips: b.trips.Load(),
+		Trips:    b.trips.Load(),
+		InFlight: b.InFlight(),
 	}
 	if st == StateOpen {
 		s.RetryAfter = b.RetryAfter()
@@ -328,31 +496,56 @@ func (b *Breaker) trip(to State, at time.Time) Transition {
 	t := Transition{Provider: b.provider, To: to, At: at, Window: b.policy.Window, Ratio: b.policy.FailureRatio,
 		LastFailure: codes.Code(b.lastFailure.Load())}
 	if to == StateOpen {
+		t.Rule = TripRule(b.tripRule.Load())
 		t.Failures, t.Total = b.tripFailures.Load(), b.tripTotal.Load()
 	}
 	return t
 }
 
 // readyToTrip runs under gobreaker's lock after each failure of a closed
-// breaker: trip when the window holds enough outcomes and the failure ratio
-// is reached. It only reads its argument and stores atomics.
+// breaker: trip when the calls in a row that failed or timed out reach
+// their bound, or when the window holds enough outcomes and the failure
+// ratio is reached. It only reads its argument and atomics, and stores
+// atomics.
 func (b *Breaker) readyToTrip(c gobreaker.Counts) bool {
+	if n := b.consecTimeouts.Load(); b.policy.ConsecutiveTimeouts > 0 && n >= uint32(b.policy.ConsecutiveTimeouts) {
+		return b.tripped(RuleConsecutiveTimeouts, n, 0)
+	}
+	if n := b.consecFailures.Load(); b.policy.ConsecutiveFailures > 0 && n >= uint32(b.policy.ConsecutiveFailures) {
+		return b.tripped(RuleConsecutiveFailures, n, 0)
+	}
 	total := c.TotalSuccesses + c.TotalFailures
 	if total < b.policy.MinRequests || float64(c.TotalFailures) < b.policy.FailureRatio*float64(total) {
 		return false
 	}
-	b.tripFailures.Store(c.TotalFailures)
+	return b.tripped(RuleFailureRatio, c.TotalFailures, total)
+}
+
+// tripped records why the breaker is about to open, and returns true.
+func (b *Breaker) tripped(rule TripRule, failures, total uint32) bool {
+	b.tripRule.Store(uint32(rule))
+	b.tripFailures.Store(failures)
 	b.tripTotal.Store(total)
 	return true
 }
 
-// isSuccessful runs under gobreaker's lock: classify and remember the code
-// of a failure for the trip reason.
+// isSuccessful runs under gobreaker's lock for every outcome that is not
+// excluded: classify, count the calls in a row that failed and timed out,
+// and remember the code of a failure for the trip reason.
 func (b *Breaker) isSuccessful(err error) bool {
 	if successful(err) {
+		b.consecFailures.Store(0)
+		b.consecTimeouts.Store(0)
 		return true
 	}
-	b.lastFailure.Store(uint32(Code(err)))
+	c := Code(err)
+	b.lastFailure.Store(uint32(c))
+	b.consecFailures.Add(1)
+	if c == codes.DeadlineExceeded {
+		b.consecTimeouts.Add(1)
+	} else {
+		b.consecTimeouts.Store(0)
+	}
 	return false
 }
 
@@ -363,12 +556,14 @@ func (b *Breaker) onStateChange(_ string, from, to gobreaker.State) {
 	now := time.Now()
 	f, t := fromGobreaker(from), fromGobreaker(to)
 	b.since.Store(now.UnixNano())
+	b.consecFailures.Store(0)
+	b.consecTimeouts.Store(0)
 	if t == StateOpen {
 		b.opened.Store(now.UnixNano())
 		b.lastTrip.Store(now.UnixNano())
 		b.trips.Add(1)
 		if f == StateHalfOpen {
-			b.tripTotal.Store(0) // a failed probe, not the ratio
+			b.tripped(RuleProbe, 0, 0) // a failed probe, not a rule of the window
 		}
 	}
 	b.stateGauge.Set(float64(t))
@@ -409,3 +604,13 @@ func (e *openError) Unwrap() error { return e.cause }
 
 // RetryAfter is how long the breaker stays open.
 func (e *openError) RetryAfter() time.Duration { return e.b.RetryAfter() }
+
+// bulkheadError is the bulkhead's rejection, allocated once per breaker.
+type bulkheadError struct{ b *Breaker }
+
+func (e *bulkheadError) Error() string {
+	return fmt.Sprintf("provider %q: %d calls already in flight (max_in_flight)", e.b.provider, e.b.maxInFlight)
+}
+
+// Is makes the rejection match ErrBulkheadFull.
+func (e *bulkheadError) Is(target error) bool { return target == ErrBulkheadFull }

@@ -24,7 +24,8 @@ func run(b *Breaker, n int, err error) (called int) {
 }
 
 func TestBreakerTripsAtThreshold(t *testing.T) {
-	policy := BreakerPolicy{FailureRatio: 0.5, MinRequests: 20, Window: time.Minute, OpenTimeout: time.Minute}
+	policy := BreakerPolicy{FailureRatio: 0.5, MinRequests: 20, Window: time.Minute, OpenTimeout: time.Minute,
+		ConsecutiveFailures: -1, ConsecutiveTimeouts: -1}
 	tests := []struct {
 		name      string
 		successes int
@@ -172,6 +173,179 @@ func TestBreakerHalfOpen(t *testing.T) {
 		}
 		if got := b.State(); got != StateClosed {
 			t.Fatalf("State() after the probes = got %v, want closed", got)
+		}
+	})
+}
+
+// TestBreakerConsecutiveRules: calls in a row that failed, or timed out,
+// trip the breaker whatever the window holds; a success (or, for the
+// timeouts, any other outcome) starts the count again.
+func TestBreakerConsecutiveRules(t *testing.T) {
+	unavailable, timeout := grpcErr(codes.Unavailable), grpcErr(codes.DeadlineExceeded)
+	// A window full of successes: the ratio cannot trip it.
+	policy := BreakerPolicy{MinRequests: 1, Window: time.Hour, OpenTimeout: time.Hour}
+	tests := []struct {
+		name     string
+		outcomes []error
+		want     State
+		wantRule TripRule
+	}{
+		{"4 failures in a row do not trip it", []error{unavailable, unavailable, unavailable, unavailable}, StateClosed, 0},
+		{"the 5th failure in a row does", []error{unavailable, unavailable, unavailable, unavailable, unavailable}, StateOpen, RuleConsecutiveFailures},
+		{"a success starts the count again", []error{unavailable, unavailable, unavailable, unavailable, nil, unavailable, unavailable, unavailable, unavailable}, StateClosed, 0},
+		{"a business answer is a success", []error{unavailable, unavailable, unavailable, unavailable, grpcErr(codes.NotFound), unavailable}, StateClosed, 0},
+		{"an excluded outcome neither counts nor resets", []error{unavailable, unavailable, grpcErr(codes.ResourceExhausted), unavailable, unavailable, unavailable}, StateOpen, RuleConsecutiveFailures},
+		{"2 timeouts in a row do not trip it", []error{timeout, timeout}, StateClosed, 0},
+		{"3 timeouts in a row do", []error{timeout, timeout, timeout}, StateOpen, RuleConsecutiveTimeouts},
+		{"a proxy's 504 is a timeout", []error{timeout, timeout, grpcErr504()}, StateOpen, RuleConsecutiveTimeouts},
+		{"another failure between timeouts starts their count again", []error{timeout, timeout, unavailable, timeout}, StateClosed, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ch := make(chan Transition, 1)
+			b := NewBreaker(BreakerConfig{Provider: "p", Policy: policy, Notify: ch})
+			run(b, 100, nil)
+			for _, err := range tt.outcomes {
+				run(b, 1, err)
+			}
+			if got := b.State(); got != tt.want {
+				t.Fatalf("State() after 100 successes and %v = got %v, want %v", tt.outcomes, got, tt.want)
+			}
+			if tt.want != StateOpen {
+				return
+			}
+			tr := <-ch
+			if tr.Rule != tt.wantRule || tr.Reason() == "" {
+				t.Fatalf("transition = %+v (%q), want rule %v", tr, tr.Reason(), tt.wantRule)
+			}
+		})
+	}
+	t.Run("negative turns the rules off", func(t *testing.T) {
+		b := NewBreaker(BreakerConfig{Provider: "p", Policy: BreakerPolicy{MinRequests: 1000, Window: time.Hour, OpenTimeout: time.Hour,
+			ConsecutiveFailures: -1, ConsecutiveTimeouts: -1}})
+		run(b, 50, timeout)
+		if got := b.State(); got != StateClosed {
+			t.Fatalf("State() after 50 timeouts with the rules off = got %v, want closed", got)
+		}
+	})
+}
+
+// grpcErr504 is how grpc-go reports a proxy's 504.
+func grpcErr504() error {
+	return status.Error(codes.Unavailable, "unexpected HTTP status code received from server: 504 (Gateway Timeout)")
+}
+
+// TestBulkhead: at most max_in_flight attempts are admitted; the next one
+// is rejected at once, without allocating, with an error that is neither
+// retried nor counted by the breaker; Leave frees a slot.
+func TestBulkhead(t *testing.T) {
+	m := NewMetrics(nil)
+	b := NewBreaker(BreakerConfig{Provider: "p", Policy: BreakerPolicy{MaxInFlight: 3}, Metrics: m})
+	for i := range 3 {
+		if err := b.Enter(); err != nil {
+			t.Fatalf("Enter() #%d = %v, want nil", i+1, err)
+		}
+	}
+	err := b.Enter()
+	if !errors.Is(err, ErrBulkheadFull) || Retryable(err) || Code(err) != codes.Unavailable || FastFail(err) != FastFailBulkhead {
+		t.Fatalf("Enter() with 3 in flight = %v (retryable %v, code %v, fast-fail %q); want ErrBulkheadFull, not retryable, UNAVAILABLE, %q",
+			err, Retryable(err), Code(err), FastFail(err), FastFailBulkhead)
+	}
+	if got := b.Status().InFlight; got != 3 {
+		t.Fatalf("Status().InFlight = %d, want 3", got)
+	}
+	if got := testing.AllocsPerRun(100, func() { _ = b.Enter() }); got != 0 {
+		t.Fatalf("a rejection allocates %v times, want 0", got)
+	}
+	// 1 + AllocsPerRun's 100 runs and its warm-up run.
+	if got := testutil.ToFloat64(m.bulkheadRejections.WithLabelValues("p")); got != 102 {
+		t.Fatalf("bulkhead rejections = %v, want 102", got)
+	}
+	b.Leave()
+	if err := b.Enter(); err != nil {
+		t.Fatalf("Enter() after a Leave = %v, want nil", err)
+	}
+	// The breaker ignores the rejections, however many.
+	run(b, 100, err)
+	if c := b.Status().Counts; b.State() != StateClosed || c.Failures != 0 || c.Exclusions != 100 {
+		t.Fatalf("after 100 rejections: %v, counts %+v; want closed, 100 exclusions", b.State(), c)
+	}
+	t.Run("negative means no bound", func(t *testing.T) {
+		b := NewBreaker(BreakerConfig{Provider: "p", Policy: BreakerPolicy{MaxInFlight: -1}})
+		for i := range 10_000 {
+			if err := b.Enter(); err != nil {
+				t.Fatalf("Enter() #%d = %v, want nil", i+1, err)
+			}
+		}
+	})
+	t.Run("the default is 8", func(t *testing.T) {
+		b := NewBreaker(BreakerConfig{Provider: "p"})
+		n := 0
+		for b.Enter() == nil {
+			n++
+		}
+		if n != 8 {
+			t.Fatalf("admitted %d, want 8", n)
+		}
+	})
+}
+
+// TestBreakerProbe: with a probe, a half-open breaker keeps rejecting
+// callers while its own probes run, one after the other; they close it when
+// all succeed, and open it again when one fails.
+func TestBreakerProbe(t *testing.T) {
+	const open = 20 * time.Millisecond // gobreaker reads the wall clock
+	policy := BreakerPolicy{OpenTimeout: open, HalfOpenProbes: 3}
+	t.Run("successful probes close it; callers never probe", func(t *testing.T) {
+		probes := make(chan struct{}, 10)
+		b := NewBreaker(BreakerConfig{Provider: "p", Policy: policy, Probe: func(ctx context.Context) error {
+			if _, ok := ctx.Deadline(); !ok {
+				t.Error("a probe without a deadline")
+			}
+			probes <- struct{}{}
+			return nil
+		}})
+		run(b, 5, grpcErr(codes.Unavailable))
+		time.Sleep(open + 10*time.Millisecond)
+		deadline := time.Now().Add(10 * time.Second)
+		for b.State() != StateClosed {
+			if called := run(b, 1, nil); called != 0 {
+				t.Fatal("a caller's call went through a half-open breaker that has a probe")
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("still %v after 10s of probing", b.State())
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if n := len(probes); n != 3 {
+			t.Fatalf("%d probes closed it, want 3", n)
+		}
+		if called := run(b, 5, nil); called != 5 {
+			t.Fatalf("closed breaker let %d of 5 calls through", called)
+		}
+	})
+	t.Run("a failed probe opens it again", func(t *testing.T) {
+		ch := make(chan Transition, 10)
+		b := NewBreaker(BreakerConfig{Provider: "p", Policy: policy, Notify: ch, Probe: func(ctx context.Context) error {
+			<-ctx.Done() // a silent provider: the probe's timeout ends it
+			return grpcErr(codes.DeadlineExceeded)
+		}, ProbeTimeout: 5 * time.Millisecond})
+		run(b, 5, grpcErr(codes.Unavailable))
+		time.Sleep(open + 10*time.Millisecond)
+		start := time.Now()
+		if err := b.Execute(func() error { t.Error("a caller probed"); return nil }); !errors.Is(err, ErrCircuitOpen) {
+			t.Fatalf("Execute() on a half-open breaker with a probe = %v, want ErrCircuitOpen", err)
+		}
+		if d := time.Since(start); d > 100*time.Millisecond {
+			t.Fatalf("the rejection took %v: it waited for the probe", d)
+		}
+		for tr := range ch {
+			if tr.From == StateHalfOpen && tr.To == StateOpen {
+				if tr.Rule != RuleProbe || tr.Reason() != "a half-open probe failed (DeadlineExceeded)" {
+					t.Fatalf("transition = %+v (%q), want a failed probe", tr, tr.Reason())
+				}
+				return
+			}
 		}
 	})
 }

@@ -17,8 +17,11 @@ const budgetBuckets = 10
 // exceed max(Ratio × calls, MinPerSecond × Window). The zero value of every
 // field means its default.
 type BudgetPolicy struct {
-	// Ratio is the share of calls that may be retried. Default 0.2;
-	// negative means none (only the floor).
+	// Ratio is the share of calls that may be retried. Default 0.5: a
+	// brownout that fails 30 % of the attempts needs 0.3 + 0.09 + 0.03 ≈
+	// 0.43 retries per call for the retries to land, and 0.5 still bounds
+	// the load a sick cluster sees at 1.5× (the breaker stops a dead one
+	// within a few calls). Negative means none (only the floor).
 	Ratio float64 `yaml:"ratio"`
 	// MinPerSecond is the floor: this many retries per second of the window
 	// are allowed however few calls there are, so that a quiet sidecar can
@@ -31,7 +34,7 @@ type BudgetPolicy struct {
 // WithDefaults returns p with defaults in place of zero values.
 func (p BudgetPolicy) WithDefaults() BudgetPolicy {
 	if p.Ratio == 0 {
-		p.Ratio = 0.2
+		p.Ratio = 0.5
 	}
 	if p.MinPerSecond == 0 {
 		p.MinPerSecond = 10

@@ -40,7 +40,7 @@ func Code(err error) codes.Code {
 	if err == nil {
 		return codes.OK
 	}
-	if errors.Is(err, ErrCircuitOpen) {
+	if errors.Is(err, ErrCircuitOpen) || errors.Is(err, ErrBulkheadFull) {
 		return codes.Unavailable
 	}
 	if s, ok := status.FromError(err); ok {
@@ -69,13 +69,17 @@ func Code(err error) codes.Code {
 // DEADLINE_EXCEEDED (a proxy's 504 included) and every business code are
 // final.
 func Retryable(err error) bool {
-	return err != nil && !errors.Is(err, ErrCircuitOpen) && Code(err) == codes.Unavailable
+	return err != nil && !errors.Is(err, ErrCircuitOpen) && !errors.Is(err, ErrBulkheadFull) && Code(err) == codes.Unavailable
 }
 
 // excluded reports whether the breaker should ignore an outcome: invalid
-// credentials, rate limits and callers that went away say nothing about the
-// cluster's health.
+// credentials, rate limits, callers that went away and the bulkhead's
+// rejections (a slow cluster, or a burst, not a failed one) say nothing
+// about the cluster's health.
 func excluded(err error) bool {
+	if errors.Is(err, ErrBulkheadFull) {
+		return true
+	}
 	switch Code(err) {
 	case codes.Unauthenticated, codes.ResourceExhausted, codes.Canceled:
 		return true
@@ -97,6 +101,7 @@ func successful(err error) bool {
 // Fast-fail reasons, as sent in the X-Repool-Fast-Fail header.
 const (
 	FastFailCircuitOpen = "circuit-open"
+	FastFailBulkhead    = "bulkhead-full"
 	FastFailTimeout     = "timeout"
 	FastFailUpstream    = "upstream"
 )
@@ -110,6 +115,9 @@ func FastFail(err error) string {
 	}
 	if errors.Is(err, ErrCircuitOpen) {
 		return FastFailCircuitOpen
+	}
+	if errors.Is(err, ErrBulkheadFull) {
+		return FastFailBulkhead
 	}
 	switch Code(err) {
 	case codes.DeadlineExceeded:

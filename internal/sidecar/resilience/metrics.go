@@ -6,11 +6,12 @@ import "github.com/prometheus/client_golang/prometheus"
 // provider. Create them once per registry and share them between the
 // breakers and retriers of all providers, across reloads.
 type Metrics struct {
-	state          *prometheus.GaugeVec
-	transitions    *prometheus.CounterVec
-	droppedEvents  *prometheus.CounterVec
-	retries        *prometheus.CounterVec
-	budgetRefusals *prometheus.CounterVec
+	state              *prometheus.GaugeVec
+	transitions        *prometheus.CounterVec
+	droppedEvents      *prometheus.CounterVec
+	retries            *prometheus.CounterVec
+	budgetRefusals     *prometheus.CounterVec
+	bulkheadRejections *prometheus.CounterVec
 
 	all []vec // every vector above: registered, and forgotten
 }
@@ -45,8 +46,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "repool_sidecar_retry_budget_refusals_total",
 			Help: "Retries refused because the provider's retry budget was spent.",
 		}, []string{"provider"}),
+		bulkheadRejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "repool_sidecar_bulkhead_rejections_total",
+			Help: "Attempts refused at once because max_in_flight attempts to the provider were already in flight.",
+		}, []string{"provider"}),
 	}
-	m.all = []vec{m.state, m.transitions, m.droppedEvents, m.retries, m.budgetRefusals}
+	m.all = []vec{m.state, m.transitions, m.droppedEvents, m.retries, m.budgetRefusals, m.bulkheadRejections}
 	if reg != nil {
 		for _, v := range m.all {
 			reg.MustRegister(v)

@@ -8,6 +8,8 @@
 //	go run ./loadtest/cmd/run -scenario provider-down -mode naive     # the client the sidecar replaces
 //	go run ./loadtest/cmd/run -scenario provider-down -json out.json -html out.html
 //	go run ./loadtest/cmd/run -scenario provider-down -serve        # topology and faults for k6
+//	go run ./loadtest/cmd/run -script loadtest/k6/repool.js -scenario provider-down -short -json out.json
+//	                                                                 # the k6 script itself, in an embedded engine
 //
 // It exits 0 when the thresholds hold (in the sidecar run), 99 when they
 // do not (as k6 does), 1 on error — a fault of the plan that could not be
@@ -56,6 +58,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.HTML, "html", "", "write the HTML report to this file")
 	fs.StringVar(&o.Dir, "dir", "", "make work directories here (default the system's temporary directory)")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the work directories (logs and configurations of every component)")
+	script := fs.String("script", "", "run this k6 script (loadtest/k6/repool.js) against the topology, in an embedded JavaScript engine with k6's API; -json is its SUMMARY_JSON")
 	serve := fs.Bool("serve", false, "start the topology and a fault controller for k6, print their addresses, and wait for Ctrl-C")
 	quiet := fs.Bool("quiet", false, "no progress bar")
 	verbose := fs.Bool("v", false, "log progress to stderr")
@@ -80,6 +83,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if *verbose {
 		o.Log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	if *script != "" {
+		ok, err := runner.RunScript(ctx, o, *script)
+		if err != nil {
+			fmt.Fprintln(stderr, "run:", err)
+			return 1
+		}
+		if !ok {
+			return exitThresholds
+		}
+		return 0
 	}
 	if *serve {
 		if err := runner.Serve(ctx, o); err != nil && !errors.Is(err, context.Canceled) {

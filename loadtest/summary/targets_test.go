@@ -1,0 +1,86 @@
+package summary
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestTargets: each target from a run whose numbers are known. The
+// scenario of run: rate 10/s (VU bound 2), us down from 2s to 8s; the run
+// had 2 dropped iterations and 3 VUs.
+func TestTargets(t *testing.T) {
+	ms := time.Millisecond
+	target := func(s *Summary, name string) Target {
+		t.Helper()
+		for _, tg := range s.Targets {
+			if tg.Name == name {
+				return tg
+			}
+		}
+		t.Fatalf("no target %s in %+v", name, s.Targets)
+		return Target{}
+	}
+	t.Run("met", func(t *testing.T) {
+		samples := []Sample{ok(time.Second, 10*ms, 0), ok(1500*ms, 10*ms, 0), ok(3*time.Second, 11*ms, 0), ok(4*time.Second, 12*ms, 0),
+			// us: slow failures before it is known bad, then fast ones.
+			failed(2*time.Second, time.Second, 1, "timeout"), failed(2500*ms, 2*ms, 1, "bulkhead-full")}
+		for i := range 1000 {
+			samples = append(samples, failed(2600*ms+time.Duration(i)*ms, ms, 1, "circuit-open"))
+		}
+		s := run(t, "sidecar", `{}`, samples...)
+		if got := s.Providers["us"].ErrorCodes; got["bulkhead_full"] != 1 || got["unavailable"] != 1001 {
+			t.Errorf("us error codes = %v, want the bulkhead's rejection apart: 1 bulkhead_full, 1001 unavailable", got)
+		}
+		for name, want := range map[string]string{"known_bad_within_1s": "0.50s", "fast_fail_once_known_bad": "100.00% of 1001", "healthy_p95": "11.95ms vs 9.97ms (1.20×)"} {
+			if got := target(s, name); !got.OK || !strings.HasPrefix(got.Got, strings.Split(want, " ")[0]) {
+				t.Errorf("%s = %+v, want met, got %q", name, got, want)
+			}
+		}
+	})
+	t.Run("missed", func(t *testing.T) {
+		samples := []Sample{ok(time.Second, 10*ms, 0), ok(3*time.Second, 30*ms, 0),
+			failed(2*time.Second, time.Second, 1, "timeout"), failed(3500*ms, 2*ms, 1, "circuit-open"),
+			failed(3600*ms, 500*ms, 1, "")}
+		for i := range 998 {
+			samples = append(samples, failed(3700*ms+time.Duration(i)*ms, ms, 1, "circuit-open"))
+		}
+		s := run(t, "sidecar", `{}`, samples...)
+		for name, want := range map[string]string{
+			"known_bad_within_1s": "1.50s", "fast_fail_once_known_bad": "99.90% of 1000", "healthy_p95": "30.00ms vs 10.00ms (3.00×)",
+			"dropped_iterations": "2", "max_vus": "3"} {
+			got := target(s, name)
+			if name == "fast_fail_once_known_bad" {
+				// 999 of 1000 is exactly the target: met.
+				if !got.OK || got.Got != want {
+					t.Errorf("%s = %+v, want met with %q", name, got, want)
+				}
+				continue
+			}
+			if got.OK || got.Got != want {
+				t.Errorf("%s = %+v, want missed with %q", name, got, want)
+			}
+		}
+	})
+	t.Run("failures that never failed fast", func(t *testing.T) {
+		s := run(t, "sidecar", `{}`, failed(3*time.Second, 900*ms, 1, "upstream"))
+		if got := target(s, "known_bad_within_1s"); got.OK || !strings.Contains(got.Got, "none failed fast") {
+			t.Errorf("known_bad_within_1s = %+v, want missed: none failed fast", got)
+		}
+	})
+}
+
+func TestSuccessRateTarget(t *testing.T) {
+	naive := run(t, "naive", `{}`, ok(3*time.Second, time.Millisecond, 1), failed(4*time.Second, time.Millisecond, 1, ""))
+	better := run(t, "sidecar", `{}`, ok(3*time.Second, time.Millisecond, 1), ok(4*time.Second, time.Millisecond, 1))
+	worse := run(t, "sidecar", `{}`, failed(3*time.Second, time.Millisecond, 1, ""), failed(4*time.Second, time.Millisecond, 1, ""))
+	if got := SuccessRateTarget(naive, better, "us"); got == nil || !got.OK || got.Got != "100.00% vs 50.00%" {
+		t.Errorf("better sidecar = %+v, want met, 100%% vs 50%%", got)
+	}
+	if got := SuccessRateTarget(naive, worse, "us"); got == nil || got.OK {
+		t.Errorf("worse sidecar = %+v, want missed", got)
+	}
+	if c := Compare(naive, worse); len(c.Targets) != 1 || c.Targets[0].OK {
+		t.Errorf("Compare().Targets = %+v, want the missed success-rate target", c.Targets)
+	}
+}
