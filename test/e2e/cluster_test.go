@@ -189,6 +189,7 @@ func (c *cluster) startServer(h host) *server {
 		"--grpc-addr", fmt.Sprintf("%s:%d", h.addr, grpcPort),
 		"--http-addr", fmt.Sprintf("%s:%d", h.addr, httpPort),
 		"--ha-name", h.name,
+		"--insecure=true",
 		"--ha-session-timeout", sessionTimeout.String(),
 		"--ha-interval", "250ms",
 		"--checkpoint-interval", "500ms",
