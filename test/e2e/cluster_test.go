@@ -20,6 +20,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/repool/repool/internal/lb/haproxy/haproxytest"
 	"github.com/repool/repool/internal/pgcluster"
 )
 
@@ -287,9 +288,10 @@ func (c *cluster) inventory() string {
 	fmt.Fprintf(&b, "vip: {address: %s/24, interface: %s, router_id: 231, auth_pass: rpe2e, grpc_port: %d}\n", vipAddr, hostDev, grpcPort)
 	fmt.Fprintf(&b, "lb_hosts:\n")
 	for i, h := range []host{hostLB1, hostLB2} {
-		state, prio := "MASTER", 250
+		// nopreempt (the default): both BACKUP, lb1 first by priority.
+		state, prio := "BACKUP", 250
 		if i > 0 {
-			state, prio = "BACKUP", 200
+			prio = 200
 		}
 		d := filepath.Join(c.dir, h.name)
 		fmt.Fprintf(&b, "  - {name: %s, address: %s, priority: %d, state: %s, stats_socket: %s, notify_log: %s}\n",
@@ -300,6 +302,10 @@ func (c *cluster) inventory() string {
 		fmt.Fprintf(&b, "  - {name: %s, address: %s, grpc_port: %d, http_port: %d}\n", h.name, h.addr, grpcPort, httpPort)
 	}
 	fmt.Fprintf(&b, "keepalived: {notify_script: %s}\n", filepath.Join(c.dir, "notify.sh"))
+	// HAProxy drops to the test's user (no haproxy user needed), with a
+	// maxconn whose file descriptors any test machine allows.
+	usr, grp := haproxytest.CurrentUser(c.tb)
+	fmt.Fprintf(&b, "haproxy: {user: %s, group: %s, maxconn: 1000}\n", usr, grp)
 	path := filepath.Join(c.dir, "inventory.yaml")
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		c.tb.Fatal(err)
@@ -397,6 +403,7 @@ allow_remote: true
 providers:
   default:
     endpoint: %s:%d
+    insecure: true
     api_key_file: %s
     # Backend calls have a 2 s deadline; the sidecar answers within its own
     # timeout (retries included), well before.

@@ -245,9 +245,16 @@ func TestFailover(t *testing.T) {
 	c.startHAProxy(master)
 	tBack := time.Now()
 	t.Logf("%s HAProxy on %s restarted", tBack.Format("15:04:05.000"), master.host.name)
-	waitVIP(t, tBack, master.host) // it preempts: higher priority
-	t.Logf("%s VIP back on %s %v after its HAProxy restarted", time.Now().Format("15:04:05.000"), master.host.name, time.Since(tBack).Round(time.Millisecond))
-	time.Sleep(2 * time.Second)
+	// nopreempt: the recovered host, though of higher priority, does not
+	// take the VIP back (no second interruption). Its track script needs
+	// track_rise (2) checks a second apart, then the VRRP adverts: 5 s is
+	// well past the moment a preempting host would have taken it.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if h := vipHolders(hostLB1, hostLB2); len(h) != 1 || h[0] != backup.host.name {
+			t.Fatalf("VIP holders %v after HAProxy on %s recovered = want %s only: the VIP moved back (nopreempt)", h, master.host.name, backup.host.name)
+		}
+	}
+	t.Logf("%s VIP still on %s %v after HAProxy on %s restarted (nopreempt)", time.Now().Format("15:04:05.000"), backup.host.name, time.Since(tBack).Round(time.Millisecond), master.host.name)
 
 	// (d) cut the MASTER LB host's link (its veth's switch end).
 	master, backup = vipMaster(t, lb1, lb2)
