@@ -213,6 +213,10 @@ func (s *Server) Watch(ctx context.Context, interval time.Duration, report func(
 	}
 }
 
+// ErrNoClientCert fails a client's handshake with a server that asks for a
+// client certificate when none is configured.
+var ErrNoClientCert = errors.New("tls: the server requires a client certificate (mutual TLS) and none is configured (cert_file, key_file)")
+
 // Client is the client side: the CA that the server's certificate must be
 // signed by (PEM; empty: the system's roots), the name to verify it for
 // (empty: the host of the address dialled), and a client certificate and
@@ -241,6 +245,14 @@ func (c Client) Config(name string) (*tls.Config, error) {
 			return nil, fmt.Errorf("tls: %s client certificate: %w", name, err)
 		}
 		cfg.Certificates = []tls.Certificate{cert}
+	} else {
+		// Fail the handshake here, with what is missing, rather than send
+		// no certificate: under TLS 1.3 the server's refusal arrives only
+		// after the handshake, as a broken connection that looks
+		// transient.
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return nil, ErrNoClientCert
+		}
 	}
 	return cfg, nil
 }
