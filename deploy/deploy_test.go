@@ -7,6 +7,9 @@ package deploy
 
 import (
 	"bufio"
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"flag"
 	"io"
 	"os"
@@ -135,5 +138,66 @@ func TestExampleConfigs(t *testing.T) {
 	}
 	if err != nil || !sc.Providers["default"].TLS.On() {
 		t.Errorf("the example sidecar.yaml = %v; want a valid configuration with TLS", err)
+	}
+}
+
+// TestMakeCerts runs deploy/make-certs (openssl) as docs/ha.md does and
+// checks what it made: every certificate verifies against the CA for its
+// names, every key matches its certificate, HAProxy's files hold both, and
+// a second run renews the certificates with the same CA.
+func TestMakeCerts(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "tls")
+	run := func() {
+		out, err := exec.Command("./make-certs", dir, "repool.internal", "10.0.0.100", "10.0.0.31", "10.0.0.21", "10.0.0.22").CombinedOutput()
+		if err != nil {
+			t.Fatalf("make-certs = %v\n%s", err, out)
+		}
+	}
+	run()
+	caPEM, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		t.Fatal("ca.crt holds no certificate")
+	}
+	verify := func(certFile, keyFile string, names ...string) *x509.Certificate {
+		t.Helper()
+		pair, err := tls.LoadX509KeyPair(filepath.Join(dir, certFile), filepath.Join(dir, keyFile))
+		if err != nil {
+			t.Fatalf("%s with %s: %v", certFile, keyFile, err)
+		}
+		leaf, err := x509.ParseCertificate(pair.Certificate[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range names {
+			if _, err := leaf.Verify(x509.VerifyOptions{DNSName: n, Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+				t.Errorf("%s for %s: %v", certFile, n, err)
+			}
+		}
+		return leaf
+	}
+	first := verify("vip.pem", "vip.pem", "repool.internal", "10.0.0.100")
+	verify("server1.crt", "server1.key", "repool.internal", "10.0.0.21")
+	verify("server2.crt", "server2.key", "repool.internal", "10.0.0.22")
+	verify("haproxy-client.pem", "haproxy-client.pem", "haproxy")
+	verify("postgres.crt", "postgres.key", "10.0.0.31")
+	verify("sidecar.crt", "sidecar.key", "sidecar")
+	if _, err := verify("server1.crt", "server1.key").Verify(x509.VerifyOptions{DNSName: "10.0.0.22", Roots: roots}); err == nil {
+		t.Error("server1.crt verifies for server 2's address, want only its own")
+	}
+	fi, err := os.Stat(filepath.Join(dir, "server1.key"))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("server1.key = %v, %v; want mode 0600", fi, err)
+	}
+
+	run() // renewal: new certificates, the same CA
+	if second := verify("vip.pem", "vip.pem", "repool.internal"); second.SerialNumber.Cmp(first.SerialNumber) == 0 {
+		t.Error("a second run kept the VIP's certificate, want a renewed one")
+	}
+	if again, _ := os.ReadFile(filepath.Join(dir, "ca.crt")); !bytes.Equal(again, caPEM) {
+		t.Error("a second run replaced the CA, want it reused")
 	}
 }
