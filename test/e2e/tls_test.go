@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -92,7 +93,7 @@ func (c *cluster) capture(hosts ...host) *capture {
 		file := filepath.Join(c.dir, "capture-"+h.name+".pcap")
 		// -Z root: tcpdump opens its output after dropping privileges, and
 		// the run directory is root's.
-		p := c.ps.start("tcpdump-"+h.name, switchNS, nil, "tcpdump", "-i", h.port(), "-n", "-s", "0", "-U", "-Z", "root", "-w", file)
+		p := c.ps.start("tcpdump-"+h.name, switchNS, nil, "tcpdump", "-i", h.port(), "-n", "-s", "0", "-U", "--immediate-mode", "-Z", "root", "-w", file)
 		cp.files, cp.procs = append(cp.files, file), append(cp.procs, p)
 	}
 	for _, f := range cp.files {
@@ -120,8 +121,12 @@ func (s secret) forms() [][]byte {
 // in, and the bytes captured.
 func (cp *capture) check(tb testing.TB, secrets []secret) (seen map[string][]string, total int64) {
 	tb.Helper()
+	// SIGTERM: tcpdump writes what it holds and exits.
 	for _, p := range cp.procs {
-		p.stop()
+		p.signal(syscall.SIGTERM)
+	}
+	for _, p := range cp.procs {
+		waitFor(tb, 10*time.Second, "tcpdump to exit", p.exited)
 	}
 	seen = map[string][]string{}
 	for _, f := range cp.files {
