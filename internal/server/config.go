@@ -22,7 +22,7 @@ import (
 // The zero value of every field means its default, applied by
 // WithDefaults.
 type Config struct {
-	// GRPCAddr is the data plane's listen address (h2c). Default
+	// GRPCAddr is the data plane's listen address (h2c, or TLS). Default
 	// 127.0.0.1:9090.
 	GRPCAddr string
 	// HTTPAddr serves health, metrics and the control plane. Default

@@ -90,7 +90,7 @@ func integer(f func(*Config) *int) func(*Config, string) error {
 func bindings() []binding {
 	d := Config{}.WithDefaults()
 	return []binding{
-		{"grpc-addr", "`host:port` the data plane (gRPC, h2c) listens on", d.GRPCAddr, str(func(c *Config) *string { return &c.GRPCAddr })},
+		{"grpc-addr", "`host:port` the data plane (gRPC) listens on", d.GRPCAddr, str(func(c *Config) *string { return &c.GRPCAddr })},
 		{"http-addr", "`host:port` the HTTP server (health, metrics, control plane) listens on", d.HTTPAddr, str(func(c *Config) *string { return &c.HTTPAddr })},
 		{"store", "store `URL`: sqlite:PATH or postgres://...", d.Store, str(func(c *Config) *string { return &c.Store })},
 		{"checkpoint-interval", "time between compactions of the lease journal (`duration`)", d.CheckpointInterval.String(), dur(func(c *Config) *time.Duration { return &c.CheckpointInterval })},

@@ -21,7 +21,7 @@ import (
 const (
 	Backend         = "repool"             // the backend of repool servers
 	Defaults        = "repool"             // the (named) defaults section
-	GRPCFrontend    = "grpc"               // h2c frontend on the VIP
+	GRPCFrontend    = "grpc"               // gRPC frontend on the VIP (h2c, or TLS with h2)
 	MonitorFrontend = "monitor"            // monitor-uri frontend for Keepalived
 	MonitorURI      = inventory.MonitorURI // answered 200 while HAProxy runs
 	// HealthURI is what HAProxy checks on each server's HTTP port:

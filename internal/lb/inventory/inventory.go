@@ -142,7 +142,8 @@ type VIP struct {
 	// characters without spaces or quotes (VRRPv2 uses only the first 8, so
 	// longer ones are refused rather than silently cut). Required.
 	AuthPass string `yaml:"auth_pass"`
-	// GRPCPort is the port of HAProxy's gRPC (h2c) frontend on the VIP.
+	// GRPCPort is the port of HAProxy's gRPC frontend on the VIP (TLS
+	// with the tls section, h2c without).
 	// Default 9090.
 	GRPCPort int `yaml:"grpc_port"`
 }
@@ -195,7 +196,7 @@ type Server struct {
 	Name string `yaml:"name"`
 	// Address is the server's IPv4 address. Required.
 	Address string `yaml:"address"`
-	// GRPCPort is the server's gRPC (h2c) port. Default 9090.
+	// GRPCPort is the server's gRPC port. Default 9090.
 	GRPCPort int `yaml:"grpc_port"`
 	// HTTPPort is the server's HTTP port, where HAProxy checks
 	// GET /readyz/active. Default 8081.

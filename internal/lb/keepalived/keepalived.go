@@ -15,6 +15,8 @@
 //   - the track script checks HAProxy with curl over the network, never by
 //     process name: in network-namespace tests all hosts share one process
 //     table.
+//   - nopreempt (the default) is honoured only with state BACKUP, so the
+//     inventory then has every host BACKUP (inventory.Validate).
 package keepalived
 
 import (

@@ -429,9 +429,9 @@ func tlsEndpoint(e string) (string, bool) {
 }
 
 // plainEndpoint returns an endpoint written as a URL, http://host:port (a
-// trailing slash allowed), as the host:port the sidecar dials: http means
-// plaintext, which is what the sidecar speaks (gRPC over h2c). Anything
-// else is returned as it is, for checkEndpoint to judge.
+// trailing slash allowed), as the host:port the sidecar dials (plaintext
+// unless the provider sets tls). Anything else is returned as it is, for
+// checkEndpoint to judge.
 func plainEndpoint(e string) string {
 	rest, ok := strings.CutPrefix(e, "http://")
 	if !ok {

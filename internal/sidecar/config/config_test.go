@@ -187,6 +187,10 @@ func TestLoadNoFileMode(t *testing.T) {
 		{"key and endpoint", map[string]string{"REPOOL_ENDPOINT": "vip:9090", "REPOOL_API_KEY": "rpk_a"}, Provider{Endpoint: "vip:9090", APIKey: "rpk_a"}, ""},
 		{"default endpoint", map[string]string{"REPOOL_API_KEY": "rpk_a"}, Provider{Endpoint: "127.0.0.1:9090", APIKey: "rpk_a"}, ""},
 		{"no key", map[string]string{}, Provider{}, "set REPOOL_API_KEY"},
+		{"insecure", map[string]string{"REPOOL_ENDPOINT": "10.0.0.1:9090", "REPOOL_API_KEY": "rpk_a", "REPOOL_INSECURE": "true"},
+			Provider{Endpoint: "10.0.0.1:9090", APIKey: "rpk_a", Insecure: true}, ""},
+		{"insecure not a boolean", map[string]string{"REPOOL_API_KEY": "rpk_a", "REPOOL_INSECURE": "maybe"}, Provider{}, `INSECURE "maybe": want true or false`},
+		{"CA file missing", map[string]string{"REPOOL_API_KEY": "rpk_a", "REPOOL_TLS_CA_FILE": "/nonexistent/ca.crt"}, Provider{}, "providers.default.tls.ca_file"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
