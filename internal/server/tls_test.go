@@ -129,6 +129,12 @@ func TestTLSListeners(t *testing.T) {
 	if got := ts.get(t, tlsClient(t, ca, nil), "/readyz"); got != http.StatusOK {
 		t.Errorf("GET https /readyz = %d, want 200", got)
 	}
+	h2 := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsClient(t, ca, nil), ForceAttemptHTTP2: true}}
+	if resp, err := h2.Get("https://" + ts.s.HTTPAddr() + "/healthz"); err != nil || resp.ProtoMajor != 2 {
+		t.Errorf("GET /healthz offering h2 = %v, %v; want HTTP/2", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	resp, err := http.Get("http://" + ts.s.HTTPAddr() + "/readyz")
 	if err == nil {
 		resp.Body.Close()

@@ -122,3 +122,20 @@ func TestTLSToTheServer(t *testing.T) {
 		}
 	}
 }
+
+// TestTLSReload: a reload whose TLS files changed (here the CA: the
+// operator fixed it) reconnects the provider with the new ones.
+func TestTLSReload(t *testing.T) {
+	ca, stranger := tlstest.NewCA(t, "server CA"), tlstest.NewCA(t, "stranger")
+	addr, key := tlsServer(t, ca, nil)
+	h := start(t, one("p", tlsProvider(addr, key, stranger, "repool.test", nil)), sidecar.Options{})
+	if r := h.do("POST", "/v1/providers/p/resources", `{"resources":[{"id":"proxy-1"}]}`); r.errCode() != "tls" {
+		t.Fatalf("register trusting the wrong CA = %d %s, want error code tls", r.status, r.raw)
+	}
+	if err := h.s.Apply(one("p", tlsProvider(addr, key, ca, "repool.test", nil))); err != nil {
+		t.Fatalf("Apply(the right CA) = %v", err)
+	}
+	if r := h.do("POST", "/v1/providers/p/resources", `{"resources":[{"id":"proxy-1"}]}`); r.status != 200 {
+		t.Fatalf("register after the reload = %d %s, want 200", r.status, r.raw)
+	}
+}
