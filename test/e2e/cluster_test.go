@@ -29,7 +29,7 @@ const (
 	pgBin         = "/usr/lib/postgresql/15/bin"
 	haproxyBin    = "/usr/sbin/haproxy"
 	keepalivedBin = "/usr/sbin/keepalived"
-	scriptHint    = "run scripts/test as root: it installs PostgreSQL 15, HAProxy, Keepalived, iproute2 and curl"
+	scriptHint    = "run scripts/test as root: it installs PostgreSQL 15, HAProxy, Keepalived, iproute2, curl and tcpdump"
 )
 
 // Ports and timings of the cluster under test.

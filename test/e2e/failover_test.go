@@ -63,7 +63,7 @@ func TestFailover(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatalf("TestFailover builds network namespaces and must run as root (euid %d); %s", os.Geteuid(), scriptHint)
 	}
-	for _, bin := range []string{"ip", "setpriv", "curl", haproxyBin, keepalivedBin, pgBin + "/initdb", pgBin + "/postgres"} {
+	for _, bin := range []string{"ip", "setpriv", "curl", "tcpdump", haproxyBin, keepalivedBin, pgBin + "/initdb", pgBin + "/postgres"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			t.Fatalf("%s not found (%v): %s", bin, err, scriptHint)
 		}
