@@ -15,6 +15,7 @@ import (
 	"github.com/repool/repool/internal/lb/haproxy"
 	"github.com/repool/repool/internal/lb/haproxy/haproxytest"
 	"github.com/repool/repool/internal/lb/inventory"
+	"github.com/repool/repool/internal/tlsconf/tlstest"
 )
 
 var update = flag.Bool("update", false, "rewrite the checked-in haproxy/haproxy.cfg and keepalived/*.conf from a fresh render")
@@ -35,13 +36,14 @@ func run(t *testing.T, args ...string) (stdout, stderr string, err error) {
 // keepalived packages' Render tests; this test checks that the commands'
 // flags reach Render and --out writes its output unchanged.
 func TestCheckedInConfigs(t *testing.T) {
+	inv, tlsDir := exampleWithTLSFiles(t)
 	tests := []struct {
 		file string // checked in, relative to the repository root
 		args []string
 	}{
-		{"haproxy/haproxy.cfg", []string{"haproxy", "render", "--inventory", exampleInventory}},
-		{"keepalived/keepalived-lb1.conf", []string{"keepalived", "render", "--inventory", exampleInventory, "--host", "lb1"}},
-		{"keepalived/keepalived-lb2.conf", []string{"keepalived", "render", "--inventory", exampleInventory, "--host", "lb2"}},
+		{"haproxy/haproxy.cfg", []string{"haproxy", "render", "--inventory", inv}},
+		{"keepalived/keepalived-lb1.conf", []string{"keepalived", "render", "--inventory", inv, "--host", "lb1"}},
+		{"keepalived/keepalived-lb2.conf", []string{"keepalived", "render", "--inventory", inv, "--host", "lb2"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
@@ -53,6 +55,7 @@ func TestCheckedInConfigs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			got = bytes.ReplaceAll(got, []byte(tlsDir), []byte(exampleTLSDir))
 			path := filepath.Join("../..", tt.file)
 			if *update {
 				if err := os.WriteFile(path, got, 0o644); err != nil {
@@ -68,6 +71,35 @@ func TestCheckedInConfigs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// exampleTLSDir holds the example inventory's certificates on an LB host.
+const exampleTLSDir = "/etc/haproxy/tls/"
+
+// exampleWithTLSFiles writes a copy of the example inventory whose TLS
+// files are real ones (from a private CA) in a temporary directory, so
+// that the render's "haproxy -c" can load them. It returns the copy's path
+// and the directory that stands for exampleTLSDir (with a trailing slash).
+func exampleWithTLSFiles(t *testing.T) (string, string) {
+	t.Helper()
+	raw, err := os.ReadFile(exampleInventory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir() + "/"
+	ca := tlstest.NewCA(t, "example CA")
+	for name, content := range map[string][]byte{
+		"vip.pem": ca.Issue("vip", "repool.internal").PEM(), "ca.crt": ca.PEM, "haproxy-client.pem": ca.Issue("haproxy").PEM(),
+	} {
+		if err := os.WriteFile(dir+name, content, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := dir + "inventory.yaml"
+	if err := os.WriteFile(path, bytes.ReplaceAll(raw, []byte(exampleTLSDir), []byte(dir)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path, dir
 }
 
 // TestCommandUsage: help asked for, on a tool or on any command, goes to
@@ -184,7 +216,8 @@ func TestRenderOut(t *testing.T) {
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("keepalived.conf = got %v (%v), want mode 0600 (it holds the VRRP password)", fi, err)
 	}
-	stdout, _, err = run(t, "haproxy", "render", "--inventory", exampleInventory, "--pid-file", "/run/x.pid")
+	inv, _ := exampleWithTLSFiles(t)
+	stdout, _, err = run(t, "haproxy", "render", "--inventory", inv, "--pid-file", "/run/x.pid")
 	if err != nil || !strings.Contains(stdout, "pidfile /run/x.pid\n") {
 		t.Errorf("Command(haproxy render --pid-file) = got %v, stdout\n%s\nwant pidfile /run/x.pid", err, stdout)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/repool/repool/internal/httpbounds"
 	"github.com/repool/repool/internal/ratelimit"
 	"github.com/repool/repool/internal/store"
+	"github.com/repool/repool/internal/tlsconf"
 )
 
 // Config is the server's configuration. Every field can be set in the YAML
@@ -21,7 +22,7 @@ import (
 // The zero value of every field means its default, applied by
 // WithDefaults.
 type Config struct {
-	// GRPCAddr is the data plane's listen address (h2c). Default
+	// GRPCAddr is the data plane's listen address (h2c, or TLS). Default
 	// 127.0.0.1:9090.
 	GRPCAddr string
 	// HTTPAddr serves health, metrics and the control plane. Default
@@ -123,6 +124,37 @@ type Config struct {
 	// LogLevel is the least severe level that cmd/server logs: debug,
 	// info, warn or error. Default info.
 	LogLevel string
+	// TLSCert and TLSKey (PEM files) serve both listeners over TLS: gRPC
+	// (h2 by ALPN) and HTTP. TLSClientCA (a PEM file of CA certificates)
+	// also requires clients to present a certificate signed by it. The
+	// files are re-read on SIGHUP and when they change; a bad new pair
+	// keeps the old one. Default none: plaintext.
+	TLSCert, TLSKey, TLSClientCA string
+	// Insecure lets the server listen on an address that is not loopback
+	// without TLS. Default off: such a server refuses to start.
+	Insecure bool
+}
+
+// TLSFiles returns the server's TLS files.
+func (c Config) TLSFiles() tlsconf.Files {
+	return tlsconf.Files{CertFile: c.TLSCert, KeyFile: c.TLSKey, ClientCAFile: c.TLSClientCA}
+}
+
+// checkPlaintext refuses a listen address that is not loopback when TLS
+// is off and Insecure does not allow it. An empty host (every address)
+// is not loopback.
+func (c Config) checkPlaintext() error {
+	if c.TLSCert != "" || c.Insecure {
+		return nil
+	}
+	for _, a := range []struct{ key, addr string }{{"grpc_addr", c.GRPCAddr}, {"http_addr", c.HTTPAddr}} {
+		host, _, _ := net.SplitHostPort(a.addr)
+		if !tlsconf.IsLoopback(host) {
+			return fmt.Errorf("config: %s %q is not a loopback address and TLS is off, so API keys and tokens would cross the network in plaintext: "+
+				"set tls_cert and tls_key (--tls-cert, --tls-key), or insecure: true (--insecure) to serve plaintext anyway", a.key, a.addr)
+		}
+	}
+	return nil
 }
 
 // WithDefaults returns c with defaults in place of zero values.
@@ -215,6 +247,12 @@ func (c Config) Validate() error {
 		}
 	}
 	if err := validStore(c.Store); err != nil {
+		return err
+	}
+	if err := c.TLSFiles().Validate("tls_"); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	if err := c.checkPlaintext(); err != nil {
 		return err
 	}
 	if err := c.HTTP.Validate("http_"); err != nil {

@@ -40,6 +40,7 @@ func fileValues(c Config) map[string]string {
 		"grpc_max_connection_idle": d(c.GRPCMaxConnectionIdle), "grpc_handshake_timeout": d(c.GRPCHandshakeTimeout),
 		"grpc_max_header_bytes": strconv.Itoa(c.GRPCMaxHeaderBytes), "grpc_keepalive_time": d(c.GRPCKeepaliveTime),
 		"grpc_keepalive_timeout": d(c.GRPCKeepaliveTimeout), "grpc_keepalive_min_time": d(c.GRPCKeepaliveMinTime),
+		"tls_cert": c.TLSCert, "tls_key": c.TLSKey, "tls_client_ca": c.TLSClientCA, "insecure": strconv.FormatBool(c.Insecure),
 	}
 }
 
@@ -110,7 +111,9 @@ func FuzzLoadConfig(f *testing.F) {
 		"store: postgres://repool:s3cret-passw0rd@db.internal/repool\nha: true\nha_interval: 1s\nha_session_timeout: 5s\n",
 		"store: mysql://x\n", "gc_percent: -1\nmemory_limit: 2GiB\n", "gc_percent: -1\n", "memory_limit: 1MiB\n",
 		"memory_limit: 9999999999TiB\n", "token_ttl: soon\n", "grpc_addr: nowhere\n", "unknown_key: 1\n",
-		"burst: [1, 2]\n", "burst: 1\nburst: 2\n", "- a\n- b\n", "a: &a [*a, *a]\n",
+		"burst: [1, 2]\n", "burst: 1\nburst: 2\n",
+		"grpc_addr: 10.0.0.1:9090\n", "grpc_addr: 10.0.0.1:9090\ninsecure: true\n", "tls_cert: /etc/repool/tls/server.crt\n",
+		"tls_cert: a.crt\ntls_key: a.key\ntls_client_ca: ca.crt\nhttp_addr: 0.0.0.0:8081\n", "- a\n- b\n", "a: &a [*a, *a]\n",
 	} {
 		f.Add([]byte(doc))
 	}

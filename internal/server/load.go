@@ -23,7 +23,7 @@ type binding struct {
 }
 
 // switches are the bindings given as bare flags (--ha means --ha=true).
-var switches = map[string]bool{"ha": true, "durable-reports": true, "store-shared-files": true, "store-fsync": true}
+var switches = map[string]bool{"insecure": true, "ha": true, "durable-reports": true, "store-shared-files": true, "store-fsync": true}
 
 // textValue is a flag whose text a binding parses later, after the file
 // and the environment. Unlike a flag.String, -h shows its default
@@ -90,7 +90,7 @@ func integer(f func(*Config) *int) func(*Config, string) error {
 func bindings() []binding {
 	d := Config{}.WithDefaults()
 	return []binding{
-		{"grpc-addr", "`host:port` the data plane (gRPC, h2c) listens on", d.GRPCAddr, str(func(c *Config) *string { return &c.GRPCAddr })},
+		{"grpc-addr", "`host:port` the data plane (gRPC) listens on", d.GRPCAddr, str(func(c *Config) *string { return &c.GRPCAddr })},
 		{"http-addr", "`host:port` the HTTP server (health, metrics, control plane) listens on", d.HTTPAddr, str(func(c *Config) *string { return &c.HTTPAddr })},
 		{"store", "store `URL`: sqlite:PATH or postgres://...", d.Store, str(func(c *Config) *string { return &c.Store })},
 		{"checkpoint-interval", "time between compactions of the lease journal (`duration`)", d.CheckpointInterval.String(), dur(func(c *Config) *time.Duration { return &c.CheckpointInterval })},
@@ -138,6 +138,10 @@ func bindings() []binding {
 			return err
 		}},
 		{"log-level", "least severe `level` logged: debug, info, warn or error", d.LogLevel, str(func(c *Config) *string { return &c.LogLevel })},
+		{"tls-cert", "serve gRPC and HTTP over TLS with this certificate chain (PEM `file`; with --tls-key; re-read on SIGHUP and on change)", "", str(func(c *Config) *string { return &c.TLSCert })},
+		{"tls-key", "private key of --tls-cert (PEM `file`)", "", str(func(c *Config) *string { return &c.TLSKey })},
+		{"tls-client-ca", "require client certificates signed by these CAs (PEM `file`; mutual TLS)", "", str(func(c *Config) *string { return &c.TLSClientCA })},
+		{"insecure", "allow listening on a non-loopback address without TLS (plaintext on the network)", "false", boolean(func(c *Config) *bool { return &c.Insecure })},
 	}
 }
 

@@ -7,6 +7,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -25,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -44,6 +46,7 @@ import (
 	"github.com/repool/repool/internal/store"
 	"github.com/repool/repool/internal/store/open"
 	"github.com/repool/repool/internal/tenants"
+	"github.com/repool/repool/internal/tlsconf"
 	"github.com/repool/repool/internal/token"
 )
 
@@ -98,6 +101,7 @@ type Server struct {
 	http        *http.Server
 	grpcLn      net.Listener
 	httpLn      net.Listener
+	tls         *tlsconf.Server // nil: plaintext
 
 	rules    control.LimitRules // defaults and bounds of tenants' limits
 	limitsMu sync.RWMutex
@@ -423,18 +427,23 @@ func (s *Server) bootstrap(ctx context.Context, out io.Writer) error {
 		return nil
 	}
 	grpcAddr, httpAddr := s.GRPCAddr(), s.HTTPAddr()
+	grpcurlTLS, curlTLS, scheme := "-plaintext", "", "http"
+	if s.tls != nil {
+		// The CA file is the operator's; the certificate names the server.
+		grpcurlTLS, curlTLS, scheme = "-cacert CA.crt", "--cacert CA.crt ", "https"
+	}
 	fmt.Fprintf(out, `repool: first start on an empty store: created tenant %q.
 These secrets are shown once; keep them.
   demo API key:    %s
   operator token:  %s   (expires %s)
 
 Call the data plane (gRPC, reflection on):
-  grpcurl -plaintext -H 'x-api-key: %s' -d '{"resources":[{"id":"proxy-1","capacity":2}]}' %s repool.v1.PoolService/Register
-  grpcurl -plaintext -H 'x-api-key: %s' -d '{"context":"search","ttl_seconds":30}' %s repool.v1.PoolService/Acquire
+  grpcurl %s -H 'x-api-key: %s' -d '{"resources":[{"id":"proxy-1","capacity":2}]}' %s repool.v1.PoolService/Register
+  grpcurl %s -H 'x-api-key: %s' -d '{"context":"search","ttl_seconds":30}' %s repool.v1.PoolService/Acquire
 Call the control plane (HTTP/JSON):
-  curl -s -H 'Authorization: Bearer %s' http://%s/api/v1/tenants
+  curl -s %s-H 'Authorization: Bearer %s' %s://%s/api/v1/tenants
 `, b.Tenant.ID, b.Key, b.OperatorToken, b.OperatorTokenExpiresAt.Format(time.RFC3339),
-		b.Key, grpcAddr, b.Key, grpcAddr, b.OperatorToken, httpAddr)
+		grpcurlTLS, b.Key, grpcAddr, grpcurlTLS, b.Key, grpcAddr, curlTLS, b.OperatorToken, scheme, httpAddr)
 	return nil
 }
 
@@ -442,6 +451,11 @@ Call the control plane (HTTP/JSON):
 // connections (netlimit), and builds the servers with their deadlines.
 func (s *Server) listen() error {
 	var err error
+	if s.cfg.TLSCert != "" {
+		if s.tls, err = tlsconf.NewServer(s.cfg.TLSFiles()); err != nil {
+			return err
+		}
+	}
 	if s.grpcLn, err = listenLimited(s.cfg.GRPCAddr, s.cfg.GRPCMaxConnections, s.refusedConns.WithLabelValues("grpc")); err != nil {
 		return fmt.Errorf("gRPC listener: %w", err)
 	}
@@ -461,6 +475,13 @@ func (s *Server) listen() error {
 		}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: c.GRPCKeepaliveMinTime, PermitWithoutStream: true}),
 	)
+	if s.tls != nil {
+		// gRPC negotiates h2 by ALPN; the handshake counts against
+		// GRPCHandshakeTimeout. The HTTP listener offers h2 and http/1.1,
+		// its handshake bounded by the HTTP read deadlines.
+		opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls.Config("h2"))))
+		s.httpLn = tls.NewListener(s.httpLn, s.tls.Config("h2", "http/1.1"))
+	}
 	s.grpc = grpc.NewServer(opts...)
 	s.svc.Attach(s.grpc)
 	s.health = health.NewServer()
@@ -513,6 +534,32 @@ func (s *Server) httpHandler() http.Handler {
 	return mux
 }
 
+// tlsWatchInterval is how often the TLS files are checked for changes.
+const tlsWatchInterval = time.Second
+
+// ReloadTLS re-reads the TLS certificate, key and client CA. A bad new set
+// keeps the one in use, and the error says what is wrong. Without TLS it
+// does nothing.
+func (s *Server) ReloadTLS() error {
+	if s.tls == nil {
+		return nil
+	}
+	err := s.tls.Reload()
+	s.logTLS(err)
+	return err
+}
+
+func (s *Server) logTLS(err error) {
+	if err != nil {
+		s.log.Error("TLS files not reloaded; the previous certificate stays in use", "err", err)
+		return
+	}
+	s.log.Info("TLS files reloaded", "cert", s.cfg.TLSCert, "not_after", s.tls.NotAfter().UTC().Format(time.RFC3339))
+}
+
+// TLS reports whether the listeners serve TLS.
+func (s *Server) TLS() bool { return s.tls != nil }
+
 // GRPCAddr and HTTPAddr return the bound addresses (useful with port 0).
 func (s *Server) GRPCAddr() string { return s.grpcLn.Addr().String() }
 
@@ -534,6 +581,11 @@ func (s *Server) Run(ctx context.Context) error {
 	}()
 	auditDone := make(chan struct{})
 	go func() { defer close(auditDone); s.audit.Run(s.life, 5*time.Second) }()
+	if s.tls != nil {
+		// Certificates rotated in place (a renewal writing new files) are
+		// picked up without a signal.
+		go s.tls.Watch(s.life, tlsWatchInterval, s.logTLS)
+	}
 
 	var runErr error
 	if s.ha != nil {

@@ -5,6 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/repool/repool/internal/cli"
 	"github.com/repool/repool/internal/server"
@@ -12,10 +15,12 @@ import (
 
 const serveUsage = `usage: ` + Prog + ` [run] [flags]
 
-Serve the data plane (gRPC, h2c) and the HTTP server (health, metrics, the
-control plane) until SIGINT or SIGTERM. On the first start with an empty
-store it creates tenant "demo" and prints its API key and an operator token
-once. Every flag can also be set as its REPOOL_* environment variable or as
+Serve the data plane (gRPC) and the HTTP server (health, metrics, the
+control plane) until SIGINT or SIGTERM; with --tls-cert and --tls-key both
+over TLS (SIGHUP re-reads the files). A non-loopback listen address needs
+TLS, or --insecure to serve plaintext on the network. On the first start
+with an empty store it creates tenant "demo" and prints its API key and an
+operator token once. Every flag can also be set as its REPOOL_* environment variable or as
 a key of the --config file; flags win over the environment, which wins over
 the file.
 `
@@ -43,6 +48,28 @@ func serve(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(env.Stdout, "repool server: gRPC on %s, HTTP on %s (health /healthz, /readyz, /readyz/active; metrics /metrics; control plane /api/v1/)\n", s.GRPCAddr(), s.HTTPAddr())
+	security := "plaintext"
+	if s.TLS() {
+		security = "TLS"
+	}
+	fmt.Fprintf(env.Stdout, "repool server: gRPC on %s, HTTP on %s (health /healthz, /readyz, /readyz/active; metrics /metrics; control plane /api/v1/), %s\n", s.GRPCAddr(), s.HTTPAddr(), security)
+	// SIGHUP re-reads the TLS files (they are also watched for changes).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				if !s.TLS() {
+					log.Info("SIGHUP: TLS is off, nothing to reload")
+					continue
+				}
+				_ = s.ReloadTLS() // logged
+			}
+		}
+	}()
 	return s.Run(ctx)
 }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -106,12 +107,13 @@ func (u *upstream) wait() { <-u.closed }
 // value without Redis; with its defaults, a Redis is never zero).
 type upstreamKey struct {
 	name, endpoint, apiKey string
+	tls                    config.TLS // with the files' contents: a rotation reconnects
 	token                  token.Policy
 	redis                  token.Redis
 }
 
 func newUpstreamKey(name string, p config.Provider, r *config.Redis) upstreamKey {
-	k := upstreamKey{name: name, endpoint: p.Endpoint, apiKey: p.APIKey, token: p.Token}
+	k := upstreamKey{name: name, endpoint: p.Endpoint, apiKey: p.APIKey, tls: p.TLS, token: p.Token}
 	if r != nil {
 		k.redis = r.Redis
 	}
@@ -121,8 +123,16 @@ func newUpstreamKey(name string, p config.Provider, r *config.Redis) upstreamKey
 // dial builds the upstream k describes. The connection is lazy: nothing is
 // dialled until the first call.
 func (s *Sidecar) dial(k upstreamKey) (*upstream, error) {
+	creds := insecure.NewCredentials() // h2c to the VIP: loopback, or insecure: true
+	if k.tls.On() {
+		cfg, err := k.tls.Client().Config("provider " + k.name)
+		if err != nil {
+			return nil, err
+		}
+		creds = credentials.NewTLS(cfg) // h2 by ALPN; the certificate verified
+	}
 	opts := append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()), // h2c to the VIP
+		grpc.WithTransportCredentials(creds),
 		// Our retrier is the only retry layer.
 		grpc.WithDisableRetry(),
 		// Reconnect quickly once the VIP answers again (failover takes well

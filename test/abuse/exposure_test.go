@@ -16,7 +16,9 @@ import (
 // per-tenant ones, a tenant-admin's does not.
 func attackMetricsFromAnotherHost(t *testing.T, bins binaries) {
 	ip := nonLoopbackIPv4(t)
-	srv := startServer(t, bins, ip)
+	// Plaintext on purpose (--insecure): the attack is on what is exposed,
+	// not on the transport.
+	srv := startServer(t, bins, ip, "--insecure")
 	if _, err := srv.pool(t).Register(withKey(srv.key), &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "proxy-1"}}}); err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/repool/repool/internal/lb/haproxy/haproxytest"
 	"github.com/repool/repool/internal/pgcluster"
 )
 
@@ -28,7 +29,7 @@ const (
 	pgBin         = "/usr/lib/postgresql/15/bin"
 	haproxyBin    = "/usr/sbin/haproxy"
 	keepalivedBin = "/usr/sbin/keepalived"
-	scriptHint    = "run scripts/test as root: it installs PostgreSQL 15, HAProxy, Keepalived, iproute2 and curl"
+	scriptHint    = "run scripts/test as root: it installs PostgreSQL 15, HAProxy, Keepalived, iproute2, curl and tcpdump"
 )
 
 // Ports and timings of the cluster under test.
@@ -56,16 +57,13 @@ type cluster struct {
 	servers map[string]*server
 	lbs     map[string]*lb
 	sidecar *proc
+	tls     *tlsFiles // nil: plaintext (REPOOL_E2E_PLAINTEXT)
 }
 
 // server is one repool server host.
 type server struct {
 	host host
 	p    *proc
-}
-
-func (s *server) httpURL(path string) string {
-	return fmt.Sprintf("http://%s:%d%s", s.host.addr, httpPort, path)
 }
 
 // lb is one load-balancer host: HAProxy and Keepalived.
@@ -154,13 +152,26 @@ func (c *cluster) postgres() {
 	if err != nil {
 		c.tb.Fatal(err)
 	}
-	fmt.Fprintf(hba, "host all all %s trust\n", subnet)
+	sslArgs, sslmode := []string{}, "disable"
+	if c.tls != nil {
+		// TLS only (hostssl): the servers connect with sslmode=require.
+		fmt.Fprintf(hba, "hostssl all all %s trust\n", subnet)
+		cert, key := c.tls.ca.Issue("db", hostDB.addr).Write(c.tb, pgDir, "server")
+		for _, f := range []string{cert, key} {
+			if err := os.Chown(f, uid, gid); err != nil {
+				c.tb.Fatal(err)
+			}
+		}
+		sslArgs, sslmode = []string{"-c", "ssl=on", "-c", "ssl_cert_file=" + cert, "-c", "ssl_key_file=" + key}, "require"
+	} else {
+		fmt.Fprintf(hba, "host all all %s trust\n", subnet)
+	}
 	hba.Close()
 
 	c.ps.start("postgres", hostDB.ns(), []string{"HOME=" + pgDir}, slices.Concat(asPG, []string{filepath.Join(pgBin, "postgres")},
-		pgcluster.ServerArgs(data, hostDB.addr, pgPort, pgDir), []string{"-c", "log_min_messages=warning"})...)
+		pgcluster.ServerArgs(data, hostDB.addr, pgPort, pgDir), []string{"-c", "log_min_messages=warning"}, sslArgs)...)
 
-	admin := fmt.Sprintf("postgres://postgres@%s:%d/postgres?sslmode=disable&connect_timeout=2", hostDB.addr, pgPort)
+	admin := fmt.Sprintf("postgres://postgres@%s:%d/postgres?sslmode=%s&connect_timeout=2", hostDB.addr, pgPort, sslmode)
 	var conn *pgx.Conn
 	waitFor(c.tb, 30*time.Second, "PostgreSQL to accept connections", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -174,7 +185,7 @@ func (c *cluster) postgres() {
 		c.tb.Fatalf("CREATE DATABASE repool = got error %v, want nil", err)
 	}
 	conn.Close(ctx)
-	c.dsn = fmt.Sprintf("postgres://postgres@%s:%d/repool?sslmode=disable", hostDB.addr, pgPort)
+	c.dsn = fmt.Sprintf("postgres://postgres@%s:%d/repool?sslmode=%s", hostDB.addr, pgPort, sslmode)
 	if c.db, err = pgx.Connect(ctx, c.dsn); err != nil {
 		c.tb.Fatalf("connect to %s = got error %v, want nil", c.dsn, err)
 	}
@@ -184,7 +195,12 @@ func (c *cluster) postgres() {
 // startServer runs (or restarts) the repool server on h.
 func (c *cluster) startServer(h host) *server {
 	c.tb.Helper()
-	p := c.ps.start("server-"+h.name, h.ns(), nil, c.serverBin, "run",
+	security := []string{"--insecure=true"}
+	if c.tls != nil {
+		cert, key := c.tls.serverPair(c.tb, h)
+		security = []string{"--tls-cert", cert, "--tls-key", key}
+	}
+	p := c.ps.start("server-"+h.name, h.ns(), nil, append([]string{c.serverBin, "run",
 		"--ha=true", "--store", c.dsn, // --ha alone takes the next argument as its value (see the reply)
 		"--grpc-addr", fmt.Sprintf("%s:%d", h.addr, grpcPort),
 		"--http-addr", fmt.Sprintf("%s:%d", h.addr, httpPort),
@@ -195,7 +211,7 @@ func (c *cluster) startServer(h host) *server {
 		// The load is one tenant at tens of calls per second; the
 		// default per-tenant limit (10/s) would refuse most of it.
 		"--rate-per-second", "100000", "--burst", "100000",
-	)
+	}, security...)...)
 	s := &server{host: h, p: p}
 	c.servers[h.name] = s
 	return s
@@ -286,9 +302,10 @@ func (c *cluster) inventory() string {
 	fmt.Fprintf(&b, "vip: {address: %s/24, interface: %s, router_id: 231, auth_pass: rpe2e, grpc_port: %d}\n", vipAddr, hostDev, grpcPort)
 	fmt.Fprintf(&b, "lb_hosts:\n")
 	for i, h := range []host{hostLB1, hostLB2} {
-		state, prio := "MASTER", 250
+		// nopreempt (the default): both BACKUP, lb1 first by priority.
+		state, prio := "BACKUP", 250
 		if i > 0 {
-			state, prio = "BACKUP", 200
+			prio = 200
 		}
 		d := filepath.Join(c.dir, h.name)
 		fmt.Fprintf(&b, "  - {name: %s, address: %s, priority: %d, state: %s, stats_socket: %s, notify_log: %s}\n",
@@ -299,6 +316,13 @@ func (c *cluster) inventory() string {
 		fmt.Fprintf(&b, "  - {name: %s, address: %s, grpc_port: %d, http_port: %d}\n", h.name, h.addr, grpcPort, httpPort)
 	}
 	fmt.Fprintf(&b, "keepalived: {notify_script: %s}\n", filepath.Join(c.dir, "notify.sh"))
+	// HAProxy drops to the test's user (no haproxy user needed), with a
+	// maxconn whose file descriptors any test machine allows.
+	usr, grp := haproxytest.CurrentUser(c.tb)
+	fmt.Fprintf(&b, "haproxy: {user: %s, group: %s, maxconn: 1000}\n", usr, grp)
+	if c.tls != nil {
+		fmt.Fprintf(&b, "tls: {cert: %s, server_ca: %s, server_name: %s}\n", c.tls.vipPEM, c.tls.caFile, serverName)
+	}
 	path := filepath.Join(c.dir, "inventory.yaml")
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		c.tb.Fatal(err)
@@ -386,6 +410,10 @@ func (c *cluster) upServers(l *lb) string {
 // provider on the VIP.
 func (c *cluster) startSidecar() {
 	c.tb.Helper()
+	security := "insecure: true"
+	if c.tls != nil {
+		security = fmt.Sprintf("tls: {ca_file: %s, server_name: %s}", c.tls.caFile, serverName)
+	}
 	keyFile := filepath.Join(c.dir, "api.key")
 	if err := os.WriteFile(keyFile, []byte(c.apiKey+"\n"), 0o600); err != nil {
 		c.tb.Fatal(err)
@@ -396,6 +424,7 @@ allow_remote: true
 providers:
   default:
     endpoint: %s:%d
+    %s
     api_key_file: %s
     # Backend calls have a 2 s deadline; the sidecar answers within its own
     # timeout (retries included), well before.
@@ -404,7 +433,7 @@ providers:
     # second: lock, restore, one HAProxy check interval).
     retry: {max_retries: 10, initial_interval: 50ms, multiplier: 1.5, max_interval: 250ms, randomization_factor: 0.5, max_elapsed: %s}
     retry_budget: {ratio: 1, min_per_second: 100}
-`, hostClient.addr, sidecarPort, vipAddr, grpcPort, keyFile, sidecarTimeout, sidecarTimeout)
+`, hostClient.addr, sidecarPort, vipAddr, grpcPort, security, keyFile, sidecarTimeout, sidecarTimeout)
 	path := filepath.Join(c.dir, "sidecar.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		c.tb.Fatal(err)

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -30,7 +29,7 @@ type direct struct {
 // nothing from s but to read them.
 func (c *cluster) dial(tb testing.TB, s *server) *direct {
 	tb.Helper()
-	conn, err := grpc.NewClient(fmt.Sprintf("%s:%d", s.host.addr, grpcPort), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(fmt.Sprintf("%s:%d", s.host.addr, grpcPort), grpc.WithTransportCredentials(c.creds()))
 	if err != nil {
 		tb.Fatalf("grpc.NewClient(%s) = got error %v, want nil", s.host.name, err)
 	}

@@ -30,7 +30,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -64,7 +63,7 @@ func TestFailover(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatalf("TestFailover builds network namespaces and must run as root (euid %d); %s", os.Geteuid(), scriptHint)
 	}
-	for _, bin := range []string{"ip", "setpriv", "curl", haproxyBin, keepalivedBin, pgBin + "/initdb", pgBin + "/postgres"} {
+	for _, bin := range []string{"ip", "setpriv", "curl", "tcpdump", haproxyBin, keepalivedBin, pgBin + "/initdb", pgBin + "/postgres"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			t.Fatalf("%s not found (%v): %s", bin, err, scriptHint)
 		}
@@ -85,6 +84,12 @@ func TestFailover(t *testing.T) {
 	c.build()
 	t.Logf("built cmd/server and cmd/sidecar in %v", time.Since(began).Round(time.Millisecond))
 	network(t)
+	if useTLS() {
+		c.setupTLS()
+	}
+	// Every packet on the LB hosts' and the servers' links, from before
+	// the first connection to the end.
+	cp := c.capture(hostLB1, hostLB2, hostS1, hostS2, hostS3)
 	c.postgres()
 
 	s1 := c.startServer(hostS1)
@@ -245,9 +250,16 @@ func TestFailover(t *testing.T) {
 	c.startHAProxy(master)
 	tBack := time.Now()
 	t.Logf("%s HAProxy on %s restarted", tBack.Format("15:04:05.000"), master.host.name)
-	waitVIP(t, tBack, master.host) // it preempts: higher priority
-	t.Logf("%s VIP back on %s %v after its HAProxy restarted", time.Now().Format("15:04:05.000"), master.host.name, time.Since(tBack).Round(time.Millisecond))
-	time.Sleep(2 * time.Second)
+	// nopreempt: the recovered host, though of higher priority, does not
+	// take the VIP back (no second interruption). Its track script needs
+	// track_rise (2) checks a second apart, then the VRRP adverts: 5 s is
+	// well past the moment a preempting host would have taken it.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if h := vipHolders(hostLB1, hostLB2); len(h) != 1 || h[0] != backup.host.name {
+			t.Fatalf("VIP holders %v after HAProxy on %s recovered = want %s only: the VIP moved back (nopreempt)", h, master.host.name, backup.host.name)
+		}
+	}
+	t.Logf("%s VIP still on %s %v after HAProxy on %s restarted (nopreempt)", time.Now().Format("15:04:05.000"), backup.host.name, time.Since(tBack).Round(time.Millisecond), master.host.name)
 
 	// (d) cut the MASTER LB host's link (its veth's switch end).
 	master, backup = vipMaster(t, lb1, lb2)
@@ -259,6 +271,14 @@ func TestFailover(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	mark("end")
 	endLoad()
+
+	// A bearer token of the test's own, used through the VIP: the
+	// sidecar's tokens are not known to the test, this one is.
+	bearer := c.tokenThroughVIP(t)
+	c.checkCapture(t, cp, []secret{
+		{"the API key", c.apiKey, c.apiKey}, {"a bearer token", bearer, "Bearer " + bearer},
+		{"resource id r-000", "r-000", ""}, {"resource id r-039", "r-039", ""},
+	})
 
 	// Verification.
 	calls, leases := b.snapshot()
@@ -315,6 +335,29 @@ func TestFailover(t *testing.T) {
 	fmt.Printf("measure: capacity_violations=%d\n", len(violations))
 	fmt.Printf("measure: lost_registrations=%d\n", len(lost))
 	t.Logf("whole test %v", time.Since(began).Round(time.Millisecond))
+}
+
+// tokenThroughVIP obtains a bearer token through the VIP with the API key,
+// and makes one call with it through the VIP.
+func (c *cluster) tokenThroughVIP(tb testing.TB) string {
+	tb.Helper()
+	conn, err := grpc.NewClient(fmt.Sprintf("%s:%d", vipAddr, grpcPort), grpc.WithTransportCredentials(c.creds()))
+	if err != nil {
+		tb.Fatalf("grpc.NewClient(VIP) = got error %v, want nil", err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "x-api-key", c.apiKey), 10*time.Second)
+	defer cancel()
+	tok, err := repoolv1.NewAuthServiceClient(conn).IssueToken(ctx, &repoolv1.IssueTokenRequest{})
+	if err != nil {
+		tb.Fatalf("IssueToken through the VIP = got error %v, want nil", err)
+	}
+	ctx, cancel = context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+tok.GetToken()), 10*time.Second)
+	defer cancel()
+	if _, err := repoolv1.NewPoolServiceClient(conn).GetResource(ctx, &repoolv1.GetResourceRequest{Id: "r-000"}); err != nil {
+		tb.Fatalf("GetResource with the bearer token through the VIP = got error %v, want nil", err)
+	}
+	return tok.GetToken()
 }
 
 // vipMaster returns the LB host holding the VIP and the other one; it
@@ -448,7 +491,7 @@ func count(calls []call, pred func(call) bool) int {
 // for every id the listing misses, to be sure).
 func (c *cluster) lostRegistrations(tb testing.TB, ids []string) []string {
 	tb.Helper()
-	conn, err := grpc.NewClient(fmt.Sprintf("%s:%d", vipAddr, grpcPort), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(fmt.Sprintf("%s:%d", vipAddr, grpcPort), grpc.WithTransportCredentials(c.creds()))
 	if err != nil {
 		tb.Fatalf("grpc.NewClient(VIP) = got error %v, want nil", err)
 	}

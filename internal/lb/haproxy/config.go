@@ -21,7 +21,7 @@ import (
 const (
 	Backend         = "repool"             // the backend of repool servers
 	Defaults        = "repool"             // the (named) defaults section
-	GRPCFrontend    = "grpc"               // h2c frontend on the VIP
+	GRPCFrontend    = "grpc"               // gRPC frontend on the VIP (h2c, or TLS with h2)
 	MonitorFrontend = "monitor"            // monitor-uri frontend for Keepalived
 	MonitorURI      = inventory.MonitorURI // answered 200 while HAProxy runs
 	// HealthURI is what HAProxy checks on each server's HTTP port:
@@ -166,8 +166,14 @@ func build(conf configuration.Configuration, tx string, inv *inventory.Inventory
 	// global: runtime API at admin level (drain/ready/maint; expose-fd
 	// listeners for seamless reloads), pid file, and a log target for
 	// server state changes (notice and above: no per-request lines).
+	// It runs as its own user and group once started (as root: it binds,
+	// reads its certificates and creates its socket first), with a bound
+	// on connections.
 	if err := conf.PushGlobalConfiguration(&models.Global{
 		Pidfile: opts.PIDFile,
+		User:    inv.HAProxy.User,
+		Group:   inv.HAProxy.Group,
+		Maxconn: int64(inv.HAProxy.MaxConn),
 		RuntimeAPIs: []*models.RuntimeAPI{{
 			Address:    &fr.statsSocket,
 			BindParams: models.BindParams{Level: "admin", Mode: "600", ExposeFdListeners: true},
@@ -190,6 +196,7 @@ func build(conf configuration.Configuration, tx string, inv *inventory.Inventory
 		ServerTimeout:      ms(t.Server),
 		TunnelTimeout:      ms(t.Tunnel),
 		HTTPRequestTimeout: ms(t.HTTPRequest),
+		CheckTimeout:       ms(t.Check),
 	}, tx, 0); err != nil {
 		return fmt.Errorf("defaults: %w", err)
 	}
@@ -201,14 +208,24 @@ func build(conf configuration.Configuration, tx string, inv *inventory.Inventory
 	// bind the VIP before Keepalived gives it the address (IP_TRANSPARENT,
 	// or IP_FREEBIND without CAP_NET_ADMIN), so no sysctl is needed.
 	if err := conf.CreateFrontend(&models.Frontend{
-		Name: GRPCFrontend, Mode: "http", DefaultBackend: Backend,
+		Name: GRPCFrontend, Mode: "http", DefaultBackend: Backend, Maxconn: ptr(int64(inv.HAProxy.FrontendMaxConn)),
 	}, tx, 0); err != nil {
 		return fmt.Errorf("frontend %s: %w", GRPCFrontend, err)
+	}
+	vip := models.BindParams{Name: "vip", Proto: "h2", Transparent: true}
+	if tls := inv.TLS; tls.On() {
+		// TLS terminated here (h2 by ALPN), TLS 1.2 or later; with a
+		// client CA, sidecars must show a certificate signed by it.
+		vip.Proto = ""
+		vip.Ssl, vip.SslCertificate, vip.Alpn, vip.SslMinVer = true, tls.Cert, "h2", "TLSv1.2"
+		if tls.ClientCA != "" {
+			vip.SslCafile, vip.Verify = tls.ClientCA, "required"
+		}
 	}
 	if err := conf.CreateBind("frontend", GRPCFrontend, &models.Bind{
 		Address:    inv.VIP.IP().String(),
 		Port:       ptr(int64(inv.VIP.GRPCPort)),
-		BindParams: models.BindParams{Name: "vip", Proto: "h2", Transparent: true},
+		BindParams: vip,
 	}, tx, 0); err != nil {
 		return fmt.Errorf("frontend %s bind: %w", GRPCFrontend, err)
 	}
@@ -217,7 +234,7 @@ func build(conf configuration.Configuration, tx string, inv *inventory.Inventory
 	// MonitorURI while this HAProxy runs, whatever the servers' health (a
 	// cluster without an active server must not move the VIP back and forth).
 	if err := conf.CreateFrontend(&models.Frontend{
-		Name: MonitorFrontend, Mode: "http", MonitorURI: models.MonitorURI(MonitorURI),
+		Name: MonitorFrontend, Mode: "http", MonitorURI: models.MonitorURI(MonitorURI), Maxconn: ptr(int64(monitorMaxConn)),
 	}, tx, 0); err != nil {
 		return fmt.Errorf("frontend %s: %w", MonitorFrontend, err)
 	}
@@ -259,26 +276,43 @@ func build(conf configuration.Configuration, tx string, inv *inventory.Inventory
 		// Every option sits on the server line: check-proto is ignored on
 		// default-server, and without it a "proto h2" server
 		// would be checked over HTTP/2.
+		params := models.ServerParams{
+			Check:           "enabled",
+			HealthCheckPort: ptr(int64(s.HTTPPort)),
+			CheckProto:      "h1",
+			Proto:           "h2",
+			Inter:           ms(ch.Inter),
+			Fall:            ptr(int64(ch.Fall)),
+			Rise:            ptr(int64(ch.Rise)),
+			OnMarkedDown:    "shutdown-sessions",
+		}
+		if tls := inv.TLS; tls.On() {
+			// Re-encrypted to the server, its certificate verified for
+			// ServerName on calls and on checks alike; checks speak
+			// HTTP/1.1 over TLS to the HTTP port, so a standby's 404 still
+			// makes it NOLB.
+			params.Proto = ""
+			params.Ssl, params.SslCafile, params.Verify = "enabled", tls.ServerCA, "required"
+			params.Sni, params.Verifyhost, params.Alpn = "str("+tls.ServerName+")", tls.ServerName, "h2"
+			params.CheckSsl, params.CheckSni, params.CheckAlpn = "enabled", tls.ServerName, "http/1.1"
+			params.SslMinVer = "TLSv1.2"
+			params.SslCertificate = tls.ClientCert
+		}
 		if err := conf.CreateServer("backend", Backend, &models.Server{
-			Name:    s.Name,
-			Address: s.Address,
-			Port:    ptr(int64(s.GRPCPort)),
-			ServerParams: models.ServerParams{
-				Check:           "enabled",
-				HealthCheckPort: ptr(int64(s.HTTPPort)),
-				CheckProto:      "h1",
-				Proto:           "h2",
-				Inter:           ms(ch.Inter),
-				Fall:            ptr(int64(ch.Fall)),
-				Rise:            ptr(int64(ch.Rise)),
-				OnMarkedDown:    "shutdown-sessions",
-			},
+			Name:         s.Name,
+			Address:      s.Address,
+			Port:         ptr(int64(s.GRPCPort)),
+			ServerParams: params,
 		}, tx, 0); err != nil {
 			return fmt.Errorf("backend %s server %s: %w", Backend, s.Name, err)
 		}
 	}
 	return nil
 }
+
+// monitorMaxConn bounds the monitor frontend: Keepalived's track script
+// makes one connection a second.
+const monitorMaxConn = 100
 
 func ptr[T any](v T) *T { return &v }
 

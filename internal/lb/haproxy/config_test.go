@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/repool/repool/internal/lb/inventory"
+	"github.com/repool/repool/internal/tlsconf/tlstest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files (haproxy/haproxy.cfg, testdata/*.golden) from the renderer's output")
@@ -20,13 +21,51 @@ var update = flag.Bool("update", false, "rewrite the golden files (haproxy/hapro
 // examplePath is the inventory checked in for operators.
 const examplePath = "../../../haproxy/inventory.yaml"
 
+// exampleTLSDir holds the example's certificates on an LB host.
+const exampleTLSDir = "/etc/haproxy/tls/"
+
+// loadExample loads the example inventory with its TLS files moved to a
+// temporary directory holding real ones (from a private CA), so that
+// "haproxy -c" can load them; restoreTLSDir puts the example's directory
+// back into a rendered file.
 func loadExample(tb testing.TB) *inventory.Inventory {
 	tb.Helper()
 	inv, err := inventory.Load(examplePath)
 	if err != nil {
 		tb.Fatalf("inventory.Load(%s) = got error %v, want nil", examplePath, err)
 	}
+	// Not tb.TempDir(): a test's name may put a comma in it, which the
+	// inventory refuses in a path.
+	dir, err := os.MkdirTemp("", "repool-tls-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { os.RemoveAll(dir) })
+	ca := tlstest.NewCA(tb, "example CA")
+	for _, f := range []struct {
+		path    *string
+		content []byte
+	}{
+		{&inv.TLS.Cert, ca.Issue("vip", "repool.internal").PEM()},
+		{&inv.TLS.ServerCA, ca.PEM},
+		{&inv.TLS.ClientCert, ca.Issue("haproxy").PEM()},
+	} {
+		rest, ok := strings.CutPrefix(*f.path, exampleTLSDir)
+		if !ok {
+			tb.Fatalf("example TLS file %s is not in %s", *f.path, exampleTLSDir)
+		}
+		*f.path = filepath.Join(dir, rest)
+		if err := os.WriteFile(*f.path, f.content, 0o600); err != nil {
+			tb.Fatal(err)
+		}
+	}
 	return inv
+}
+
+// restoreTLSDir replaces inv's TLS directory (see loadExample) with the
+// example's in cfg.
+func restoreTLSDir(inv *inventory.Inventory, cfg []byte) []byte {
+	return bytes.ReplaceAll(cfg, []byte(filepath.Dir(inv.TLS.Cert)+"/"), []byte(exampleTLSDir))
 }
 
 // TestRenderGolden renders the example inventory, compares the result with
@@ -44,10 +83,12 @@ func TestRenderGolden(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := Render(context.Background(), loadExample(t), tt.opts)
+			inv := loadExample(t)
+			rendered, err := Render(context.Background(), inv, tt.opts)
 			if err != nil {
 				t.Fatalf("Render(example, %+v) = got error %v, want nil", tt.opts, err)
 			}
+			got := restoreTLSDir(inv, rendered)
 			golden := filepath.FromSlash(tt.golden)
 			if *update {
 				if err := os.WriteFile(golden, got, 0o644); err != nil {
@@ -61,7 +102,7 @@ func TestRenderGolden(t *testing.T) {
 			if !bytes.Equal(got, want) {
 				t.Errorf("Render(example, %+v) = got\n%s\nwant (%s)\n%s", tt.opts, got, golden, want)
 			}
-			checkConfig(t, got)
+			checkConfig(t, rendered)
 		})
 	}
 }
@@ -82,22 +123,31 @@ func checkConfig(tb testing.TB, cfg []byte) {
 // TestRenderDirectives pins the lines the front end depends on (docs/ha.md), so a
 // golden update cannot silently drop one.
 func TestRenderDirectives(t *testing.T) {
-	got, err := Render(context.Background(), loadExample(t), Options{})
+	inv := loadExample(t)
+	got, err := Render(context.Background(), inv, Options{})
 	if err != nil {
 		t.Fatalf("Render(example) = got error %v, want nil", err)
 	}
+	got = restoreTLSDir(inv, got)
 	for _, line := range []string{
+		"  user haproxy\n  group haproxy\n  maxconn 20000\n",
+		"  maxconn 10000\n",
+		"  timeout check 1000\n",
+		"  timeout connect 100\n",
 		"  stats socket /run/haproxy/admin.sock expose-fd listeners level admin mode 600\n",
 		"  pidfile /run/haproxy.pid\n",
 		"defaults repool\n  mode http\n",
 		"  timeout tunnel 3600000\n",
-		"  bind 10.0.0.100:9090 name vip transparent proto h2\n",
+		"  bind 10.0.0.100:9090 name vip crt /etc/haproxy/tls/vip.pem ssl alpn h2 transparent ssl-min-ver TLSv1.2\n",
 		"  monitor-uri /lb-health\n",
 		"  option httpchk\n",
 		"  http-check send meth GET uri /readyz/active\n",
 		"  http-check expect status 200\n",
 		"  http-check disable-on-404\n",
-		"  server repool1 10.0.0.21:9090 check check-proto h1 fall 1 inter 500 on-marked-down shutdown-sessions port 8081 proto h2 rise 1\n",
+		"  server repool1 10.0.0.21:9090 ",
+		" ssl ", " ca-file /etc/haproxy/tls/ca.crt ", " verify required ", " verifyhost repool.internal\n", " sni str(repool.internal) ",
+		" alpn h2 ", " check-ssl ", " check-sni repool.internal ", " check-alpn http/1.1 ", " check-proto h1 ", " port 8081 ",
+		" crt /etc/haproxy/tls/haproxy-client.pem ",
 	} {
 		if !strings.Contains(string(got), line) {
 			t.Errorf("Render(example) = got\n%s\nwant it to contain %q", got, line)

@@ -3,8 +3,10 @@
 // running HAProxy's servers through client-native's runtime API client on
 // the stats socket (Dial, Runtime: status, drain, ready, maint).
 //
-// The configuration: a gRPC frontend speaking h2c on the
-// VIP, a monitor frontend whose monitor-uri Keepalived's track script checks,
+// The configuration: HAProxy running as its own user with maxconn bounds
+// and explicit timeouts, a gRPC frontend on the VIP (h2c, or with the
+// inventory's tls section TLS terminated there and re-encrypted to the
+// servers, checks included), a monitor frontend whose monitor-uri Keepalived's track script checks,
 // and one backend whose health check GETs /readyz/active on each server's
 // HTTP port over HTTP/1 (check-proto h1 on every server line: on
 // default-server it would be ignored and the checks would speak HTTP/2) and

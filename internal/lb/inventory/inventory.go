@@ -56,6 +56,10 @@ const (
 	DefaultTrackFall      = 1
 	DefaultTrackRise      = 2
 	DefaultAdvertInterval = 1 // seconds
+	DefaultCheckTimeout   = time.Second
+	DefaultHAProxyUser    = "haproxy"
+	DefaultMaxConn        = 20000 // HAProxy's global maxconn
+	DefaultFrontendConn   = 10000 // the gRPC frontend's maxconn
 )
 
 // MonitorURI is the path of HAProxy's monitor frontend that Keepalived's
@@ -77,7 +81,50 @@ type Inventory struct {
 	Checks     Checks     `yaml:"checks"`
 	Timeouts   Timeouts   `yaml:"timeouts"`
 	Keepalived Keepalived `yaml:"keepalived"`
+	HAProxy    HAProxy    `yaml:"haproxy"`
+	TLS        TLS        `yaml:"tls"`
 }
+
+// HAProxy is how HAProxy runs: as its own user and group (it starts as
+// root to bind and read its certificates, then drops to them), and with
+// bounded connections.
+type HAProxy struct {
+	// User and Group HAProxy runs as. Default haproxy (Debian's package
+	// creates both).
+	User  string `yaml:"user"`
+	Group string `yaml:"group"`
+	// MaxConn is the global maxconn: connections HAProxy holds at once,
+	// both sides counted. Default 20000.
+	MaxConn int `yaml:"maxconn"`
+	// FrontendMaxConn is the gRPC frontend's maxconn: client connections
+	// accepted at once on the VIP (more wait in the kernel's backlog). At
+	// most MaxConn. Default 10000.
+	FrontendMaxConn int `yaml:"frontend_maxconn"`
+}
+
+// TLS is TLS through HAProxy: terminated on the VIP and re-encrypted to
+// the servers (docs/ha.md says why). Cert turns it on; the other paths
+// are then required except ClientCA and ClientCert.
+type TLS struct {
+	// Cert is the VIP's certificate chain and key in one PEM file (as
+	// HAProxy's crt reads it). Its names are what sidecars verify.
+	Cert string `yaml:"cert"`
+	// ClientCA, when set, requires clients (sidecars) to present a
+	// certificate signed by it on the VIP (mutual TLS).
+	ClientCA string `yaml:"client_ca"`
+	// ServerCA is the CA (PEM) the servers' certificates are verified
+	// with, on calls and on health checks.
+	ServerCA string `yaml:"server_ca"`
+	// ServerName is the name every server's certificate must hold (sent
+	// as SNI and verified).
+	ServerName string `yaml:"server_name"`
+	// ClientCert is HAProxy's own certificate and key (one PEM file) for
+	// servers that require client certificates (--tls-client-ca).
+	ClientCert string `yaml:"client_cert"`
+}
+
+// On reports whether TLS is on.
+func (t TLS) On() bool { return t.Cert != "" }
 
 // VIP is the virtual IP clients and sidecars dial; Keepalived holds it on
 // exactly one LB host at a time.
@@ -95,7 +142,8 @@ type VIP struct {
 	// characters without spaces or quotes (VRRPv2 uses only the first 8, so
 	// longer ones are refused rather than silently cut). Required.
 	AuthPass string `yaml:"auth_pass"`
-	// GRPCPort is the port of HAProxy's gRPC (h2c) frontend on the VIP.
+	// GRPCPort is the port of HAProxy's gRPC frontend on the VIP (TLS
+	// with the tls section, h2c without).
 	// Default 9090.
 	GRPCPort int `yaml:"grpc_port"`
 }
@@ -124,8 +172,9 @@ type LBHost struct {
 	// master gives up the VIP: after (256-priority)/256 advert intervals.
 	// Required.
 	Priority int `yaml:"priority"`
-	// State is the initial VRRP state, MASTER or BACKUP; exactly one host is
-	// MASTER. Required.
+	// State is the initial VRRP state: BACKUP on every host with
+	// nopreempt (the default); with keepalived.preempt, MASTER on exactly
+	// one host (the highest priority) and BACKUP on the others. Required.
 	State string `yaml:"state"`
 	// StatsSocket is the path of this host's HAProxy runtime API socket
 	// (stats socket, level admin). Absolute. Default /run/haproxy/admin.sock.
@@ -147,7 +196,7 @@ type Server struct {
 	Name string `yaml:"name"`
 	// Address is the server's IPv4 address. Required.
 	Address string `yaml:"address"`
-	// GRPCPort is the server's gRPC (h2c) port. Default 9090.
+	// GRPCPort is the server's gRPC port. Default 9090.
 	GRPCPort int `yaml:"grpc_port"`
 	// HTTPPort is the server's HTTP port, where HAProxy checks
 	// GET /readyz/active. Default 8081.
@@ -188,6 +237,9 @@ type Timeouts struct {
 	// HTTPRequest bounds the time to receive a request's headers.
 	// Default 10s.
 	HTTPRequest time.Duration `yaml:"http_request"`
+	// Check bounds a health check once connected (the TLS handshake and
+	// the answer). Default 1s.
+	Check time.Duration `yaml:"check"`
 }
 
 // Keepalived tunes the VRRP side. keepalived 2.2.7 accepts only whole
@@ -217,6 +269,13 @@ type Keepalived struct {
 	// ScriptUser runs the track and notify scripts (script_user; scripts
 	// are run with enable_script_security). Default root.
 	ScriptUser string `yaml:"script_user"`
+	// Preempt lets a recovered host with a higher priority take the VIP
+	// back, a second interruption. Default false: nopreempt, the VIP
+	// stays where it is until its holder fails. Keepalived honours
+	// nopreempt only with initial state BACKUP, so every host's state
+	// must then be BACKUP (the highest priority wins the first election);
+	// with preempt, exactly one host is MASTER.
+	Preempt bool `yaml:"preempt"`
 }
 
 // Load reads the inventory file at path and parses it like Parse. Errors
@@ -291,6 +350,15 @@ func (inv *Inventory) setDefaults() {
 	setDur(&inv.Timeouts.Server, DefaultServerTimeout)
 	setDur(&inv.Timeouts.Tunnel, DefaultTunnelTimeout)
 	setDur(&inv.Timeouts.HTTPRequest, DefaultRequestTimeout)
+	setDur(&inv.Timeouts.Check, DefaultCheckTimeout)
+	if inv.HAProxy.User == "" {
+		inv.HAProxy.User = DefaultHAProxyUser
+	}
+	if inv.HAProxy.Group == "" {
+		inv.HAProxy.Group = DefaultHAProxyUser
+	}
+	setInt(&inv.HAProxy.MaxConn, DefaultMaxConn)
+	setInt(&inv.HAProxy.FrontendMaxConn, min(DefaultFrontendConn, inv.HAProxy.MaxConn))
 	setInt(&inv.Keepalived.TrackInterval, DefaultTrackInterval)
 	setInt(&inv.Keepalived.TrackFall, DefaultTrackFall)
 	setInt(&inv.Keepalived.TrackRise, DefaultTrackRise)
@@ -319,6 +387,7 @@ var (
 	nameRE      = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
 	interfaceRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,15}$`)
 	userRE      = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
+	hostRE      = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$`)
 	// safePathRE keeps paths free of spaces and quotes: they are written
 	// into keepalived's quoted script lines and HAProxy's config.
 	safePathRE = regexp.MustCompile(`^/[A-Za-z0-9_./@+-]*$`)
@@ -367,8 +436,11 @@ func (inv *Inventory) Validate() error {
 		}
 		v.path(f+".notify_log", h.NotifyLog)
 	}
-	if len(inv.LBHosts) > 0 && masters != 1 {
-		v.fail("lb_hosts", "exactly one host must have state MASTER, got %d", masters)
+	switch {
+	case !inv.Keepalived.Preempt && masters > 0:
+		v.fail("lb_hosts", "with nopreempt (the default; keepalived.preempt false) every host must have state BACKUP, as keepalived requires; got %d MASTER", masters)
+	case inv.Keepalived.Preempt && len(inv.LBHosts) > 0 && masters != 1:
+		v.fail("lb_hosts", "with keepalived.preempt exactly one host must have state MASTER, got %d", masters)
 	}
 	for i, h := range inv.LBHosts {
 		if h.State == StateMaster {
@@ -412,6 +484,32 @@ func (inv *Inventory) Validate() error {
 	v.ms("timeouts.server", inv.Timeouts.Server)
 	v.ms("timeouts.tunnel", inv.Timeouts.Tunnel)
 	v.ms("timeouts.http_request", inv.Timeouts.HTTPRequest)
+	v.ms("timeouts.check", inv.Timeouts.Check)
+	for _, u := range []struct{ field, name string }{{"haproxy.user", inv.HAProxy.User}, {"haproxy.group", inv.HAProxy.Group}} {
+		if !userRE.MatchString(u.name) {
+			v.fail(u.field, "%q is not a user or group name", u.name)
+		}
+	}
+	v.positive("haproxy.maxconn", inv.HAProxy.MaxConn)
+	v.positive("haproxy.frontend_maxconn", inv.HAProxy.FrontendMaxConn)
+	if inv.HAProxy.FrontendMaxConn > inv.HAProxy.MaxConn {
+		v.fail("haproxy.frontend_maxconn", "%d is above haproxy.maxconn %d", inv.HAProxy.FrontendMaxConn, inv.HAProxy.MaxConn)
+	}
+	if t := inv.TLS; t.On() {
+		v.path("tls.cert", t.Cert)
+		v.path("tls.server_ca", t.ServerCA)
+		if !hostRE.MatchString(t.ServerName) {
+			v.fail("tls.server_name", "%q is not a host name (the name every server's certificate holds; required with tls.cert)", t.ServerName)
+		}
+		if t.ClientCA != "" {
+			v.path("tls.client_ca", t.ClientCA)
+		}
+		if t.ClientCert != "" {
+			v.path("tls.client_cert", t.ClientCert)
+		}
+	} else if t != (TLS{}) {
+		v.fail("tls.cert", "required when any tls key is set (the VIP's certificate and key, one PEM file)")
+	}
 	v.positive("keepalived.track_interval", inv.Keepalived.TrackInterval)
 	v.positive("keepalived.track_fall", inv.Keepalived.TrackFall)
 	v.positive("keepalived.track_rise", inv.Keepalived.TrackRise)

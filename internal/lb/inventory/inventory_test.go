@@ -77,7 +77,7 @@ func TestParseDefaults(t *testing.T) {
 const minimal = `
 vip: {address: 192.0.2.100/24, interface: eth0, router_id: 7, auth_pass: secret}
 lb_hosts:
-  - {name: a, address: 192.0.2.1, priority: 150, state: MASTER}
+  - {name: a, address: 192.0.2.1, priority: 150, state: BACKUP}
   - {name: b, address: 192.0.2.2, priority: 100, state: BACKUP}
 servers:
   - {name: s1, address: 192.0.2.10}
@@ -134,9 +134,25 @@ func validateCases() []validateCase {
 		{"host address dup", func(i *Inventory) { i.LBHosts[1].Address = "192.0.2.1" }, "lb_hosts[1].address"},
 		{"priority 255", func(i *Inventory) { i.LBHosts[0].Priority = 255 }, "lb_hosts[0].priority"},
 		{"priority dup", func(i *Inventory) { i.LBHosts[1].Priority = 150 }, "lb_hosts[1].priority"},
-		{"master not highest", func(i *Inventory) { i.LBHosts[1].Priority = 200 }, "lb_hosts[0].priority"},
+		{"preempt with one master", func(i *Inventory) { i.Keepalived.Preempt, i.LBHosts[0].State = true, StateMaster }, ""},
+		{"master not highest", func(i *Inventory) {
+			i.Keepalived.Preempt, i.LBHosts[0].State, i.LBHosts[1].Priority = true, StateMaster, 200
+		}, "lb_hosts[0].priority"},
 		{"state", func(i *Inventory) { i.LBHosts[1].State = "backup" }, "lb_hosts[1].state"},
-		{"two masters", func(i *Inventory) { i.LBHosts[1].State = StateMaster }, "lb_hosts"},
+		{"master with nopreempt", func(i *Inventory) { i.LBHosts[0].State = StateMaster }, "lb_hosts"},
+		{"preempt without a master", func(i *Inventory) { i.Keepalived.Preempt = true }, "lb_hosts"},
+		{"two masters", func(i *Inventory) {
+			i.Keepalived.Preempt, i.LBHosts[0].State, i.LBHosts[1].State = true, StateMaster, StateMaster
+		}, "lb_hosts"},
+		{"haproxy user", func(i *Inventory) { i.HAProxy.User = "ha proxy" }, "haproxy.user"},
+		{"frontend maxconn above global", func(i *Inventory) { i.HAProxy.FrontendMaxConn = i.HAProxy.MaxConn + 1 }, "haproxy.frontend_maxconn"},
+		{"timeout check", func(i *Inventory) { i.Timeouts.Check = time.Microsecond }, "timeouts.check"},
+		{"tls", func(i *Inventory) {
+			i.TLS = TLS{Cert: "/etc/haproxy/tls/vip.pem", ServerCA: "/etc/haproxy/tls/ca.crt", ServerName: "repool.internal"}
+		}, ""},
+		{"tls without cert", func(i *Inventory) { i.TLS.ServerCA = "/etc/haproxy/tls/ca.crt" }, "tls.cert"},
+		{"tls without server ca", func(i *Inventory) { i.TLS = TLS{Cert: "/etc/haproxy/tls/vip.pem", ServerName: "repool.internal"} }, "tls.server_ca"},
+		{"tls without server name", func(i *Inventory) { i.TLS = TLS{Cert: "/etc/haproxy/tls/vip.pem", ServerCA: "/etc/haproxy/tls/ca.crt"} }, "tls.server_name"},
 		{"stats socket relative", func(i *Inventory) { i.LBHosts[0].StatsSocket = "admin.sock" }, "lb_hosts[0].stats_socket"},
 		{"monitor port is grpc port", func(i *Inventory) { i.LBHosts[0].MonitorPort = 9090 }, "lb_hosts[0].monitor_port"},
 		{"notify log with space", func(i *Inventory) { i.LBHosts[1].NotifyLog = "/var/log/a b" }, "lb_hosts[1].notify_log"},

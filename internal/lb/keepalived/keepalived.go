@@ -15,6 +15,8 @@
 //   - the track script checks HAProxy with curl over the network, never by
 //     process name: in network-namespace tests all hosts share one process
 //     table.
+//   - nopreempt (the default) is honoured only with state BACKUP, so the
+//     inventory then has every host BACKUP (inventory.Validate).
 package keepalived
 
 import (
@@ -99,6 +101,12 @@ vrrp_instance {{.Instance}} {
     interface {{.Self.Interface}}
     virtual_router_id {{.Inv.VIP.RouterID}}
     priority {{.Self.Priority}}
+{{- if not .Inv.Keepalived.Preempt}}
+    # The VIP stays on its holder when a host with a higher priority
+    # recovers: no second interruption. (keepalived honours nopreempt only
+    # with state BACKUP, which every host has.)
+    nopreempt
+{{- end}}
     advert_int {{.Inv.Keepalived.AdvertInterval}}
     unicast_src_ip {{.Self.Address}}
     unicast_peer {

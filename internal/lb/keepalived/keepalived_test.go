@@ -116,7 +116,8 @@ func TestRenderDirectives(t *testing.T) {
 	for _, want := range []string{
 		`script "/usr/bin/curl -fsS -o /dev/null --max-time 1 http://10.0.0.12:8404/lb-health"`,
 		"    interval 1\n    timeout 2\n    fall 1\n    rise 2\n",
-		"    state BACKUP\n    interface eth0\n    virtual_router_id 51\n    priority 200\n    advert_int 1\n",
+		"    state BACKUP\n    interface eth0\n    virtual_router_id 51\n    priority 200\n",
+		"    nopreempt\n    advert_int 1\n",
 		"    unicast_src_ip 10.0.0.12\n    unicast_peer {\n        10.0.0.11\n    }\n",
 		"        auth_type PASS\n        auth_pass rp00lHA1\n",
 		"        10.0.0.100/24 dev eth0\n",

@@ -28,8 +28,11 @@
 //	  timeout: 250ms
 //	providers:
 //	  eu:
-//	    endpoint: 10.0.0.100:9090   # the VIP, host:port (or http://host:port)
+//	    endpoint: 10.0.0.100:9090   # the VIP, host:port (or http://, https://host:port)
 //	    api_key_env: REPOOL_EU_KEY  # or api_key: rpk_..., or api_key_file: /path
+//	    tls: {ca_file: /etc/repool/tls/ca.crt, server_name: repool.internal,
+//	          cert_file: "", key_file: ""}  # client certificate for mutual TLS
+//	    insecure: false             # plaintext to a non-loopback endpoint
 //	    timeout: 3s                 # one logical call, retries included
 //	    token: {skew: 30s, refresh_at: 0.8, issue_timeout: 5s}
 //	    retry: {max_retries: 3, initial_interval: 50ms, multiplier: 2,
@@ -63,6 +66,7 @@ import (
 	"github.com/repool/repool/internal/httpbounds"
 	"github.com/repool/repool/internal/sidecar/resilience"
 	"github.com/repool/repool/internal/sidecar/token"
+	"github.com/repool/repool/internal/tlsconf"
 	"github.com/repool/repool/internal/yamlerr"
 )
 
@@ -125,10 +129,16 @@ type Redis struct {
 
 // Provider configures one reputation cluster.
 type Provider struct {
-	// Endpoint is the cluster's VIP, host:port (gRPC, h2c). Required.
-	// http://host:port means the same (WithDefaults strips the scheme);
-	// https:// and other URLs are refused: there is no TLS.
+	// Endpoint is the cluster's VIP, host:port. Required. http://host:port
+	// means the same (WithDefaults strips the scheme); https://host:port
+	// means host:port with TLS on (tls.enabled); other URLs are refused.
 	Endpoint string `yaml:"endpoint"`
+	// TLS connects to the endpoint over TLS, verifying its certificate.
+	// Default off, which only a loopback endpoint or Insecure allows.
+	TLS TLS `yaml:"tls"`
+	// Insecure allows plaintext (h2c) to an endpoint that is not loopback:
+	// the API key and tokens then cross the network readable. Default off.
+	Insecure bool `yaml:"insecure"`
 	// APIKey, APIKeyEnv and APIKeyFile give the API key: inline, from an
 	// environment variable, or from a file (trimmed; a relative path is
 	// relative to the configuration file). Exactly one. Load resolves
@@ -146,6 +156,52 @@ type Provider struct {
 	RetryBudget resilience.BudgetPolicy `yaml:"retry_budget"`
 	// Breaker is the circuit breaker policy.
 	Breaker resilience.BreakerPolicy `yaml:"breaker"`
+}
+
+// TLS is a provider's TLS settings. Any field set turns TLS on.
+type TLS struct {
+	// Enabled turns TLS on with the system's CA certificates when no
+	// other field is set (https:// endpoints set it).
+	Enabled bool `yaml:"enabled"`
+	// CAFile is the CA certificate (PEM) the endpoint's certificate must
+	// be signed by. Default the system's CA certificates.
+	CAFile string `yaml:"ca_file"`
+	// ServerName is the name the certificate must be valid for. Default
+	// the endpoint's host.
+	ServerName string `yaml:"server_name"`
+	// CertFile and KeyFile are a client certificate and its key (PEM),
+	// for a server that requires them (mutual TLS). Both or neither.
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// CA, Cert and Key are the files' contents, read by Load on every
+	// (re)load: a reload after a rotation reconnects with the new ones.
+	CA   string `yaml:"-"`
+	Cert string `yaml:"-"`
+	Key  string `yaml:"-"`
+}
+
+// On reports whether TLS is on.
+func (t TLS) On() bool {
+	return t.Enabled || t.CAFile != "" || t.ServerName != "" || t.CertFile != "" || t.KeyFile != ""
+}
+
+// Client returns the client side of t, as tlsconf builds it.
+func (t TLS) Client() tlsconf.Client {
+	return tlsconf.Client{CAPEM: t.CA, ServerName: t.ServerName, CertPEM: t.Cert, KeyPEM: t.Key}
+}
+
+// validate checks t after Load resolved its files.
+func (t TLS) validate(field string) error {
+	switch {
+	case (t.CertFile == "") != (t.KeyFile == ""):
+		return fmt.Errorf("%s.cert_file and key_file go together: set both or neither", field)
+	case t.CAFile != "" && t.CA == "", t.CertFile != "" && (t.Cert == "" || t.Key == ""):
+		return fmt.Errorf("%s: files not read (config.Load reads ca_file, cert_file and key_file)", field)
+	}
+	if _, err := t.Client().Config(field); err != nil {
+		return err
+	}
+	return nil
 }
 
 // WithDefaults returns c with defaults in place of zero values, in the
@@ -171,6 +227,9 @@ func (c Config) WithDefaults() Config {
 	}
 	providers := make(map[string]Provider, len(c.Providers))
 	for name, p := range c.Providers {
+		if e, ok := tlsEndpoint(p.Endpoint); ok {
+			p.Endpoint, p.TLS.Enabled = e, true
+		}
 		p.Endpoint = plainEndpoint(p.Endpoint)
 		if p.Timeout == 0 {
 			p.Timeout = 3 * time.Second
@@ -289,6 +348,17 @@ func (p Provider) validate(name string) error {
 	if err := checkEndpoint(p.Endpoint); err != nil {
 		return fmt.Errorf("%s.endpoint %q: %w", field, p.Endpoint, err)
 	}
+	if p.TLS.On() {
+		if p.Insecure {
+			return fmt.Errorf("%s.insecure: TLS is set too; insecure allows plaintext, remove one of them", field)
+		}
+		if err := p.TLS.validate(field + ".tls"); err != nil {
+			return err
+		}
+	} else if host, _, _ := net.SplitHostPort(p.Endpoint); !p.Insecure && !tlsconf.IsLoopback(host) {
+		return fmt.Errorf("%s.endpoint %q is not a loopback address and TLS is off, so the API key and tokens would cross the network in plaintext: "+
+			"set %s.tls (ca_file, server_name; or an https:// endpoint), or %s.insecure: true to send plaintext anyway", field, p.Endpoint, field, field)
+	}
 	sources := 0
 	for _, s := range []string{p.APIKey, p.APIKeyEnv, p.APIKeyFile} {
 		if s != "" {
@@ -345,10 +415,23 @@ func CheckListen(addr string, allowRemote bool) error {
 	return nil
 }
 
+// tlsEndpoint returns host:port of an https://host:port endpoint (a
+// trailing slash allowed), and whether it was one.
+func tlsEndpoint(e string) (string, bool) {
+	rest, ok := strings.CutPrefix(e, "https://")
+	if !ok {
+		return e, false
+	}
+	if rest = strings.TrimSuffix(rest, "/"); strings.ContainsAny(rest, "/?#@") {
+		return e, false
+	}
+	return rest, true
+}
+
 // plainEndpoint returns an endpoint written as a URL, http://host:port (a
-// trailing slash allowed), as the host:port the sidecar dials: http means
-// plaintext, which is what the sidecar speaks (gRPC over h2c). Anything
-// else is returned as it is, for checkEndpoint to judge.
+// trailing slash allowed), as the host:port the sidecar dials (plaintext
+// unless the provider sets tls). Anything else is returned as it is, for
+// checkEndpoint to judge.
 func plainEndpoint(e string) string {
 	rest, ok := strings.CutPrefix(e, "http://")
 	if !ok {
@@ -365,12 +448,10 @@ func plainEndpoint(e string) string {
 func checkEndpoint(e string) error {
 	if scheme, _, ok := strings.Cut(e, "://"); ok {
 		switch strings.ToLower(scheme) {
-		case "https":
-			return errors.New("https is not supported: the sidecar speaks plaintext gRPC (h2c) to its endpoint; write host:port (or http://host:port)")
-		case "http":
-			return errors.New("want http://host:port with no path, query or user; or plain host:port")
+		case "http", "https":
+			return fmt.Errorf("want %s://host:port with no path, query or user; or plain host:port", strings.ToLower(scheme))
 		}
-		return fmt.Errorf("scheme %q: want host:port (or http://host:port): gRPC over h2c", scheme)
+		return fmt.Errorf("scheme %q: want host:port (or http://, https://host:port): gRPC", scheme)
 	}
 	return checkHostPort(e)
 }
@@ -400,10 +481,12 @@ func checkHostPort(addr string) error {
 //
 //	REPOOL_SIDECAR_LISTEN, REPOOL_SIDECAR_ALLOW_REMOTE (true/false),
 //	REPOOL_SIDECAR_LOG_LEVEL, REPOOL_REDIS_ADDR, REPOOL_REDIS_KEY_PREFIX,
-//	REPOOL_PROVIDER_<NAME>_ENDPOINT, REPOOL_PROVIDER_<NAME>_API_KEY
+//	REPOOL_PROVIDER_<NAME>_ENDPOINT, REPOOL_PROVIDER_<NAME>_API_KEY,
+//	REPOOL_PROVIDER_<NAME>_TLS_CA_FILE, REPOOL_PROVIDER_<NAME>_INSECURE
 //	  (NAME upper-cased, '-' as '_'; the provider must exist),
-//	REPOOL_ENDPOINT, REPOOL_API_KEY for the provider "default" (created
-//	  in the no-file mode, with endpoint 127.0.0.1:9090 unless set).
+//	REPOOL_ENDPOINT, REPOOL_API_KEY, REPOOL_TLS_CA_FILE, REPOOL_INSECURE
+//	  for the provider "default" (created in the no-file mode, with
+//	  endpoint 127.0.0.1:9090 unless set).
 func Load(path string, getenv func(string) string) (Config, error) {
 	var c Config
 	dir := "."
@@ -468,6 +551,21 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 		if key != "" {
 			p.APIKey, p.APIKeyEnv, p.APIKeyFile = key, "", ""
 		}
+		ca, insecure := getenv(env+"TLS_CA_FILE"), getenv(env+"INSECURE")
+		if name == DefaultProvider {
+			ca = firstSet(ca, getenv("REPOOL_TLS_CA_FILE"))
+			insecure = firstSet(insecure, getenv("REPOOL_INSECURE"))
+		}
+		if ca != "" {
+			p.TLS.CAFile = ca
+		}
+		if insecure != "" {
+			b, err := strconv.ParseBool(insecure)
+			if err != nil {
+				return fmt.Errorf("%sINSECURE %q: want true or false", env, insecure)
+			}
+			p.Insecure = b
+		}
 		providers[name] = p
 	}
 	c.Providers = providers
@@ -511,6 +609,23 @@ func (c *Config) resolve(dir string, getenv func(string) string) error {
 			return fmt.Errorf("config: %s.api_key: no API key: set REPOOL_API_KEY (or use --config)", field)
 		}
 		p.APIKeyEnv, p.APIKeyFile = "", ""
+		for _, f := range []struct {
+			key, path string
+			into      *string
+		}{{"ca_file", p.TLS.CAFile, &p.TLS.CA}, {"cert_file", p.TLS.CertFile, &p.TLS.Cert}, {"key_file", p.TLS.KeyFile, &p.TLS.Key}} {
+			if f.path == "" {
+				continue
+			}
+			path := f.path
+			if !filepath.IsAbs(path) {
+				path = filepath.Join(dir, path)
+			}
+			raw, err := readFile(path, maxPEMFileBytes, "PEM")
+			if err != nil {
+				return fmt.Errorf("config: %s.tls.%s: %w", field, f.key, err)
+			}
+			*f.into = string(raw)
+		}
 		c.Providers[name] = p
 	}
 	if c.Redis != nil && c.Redis.PasswordEnv != "" {
@@ -530,27 +645,35 @@ const maxKeyFileBytes = 4 << 10
 // opened, so that a key file of /dev/zero or a pipe nobody writes to
 // cannot hang a start or a reload.
 func readKeyFile(path string) ([]byte, error) {
+	return readFile(path, maxKeyFileBytes, "the API key")
+}
+
+// maxPEMFileBytes bounds a CA, certificate or key file.
+const maxPEMFileBytes = 1 << 20
+
+// readFile reads a regular file of at most limit bytes that holds what.
+func readFile(path string, limit int64, what string) ([]byte, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, err
 	}
 	switch {
 	case fi.IsDir():
-		return nil, fmt.Errorf("%s is a directory; want a file holding the API key", path)
+		return nil, fmt.Errorf("%s is a directory; want a file holding %s", path, what)
 	case !fi.Mode().IsRegular():
-		return nil, fmt.Errorf("%s is not a regular file (a device, pipe or socket); want a file holding the API key", path)
+		return nil, fmt.Errorf("%s is not a regular file (a device, pipe or socket); want a file holding %s", path, what)
 	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	raw, err := io.ReadAll(io.LimitReader(f, maxKeyFileBytes+1))
+	raw, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
 		return nil, err
 	}
-	if len(raw) > maxKeyFileBytes {
-		return nil, fmt.Errorf("%s is larger than %d bytes; want a file holding only the API key", path, maxKeyFileBytes)
+	if int64(len(raw)) > limit {
+		return nil, fmt.Errorf("%s is larger than %d bytes; want a file holding only %s", path, limit, what)
 	}
 	return raw, nil
 }

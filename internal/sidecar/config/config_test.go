@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/repool/repool/internal/sidecar/token"
+	"github.com/repool/repool/internal/tlsconf/tlstest"
 )
 
 // env returns a getenv over m.
@@ -33,7 +34,7 @@ func writeIn(t *testing.T, dir, name, content string) string {
 }
 
 func valid() Config {
-	return Config{Providers: map[string]Provider{"eu": {Endpoint: "10.0.0.1:9090", APIKey: "rpk_x"}}}
+	return Config{Providers: map[string]Provider{"eu": {Endpoint: "10.0.0.1:9090", APIKey: "rpk_x", Insecure: true}}}
 }
 
 func TestValidateNamesTheBadField(t *testing.T) {
@@ -58,13 +59,41 @@ func TestValidateNamesTheBadField(t *testing.T) {
 		{"endpoint without port", func(c *Config) { p := c.Providers["eu"]; p.Endpoint = "vip"; c.Providers["eu"] = p }, "providers.eu.endpoint \"vip\""},
 		{"endpoint as an http URL", func(c *Config) { p := c.Providers["eu"]; p.Endpoint = "http://vip:9090"; c.Providers["eu"] = p }, ""},
 		{"endpoint as an http URL with a slash", func(c *Config) { p := c.Providers["eu"]; p.Endpoint = "http://[::1]:9090/"; c.Providers["eu"] = p }, ""},
-		{"endpoint as an https URL", func(c *Config) { p := c.Providers["eu"]; p.Endpoint = "https://vip:9090"; c.Providers["eu"] = p },
-			`providers.eu.endpoint "https://vip:9090": https is not supported: the sidecar speaks plaintext gRPC (h2c) to its endpoint; write host:port`},
+		{"endpoint as an https URL", func(c *Config) {
+			p := c.Providers["eu"]
+			p.Endpoint, p.Insecure = "https://vip:9090", false
+			c.Providers["eu"] = p
+		}, ""},
+		{"plaintext to a remote endpoint", func(c *Config) { p := c.Providers["eu"]; p.Insecure = false; c.Providers["eu"] = p },
+			`providers.eu.endpoint "10.0.0.1:9090" is not a loopback address and TLS is off`},
+		{"plaintext to a loopback endpoint", func(c *Config) {
+			p := c.Providers["eu"]
+			p.Endpoint, p.Insecure = "localhost:9090", false
+			c.Providers["eu"] = p
+		}, ""},
+		{"TLS and insecure", func(c *Config) { p := c.Providers["eu"]; p.TLS.ServerName = "vip"; c.Providers["eu"] = p },
+			"providers.eu.insecure: TLS is set too"},
+		{"TLS cert without key", func(c *Config) {
+			p := c.Providers["eu"]
+			p.Insecure, p.TLS.CertFile, p.TLS.Cert = false, "c.crt", "x"
+			c.Providers["eu"] = p
+		}, "providers.eu.tls.cert_file and key_file go together"},
+		{"TLS files not read", func(c *Config) {
+			p := c.Providers["eu"]
+			p.Insecure, p.TLS.CAFile = false, "ca.crt"
+			c.Providers["eu"] = p
+		},
+			"providers.eu.tls: files not read"},
+		{"TLS CA that is not PEM", func(c *Config) {
+			p := c.Providers["eu"]
+			p.Insecure, p.TLS.CAFile, p.TLS.CA = false, "ca.crt", "junk"
+			c.Providers["eu"] = p
+		}, "holds no PEM certificate"},
 		{"endpoint URL with a path", func(c *Config) { p := c.Providers["eu"]; p.Endpoint = "http://vip:9090/repool"; c.Providers["eu"] = p },
 			`providers.eu.endpoint "http://vip:9090/repool": want http://host:port with no path, query or user; or plain host:port`},
 		{"endpoint URL without a port", func(c *Config) { p := c.Providers["eu"]; p.Endpoint = "http://vip"; c.Providers["eu"] = p }, `providers.eu.endpoint "vip"`},
 		{"endpoint with another scheme", func(c *Config) { p := c.Providers["eu"]; p.Endpoint = "grpc://vip:9090"; c.Providers["eu"] = p },
-			`providers.eu.endpoint "grpc://vip:9090": scheme "grpc": want host:port (or http://host:port)`},
+			`providers.eu.endpoint "grpc://vip:9090": scheme "grpc": want host:port (or http://, https://host:port)`},
 		{"no key", func(c *Config) { p := c.Providers["eu"]; p.APIKey = ""; c.Providers["eu"] = p }, "providers.eu.api_key: set exactly one of api_key, api_key_env and api_key_file (0 set)"},
 		{"two key sources", func(c *Config) { p := c.Providers["eu"]; p.APIKeyEnv = "X"; c.Providers["eu"] = p }, "(2 set)"},
 		{"negative timeout", func(c *Config) { p := c.Providers["eu"]; p.Timeout = -1; c.Providers["eu"] = p }, "providers.eu.timeout -1ns"},
@@ -135,7 +164,8 @@ func TestEndpointURL(t *testing.T) {
 		"http://vip:9090/":      "vip:9090",
 		"http://[::1]:9090":     "[::1]:9090",
 		"vip:9090":              "vip:9090",
-		"https://vip:9090":      "https://vip:9090",
+		"https://vip:9090":      "vip:9090",
+		"https://vip:9090/x":    "https://vip:9090/x",
 		"http://vip:9090/x":     "http://vip:9090/x",
 		"http://user@vip:9090":  "http://user@vip:9090",
 		"http://vip:9090?tls=1": "http://vip:9090?tls=1",
@@ -157,6 +187,10 @@ func TestLoadNoFileMode(t *testing.T) {
 		{"key and endpoint", map[string]string{"REPOOL_ENDPOINT": "vip:9090", "REPOOL_API_KEY": "rpk_a"}, Provider{Endpoint: "vip:9090", APIKey: "rpk_a"}, ""},
 		{"default endpoint", map[string]string{"REPOOL_API_KEY": "rpk_a"}, Provider{Endpoint: "127.0.0.1:9090", APIKey: "rpk_a"}, ""},
 		{"no key", map[string]string{}, Provider{}, "set REPOOL_API_KEY"},
+		{"insecure", map[string]string{"REPOOL_ENDPOINT": "10.0.0.1:9090", "REPOOL_API_KEY": "rpk_a", "REPOOL_INSECURE": "true"},
+			Provider{Endpoint: "10.0.0.1:9090", APIKey: "rpk_a", Insecure: true}, ""},
+		{"insecure not a boolean", map[string]string{"REPOOL_API_KEY": "rpk_a", "REPOOL_INSECURE": "maybe"}, Provider{}, `INSECURE "maybe": want true or false`},
+		{"CA file missing", map[string]string{"REPOOL_API_KEY": "rpk_a", "REPOOL_TLS_CA_FILE": "/nonexistent/ca.crt"}, Provider{}, "providers.default.tls.ca_file"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -176,6 +210,7 @@ func TestLoadNoFileMode(t *testing.T) {
 
 func TestLoadFile(t *testing.T) {
 	keyFile := writeFile(t, "key", "rpk_from_file\n")
+	caFile := tlstest.NewCA(t, "test CA").WriteCA(t.TempDir(), "ca.crt")
 	path := writeFile(t, "sidecar.yaml", `
 listen: unix:/tmp/repool-sidecar.sock
 redis:
@@ -184,6 +219,7 @@ redis:
 providers:
   eu:
     endpoint: 10.0.0.1:9090
+    insecure: true
     api_key_env: EU_KEY
     timeout: 1500ms
     retry: {max_retries: -1}
@@ -191,13 +227,14 @@ providers:
   us:
     endpoint: 10.0.1.1:9090
     api_key_file: `+keyFile+`
+    tls: {ca_file: `+caFile+`, server_name: repool.us}
   asia:
     endpoint: 10.0.2.1:9090
     api_key: rpk_inline
 `)
 	c, err := Load(path, env(map[string]string{
 		"EU_KEY": "rpk_from_env", "REDIS_PW": "pw",
-		"REPOOL_PROVIDER_ASIA_ENDPOINT": "10.9.9.9:9090", "REPOOL_SIDECAR_LISTEN": "127.0.0.1:7171",
+		"REPOOL_PROVIDER_ASIA_ENDPOINT": "10.9.9.9:9090", "REPOOL_SIDECAR_LISTEN": "127.0.0.1:7171", "REPOOL_PROVIDER_ASIA_INSECURE": "true",
 	}))
 	if err != nil {
 		t.Fatalf("Load() = %v", err)
@@ -212,6 +249,8 @@ providers:
 		t.Errorf("listen = %q, want the environment's 127.0.0.1:7171", c.Listen)
 	case eu.APIKey != "rpk_from_env" || us.APIKey != "rpk_from_file" || asia.APIKey != "rpk_inline":
 		t.Errorf("API keys = %q, %q, %q; want them resolved from env, file, inline", eu.APIKey, us.APIKey, asia.APIKey)
+	case !us.TLS.On() || !strings.Contains(us.TLS.CA, "BEGIN CERTIFICATE") || us.TLS.ServerName != "repool.us" || eu.TLS.On() || !eu.Insecure || !asia.Insecure:
+		t.Errorf("TLS of us = %+v, insecure of eu, asia = %v, %v; want the CA read, and insecure from the file and the environment", us.TLS, eu.Insecure, asia.Insecure)
 	case asia.Endpoint != "10.9.9.9:9090":
 		t.Errorf("asia endpoint = %q, want the environment's", asia.Endpoint)
 	case eu.Timeout != 1500*time.Millisecond || eu.Retry.MaxRetries != -1 || eu.Breaker.MinRequests != 50 || eu.Breaker.OpenTimeout != 2*time.Second || eu.Breaker.FailureRatio != 0.5:
@@ -289,6 +328,7 @@ max_connections: 7
 providers:
   eu:
     endpoint: 10.0.0.1:9090
+    insecure: true
     api_key: rpk_inline
 `)
 	c, err := Load(path, env(nil))

@@ -29,6 +29,7 @@ const (
 	codeNotFound           = "not_found"
 	codeMethodNotAllowed   = "method_not_allowed"
 	codeInternal           = "internal"
+	codeTLS                = "tls"
 )
 
 // FastFailHeader says why a call failed fast: circuit-open, bulkhead-full,
@@ -116,6 +117,11 @@ func classify(err error) answer {
 	switch {
 	case errors.Is(err, resilience.ErrCircuitOpen):
 		a.status, a.code = http.StatusServiceUnavailable, codeCircuitOpen
+	case resilience.TLSFailure(err):
+		// A certificate or a TLS setting to fix, not retried: 502 like
+		// refused credentials.
+		a.status, a.code = http.StatusBadGateway, codeTLS
+		a.msg = "TLS with the provider failed (its certificate, the name it is valid for, the client certificate, or plaintext at the endpoint); not retried: " + a.msg
 	case errors.Is(err, token.ErrInvalidCredentials), c == codes.Unauthenticated:
 		a.status, a.code = StatusOf(codes.Unauthenticated)
 		a.fastFail = ""
@@ -171,7 +177,7 @@ func message(err error) string {
 func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	ans := classify(err)
 	level := slog.LevelDebug
-	if ans.code == codeInternal || ans.code == codeNames[codes.Unknown] || ans.code == codeInvalidCredentials {
+	if ans.code == codeInternal || ans.code == codeNames[codes.Unknown] || ans.code == codeInvalidCredentials || ans.code == codeTLS {
 		level = slog.LevelWarn
 	}
 	a.log.Log(r.Context(), level, "call failed", "route", r.Pattern, "provider", r.PathValue("p"),

@@ -65,19 +65,46 @@ func Code(err error) codes.Code {
 
 // Retryable reports whether a failed attempt may be retried: only
 // UNAVAILABLE, which is also what grpc-go reports for an HTTP 502 or 503
-// from a proxy on the way (HAProxy with no server up). INTERNAL,
-// DEADLINE_EXCEEDED (a proxy's 504 included) and every business code are
-// final.
+// from a proxy on the way (HAProxy with no server up), and not a TLS
+// failure. INTERNAL, DEADLINE_EXCEEDED (a proxy's 504 included) and every
+// business code are final.
 func Retryable(err error) bool {
-	return err != nil && !errors.Is(err, ErrCircuitOpen) && !errors.Is(err, ErrBulkheadFull) && Code(err) == codes.Unavailable
+	return err != nil && !errors.Is(err, ErrCircuitOpen) && !errors.Is(err, ErrBulkheadFull) && Code(err) == codes.Unavailable && !TLSFailure(err)
+}
+
+// TLSFailure reports whether err is a TLS handshake that failed for a
+// reason that another attempt would meet again: a certificate that does
+// not verify (unknown authority, wrong name, expired), one the server
+// refused (mutual TLS), or an endpoint that does not speak TLS. grpc-go
+// reports these as UNAVAILABLE; a connection lost during the handshake
+// (EOF, reset, timeout) is not one of them.
+func TLSFailure(err error) bool {
+	s, ok := status.FromError(err)
+	if !ok || s.Code() != codes.Unavailable {
+		return false
+	}
+	msg := s.Message()
+	if strings.Contains(msg, "remote error: tls:") || strings.Contains(msg, "x509: ") {
+		return true
+	}
+	if !strings.Contains(msg, "authentication handshake failed") {
+		return false
+	}
+	for _, lost := range []string{"EOF", "connection reset", "timeout", "deadline", "broken pipe", "connection refused"} {
+		if strings.Contains(msg, lost) {
+			return false
+		}
+	}
+	return true
 }
 
 // excluded reports whether the breaker should ignore an outcome: invalid
-// credentials, rate limits, callers that went away and the bulkhead's
-// rejections (a slow cluster, or a burst, not a failed one) say nothing
-// about the cluster's health.
+// credentials, TLS failures (a certificate or configuration to fix), rate
+// limits, callers that went away and the bulkhead's rejections (a slow
+// cluster, or a burst, not a failed one) say nothing about the cluster's
+// health.
 func excluded(err error) bool {
-	if errors.Is(err, ErrBulkheadFull) {
+	if errors.Is(err, ErrBulkheadFull) || TLSFailure(err) {
 		return true
 	}
 	switch Code(err) {

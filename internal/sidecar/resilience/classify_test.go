@@ -2,6 +2,7 @@ package resilience
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -75,5 +76,27 @@ func TestPolicyValidation(t *testing.T) {
 				t.Fatalf("Validate() = got %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+func TestTLSFailure(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want bool
+	}{
+		{status.Error(codes.Unavailable, `connection error: desc = "transport: authentication handshake failed: tls: failed to verify certificate: x509: certificate signed by unknown authority"`), true},
+		{status.Error(codes.Unavailable, `connection error: desc = "error reading server preface: remote error: tls: certificate required"`), true},
+		{status.Error(codes.Unavailable, `connection error: desc = "transport: authentication handshake failed: tls: first record does not look like a TLS handshake"`), true},
+		{status.Error(codes.Unavailable, `connection error: desc = "transport: authentication handshake failed: EOF"`), false},
+		{status.Error(codes.Unavailable, `connection error: desc = "transport: Error while dialing: dial tcp 10.0.0.1:9090: connect: connection refused"`), false},
+		{status.Error(codes.Internal, "x509: something"), false},
+		{errors.New("x509: not a status"), false},
+	} {
+		if got := TLSFailure(tt.err); got != tt.want {
+			t.Errorf("TLSFailure(%v) = %v, want %v", tt.err, got, tt.want)
+		}
+		if tt.want && Retryable(tt.err) {
+			t.Errorf("Retryable(%v) = true, want a TLS failure final", tt.err)
+		}
 	}
 }

@@ -13,12 +13,14 @@ package haproxytest
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -50,6 +52,19 @@ type Server struct {
 // tb.Cleanup stops it.
 func NewServer(tb testing.TB, name string, status int) *Server {
 	tb.Helper()
+	return newServer(tb, name, status, nil)
+}
+
+// NewTLSServer is NewServer with both ports over TLS with cfg (its
+// certificate, and client certificates if it asks for them): the health
+// port offers http/1.1 by ALPN, the "gRPC" port h2.
+func NewTLSServer(tb testing.TB, name string, status int, cfg *tls.Config) *Server {
+	tb.Helper()
+	return newServer(tb, name, status, cfg)
+}
+
+func newServer(tb testing.TB, name string, status int, tlsCfg *tls.Config) *Server {
+	tb.Helper()
 	s := &Server{Name: name}
 	s.status.Store(int32(status))
 
@@ -68,6 +83,15 @@ func NewServer(tb testing.TB, name string, status int) *Server {
 	})}
 	grpc.Protocols = new(http.Protocols)
 	grpc.Protocols.SetUnencryptedHTTP2(true)
+	if tlsCfg != nil {
+		h := tlsCfg.Clone()
+		h.NextProtos = []string{"http/1.1"}
+		health.TLSConfig = h
+		g := tlsCfg.Clone()
+		g.NextProtos = []string{"h2"}
+		grpc.TLSConfig = g
+		grpc.Protocols.SetHTTP2(true)
+	}
 
 	for _, l := range []struct {
 		srv  *http.Server
@@ -78,6 +102,9 @@ func NewServer(tb testing.TB, name string, status int) *Server {
 			tb.Fatalf("haproxytest: listen on 127.0.0.1:0 = got error %v, want nil", err)
 		}
 		*l.port = ln.Addr().(*net.TCPAddr).Port
+		if l.srv.TLSConfig != nil {
+			ln = tls.NewListener(ln, l.srv.TLSConfig)
+		}
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -104,7 +131,7 @@ func LoopbackInventory(tb testing.TB, dir string, servers ...*Server) *inventory
 	var b strings.Builder
 	fmt.Fprintf(&b, "vip: {address: 127.0.0.1/8, interface: lo, router_id: 1, auth_pass: test, grpc_port: %d}\n", testenv.FreePort(tb))
 	fmt.Fprintf(&b, "lb_hosts:\n")
-	fmt.Fprintf(&b, "  - {name: lb1, address: 127.0.0.2, priority: 150, state: MASTER, monitor_port: %d, stats_socket: %s}\n",
+	fmt.Fprintf(&b, "  - {name: lb1, address: 127.0.0.2, priority: 150, state: BACKUP, monitor_port: %d, stats_socket: %s}\n",
 		testenv.FreePort(tb), filepath.Join(dir, "lb1.sock"))
 	fmt.Fprintf(&b, "  - {name: lb2, address: 127.0.0.3, priority: 100, state: BACKUP}\n")
 	fmt.Fprintf(&b, "servers:\n")
@@ -112,11 +139,30 @@ func LoopbackInventory(tb testing.TB, dir string, servers ...*Server) *inventory
 		fmt.Fprintf(&b, "  - {name: %s, address: 127.0.0.1, grpc_port: %d, http_port: %d}\n", s.Name, s.GRPCPort, s.HTTPPort)
 	}
 	fmt.Fprintf(&b, "checks: {inter: 100ms, fall: 1, rise: 1}\n")
+	// HAProxy stays the test's user: the tests need no haproxy user.
+	usr, grp := CurrentUser(tb)
+	// and a maxconn whose file descriptors any test machine allows.
+	fmt.Fprintf(&b, "haproxy: {user: %s, group: %s, maxconn: 1000}\n", usr, grp)
 	inv, err := inventory.Parse(strings.NewReader(b.String()))
 	if err != nil {
 		tb.Fatalf("haproxytest: inventory.Parse = got error %v, want nil\n%s", err, b.String())
 	}
 	return inv
+}
+
+// CurrentUser returns the names of this process's user and group, for an
+// inventory's haproxy.user and haproxy.group.
+func CurrentUser(tb testing.TB) (string, string) {
+	tb.Helper()
+	u, err := user.Current()
+	if err != nil {
+		tb.Fatalf("haproxytest: current user: %v", err)
+	}
+	g, err := user.LookupGroupId(u.Gid)
+	if err != nil {
+		tb.Fatalf("haproxytest: current group: %v", err)
+	}
+	return u.Username, g.Name
 }
 
 // Process is a running HAProxy.
