@@ -88,6 +88,13 @@ func (r response) errCode() string {
 }
 
 // retryAfterMS returns error.retry_after_ms of an error answer.
+// errField returns error.<name> of the body as a string, or "".
+func (r response) errField(name string) string {
+	e, _ := r.body["error"].(map[string]any)
+	s, _ := e[name].(string)
+	return s
+}
+
 func (r response) retryAfterMS() float64 {
 	e, _ := r.body["error"].(map[string]any)
 	v, _ := e["retry_after_ms"].(float64)

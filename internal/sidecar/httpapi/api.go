@@ -243,7 +243,7 @@ func pathValue(r *http.Request, name, what string) (string, error) {
 // whatever a future field takes.
 func encodable(req proto.Message) error {
 	if _, err := proto.Marshal(req); err != nil {
-		return badRequest("the request cannot be encoded for the provider: %v", err)
+		return badRequest("the request cannot be encoded for the provider (a string that is not valid UTF-8?)")
 	}
 	return nil
 }
@@ -291,15 +291,12 @@ func (a *API) decode(w http.ResponseWriter, r *http.Request, msg proto.Message) 
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			return &apiError{http.StatusRequestTimeout, codeRequestTimeout, "the request body did not arrive within read_timeout"}
 		}
-		return badRequest("reading the request body: %v", err)
+		return badRequest("the request body could not be read: the connection failed before it was complete")
 	}
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return badRequest("request body is empty; want a JSON object")
 	}
-	if err := protojson.Unmarshal(raw, msg); err != nil {
-		return badRequest("request body: %v", err)
-	}
-	return nil
+	return unmarshalBody(raw, msg)
 }
 
 // marshal writes proto messages as the API's JSON: field names as in the
@@ -307,6 +304,11 @@ func (a *API) decode(w http.ResponseWriter, r *http.Request, msg proto.Message) 
 var marshal = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
 
 func writeProto(w http.ResponseWriter, status int, m proto.Message) {
+	if rr, ok := m.(*repoolv1.ReleaseResponse); ok && rr.GetNext() == nil {
+		// A plain release answers {}, as it did before next existed.
+		writeJSON(w, status, struct{}{})
+		return
+	}
 	raw, err := marshal.Marshal(m)
 	if err != nil {
 		writeAnswer(w, answer{status: http.StatusInternalServerError, code: codeInternal, msg: "encoding the answer: " + err.Error()})
