@@ -518,14 +518,14 @@ func ts(t time.Time) *timestamppb.Timestamp {
 func toStats(c pool.ContextStats) *repoolv1.ContextStats {
 	return &repoolv1.ContextStats{
 		Context: c.Context, Successes: c.Successes, Failures: c.Failures, SuccessRate: c.SuccessRate,
-		ConsecutiveFailures: int32(c.ConsecutiveFailures), BlockedUntil: ts(c.BlockedUntil),
+		ConsecutiveFailures: int32(c.ConsecutiveFailures), BlockedUntil: ts(c.BlockedUntil), Quarantine: c.Quarantine,
 	}
 }
 
 func toInfo(r pool.ResourceInfo) *repoolv1.ResourceInfo {
 	out := &repoolv1.ResourceInfo{
 		Id: r.ID, Capacity: int32(r.Capacity), Labels: r.Labels, ActiveLeases: int32(r.ActiveLeases),
-		BlockedUntil: ts(r.BlockedUntil), Aggregate: toStats(r.Aggregate),
+		BlockedUntil: ts(r.BlockedUntil), Aggregate: toStats(r.Aggregate), Quarantine: r.Quarantine,
 	}
 	for _, c := range r.Contexts {
 		out.Contexts = append(out.Contexts, toStats(c))

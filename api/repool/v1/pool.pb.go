@@ -1352,8 +1352,14 @@ type ResourceInfo struct {
 	BlockedUntil *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=blocked_until,json=blockedUntil,proto3" json:"blocked_until,omitempty"`
 	// Statistics per context, in context order.
 	Contexts []*ContextStats `protobuf:"bytes,6,rep,name=contexts,proto3" json:"contexts,omitempty"`
-	// Decayed statistics over all contexts.
-	Aggregate     *ContextStats `protobuf:"bytes,7,opt,name=aggregate,proto3" json:"aggregate,omitempty"`
+	// Decayed statistics over all contexts (its quarantine is the whole
+	// resource's).
+	Aggregate *ContextStats `protobuf:"bytes,7,opt,name=aggregate,proto3" json:"aggregate,omitempty"`
+	// Quarantine of the whole resource: "none", "blocked" (cooling down
+	// until blocked_until), "awaiting_probe" (the cooldown is over; the next
+	// Acquire that fits gets a probe lease) or "probing" (a probe lease is
+	// out; its outcome decides).
+	Quarantine    string `protobuf:"bytes,8,opt,name=quarantine,proto3" json:"quarantine,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1437,6 +1443,13 @@ func (x *ResourceInfo) GetAggregate() *ContextStats {
 	return nil
 }
 
+func (x *ResourceInfo) GetQuarantine() string {
+	if x != nil {
+		return x.Quarantine
+	}
+	return ""
+}
+
 // ContextStats are the decayed Beta counts of one resource for one context.
 type ContextStats struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -1448,8 +1461,11 @@ type ContextStats struct {
 	SuccessRate float64 `protobuf:"fixed64,4,opt,name=success_rate,json=successRate,proto3" json:"success_rate,omitempty"`
 	// Consecutive failures since the last success.
 	ConsecutiveFailures int32 `protobuf:"varint,5,opt,name=consecutive_failures,json=consecutiveFailures,proto3" json:"consecutive_failures,omitempty"`
-	// Set while the resource is quarantined for this context.
-	BlockedUntil  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=blocked_until,json=blockedUntil,proto3" json:"blocked_until,omitempty"`
+	// Set while the resource is quarantined for this context: the end of
+	// the cooldown.
+	BlockedUntil *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=blocked_until,json=blockedUntil,proto3" json:"blocked_until,omitempty"`
+	// Quarantine for this context, as ResourceInfo.quarantine.
+	Quarantine    string `protobuf:"bytes,7,opt,name=quarantine,proto3" json:"quarantine,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1524,6 +1540,13 @@ func (x *ContextStats) GetBlockedUntil() *timestamppb.Timestamp {
 		return x.BlockedUntil
 	}
 	return nil
+}
+
+func (x *ContextStats) GetQuarantine() string {
+	if x != nil {
+		return x.Quarantine
+	}
+	return ""
 }
 
 type SubscribeEventsRequest struct {
@@ -1761,7 +1784,7 @@ const file_repool_v1_pool_proto_rawDesc = "" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\"v\n" +
 	"\x15ListResourcesResponse\x125\n" +
 	"\tresources\x18\x01 \x03(\v2\x17.repool.v1.ResourceInfoR\tresources\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x84\x03\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa4\x03\n" +
 	"\fResourceInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\x05R\bcapacity\x12;\n" +
@@ -1769,17 +1792,23 @@ const file_repool_v1_pool_proto_rawDesc = "" +
 	"\ractive_leases\x18\x04 \x01(\x05R\factiveLeases\x12?\n" +
 	"\rblocked_until\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\fblockedUntil\x123\n" +
 	"\bcontexts\x18\x06 \x03(\v2\x17.repool.v1.ContextStatsR\bcontexts\x125\n" +
-	"\taggregate\x18\a \x01(\v2\x17.repool.v1.ContextStatsR\taggregate\x1a9\n" +
+	"\taggregate\x18\a \x01(\v2\x17.repool.v1.ContextStatsR\taggregate\x12\x1e\n" +
+	"\n" +
+	"quarantine\x18\b \x01(\tR\n" +
+	"quarantine\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf9\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x99\x02\n" +
 	"\fContextStats\x12\x18\n" +
 	"\acontext\x18\x01 \x01(\tR\acontext\x12\x1c\n" +
 	"\tsuccesses\x18\x02 \x01(\x01R\tsuccesses\x12\x1a\n" +
 	"\bfailures\x18\x03 \x01(\x01R\bfailures\x12!\n" +
 	"\fsuccess_rate\x18\x04 \x01(\x01R\vsuccessRate\x121\n" +
 	"\x14consecutive_failures\x18\x05 \x01(\x05R\x13consecutiveFailures\x12?\n" +
-	"\rblocked_until\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\fblockedUntil\"a\n" +
+	"\rblocked_until\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\fblockedUntil\x12\x1e\n" +
+	"\n" +
+	"quarantine\x18\a \x01(\tR\n" +
+	"quarantine\"a\n" +
 	"\x16SubscribeEventsRequest\x12*\n" +
 	"\x05kinds\x18\x01 \x03(\x0e2\x14.repool.v1.EventKindR\x05kinds\x12\x1b\n" +
 	"\tafter_seq\x18\x02 \x01(\x04R\bafterSeq\"\xc2\x01\n" +

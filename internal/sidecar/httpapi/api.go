@@ -112,6 +112,8 @@ func New(cfg Config) (*API, error) {
 	}{
 		{"POST", "/v1/providers/{p}/resources", unary(a, provider.MethodRegister, body[*repoolv1.RegisterRequest](a), repoolv1.PoolServiceClient.Register)},
 		{"DELETE", "/v1/providers/{p}/resources/{id}", unary(a, provider.MethodDeregister, deregisterRequest, repoolv1.PoolServiceClient.Deregister)},
+		{"GET", "/v1/providers/{p}/resources/{id}", unary(a, provider.MethodGetResource, getResourceRequest, repoolv1.PoolServiceClient.GetResource)},
+		{"GET", "/v1/providers/{p}/resources", unary(a, provider.MethodListResources, listResourcesRequest, repoolv1.PoolServiceClient.ListResources)},
 		{"POST", "/v1/providers/{p}/acquire", unary(a, provider.MethodAcquire, body[*repoolv1.AcquireRequest](a), repoolv1.PoolServiceClient.Acquire)},
 		{"POST", "/v1/providers/{p}/leases/{lease}/renew", unary(a, provider.MethodRenew, a.renewRequest, repoolv1.PoolServiceClient.Renew)},
 		{"POST", "/v1/providers/{p}/leases/{lease}/release", unary(a, provider.MethodRelease, a.releaseRequest, repoolv1.PoolServiceClient.Release)},
@@ -224,6 +226,43 @@ func deregisterRequest(_ http.ResponseWriter, r *http.Request) (*repoolv1.Deregi
 		return nil, err
 	}
 	return &repoolv1.DeregisterRequest{ResourceIds: []string{id}}, nil
+}
+
+func getResourceRequest(_ http.ResponseWriter, r *http.Request) (*repoolv1.GetResourceRequest, error) {
+	id, err := pathValue(r, "id", "resource id")
+	if err != nil {
+		return nil, err
+	}
+	return &repoolv1.GetResourceRequest{Id: id}, nil
+}
+
+// listResourcesRequest reads ?page_size (1 to 1000; default 100) and
+// ?page_token (from the previous page's next_page_token); any other query
+// parameter is refused.
+func listResourcesRequest(_ http.ResponseWriter, r *http.Request) (*repoolv1.ListResourcesRequest, error) {
+	req := &repoolv1.ListResourcesRequest{}
+	q := r.URL.Query()
+	for k, v := range q {
+		if len(v) > 1 {
+			return nil, badRequest("query parameter %s is given %d times; give it once", k, len(v))
+		}
+		switch k {
+		case "page_size":
+			n, err := strconv.Atoi(v[0])
+			if err != nil || n < 1 || n > 1000 {
+				return nil, badRequest("page_size is %s; want a whole number from 1 to 1000 (default 100)", jsonQuote(v[0]))
+			}
+			req.PageSize = int32(n)
+		case "page_token":
+			if !utf8.ValidString(v[0]) {
+				return nil, badRequest("page_token is not valid UTF-8; pass next_page_token of the previous page as it is")
+			}
+			req.PageToken = v[0]
+		default:
+			return nil, badRequest("unknown query parameter %s; allowed: page_size, page_token", jsonQuote(k))
+		}
+	}
+	return req, nil
 }
 
 // pathValue returns the URL's {name}, which must be valid UTF-8: the

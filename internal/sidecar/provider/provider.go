@@ -33,6 +33,8 @@ const (
 	MethodRelease
 	MethodReport
 	MethodSubscribeEvents
+	MethodGetResource
+	MethodListResources
 	numMethods
 )
 
@@ -53,6 +55,10 @@ func (m Method) String() string {
 		return "Report"
 	case MethodSubscribeEvents:
 		return "SubscribeEvents"
+	case MethodGetResource:
+		return "GetResource"
+	case MethodListResources:
+		return "ListResources"
 	}
 	return "Method(" + strconv.Itoa(int(m)) + ")"
 }
