@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
 	"github.com/repool/repool/internal/sidecar/config"
@@ -213,6 +214,7 @@ func (s *Sidecar) Apply(cfg config.Config) error {
 		}
 		prov, err := provider.New(provider.Config{
 			Name: name, Timeout: pc.Timeout, Pool: repoolv1.NewPoolServiceClient(e.up.conn), Tokens: e.up.tokens,
+			Health: healthpb.NewHealthClient(e.up.conn),
 			Breaker: e.breaker, Metrics: s.provMetrics,
 			Retrier: resilience.NewRetrier(resilience.RetrierConfig{
 				Provider: name, Policy: pc.Retry, Budget: e.budget, Clock: s.clock, Metrics: s.resMetrics}),
@@ -299,4 +301,15 @@ func (l lookup) Breakers() []resilience.Status {
 		out = append(out, e.breaker.Status())
 	}
 	return out
+}
+
+// Names returns the names of the providers in effect, sorted.
+func (l lookup) Names() []string {
+	set := *l.s.set.Load()
+	names := make([]string, 0, len(set))
+	for name := range set {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
 }

@@ -19,8 +19,10 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -49,6 +51,8 @@ type Providers interface {
 	Lookup(name string) (Handle, bool)
 	// Breakers returns every provider's breaker status.
 	Breakers() []resilience.Status
+	// Names returns the names of the providers, sorted.
+	Names() []string
 }
 
 // Config configures New.
@@ -121,6 +125,7 @@ func New(cfg Config) (*API, error) {
 		{"GET", "/v1/providers/{p}/events", a.events},
 		{"GET", "/v1/breakers", a.breakers},
 		{"GET", "/healthz", a.healthz},
+		{"GET", "/readyz", a.readyz},
 		{"GET", "/metrics", cfg.Metrics.ServeHTTP},
 	}
 	allowed := map[string][]string{}
@@ -416,6 +421,70 @@ func (a *API) breakers(w http.ResponseWriter, _ *http.Request) {
 		views = append(views, v)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"breakers": views})
+}
+
+// readyTimeout bounds one provider's readiness check.
+const readyTimeout = 2 * time.Second
+
+// providerReadiness is one provider in GET /readyz.
+type providerReadiness struct {
+	Ready  bool   `json:"ready"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// readyz answers 200 when every provider (or the one ?provider= names) has
+// a valid token and a serving upstream, else 503 with the reason per
+// provider. The checks run at once, each within readyTimeout.
+func (a *API) readyz(w http.ResponseWriter, r *http.Request) {
+	names := a.providers.Names()
+	for k, v := range r.URL.Query() {
+		if k != "provider" || len(v) != 1 {
+			writeAnswer(w, answer{status: http.StatusBadRequest, code: codeInvalidArgument,
+				msg: "GET /readyz takes one optional query parameter, provider=<name>"})
+			return
+		}
+		if !slices.Contains(names, v[0]) {
+			writeAnswer(w, answer{status: http.StatusNotFound, code: codeUnknownProvider,
+				msg: "no provider named " + jsonQuote(v[0]) + " in the sidecar's configuration"})
+			return
+		}
+		names = []string{v[0]}
+	}
+	out := make(map[string]providerReadiness, len(names))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, name := range names {
+		h, ok := a.providers.Lookup(name)
+		if !ok {
+			out[name] = providerReadiness{Reason: "removed from the configuration while checked"}
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer h.Release()
+			ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+			defer cancel()
+			pr := providerReadiness{Ready: true}
+			if err := h.Provider.Ready(ctx); err != nil {
+				pr = providerReadiness{Reason: err.Error()}
+			}
+			mu.Lock()
+			out[name] = pr
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	code, st := http.StatusOK, "ready"
+	for _, pr := range out {
+		if !pr.Ready {
+			code, st = http.StatusServiceUnavailable, "not_ready"
+		}
+	}
+	if len(names) == 0 {
+		code, st = http.StatusServiceUnavailable, "not_ready"
+	}
+	writeJSON(w, code, map[string]any{"status": st, "providers": out})
 }
 
 func (a *API) healthz(w http.ResponseWriter, _ *http.Request) {
