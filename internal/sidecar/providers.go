@@ -214,7 +214,7 @@ func (s *Sidecar) Apply(cfg config.Config) error {
 		}
 		prov, err := provider.New(provider.Config{
 			Name: name, Timeout: pc.Timeout, Pool: repoolv1.NewPoolServiceClient(e.up.conn), Tokens: e.up.tokens,
-			Health: healthpb.NewHealthClient(e.up.conn),
+			Health:  healthpb.NewHealthClient(e.up.conn),
 			Breaker: e.breaker, Metrics: s.provMetrics,
 			Retrier: resilience.NewRetrier(resilience.RetrierConfig{
 				Provider: name, Policy: pc.Retry, Budget: e.budget, Clock: s.clock, Metrics: s.resMetrics}),
