@@ -26,7 +26,9 @@ func TestDemoTenantRunsAtFullSpeed(t *testing.T) {
 	if code := r.api(t, "GET", "/api/v1/tenants/demo/limits", r.op, "", &lim); code != 200 || lim.Effective.RatePerSecond != DemoRatePerSecond || lim.Effective.Burst != DemoBurst {
 		t.Fatalf("demo limits = %d %+v, want %d/s burst %d", code, lim, DemoRatePerSecond, DemoBurst)
 	}
-	var audit struct{ Entries []struct{ Actor, Action string } }
+	var audit struct {
+		Entries []struct{ Actor, Action string }
+	}
 	r.api(t, "GET", "/api/v1/tenants/demo/audit", r.op, "", &audit)
 	found := false
 	for _, e := range audit.Entries {
