@@ -137,6 +137,7 @@ func (h *harness) request(method, path, host string, header map[string]string, b
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
+	checkAgainstSpec(h.t, req, resp.StatusCode, resp.Header, raw)
 	r := response{status: resp.StatusCode, header: resp.Header, raw: string(raw)}
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
 		r = h.decode(r)

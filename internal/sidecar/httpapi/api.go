@@ -13,6 +13,7 @@ package httpapi
 import (
 	"bytes"
 	"context"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"io"
@@ -127,6 +128,7 @@ func New(cfg Config) (*API, error) {
 		{"GET", "/healthz", a.healthz},
 		{"GET", "/readyz", a.readyz},
 		{"GET", "/metrics", cfg.Metrics.ServeHTTP},
+		{"GET", "/openapi.json", serveOpenAPI},
 	}
 	allowed := map[string][]string{}
 	for _, rt := range routes {
@@ -489,6 +491,21 @@ func (a *API) readyz(w http.ResponseWriter, r *http.Request) {
 
 func (a *API) healthz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "providers": len(a.providers.Breakers())})
+}
+
+// OpenAPI is the OpenAPI 3 document of this API, served at GET
+// /openapi.json. The sidecar's tests validate every answer they observe
+// against it, so it cannot drift from the code.
+//
+//go:embed openapi.json
+var OpenAPI []byte
+
+func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	w.Write(OpenAPI) // an error means the client went away
 }
 
 // jsonQuote quotes s for a message, escaping what a JSON string would.
