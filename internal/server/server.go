@@ -327,7 +327,7 @@ func (s *Server) newPool(tenant string) (*pool.Pool, error) {
 	// pool's error kinds out of it, so that it is answered as INTERNAL.
 	// The pool charges its tenant's budget itself, under its lock.
 	gate := dataplane.PoolGate(budgetGate{s.budget, s.log}, tenant)
-	p, err := pool.New(pool.Config{Clock: s.poolClock, Gate: gate})
+	p, err := pool.New(s.cfg.Policy.poolConfig(pool.Config{Clock: s.poolClock, Gate: gate}))
 	if err != nil {
 		return nil, fmt.Errorf("creating the pool of tenant %q: %v", tenant, err)
 	}
