@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -101,5 +102,31 @@ func TestExhaustedKindsAreToldApart(t *testing.T) {
 	}
 	if problem(e.svc.log, errors.New("x")).GetCode() != "internal" {
 		t.Fatal("an unknown error's problem code is not internal")
+	}
+}
+
+// TestReleaseNextErrorsNameNextsFields: a bad field of next is named as
+// next's, so the caller knows the release was not the problem.
+func TestReleaseNextErrorsNameNextsFields(t *testing.T) {
+	e := newEnv(t)
+	a := as("key-a")
+	e.client.Register(a, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "r1"}}})
+	acq, err := e.client.Acquire(a, &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := acq.GetLease()
+	for _, tt := range []struct {
+		next *repoolv1.NextLease
+		want string
+	}{
+		{&repoolv1.NextLease{Context: "x"}, "next.ttl_seconds is required"},
+		{&repoolv1.NextLease{Context: "x", TtlSeconds: 7200}, "next.ttl_seconds 7200 is outside [1, 3600]"},
+		{&repoolv1.NextLease{TtlSeconds: 60}, "next.context"},
+	} {
+		_, err := e.client.Release(a, &repoolv1.ReleaseRequest{LeaseId: l.GetLeaseId(), FencingToken: l.GetFencingToken(), Next: tt.next})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), tt.want) {
+			t.Errorf("Release(next %v) = %v, want INVALID_ARGUMENT naming %q", tt.next, err, tt.want)
+		}
 	}
 }

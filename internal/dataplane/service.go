@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -437,7 +438,9 @@ func (s *Service) releaseNext(ctx context.Context, tenant string, p *pool.Pool, 
 	n := req.GetNext()
 	ttl, err := leaseTTL(n.GetTtlSeconds())
 	if err != nil {
-		return nil, toStatus(s.log, fmt.Errorf("%w (in next)", err))
+		// The field is next's: say so in its name.
+		msg := strings.TrimPrefix(err.Error(), pool.ErrInvalidArgument.Error()+": ")
+		return nil, toStatus(s.log, fmt.Errorf("%w: next.%s", pool.ErrInvalidArgument, msg))
 	}
 	_, l, nextErr, err := p.ReleaseNext(id, req.GetFencingToken(), toOutcome(req.GetOutcome()),
 		pool.Next{Context: n.GetContext(), TTL: ttl, Labels: n.GetLabels()})

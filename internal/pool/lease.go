@@ -106,14 +106,14 @@ func (p *Pool) ReleaseNext(id, token uint64, outcome Outcome, next Next) (create
 	if err := checkOutcome(outcome, true); err != nil {
 		return false, Lease{}, nil, err
 	}
-	if err := validID("context", next.Context); err != nil {
+	if err := validID("next.context", next.Context); err != nil {
 		return false, Lease{}, nil, err
 	}
 	if err := validTTL(next.TTL); err != nil {
 		return false, Lease{}, nil, err
 	}
 	if len(next.Labels) > 0 {
-		if err := validLabels("labels", next.Labels); err != nil {
+		if err := validLabels("next.labels", next.Labels); err != nil {
 			return false, Lease{}, nil, err
 		}
 	}
