@@ -4,10 +4,15 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
+	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
+	repoolv1 "github.com/repool/repool/api/repool/v1"
 	"github.com/repool/repool/internal/auth"
 	"github.com/repool/repool/internal/pool"
 	"github.com/repool/repool/internal/ratelimit"
@@ -52,7 +57,7 @@ func toStatus(log *slog.Logger, err error) error {
 	case errors.Is(err, pool.ErrStaleToken):
 		code = codes.FailedPrecondition
 	case errors.Is(err, pool.ErrExhausted), errors.Is(err, pool.ErrOverBudget), errors.Is(err, ErrOverBudget), errors.Is(err, ratelimit.ErrLimited):
-		code = codes.ResourceExhausted
+		return exhausted(err)
 	case errors.Is(err, auth.ErrUnauthenticated), errors.Is(err, tenants.ErrDeleted):
 		code, msg = codes.Unauthenticated, auth.ErrUnauthenticated.Error()
 	case errors.Is(err, auth.ErrSuspended):
@@ -69,4 +74,94 @@ func toStatus(log *slog.Logger, err error) error {
 		code, msg = codes.Internal, "internal error"
 	}
 	return status.Error(code, msg)
+}
+
+// limitedError is a rate limiter's refusal with its retry-after.
+type limitedError struct {
+	err   error
+	after time.Duration
+}
+
+func (e *limitedError) Error() string { return e.err.Error() }
+func (e *limitedError) Unwrap() error { return e.err }
+
+// exhausted is the RESOURCE_EXHAUSTED status of err, with the ErrorInfo
+// detail that tells a client which kind it is (repoolv1.Reason*).
+func exhausted(err error) error {
+	info := &errdetails.ErrorInfo{Domain: repoolv1.ErrorDomain, Metadata: map[string]string{}}
+	var ex *pool.ExhaustedError
+	var lim *limitedError
+	switch {
+	case errors.As(err, &ex):
+		info.Reason = repoolv1.ReasonNoResourceAvailable
+		info.Metadata[repoolv1.ErrorInfoWhy] = ex.Why
+		if !ex.FreesAt.IsZero() {
+			info.Metadata[repoolv1.ErrorInfoFreesAt] = ex.FreesAt.UTC().Format(time.RFC3339Nano)
+		}
+	case errors.Is(err, pool.ErrExhausted):
+		info.Reason = repoolv1.ReasonNoResourceAvailable
+	case errors.Is(err, ratelimit.ErrLimited):
+		info.Reason = repoolv1.ReasonRateLimited
+		if errors.As(err, &lim) && lim.after > 0 {
+			info.Metadata[repoolv1.ErrorInfoRetryAfterMS] = strconv.FormatInt(max(lim.after.Milliseconds(), 1), 10)
+		}
+	default:
+		info.Reason = repoolv1.ReasonOverBudget
+	}
+	st, derr := status.New(codes.ResourceExhausted, err.Error()).WithDetails(info)
+	if derr != nil {
+		return status.Error(codes.ResourceExhausted, err.Error())
+	}
+	return st.Err()
+}
+
+// problem is err as the answer's next error of a Release: the code (the
+// ErrorInfo reason in lower case, or the gRPC code's name), the message
+// and what the detail says.
+func problem(log *slog.Logger, err error) *repoolv1.Problem {
+	st := status.Convert(toStatus(log, err))
+	pr := &repoolv1.Problem{Code: codeName(st.Code()), Message: st.Message()}
+	for _, d := range st.Details() {
+		info, ok := d.(*errdetails.ErrorInfo)
+		if !ok || info.GetDomain() != repoolv1.ErrorDomain {
+			continue
+		}
+		switch info.GetReason() {
+		case repoolv1.ReasonNoResourceAvailable:
+			pr.Code = "no_resource_available"
+		case repoolv1.ReasonRateLimited:
+			pr.Code = "rate_limited"
+		case repoolv1.ReasonOverBudget:
+			pr.Code = "over_budget"
+		}
+		pr.Why = info.GetMetadata()[repoolv1.ErrorInfoWhy]
+		if t, err := time.Parse(time.RFC3339Nano, info.GetMetadata()[repoolv1.ErrorInfoFreesAt]); err == nil {
+			pr.FreesAt = timestamppb.New(t)
+		}
+		if ms, err := strconv.ParseInt(info.GetMetadata()[repoolv1.ErrorInfoRetryAfterMS], 10, 64); err == nil {
+			pr.RetryAfterMs = int32(min(ms, 1<<31-1))
+		}
+	}
+	return pr
+}
+
+// codeName is a gRPC code in snake case, as error codes are written.
+func codeName(c codes.Code) string {
+	switch c {
+	case codes.Unavailable:
+		return "unavailable"
+	case codes.DeadlineExceeded:
+		return "deadline_exceeded"
+	case codes.Canceled:
+		return "canceled"
+	case codes.InvalidArgument:
+		return "invalid_argument"
+	case codes.ResourceExhausted:
+		return "resource_exhausted"
+	case codes.PermissionDenied:
+		return "permission_denied"
+	case codes.Unauthenticated:
+		return "unauthenticated"
+	}
+	return "internal"
 }

@@ -149,7 +149,7 @@ func (s *Service) limit(ctx context.Context, method string, setTrailer func(meta
 	if d.RetryAfter > 0 {
 		setTrailer(metadata.Pairs(repoolv1.RetryAfterKey, strconv.FormatInt(max(d.RetryAfter.Milliseconds(), 1), 10)))
 	}
-	return toStatus(s.log, err)
+	return toStatus(s.log, &limitedError{err: err, after: d.RetryAfter})
 }
 
 func (s *Service) limitUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {

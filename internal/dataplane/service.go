@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -403,6 +404,9 @@ func (s *Service) Release(ctx context.Context, req *repoolv1.ReleaseRequest) (*r
 	if err != nil {
 		return nil, toStatus(s.log, err)
 	}
+	if req.GetNext() != nil {
+		return s.releaseNext(ctx, tenant, p, id, req)
+	}
 	// An outcome that creates a cell is charged to the budget by the pool,
 	// after the lease and token are checked.
 	if _, err := p.Release(id, req.GetFencingToken(), toOutcome(req.GetOutcome())); err != nil {
@@ -421,6 +425,53 @@ func (s *Service) Release(ctx context.Context, req *repoolv1.ReleaseRequest) (*r
 		}
 	}
 	return &repoolv1.ReleaseResponse{}, nil
+}
+
+// releaseNext is a Release that also leases the next resource, in one
+// critical section of the pool. A bad next field refuses the whole call
+// before anything changes. Once the lease is released the call succeeds,
+// and the answer's next says whether a next lease was granted or why not.
+// The end of the old lease and the new lease are journaled together (one
+// group commit); a next lease the journal did not take is taken back and
+// answered as unavailable, the release standing.
+func (s *Service) releaseNext(ctx context.Context, tenant string, p *pool.Pool, id uint64, req *repoolv1.ReleaseRequest) (*repoolv1.ReleaseResponse, error) {
+	n := req.GetNext()
+	ttl, err := leaseTTL(n.GetTtlSeconds())
+	if err != nil {
+		// The field is next's: say so in its name.
+		msg := strings.TrimPrefix(err.Error(), pool.ErrInvalidArgument.Error()+": ")
+		return nil, toStatus(s.log, fmt.Errorf("%w: next.%s", pool.ErrInvalidArgument, msg))
+	}
+	_, l, nextErr, err := p.ReleaseNext(id, req.GetFencingToken(), toOutcome(req.GetOutcome()),
+		pool.Next{Context: n.GetContext(), TTL: ttl, Labels: n.GetLabels()})
+	if err != nil {
+		return nil, toStatus(s.log, err)
+	}
+	if s.cfg.Journal != nil {
+		ended := make(chan error, 1)
+		go func() { ended <- s.cfg.Journal.Ended(ctx, tenant, id) }()
+		if nextErr == nil {
+			if err := s.cfg.Journal.Leased(ctx, tenant, l); err != nil {
+				_, _ = p.Release(l.ID, l.Token, 0)
+				nextErr = s.notDurable(ctx, "lease", err)
+			}
+		}
+		if err := <-ended; err != nil {
+			s.log.Warn("lease release not journaled", "tenant", tenant, "lease", id, "err", err)
+		}
+		if req.GetOutcome() != repoolv1.Outcome_OUTCOME_UNSPECIFIED {
+			if err := s.cfg.Journal.Reported(ctx, tenant); err != nil {
+				if nextErr == nil {
+					_, _ = p.Release(l.ID, l.Token, 0)
+				}
+				return nil, s.notDurable(ctx, "outcome", err)
+			}
+		}
+	}
+	if nextErr != nil {
+		return &repoolv1.ReleaseResponse{Next: &repoolv1.NextResult{Result: &repoolv1.NextResult_Error{Error: problem(s.log, nextErr)}}}, nil
+	}
+	return &repoolv1.ReleaseResponse{Next: &repoolv1.NextResult{Result: &repoolv1.NextResult_Lease{Lease: toLease(l)}}}, nil
 }
 
 // notDurable answers a call whose change the journal did not make durable:
@@ -470,14 +521,14 @@ func ts(t time.Time) *timestamppb.Timestamp {
 func toStats(c pool.ContextStats) *repoolv1.ContextStats {
 	return &repoolv1.ContextStats{
 		Context: c.Context, Successes: c.Successes, Failures: c.Failures, SuccessRate: c.SuccessRate,
-		ConsecutiveFailures: int32(c.ConsecutiveFailures), BlockedUntil: ts(c.BlockedUntil),
+		ConsecutiveFailures: int32(c.ConsecutiveFailures), BlockedUntil: ts(c.BlockedUntil), Quarantine: c.Quarantine,
 	}
 }
 
 func toInfo(r pool.ResourceInfo) *repoolv1.ResourceInfo {
 	out := &repoolv1.ResourceInfo{
 		Id: r.ID, Capacity: int32(r.Capacity), Labels: r.Labels, ActiveLeases: int32(r.ActiveLeases),
-		BlockedUntil: ts(r.BlockedUntil), Aggregate: toStats(r.Aggregate),
+		BlockedUntil: ts(r.BlockedUntil), Aggregate: toStats(r.Aggregate), Quarantine: r.Quarantine,
 	}
 	for _, c := range r.Contexts {
 		out.Contexts = append(out.Contexts, toStats(c))

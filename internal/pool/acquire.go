@@ -30,7 +30,8 @@ const maxRounds = 4
 // Errors: ErrInvalidArgument for an empty or oversize context, a TTL outside
 // [MinTTL, MaxTTL] or a bad selector; ErrExhausted when no candidate can
 // take a lease, the pool's lease limit (SetMaxLeases) is reached, or the
-// epoch's 2^40 fencing tokens are used up (until SetEpoch). Acquire
+// epoch's 2^40 fencing tokens are used up (until SetEpoch): an
+// *ExhaustedError that says which, and when a resource frees up if known. Acquire
 // does not allocate on success, apart from the events of leases it expires
 // on the way.
 func (p *Pool) Acquire(context string, ttl time.Duration, selector map[string]string) (Lease, error) {
@@ -50,7 +51,12 @@ func (p *Pool) Acquire(context string, ttl time.Duration, selector map[string]st
 	if err := p.closedErr(); err != nil {
 		return Lease{}, err
 	}
-	now := p.clock.Now().UnixNano()
+	return p.acquireLocked(context, ttl, selector, p.clock.Now().UnixNano())
+}
+
+// acquireLocked is Acquire once its input is checked, under the write lock
+// of an open pool.
+func (p *Pool) acquireLocked(context string, ttl time.Duration, selector map[string]string, now int64) (Lease, error) {
 	p.processDue(now, dueBudget)
 
 	if p.counter >= p.mask() || p.leaseSeq >= p.mask() {
@@ -58,7 +64,7 @@ func (p *Pool) Acquire(context string, ttl time.Duration, selector map[string]st
 		// would no longer grow. A new epoch (SetEpoch, on the next restart
 		// or leader change) starts the counters again.
 		p.counters.Exhausted++
-		return Lease{}, fmt.Errorf("%w: the fencing tokens of epoch %d are used up; a new epoch (restart or leader change) is needed", ErrExhausted, p.epoch)
+		return Lease{}, &ExhaustedError{Why: WhyTokensUsedUp, msg: fmt.Sprintf("the fencing tokens of epoch %d are used up; a new epoch (restart or leader change) is needed", p.epoch)}
 	}
 	l, err := p.acquire(context, ttl, selector, now)
 	if err != nil && (p.expiries.due(now) || p.cooldowns.due(now)) {
@@ -76,10 +82,10 @@ func (p *Pool) Acquire(context string, ttl time.Duration, selector map[string]st
 }
 
 // acquire is Acquire once its input is checked and due work is done, under
-// the write lock; its only error is ErrExhausted.
+// the write lock; its only error is an *ExhaustedError.
 func (p *Pool) acquire(context string, ttl time.Duration, selector map[string]string, now int64) (Lease, error) {
 	if p.maxLeases > 0 && p.leases.len() >= p.maxLeases {
-		return Lease{}, fmt.Errorf("%w: the tenant's limit of %d outstanding leases is reached", ErrExhausted, p.maxLeases)
+		return Lease{}, &ExhaustedError{Why: WhyLeaseLimit, msg: fmt.Sprintf("the tenant's limit of %d outstanding leases is reached", p.maxLeases)}
 	}
 	ctx, known := p.findContext(context)
 	if known {
@@ -120,7 +126,7 @@ func (p *Pool) acquire(context string, ttl time.Duration, selector map[string]st
 		}
 	}
 	if s.best < 0 {
-		return Lease{}, fmt.Errorf("%w for context %q", ErrExhausted, context)
+		return Lease{}, p.shortage(context, ctx, selector, now)
 	}
 	return p.grant(s.best, context, ttl, probeNone, 0, now), nil
 }

@@ -63,7 +63,12 @@ func (p *Pool) Release(id, token uint64, outcome Outcome) (created bool, err err
 	if err := p.closedErr(); err != nil {
 		return false, err
 	}
-	now := p.clock.Now().UnixNano()
+	return p.releaseLocked(id, token, outcome, p.clock.Now().UnixNano())
+}
+
+// releaseLocked is Release once the outcome is checked, under the write
+// lock of an open pool.
+func (p *Pool) releaseLocked(id, token uint64, outcome Outcome, now int64) (created bool, err error) {
 	l, err := p.lookupLease(id, token, now)
 	if err != nil {
 		return false, err
@@ -80,6 +85,49 @@ func (p *Pool) Release(id, token uint64, outcome Outcome) (created bool, err err
 	}
 	p.endLease(id, l)
 	return created, nil
+}
+
+// Next asks ReleaseNext for the next lease: Acquire's arguments.
+type Next struct {
+	Context string
+	TTL     time.Duration
+	Labels  map[string]string
+}
+
+// ReleaseNext releases lease id as Release does and, under the same lock,
+// leases the next resource for next as Acquire does: one call per use.
+//
+// next is checked before anything changes: a bad field fails the call with
+// ErrInvalidArgument and nothing is released. Once the release has
+// succeeded it stands whatever becomes of the next lease: nextErr is then
+// Acquire's error for it (an *ExhaustedError when nothing is free), and err
+// is nil. When err is set (Release's errors), nothing was done.
+func (p *Pool) ReleaseNext(id, token uint64, outcome Outcome, next Next) (created bool, l Lease, nextErr, err error) {
+	if err := checkOutcome(outcome, true); err != nil {
+		return false, Lease{}, nil, err
+	}
+	if err := validID("next.context", next.Context); err != nil {
+		return false, Lease{}, nil, err
+	}
+	if err := validTTL(next.TTL); err != nil {
+		return false, Lease{}, nil, err
+	}
+	if len(next.Labels) > 0 {
+		if err := validLabels("next.labels", next.Labels); err != nil {
+			return false, Lease{}, nil, err
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.closedErr(); err != nil {
+		return false, Lease{}, nil, err
+	}
+	now := p.clock.Now().UnixNano()
+	if created, err = p.releaseLocked(id, token, outcome, now); err != nil {
+		return false, Lease{}, nil, err
+	}
+	l, nextErr = p.acquireLocked(next.Context, next.TTL, next.Labels, now)
+	return created, l, nextErr, nil
 }
 
 // endLease removes a lease and frees its capacity; the probe that is out,

@@ -801,6 +801,32 @@ type ContextStats struct {
 	SuccessRate         float64 // posterior mean
 	ConsecutiveFailures int
 	BlockedUntil        time.Time // zero unless quarantined
+	// Quarantine is the quarantine state: QuarantineNone, ...Blocked
+	// (cooling down until BlockedUntil), ...AwaitingProbe (the cooldown is
+	// over; the next Acquire that fits gets a probe lease) or ...Probing (a
+	// probe lease is out; its outcome decides).
+	Quarantine string
+}
+
+// Quarantine states, as ContextStats.Quarantine and
+// ResourceInfo.Quarantine say them.
+const (
+	QuarantineNone          = "none"
+	QuarantineBlocked       = "blocked"
+	QuarantineAwaitingProbe = "awaiting_probe"
+	QuarantineProbing       = "probing"
+)
+
+func quarantineName(state uint8) string {
+	switch state {
+	case qBlocked:
+		return QuarantineBlocked
+	case qProbation:
+		return QuarantineAwaitingProbe
+	case qProbing:
+		return QuarantineProbing
+	}
+	return QuarantineNone
 }
 
 // ResourceInfo is a resource's state as read by GetResource and List.
@@ -810,6 +836,7 @@ type ResourceInfo struct {
 	Labels       map[string]string
 	ActiveLeases int
 	BlockedUntil time.Time // zero unless quarantined as a whole
+	Quarantine   string    // of the whole resource, as ContextStats.Quarantine
 	Aggregate    ContextStats
 	Contexts     []ContextStats // sorted by context
 }
@@ -854,7 +881,8 @@ func (p *Pool) List(after string, limit int) (infos []ResourceInfo, more bool) {
 
 func stats(name string, c counts, consec int32, q quarantine, now, hl int64) ContextStats {
 	a, b := c.at(now, hl)
-	s := ContextStats{Context: name, Successes: 1 + a, Failures: 1 + b, SuccessRate: mean(a, b), ConsecutiveFailures: int(consec)}
+	s := ContextStats{Context: name, Successes: 1 + a, Failures: 1 + b, SuccessRate: mean(a, b), ConsecutiveFailures: int(consec),
+		Quarantine: quarantineName(q.state)}
 	if q.state == qBlocked {
 		s.BlockedUntil = time.Unix(0, q.until)
 	}
@@ -864,8 +892,8 @@ func stats(name string, c counts, consec int32, q quarantine, now, hl int64) Con
 func (p *Pool) infoLocked(idx int32, now int64) ResourceInfo {
 	r := &p.res[idx]
 	info := ResourceInfo{
-		ID: r.id, Capacity: int(r.capacity), ActiveLeases: int(r.active),
-		Aggregate: stats("", r.agg, r.consecFail, quarantine{}, now, p.hl),
+		ID: r.id, Capacity: int(r.capacity), ActiveLeases: int(r.active), Quarantine: quarantineName(r.q.state),
+		Aggregate: stats("", r.agg, r.consecFail, r.q, now, p.hl),
 	}
 	if len(r.labels) > 0 {
 		info.Labels = maps.Clone(r.labels)

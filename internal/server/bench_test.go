@@ -193,6 +193,109 @@ func BenchmarkAcquireReportVsRedis(b *testing.B) {
 	}
 }
 
+// releaseAcquireLua is the Redis pool's one round trip per cycle: record
+// the outcome of the resource in ARGV[1] and release it, then acquire the
+// best free resource, in one script (ARGV[1] empty: acquire only). KEYS[4]
+// and KEYS[5] are the statistics and sorted set of the context the
+// released resource was used for; KEYS[1] is the next one's.
+const releaseAcquireLua = `
+if ARGV[1] ~= '' then
+  redis.call('HINCRBY', KEYS[2], ARGV[1], -1)
+  local s = redis.call('HINCRBY', KEYS[4], ARGV[1] .. ':s', ARGV[2])
+  local f = redis.call('HINCRBY', KEYS[4], ARGV[1] .. ':f', 1 - ARGV[2])
+  redis.call('ZADD', KEYS[5], (s + 1) / (s + f + 2), ARGV[1])
+end
+local ids = redis.call('ZREVRANGE', KEYS[1], 0, 63)
+for _, id in ipairs(ids) do
+  local used = tonumber(redis.call('HGET', KEYS[2], id) or '0')
+  local cap = tonumber(redis.call('HGET', KEYS[3], id) or '1')
+  if used < cap then
+    redis.call('HINCRBY', KEYS[2], id, 1)
+    return id
+  end
+end
+return false`
+
+// BenchmarkAcquireReleaseNextVsRedis is BenchmarkAcquireReportVsRedis with
+// one round trip per cycle on both sides: each repool client holds a lease
+// and calls Release with next (report the outcome, release, lease the next
+// one), and each Redis client runs one script that records the outcome,
+// releases and acquires the next resource. It prints both rates and their
+// ratio.
+func BenchmarkAcquireReleaseNextVsRedis(b *testing.B) {
+	cfg := Config{Store: sqliteStore(b), RatePerSecond: 1e9, Burst: 1 << 30}
+	defer TuneRuntime(cfg, os.Getenv)() // as cmd/server does
+	r := start(b, cfg)
+	ctx := withKey(r.key)
+	var res []*repoolv1.Resource
+	for i := 0; i < benchResources; i++ {
+		res = append(res, &repoolv1.Resource{Id: fmt.Sprintf("proxy-%04d", i), Capacity: 1000})
+	}
+	if _, err := r.pool.Register(ctx, &repoolv1.RegisterRequest{Resources: res}); err != nil {
+		b.Fatal(err)
+	}
+	addr, _ := testenv.Redis(b)
+	rp := newRedisPool(b, addr, *benchClients)
+	next := redis.NewScript(releaseAcquireLua)
+	conns := make([]repoolv1.PoolServiceClient, *benchConns)
+	for i := range conns {
+		conn, err := grpc.NewClient(r.s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer conn.Close()
+		conns[i] = repoolv1.NewPoolServiceClient(conn)
+	}
+	contexts := []string{"search", "order"}
+	for b.Loop() {
+		// Each client's held lease (or Redis resource), carried from one
+		// cycle to the next.
+		leases := make([]*repoolv1.Lease, *benchClients)
+		ours, oursErr := run(*benchClients, *benchFor, func(_ context.Context, w, i int) error {
+			c := conns[w%len(conns)]
+			want := &repoolv1.NextLease{Context: contexts[i%2], TtlSeconds: 60}
+			l := leases[w]
+			if l == nil {
+				resp, err := c.Acquire(ctx, &repoolv1.AcquireRequest{Context: want.Context, TtlSeconds: 60})
+				if err != nil {
+					return err
+				}
+				leases[w] = resp.GetLease()
+				return nil
+			}
+			outcome := repoolv1.Outcome_SUCCESS
+			if (w+i)%5 == 0 {
+				outcome = repoolv1.Outcome_FAILURE
+			}
+			resp, err := c.Release(ctx, &repoolv1.ReleaseRequest{LeaseId: l.GetLeaseId(), FencingToken: l.GetFencingToken(), Outcome: outcome, Next: want})
+			leases[w] = resp.GetNext().GetLease()
+			if err == nil && leases[w] == nil {
+				err = fmt.Errorf("no next lease: %v", resp.GetNext().GetError())
+			}
+			return err
+		})
+		held := make([]string, *benchClients)
+		theirs, theirsErr := run(*benchClients, *benchFor, func(cctx context.Context, w, i int) error {
+			c := contexts[i%2]
+			s := 0
+			if (w+i)%5 != 0 {
+				s = 1
+			}
+			// The held resource is released into the context it was
+			// acquired for, as the repool side reports it for its lease's.
+			prev := contexts[(i+1)%2]
+			id, err := next.Run(cctx, rp.rdb, []string{"ctx:" + c, "used", "cap", "stats:" + prev, "ctx:" + prev}, held[w], s).Text()
+			held[w] = id
+			return err
+		})
+		b.ReportMetric(ours, "repool_cycles/s")
+		b.ReportMetric(theirs, "redis_cycles/s")
+		b.ReportMetric(ours/theirs, "ratio")
+		fmt.Printf("release+next (one round trip per cycle), %d clients, %v each: repool gRPC %.0f/s (%d errors), Redis Lua pool %.0f/s (%d errors), ratio %.2f\n",
+			*benchClients, *benchFor, ours, oursErr, theirs, theirsErr, ours/theirs)
+	}
+}
+
 // poisson calls fn at exponentially spaced moments, rate per second on
 // average (open loop: a slow server cannot slow the sender down), each call
 // on its own goroutine, until ctx ends; it returns when the calls have.

@@ -76,6 +76,9 @@ type Config struct {
 	// MaxLeases is a tenant's default limit on outstanding leases; 0 means
 	// none. Default 0.
 	MaxLeases int
+	// Policy is the quarantine and decay policy of every tenant's pool
+	// (docs/pool.md, "Quarantine"). Zero fields: the pool's defaults.
+	Policy Policy
 	// ShutdownGrace bounds the graceful drain on shutdown. Default 10s.
 	ShutdownGrace time.Duration
 	// HTTP holds the HTTP server's deadlines and bounds (flags
@@ -203,6 +206,7 @@ func (c Config) WithDefaults() Config {
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = 10 * time.Second
 	}
+	c.Policy = policyDefaults(c.Policy)
 	defDur := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {
 			*d = v
@@ -243,8 +247,11 @@ func (c Config) Validate() error {
 	c = c.WithDefaults()
 	for name, addr := range map[string]string{"grpc_addr": c.GRPCAddr, "http_addr": c.HTTPAddr} {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
-			return fmt.Errorf("config: %s %q: %v", name, addr, err)
+			return fmt.Errorf("config: %s %q: want host:port, for example 127.0.0.1:9090 (an IPv6 host in brackets: [::1]:9090)", name, addr)
 		}
+	}
+	if err := c.Policy.validate(); err != nil {
+		return err
 	}
 	if err := validStore(c.Store); err != nil {
 		return err

@@ -41,6 +41,11 @@ func fileValues(c Config) map[string]string {
 		"grpc_max_header_bytes": strconv.Itoa(c.GRPCMaxHeaderBytes), "grpc_keepalive_time": d(c.GRPCKeepaliveTime),
 		"grpc_keepalive_timeout": d(c.GRPCKeepaliveTimeout), "grpc_keepalive_min_time": d(c.GRPCKeepaliveMinTime),
 		"tls_cert": c.TLSCert, "tls_key": c.TLSKey, "tls_client_ca": c.TLSClientCA, "insecure": strconv.FormatBool(c.Insecure),
+		"half_life": d(c.Policy.HalfLife), "quarantine_after": strconv.Itoa(c.Policy.QuarantineAfter),
+		"quarantine_whole_after":  strconv.Itoa(c.Policy.QuarantineWholeAfter),
+		"quarantine_below":        strconv.FormatFloat(c.Policy.QuarantineBelow, 'g', -1, 64),
+		"quarantine_min_evidence": strconv.FormatFloat(c.Policy.QuarantineMinEvidence, 'g', -1, 64),
+		"cooldown_base":           d(c.Policy.CooldownBase), "cooldown_max": d(c.Policy.CooldownMax),
 	}
 }
 

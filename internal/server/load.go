@@ -112,6 +112,21 @@ func bindings() []binding {
 		{"burst", "default per-tenant request burst (`n`)", strconv.Itoa(d.Burst), integer(func(c *Config) *int { return &c.Burst })},
 		{"max-streams", "default per-tenant limit on event streams (`n`)", strconv.Itoa(d.MaxStreams), integer(func(c *Config) *int { return &c.MaxStreams })},
 		{"max-leases", "default per-tenant limit on outstanding leases (`n`; 0: none)", strconv.Itoa(d.MaxLeases), integer(func(c *Config) *int { return &c.MaxLeases })},
+		{"half-life", "quarantine and decay policy: an observation's weight halves after this long (`duration`)", d.Policy.HalfLife.String(), dur(func(c *Config) *time.Duration { return &c.Policy.HalfLife })},
+		{"quarantine-after", "quarantine and decay policy: consecutive failures in one context that quarantine a resource for it (`n`)", strconv.Itoa(d.Policy.QuarantineAfter), integer(func(c *Config) *int { return &c.Policy.QuarantineAfter })},
+		{"quarantine-whole-after", "quarantine and decay policy: consecutive failures over all contexts that quarantine the whole resource (`n`)", strconv.Itoa(d.Policy.QuarantineWholeAfter), integer(func(c *Config) *int { return &c.Policy.QuarantineWholeAfter })},
+		{"quarantine-below", "quarantine and decay policy: success `rate` under which a resource is quarantined for a context, once it has quarantine-min-evidence observations (-1: off)", strconv.FormatFloat(d.Policy.QuarantineBelow, 'g', -1, 64), func(c *Config, v string) error {
+			f, err := strconv.ParseFloat(v, 64)
+			c.Policy.QuarantineBelow = f
+			return err
+		}},
+		{"quarantine-min-evidence", "quarantine and decay policy: decayed observations quarantine-below needs (`n`)", strconv.FormatFloat(d.Policy.QuarantineMinEvidence, 'g', -1, 64), func(c *Config, v string) error {
+			f, err := strconv.ParseFloat(v, 64)
+			c.Policy.QuarantineMinEvidence = f
+			return err
+		}},
+		{"cooldown-base", "quarantine and decay policy: the first quarantine's length, doubled at each relapse; a probe lease follows it (`duration`)", d.Policy.CooldownBase.String(), dur(func(c *Config) *time.Duration { return &c.Policy.CooldownBase })},
+		{"cooldown-max", "quarantine and decay policy: the longest quarantine (`duration`)", d.Policy.CooldownMax.String(), dur(func(c *Config) *time.Duration { return &c.Policy.CooldownMax })},
 		{"shutdown-grace", "bound on the graceful drain at shutdown (`duration`)", d.ShutdownGrace.String(), dur(func(c *Config) *time.Duration { return &c.ShutdownGrace })},
 		{"http-read-header-timeout", "HTTP: time to receive a request's headers (`duration`)", d.HTTP.ReadHeaderTimeout.String(), dur(func(c *Config) *time.Duration { return &c.HTTP.ReadHeaderTimeout })},
 		{"http-read-timeout", "HTTP: time to receive a whole request, body included (`duration`)", d.HTTP.ReadTimeout.String(), dur(func(c *Config) *time.Duration { return &c.HTTP.ReadTimeout })},

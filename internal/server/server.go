@@ -331,7 +331,7 @@ func (s *Server) newPool(tenant string) (*pool.Pool, error) {
 	// pool's error kinds out of it, so that it is answered as INTERNAL.
 	// The pool charges its tenant's budget itself, under its lock.
 	gate := dataplane.PoolGate(budgetGate{s.budget, s.log}, tenant)
-	p, err := pool.New(pool.Config{Clock: s.poolClock, Gate: gate})
+	p, err := pool.New(s.cfg.Policy.poolConfig(pool.Config{Clock: s.poolClock, Gate: gate}))
 	if err != nil {
 		return nil, fmt.Errorf("creating the pool of tenant %q: %v", tenant, err)
 	}
@@ -426,13 +426,20 @@ func (s *Server) bootstrap(ctx context.Context, out io.Writer) error {
 	if !created {
 		return nil
 	}
+	limits := "its request limit is the server default"
+	if err := s.demoLimits(ctx, b.Tenant.ID); err != nil {
+		s.log.Warn("demo tenant: local limits not set; the server defaults apply", "err", err)
+	} else {
+		limits = fmt.Sprintf("its request limit is %d/s, burst %d: a local loop runs at full speed", DemoRatePerSecond, DemoBurst)
+	}
 	grpcAddr, httpAddr := s.GRPCAddr(), s.HTTPAddr()
 	grpcurlTLS, curlTLS, scheme := "-plaintext", "", "http"
 	if s.tls != nil {
 		// The CA file is the operator's; the certificate names the server.
 		grpcurlTLS, curlTLS, scheme = "-cacert CA.crt", "--cacert CA.crt ", "https"
 	}
-	fmt.Fprintf(out, `repool: first start on an empty store: created tenant %q.
+	fmt.Fprintf(out, `repool: first start on an empty store: created tenant %q (%s;
+production tenants get the defaults, see the README).
 These secrets are shown once; keep them.
   demo API key:    %s
   operator token:  %s   (expires %s)
@@ -442,9 +449,40 @@ Call the data plane (gRPC, reflection on):
   grpcurl %s -H 'x-api-key: %s' -d '{"context":"search","ttl_seconds":30}' %s repool.v1.PoolService/Acquire
 Call the control plane (HTTP/JSON):
   curl -s %s-H 'Authorization: Bearer %s' %s://%s/api/v1/tenants
-`, b.Tenant.ID, b.Key, b.OperatorToken, b.OperatorTokenExpiresAt.Format(time.RFC3339),
+`, b.Tenant.ID, limits, b.Key, b.OperatorToken, b.OperatorTokenExpiresAt.Format(time.RFC3339),
 		grpcurlTLS, b.Key, grpcAddr, grpcurlTLS, b.Key, grpcAddr, curlTLS, b.OperatorToken, scheme, httpAddr)
 	return nil
+}
+
+// The demo tenant's request limit, set on first start: high enough that a
+// local loop (acquire, use, release) is never slowed by it, where the
+// server default (ratelimit.DefaultRate, DefaultBurst) suits a tenant
+// sharing a production server.
+const (
+	DemoRatePerSecond = 100_000
+	DemoBurst         = 10_000
+)
+
+// demoLimits gives the demo tenant its local request limit, as an operator
+// would through the control plane (stored, audited, applied).
+func (s *Server) demoLimits(ctx context.Context, tenant string) error {
+	l, err := s.store.GetLimits(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	rate, burst := float64(DemoRatePerSecond), int64(DemoBurst)
+	l.RatePerSecond, l.Burst = &rate, &burst
+	if err := s.rules.Check(l); err != nil {
+		return err
+	}
+	if err := s.store.PutLimits(ctx, tenant, l); err != nil {
+		return err
+	}
+	if _, err := s.store.AppendAudit(ctx, store.AuditEntry{TenantID: tenant, Actor: "bootstrap", Action: "limits.put", Target: tenant,
+		Detail: fmt.Sprintf("rate_per_second=%d, burst=%d (demo tenant: local limits)", DemoRatePerSecond, DemoBurst)}); err != nil {
+		return err
+	}
+	return s.applyLimits(tenant, l)
 }
 
 // listen binds the gRPC and HTTP listeners, each bounded to its

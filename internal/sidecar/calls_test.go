@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
 	"github.com/repool/repool/internal/clock"
@@ -159,7 +160,7 @@ func failing(errs ...error) func(context.Context, *repoolv1.AcquireRequest) (*re
 		if i := int(n.Add(1)) - 1; i < len(errs) {
 			return nil, errs[i]
 		}
-		return &repoolv1.AcquireResponse{Lease: &repoolv1.Lease{LeaseId: "l1", ResourceId: "r1", Context: req.GetContext(), FencingToken: 1 << 60}}, nil
+		return &repoolv1.AcquireResponse{Lease: &repoolv1.Lease{LeaseId: "l1", ResourceId: "r1", Context: req.GetContext(), FencingToken: 1 << 60, ExpiresAt: timestamppb.Now()}}, nil
 	}
 }
 

@@ -88,6 +88,13 @@ func (r response) errCode() string {
 }
 
 // retryAfterMS returns error.retry_after_ms of an error answer.
+// errField returns error.<name> of the body as a string, or "".
+func (r response) errField(name string) string {
+	e, _ := r.body["error"].(map[string]any)
+	s, _ := e[name].(string)
+	return s
+}
+
 func (r response) retryAfterMS() float64 {
 	e, _ := r.body["error"].(map[string]any)
 	v, _ := e["retry_after_ms"].(float64)
@@ -130,6 +137,7 @@ func (h *harness) request(method, path, host string, header map[string]string, b
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
+	checkAgainstSpec(h.t, req, resp.StatusCode, resp.Header, raw)
 	r := response{status: resp.StatusCode, header: resp.Header, raw: string(raw)}
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
 		r = h.decode(r)

@@ -228,6 +228,7 @@ func (s *Sidecar) Apply(cfg config.Config) error {
 		}
 		prov, err := provider.New(provider.Config{
 			Name: name, Timeout: pc.Timeout, Pool: repoolv1.NewPoolServiceClient(e.up.conn), Tokens: e.up.tokens,
+			Health:  healthpb.NewHealthClient(e.up.conn),
 			Breaker: e.breaker, Metrics: s.provMetrics,
 			Retrier: resilience.NewRetrier(resilience.RetrierConfig{
 				Provider: name, Policy: pc.Retry, Budget: e.budget, Clock: s.clock, Metrics: s.resMetrics}),
@@ -335,4 +336,15 @@ func healthProbe(conn *grpc.ClientConn) func(context.Context) error {
 		}
 		return nil
 	}
+}
+
+// Names returns the names of the providers in effect, sorted.
+func (l lookup) Names() []string {
+	set := *l.s.set.Load()
+	names := make([]string, 0, len(set))
+	for name := range set {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
 }

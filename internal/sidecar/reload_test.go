@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
 	"github.com/repool/repool/internal/sidecar"
@@ -57,7 +58,7 @@ func TestReload(t *testing.T) {
 				entered <- struct{}{}
 				<-release
 			}
-			return &repoolv1.AcquireResponse{Lease: &repoolv1.Lease{LeaseId: "a"}}, nil
+			return &repoolv1.AcquireResponse{Lease: &repoolv1.Lease{LeaseId: "a", ResourceId: "r", Context: req.GetContext(), FencingToken: 1, ExpiresAt: timestamppb.Now()}}, nil
 		},
 	})
 	b := fakeserver.Start(t, fakeserver.Config{})

@@ -2,6 +2,7 @@ package yamlerr
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"gopkg.in/yaml.v3"
@@ -38,11 +39,30 @@ func TestFix(t *testing.T) {
 	}
 }
 
+// TestFixWordsTypeErrors: yaml.v3's type errors come back in our words,
+// naming the key as the file writes it; others are kept as they are.
+func TestFixWordsTypeErrors(t *testing.T) {
+	type provider struct {
+		Endpoint string `yaml:"endpoint"`
+		Port     int    `yaml:"port"`
+	}
+	for _, tt := range []struct{ doc, want string }{
+		{"endpoint: a\napikey: k\n", `yaml: line 2: unknown key "apikey" (keys are case-sensitive; see the documented keys of this section)`},
+		{"port: abc\n", `yaml: line 1: "abc" is a string; want a whole number`},
+		{"endpoint: a\nendpoint: b\n", `yaml: line 2: mapping key "endpoint" already defined at line 1`},
+	} {
+		var v provider
+		dec := yaml.NewDecoder(strings.NewReader(tt.doc))
+		dec.KnownFields(true)
+		if got := Fix(dec.Decode(&v)); got == nil || got.Error() != tt.want {
+			t.Errorf("Fix(decoding %q) = %v, want %q", tt.doc, got, tt.want)
+		}
+	}
+}
+
 func TestFixLeavesOtherErrors(t *testing.T) {
-	var v struct{ A int }
-	typeErr := yaml.Unmarshal([]byte("a: 1\na: x\n"), &v)
 	other := errors.New("config file: no such file")
-	for _, err := range []error{nil, typeErr, other} {
+	for _, err := range []error{nil, other} {
 		if got := Fix(err); got != err {
 			t.Errorf("Fix(%v) = got %v, want the error unchanged", err, got)
 		}

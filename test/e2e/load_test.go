@@ -35,7 +35,7 @@ type outcome int
 
 const (
 	ok        outcome = iota // 2xx
-	exhausted                // acquire: no free resource (429 resource_exhausted): business as usual
+	exhausted                // acquire: no free resource (429 no_resource_available): business as usual
 	rejected                 // other 4xx: the call was answered, the request refused
 	failed                   // 5xx, fast-fail, or no answer within the deadline
 )
@@ -142,7 +142,7 @@ func (b *backend) do(op, path string, body any) ([]byte, outcome) {
 		switch {
 		case resp.StatusCode/100 == 2:
 			c.outcome = ok
-		case op == "acquire" && resp.StatusCode == http.StatusTooManyRequests && c.code == "resource_exhausted":
+		case op == "acquire" && resp.StatusCode == http.StatusTooManyRequests && c.code == "no_resource_available":
 			c.outcome = exhausted
 		case resp.StatusCode/100 == 4 && c.fastFail == "":
 			c.outcome = rejected

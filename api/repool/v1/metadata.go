@@ -4,3 +4,28 @@ package repoolv1
 // answer to a rate-limited call: how long to wait, in whole milliseconds
 // (at least 1). Part of the contract, next to the generated code.
 const RetryAfterKey = "retry-after-ms"
+
+// ErrorDomain is the domain of the google.rpc.ErrorInfo detail that a
+// RESOURCE_EXHAUSTED status carries.
+const ErrorDomain = "repool"
+
+// Reasons of the ErrorInfo detail of a RESOURCE_EXHAUSTED status.
+const (
+	// ReasonNoResourceAvailable: no resource could be leased. Metadata
+	// "why" says why; "frees_at" (RFC 3339, when known) is the earliest
+	// moment one frees up by itself.
+	ReasonNoResourceAvailable = "NO_RESOURCE_AVAILABLE"
+	// ReasonRateLimited: the tenant's request rate limit refused the call;
+	// metadata "retry_after_ms" says when to come back.
+	ReasonRateLimited = "RATE_LIMITED"
+	// ReasonOverBudget: the call would create state (resources, cells)
+	// beyond the tenant's ceiling or the server's budget.
+	ReasonOverBudget = "OVER_BUDGET"
+)
+
+// Metadata keys of the ErrorInfo detail.
+const (
+	ErrorInfoWhy          = "why"
+	ErrorInfoFreesAt      = "frees_at"
+	ErrorInfoRetryAfterMS = "retry_after_ms"
+)

@@ -684,7 +684,11 @@ type ReleaseRequest struct {
 	LeaseId      string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	FencingToken uint64                 `protobuf:"varint,2,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
 	// Optional: when set, also reported for the lease's resource and context.
-	Outcome       Outcome `protobuf:"varint,3,opt,name=outcome,proto3,enum=repool.v1.Outcome" json:"outcome,omitempty"`
+	Outcome Outcome `protobuf:"varint,3,opt,name=outcome,proto3,enum=repool.v1.Outcome" json:"outcome,omitempty"`
+	// Optional: lease the next resource in the same call, as Acquire would.
+	// Its fields are checked before anything changes (a bad one is
+	// INVALID_ARGUMENT and the lease is not released).
+	Next          *NextLease `protobuf:"bytes,4,opt,name=next,proto3" json:"next,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -740,15 +744,89 @@ func (x *ReleaseRequest) GetOutcome() Outcome {
 	return Outcome_OUTCOME_UNSPECIFIED
 }
 
+func (x *ReleaseRequest) GetNext() *NextLease {
+	if x != nil {
+		return x.Next
+	}
+	return nil
+}
+
+// NextLease asks Release for the next lease: the fields of an AcquireRequest.
+type NextLease struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Kind of work, 1 to 256 bytes.
+	Context string `protobuf:"bytes,1,opt,name=context,proto3" json:"context,omitempty"`
+	// Lease lifetime, 1 to 3600 seconds. Required.
+	TtlSeconds int32 `protobuf:"varint,2,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	// Only resources carrying all these labels are considered.
+	Labels        map[string]string `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NextLease) Reset() {
+	*x = NextLease{}
+	mi := &file_repool_v1_pool_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NextLease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NextLease) ProtoMessage() {}
+
+func (x *NextLease) ProtoReflect() protoreflect.Message {
+	mi := &file_repool_v1_pool_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NextLease.ProtoReflect.Descriptor instead.
+func (*NextLease) Descriptor() ([]byte, []int) {
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *NextLease) GetContext() string {
+	if x != nil {
+		return x.Context
+	}
+	return ""
+}
+
+func (x *NextLease) GetTtlSeconds() int32 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
+func (x *NextLease) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
 type ReleaseResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Set when the request asked for a next lease: the lease, or why there is
+	// none. The release itself succeeded either way.
+	Next          *NextResult `protobuf:"bytes,1,opt,name=next,proto3" json:"next,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_repool_v1_pool_proto_msgTypes[11]
+	mi := &file_repool_v1_pool_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -760,7 +838,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_repool_v1_pool_proto_msgTypes[11]
+	mi := &file_repool_v1_pool_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -773,7 +851,183 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_repool_v1_pool_proto_rawDescGZIP(), []int{11}
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ReleaseResponse) GetNext() *NextResult {
+	if x != nil {
+		return x.Next
+	}
+	return nil
+}
+
+// NextResult is the next lease of a Release, or why it could not be granted.
+type NextResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Result:
+	//
+	//	*NextResult_Lease
+	//	*NextResult_Error
+	Result        isNextResult_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NextResult) Reset() {
+	*x = NextResult{}
+	mi := &file_repool_v1_pool_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NextResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NextResult) ProtoMessage() {}
+
+func (x *NextResult) ProtoReflect() protoreflect.Message {
+	mi := &file_repool_v1_pool_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NextResult.ProtoReflect.Descriptor instead.
+func (*NextResult) Descriptor() ([]byte, []int) {
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *NextResult) GetResult() isNextResult_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *NextResult) GetLease() *Lease {
+	if x != nil {
+		if x, ok := x.Result.(*NextResult_Lease); ok {
+			return x.Lease
+		}
+	}
+	return nil
+}
+
+func (x *NextResult) GetError() *Problem {
+	if x != nil {
+		if x, ok := x.Result.(*NextResult_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isNextResult_Result interface {
+	isNextResult_Result()
+}
+
+type NextResult_Lease struct {
+	Lease *Lease `protobuf:"bytes,1,opt,name=lease,proto3,oneof"`
+}
+
+type NextResult_Error struct {
+	Error *Problem `protobuf:"bytes,2,opt,name=error,proto3,oneof"`
+}
+
+func (*NextResult_Lease) isNextResult_Result() {}
+
+func (*NextResult_Error) isNextResult_Result() {}
+
+// Problem is an error answered inside a successful response. code is one of
+// the documented error codes in snake case (for example
+// "no_resource_available", "rate_limited", "unavailable").
+type Problem struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Code    string                 `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// When to try again, in milliseconds, if known; 0 otherwise.
+	RetryAfterMs int32 `protobuf:"varint,3,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
+	// For no_resource_available: why (none_registered, none_match,
+	// all_leased, all_quarantined, all_leased_or_quarantined, lease_limit,
+	// tokens_used_up).
+	Why string `protobuf:"bytes,4,opt,name=why,proto3" json:"why,omitempty"`
+	// For no_resource_available, when known: the earliest moment a resource
+	// that could serve frees up by itself (a cooldown's end or a lease's
+	// expiry; a release may free one sooner).
+	FreesAt       *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=frees_at,json=freesAt,proto3" json:"frees_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Problem) Reset() {
+	*x = Problem{}
+	mi := &file_repool_v1_pool_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Problem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Problem) ProtoMessage() {}
+
+func (x *Problem) ProtoReflect() protoreflect.Message {
+	mi := &file_repool_v1_pool_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Problem.ProtoReflect.Descriptor instead.
+func (*Problem) Descriptor() ([]byte, []int) {
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Problem) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *Problem) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *Problem) GetRetryAfterMs() int32 {
+	if x != nil {
+		return x.RetryAfterMs
+	}
+	return 0
+}
+
+func (x *Problem) GetWhy() string {
+	if x != nil {
+		return x.Why
+	}
+	return ""
+}
+
+func (x *Problem) GetFreesAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FreesAt
+	}
+	return nil
 }
 
 type ReportRequest struct {
@@ -792,7 +1046,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_repool_v1_pool_proto_msgTypes[12]
+	mi := &file_repool_v1_pool_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -804,7 +1058,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_repool_v1_pool_proto_msgTypes[12]
+	mi := &file_repool_v1_pool_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -817,7 +1071,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_repool_v1_pool_proto_rawDescGZIP(), []int{12}
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReportRequest) GetResourceId() string {
@@ -863,7 +1117,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_repool_v1_pool_proto_msgTypes[13]
+	mi := &file_repool_v1_pool_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -875,7 +1129,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_repool_v1_pool_proto_msgTypes[13]
+	mi := &file_repool_v1_pool_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -888,7 +1142,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_repool_v1_pool_proto_rawDescGZIP(), []int{13}
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{16}
 }
 
 type GetResourceRequest struct {
@@ -900,7 +1154,7 @@ type GetResourceRequest struct {
 
 func (x *GetResourceRequest) Reset() {
 	*x = GetResourceRequest{}
-	mi := &file_repool_v1_pool_proto_msgTypes[14]
+	mi := &file_repool_v1_pool_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -912,7 +1166,7 @@ func (x *GetResourceRequest) String() string {
 func (*GetResourceRequest) ProtoMessage() {}
 
 func (x *GetResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_repool_v1_pool_proto_msgTypes[14]
+	mi := &file_repool_v1_pool_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -925,7 +1179,7 @@ func (x *GetResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResourceRequest.ProtoReflect.Descriptor instead.
 func (*GetResourceRequest) Descriptor() ([]byte, []int) {
-	return file_repool_v1_pool_proto_rawDescGZIP(), []int{14}
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetResourceRequest) GetId() string {
@@ -944,7 +1198,7 @@ type GetResourceResponse struct {
 
 func (x *GetResourceResponse) Reset() {
 	*x = GetResourceResponse{}
-	mi := &file_repool_v1_pool_proto_msgTypes[15]
+	mi := &file_repool_v1_pool_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -956,7 +1210,7 @@ func (x *GetResourceResponse) String() string {
 func (*GetResourceResponse) ProtoMessage() {}
 
 func (x *GetResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_repool_v1_pool_proto_msgTypes[15]
+	mi := &file_repool_v1_pool_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -969,7 +1223,7 @@ func (x *GetResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResourceResponse.ProtoReflect.Descriptor instead.
 func (*GetResourceResponse) Descriptor() ([]byte, []int) {
-	return file_repool_v1_pool_proto_rawDescGZIP(), []int{15}
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetResourceResponse) GetResource() *ResourceInfo {
@@ -991,7 +1245,7 @@ type ListResourcesRequest struct {
 
 func (x *ListResourcesRequest) Reset() {
 	*x = ListResourcesRequest{}
-	mi := &file_repool_v1_pool_proto_msgTypes[16]
+	mi := &file_repool_v1_pool_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1003,7 +1257,7 @@ func (x *ListResourcesRequest) String() string {
 func (*ListResourcesRequest) ProtoMessage() {}
 
 func (x *ListResourcesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_repool_v1_pool_proto_msgTypes[16]
+	mi := &file_repool_v1_pool_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1016,7 +1270,7 @@ func (x *ListResourcesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResourcesRequest.ProtoReflect.Descriptor instead.
 func (*ListResourcesRequest) Descriptor() ([]byte, []int) {
-	return file_repool_v1_pool_proto_rawDescGZIP(), []int{16}
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListResourcesRequest) GetPageSize() int32 {
@@ -1044,7 +1298,7 @@ type ListResourcesResponse struct {
 
 func (x *ListResourcesResponse) Reset() {
 	*x = ListResourcesResponse{}
-	mi := &file_repool_v1_pool_proto_msgTypes[17]
+	mi := &file_repool_v1_pool_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1056,7 +1310,7 @@ func (x *ListResourcesResponse) String() string {
 func (*ListResourcesResponse) ProtoMessage() {}
 
 func (x *ListResourcesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_repool_v1_pool_proto_msgTypes[17]
+	mi := &file_repool_v1_pool_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1069,7 +1323,7 @@ func (x *ListResourcesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResourcesResponse.ProtoReflect.Descriptor instead.
 func (*ListResourcesResponse) Descriptor() ([]byte, []int) {
-	return file_repool_v1_pool_proto_rawDescGZIP(), []int{17}
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListResourcesResponse) GetResources() []*ResourceInfo {
@@ -1098,15 +1352,21 @@ type ResourceInfo struct {
 	BlockedUntil *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=blocked_until,json=blockedUntil,proto3" json:"blocked_until,omitempty"`
 	// Statistics per context, in context order.
 	Contexts []*ContextStats `protobuf:"bytes,6,rep,name=contexts,proto3" json:"contexts,omitempty"`
-	// Decayed statistics over all contexts.
-	Aggregate     *ContextStats `protobuf:"bytes,7,opt,name=aggregate,proto3" json:"aggregate,omitempty"`
+	// Decayed statistics over all contexts (its quarantine is the whole
+	// resource's).
+	Aggregate *ContextStats `protobuf:"bytes,7,opt,name=aggregate,proto3" json:"aggregate,omitempty"`
+	// Quarantine of the whole resource: "none", "blocked" (cooling down
+	// until blocked_until), "awaiting_probe" (the cooldown is over; the next
+	// Acquire that fits gets a probe lease) or "probing" (a probe lease is
+	// out; its outcome decides).
+	Quarantine    string `protobuf:"bytes,8,opt,name=quarantine,proto3" json:"quarantine,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ResourceInfo) Reset() {
 	*x = ResourceInfo{}
-	mi := &file_repool_v1_pool_proto_msgTypes[18]
+	mi := &file_repool_v1_pool_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1118,7 +1378,7 @@ func (x *ResourceInfo) String() string {
 func (*ResourceInfo) ProtoMessage() {}
 
 func (x *ResourceInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_repool_v1_pool_proto_msgTypes[18]
+	mi := &file_repool_v1_pool_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1131,7 +1391,7 @@ func (x *ResourceInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceInfo.ProtoReflect.Descriptor instead.
 func (*ResourceInfo) Descriptor() ([]byte, []int) {
-	return file_repool_v1_pool_proto_rawDescGZIP(), []int{18}
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ResourceInfo) GetId() string {
@@ -1183,6 +1443,13 @@ func (x *ResourceInfo) GetAggregate() *ContextStats {
 	return nil
 }
 
+func (x *ResourceInfo) GetQuarantine() string {
+	if x != nil {
+		return x.Quarantine
+	}
+	return ""
+}
+
 // ContextStats are the decayed Beta counts of one resource for one context.
 type ContextStats struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -1194,15 +1461,18 @@ type ContextStats struct {
 	SuccessRate float64 `protobuf:"fixed64,4,opt,name=success_rate,json=successRate,proto3" json:"success_rate,omitempty"`
 	// Consecutive failures since the last success.
 	ConsecutiveFailures int32 `protobuf:"varint,5,opt,name=consecutive_failures,json=consecutiveFailures,proto3" json:"consecutive_failures,omitempty"`
-	// Set while the resource is quarantined for this context.
-	BlockedUntil  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=blocked_until,json=blockedUntil,proto3" json:"blocked_until,omitempty"`
+	// Set while the resource is quarantined for this context: the end of
+	// the cooldown.
+	BlockedUntil *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=blocked_until,json=blockedUntil,proto3" json:"blocked_until,omitempty"`
+	// Quarantine for this context, as ResourceInfo.quarantine.
+	Quarantine    string `protobuf:"bytes,7,opt,name=quarantine,proto3" json:"quarantine,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ContextStats) Reset() {
 	*x = ContextStats{}
-	mi := &file_repool_v1_pool_proto_msgTypes[19]
+	mi := &file_repool_v1_pool_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1214,7 +1484,7 @@ func (x *ContextStats) String() string {
 func (*ContextStats) ProtoMessage() {}
 
 func (x *ContextStats) ProtoReflect() protoreflect.Message {
-	mi := &file_repool_v1_pool_proto_msgTypes[19]
+	mi := &file_repool_v1_pool_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1227,7 +1497,7 @@ func (x *ContextStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContextStats.ProtoReflect.Descriptor instead.
 func (*ContextStats) Descriptor() ([]byte, []int) {
-	return file_repool_v1_pool_proto_rawDescGZIP(), []int{19}
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ContextStats) GetContext() string {
@@ -1272,6 +1542,13 @@ func (x *ContextStats) GetBlockedUntil() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *ContextStats) GetQuarantine() string {
+	if x != nil {
+		return x.Quarantine
+	}
+	return ""
+}
+
 type SubscribeEventsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Kinds to receive; empty means all.
@@ -1286,7 +1563,7 @@ type SubscribeEventsRequest struct {
 
 func (x *SubscribeEventsRequest) Reset() {
 	*x = SubscribeEventsRequest{}
-	mi := &file_repool_v1_pool_proto_msgTypes[20]
+	mi := &file_repool_v1_pool_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1298,7 +1575,7 @@ func (x *SubscribeEventsRequest) String() string {
 func (*SubscribeEventsRequest) ProtoMessage() {}
 
 func (x *SubscribeEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_repool_v1_pool_proto_msgTypes[20]
+	mi := &file_repool_v1_pool_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1311,7 +1588,7 @@ func (x *SubscribeEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeEventsRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeEventsRequest) Descriptor() ([]byte, []int) {
-	return file_repool_v1_pool_proto_rawDescGZIP(), []int{20}
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SubscribeEventsRequest) GetKinds() []EventKind {
@@ -1345,7 +1622,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_repool_v1_pool_proto_msgTypes[21]
+	mi := &file_repool_v1_pool_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +1634,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_repool_v1_pool_proto_msgTypes[21]
+	mi := &file_repool_v1_pool_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,7 +1647,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_repool_v1_pool_proto_rawDescGZIP(), []int{21}
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Event) GetKind() EventKind {
@@ -1462,12 +1739,33 @@ const file_repool_v1_pool_proto_rawDesc = "" +
 	"\vttl_seconds\x18\x03 \x01(\x05R\n" +
 	"ttlSeconds\"7\n" +
 	"\rRenewResponse\x12&\n" +
-	"\x05lease\x18\x01 \x01(\v2\x10.repool.v1.LeaseR\x05lease\"~\n" +
+	"\x05lease\x18\x01 \x01(\v2\x10.repool.v1.LeaseR\x05lease\"\xa8\x01\n" +
 	"\x0eReleaseRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x04R\ffencingToken\x12,\n" +
-	"\aoutcome\x18\x03 \x01(\x0e2\x12.repool.v1.OutcomeR\aoutcome\"\x11\n" +
-	"\x0fReleaseResponse\"\xb8\x01\n" +
+	"\aoutcome\x18\x03 \x01(\x0e2\x12.repool.v1.OutcomeR\aoutcome\x12(\n" +
+	"\x04next\x18\x04 \x01(\v2\x14.repool.v1.NextLeaseR\x04next\"\xbb\x01\n" +
+	"\tNextLease\x12\x18\n" +
+	"\acontext\x18\x01 \x01(\tR\acontext\x12\x1f\n" +
+	"\vttl_seconds\x18\x02 \x01(\x05R\n" +
+	"ttlSeconds\x128\n" +
+	"\x06labels\x18\x03 \x03(\v2 .repool.v1.NextLease.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"<\n" +
+	"\x0fReleaseResponse\x12)\n" +
+	"\x04next\x18\x01 \x01(\v2\x15.repool.v1.NextResultR\x04next\"l\n" +
+	"\n" +
+	"NextResult\x12(\n" +
+	"\x05lease\x18\x01 \x01(\v2\x10.repool.v1.LeaseH\x00R\x05lease\x12*\n" +
+	"\x05error\x18\x02 \x01(\v2\x12.repool.v1.ProblemH\x00R\x05errorB\b\n" +
+	"\x06result\"\xa6\x01\n" +
+	"\aProblem\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12$\n" +
+	"\x0eretry_after_ms\x18\x03 \x01(\x05R\fretryAfterMs\x12\x10\n" +
+	"\x03why\x18\x04 \x01(\tR\x03why\x125\n" +
+	"\bfrees_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\afreesAt\"\xb8\x01\n" +
 	"\rReportRequest\x12\x1f\n" +
 	"\vresource_id\x18\x01 \x01(\tR\n" +
 	"resourceId\x12\x18\n" +
@@ -1486,7 +1784,7 @@ const file_repool_v1_pool_proto_rawDesc = "" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\"v\n" +
 	"\x15ListResourcesResponse\x125\n" +
 	"\tresources\x18\x01 \x03(\v2\x17.repool.v1.ResourceInfoR\tresources\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x84\x03\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa4\x03\n" +
 	"\fResourceInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\x05R\bcapacity\x12;\n" +
@@ -1494,17 +1792,23 @@ const file_repool_v1_pool_proto_rawDesc = "" +
 	"\ractive_leases\x18\x04 \x01(\x05R\factiveLeases\x12?\n" +
 	"\rblocked_until\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\fblockedUntil\x123\n" +
 	"\bcontexts\x18\x06 \x03(\v2\x17.repool.v1.ContextStatsR\bcontexts\x125\n" +
-	"\taggregate\x18\a \x01(\v2\x17.repool.v1.ContextStatsR\taggregate\x1a9\n" +
+	"\taggregate\x18\a \x01(\v2\x17.repool.v1.ContextStatsR\taggregate\x12\x1e\n" +
+	"\n" +
+	"quarantine\x18\b \x01(\tR\n" +
+	"quarantine\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf9\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x99\x02\n" +
 	"\fContextStats\x12\x18\n" +
 	"\acontext\x18\x01 \x01(\tR\acontext\x12\x1c\n" +
 	"\tsuccesses\x18\x02 \x01(\x01R\tsuccesses\x12\x1a\n" +
 	"\bfailures\x18\x03 \x01(\x01R\bfailures\x12!\n" +
 	"\fsuccess_rate\x18\x04 \x01(\x01R\vsuccessRate\x121\n" +
 	"\x14consecutive_failures\x18\x05 \x01(\x05R\x13consecutiveFailures\x12?\n" +
-	"\rblocked_until\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\fblockedUntil\"a\n" +
+	"\rblocked_until\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\fblockedUntil\x12\x1e\n" +
+	"\n" +
+	"quarantine\x18\a \x01(\tR\n" +
+	"quarantine\"a\n" +
 	"\x16SubscribeEventsRequest\x12*\n" +
 	"\x05kinds\x18\x01 \x03(\x0e2\x14.repool.v1.EventKindR\x05kinds\x12\x1b\n" +
 	"\tafter_seq\x18\x02 \x01(\x04R\bafterSeq\"\xc2\x01\n" +
@@ -1553,7 +1857,7 @@ func file_repool_v1_pool_proto_rawDescGZIP() []byte {
 }
 
 var file_repool_v1_pool_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_repool_v1_pool_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_repool_v1_pool_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_repool_v1_pool_proto_goTypes = []any{
 	(Outcome)(0),                   // 0: repool.v1.Outcome
 	(EventKind)(0),                 // 1: repool.v1.EventKind
@@ -1568,64 +1872,74 @@ var file_repool_v1_pool_proto_goTypes = []any{
 	(*RenewRequest)(nil),           // 10: repool.v1.RenewRequest
 	(*RenewResponse)(nil),          // 11: repool.v1.RenewResponse
 	(*ReleaseRequest)(nil),         // 12: repool.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),        // 13: repool.v1.ReleaseResponse
-	(*ReportRequest)(nil),          // 14: repool.v1.ReportRequest
-	(*ReportResponse)(nil),         // 15: repool.v1.ReportResponse
-	(*GetResourceRequest)(nil),     // 16: repool.v1.GetResourceRequest
-	(*GetResourceResponse)(nil),    // 17: repool.v1.GetResourceResponse
-	(*ListResourcesRequest)(nil),   // 18: repool.v1.ListResourcesRequest
-	(*ListResourcesResponse)(nil),  // 19: repool.v1.ListResourcesResponse
-	(*ResourceInfo)(nil),           // 20: repool.v1.ResourceInfo
-	(*ContextStats)(nil),           // 21: repool.v1.ContextStats
-	(*SubscribeEventsRequest)(nil), // 22: repool.v1.SubscribeEventsRequest
-	(*Event)(nil),                  // 23: repool.v1.Event
-	nil,                            // 24: repool.v1.Resource.LabelsEntry
-	nil,                            // 25: repool.v1.AcquireRequest.LabelsEntry
-	nil,                            // 26: repool.v1.ResourceInfo.LabelsEntry
-	(*timestamppb.Timestamp)(nil),  // 27: google.protobuf.Timestamp
+	(*NextLease)(nil),              // 13: repool.v1.NextLease
+	(*ReleaseResponse)(nil),        // 14: repool.v1.ReleaseResponse
+	(*NextResult)(nil),             // 15: repool.v1.NextResult
+	(*Problem)(nil),                // 16: repool.v1.Problem
+	(*ReportRequest)(nil),          // 17: repool.v1.ReportRequest
+	(*ReportResponse)(nil),         // 18: repool.v1.ReportResponse
+	(*GetResourceRequest)(nil),     // 19: repool.v1.GetResourceRequest
+	(*GetResourceResponse)(nil),    // 20: repool.v1.GetResourceResponse
+	(*ListResourcesRequest)(nil),   // 21: repool.v1.ListResourcesRequest
+	(*ListResourcesResponse)(nil),  // 22: repool.v1.ListResourcesResponse
+	(*ResourceInfo)(nil),           // 23: repool.v1.ResourceInfo
+	(*ContextStats)(nil),           // 24: repool.v1.ContextStats
+	(*SubscribeEventsRequest)(nil), // 25: repool.v1.SubscribeEventsRequest
+	(*Event)(nil),                  // 26: repool.v1.Event
+	nil,                            // 27: repool.v1.Resource.LabelsEntry
+	nil,                            // 28: repool.v1.AcquireRequest.LabelsEntry
+	nil,                            // 29: repool.v1.NextLease.LabelsEntry
+	nil,                            // 30: repool.v1.ResourceInfo.LabelsEntry
+	(*timestamppb.Timestamp)(nil),  // 31: google.protobuf.Timestamp
 }
 var file_repool_v1_pool_proto_depIdxs = []int32{
-	24, // 0: repool.v1.Resource.labels:type_name -> repool.v1.Resource.LabelsEntry
+	27, // 0: repool.v1.Resource.labels:type_name -> repool.v1.Resource.LabelsEntry
 	2,  // 1: repool.v1.RegisterRequest.resources:type_name -> repool.v1.Resource
-	27, // 2: repool.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	25, // 3: repool.v1.AcquireRequest.labels:type_name -> repool.v1.AcquireRequest.LabelsEntry
+	31, // 2: repool.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	28, // 3: repool.v1.AcquireRequest.labels:type_name -> repool.v1.AcquireRequest.LabelsEntry
 	7,  // 4: repool.v1.AcquireResponse.lease:type_name -> repool.v1.Lease
 	7,  // 5: repool.v1.RenewResponse.lease:type_name -> repool.v1.Lease
 	0,  // 6: repool.v1.ReleaseRequest.outcome:type_name -> repool.v1.Outcome
-	0,  // 7: repool.v1.ReportRequest.outcome:type_name -> repool.v1.Outcome
-	20, // 8: repool.v1.GetResourceResponse.resource:type_name -> repool.v1.ResourceInfo
-	20, // 9: repool.v1.ListResourcesResponse.resources:type_name -> repool.v1.ResourceInfo
-	26, // 10: repool.v1.ResourceInfo.labels:type_name -> repool.v1.ResourceInfo.LabelsEntry
-	27, // 11: repool.v1.ResourceInfo.blocked_until:type_name -> google.protobuf.Timestamp
-	21, // 12: repool.v1.ResourceInfo.contexts:type_name -> repool.v1.ContextStats
-	21, // 13: repool.v1.ResourceInfo.aggregate:type_name -> repool.v1.ContextStats
-	27, // 14: repool.v1.ContextStats.blocked_until:type_name -> google.protobuf.Timestamp
-	1,  // 15: repool.v1.SubscribeEventsRequest.kinds:type_name -> repool.v1.EventKind
-	1,  // 16: repool.v1.Event.kind:type_name -> repool.v1.EventKind
-	27, // 17: repool.v1.Event.at:type_name -> google.protobuf.Timestamp
-	3,  // 18: repool.v1.PoolService.Register:input_type -> repool.v1.RegisterRequest
-	5,  // 19: repool.v1.PoolService.Deregister:input_type -> repool.v1.DeregisterRequest
-	8,  // 20: repool.v1.PoolService.Acquire:input_type -> repool.v1.AcquireRequest
-	10, // 21: repool.v1.PoolService.Renew:input_type -> repool.v1.RenewRequest
-	12, // 22: repool.v1.PoolService.Release:input_type -> repool.v1.ReleaseRequest
-	14, // 23: repool.v1.PoolService.Report:input_type -> repool.v1.ReportRequest
-	16, // 24: repool.v1.PoolService.GetResource:input_type -> repool.v1.GetResourceRequest
-	18, // 25: repool.v1.PoolService.ListResources:input_type -> repool.v1.ListResourcesRequest
-	22, // 26: repool.v1.PoolService.SubscribeEvents:input_type -> repool.v1.SubscribeEventsRequest
-	4,  // 27: repool.v1.PoolService.Register:output_type -> repool.v1.RegisterResponse
-	6,  // 28: repool.v1.PoolService.Deregister:output_type -> repool.v1.DeregisterResponse
-	9,  // 29: repool.v1.PoolService.Acquire:output_type -> repool.v1.AcquireResponse
-	11, // 30: repool.v1.PoolService.Renew:output_type -> repool.v1.RenewResponse
-	13, // 31: repool.v1.PoolService.Release:output_type -> repool.v1.ReleaseResponse
-	15, // 32: repool.v1.PoolService.Report:output_type -> repool.v1.ReportResponse
-	17, // 33: repool.v1.PoolService.GetResource:output_type -> repool.v1.GetResourceResponse
-	19, // 34: repool.v1.PoolService.ListResources:output_type -> repool.v1.ListResourcesResponse
-	23, // 35: repool.v1.PoolService.SubscribeEvents:output_type -> repool.v1.Event
-	27, // [27:36] is the sub-list for method output_type
-	18, // [18:27] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	13, // 7: repool.v1.ReleaseRequest.next:type_name -> repool.v1.NextLease
+	29, // 8: repool.v1.NextLease.labels:type_name -> repool.v1.NextLease.LabelsEntry
+	15, // 9: repool.v1.ReleaseResponse.next:type_name -> repool.v1.NextResult
+	7,  // 10: repool.v1.NextResult.lease:type_name -> repool.v1.Lease
+	16, // 11: repool.v1.NextResult.error:type_name -> repool.v1.Problem
+	31, // 12: repool.v1.Problem.frees_at:type_name -> google.protobuf.Timestamp
+	0,  // 13: repool.v1.ReportRequest.outcome:type_name -> repool.v1.Outcome
+	23, // 14: repool.v1.GetResourceResponse.resource:type_name -> repool.v1.ResourceInfo
+	23, // 15: repool.v1.ListResourcesResponse.resources:type_name -> repool.v1.ResourceInfo
+	30, // 16: repool.v1.ResourceInfo.labels:type_name -> repool.v1.ResourceInfo.LabelsEntry
+	31, // 17: repool.v1.ResourceInfo.blocked_until:type_name -> google.protobuf.Timestamp
+	24, // 18: repool.v1.ResourceInfo.contexts:type_name -> repool.v1.ContextStats
+	24, // 19: repool.v1.ResourceInfo.aggregate:type_name -> repool.v1.ContextStats
+	31, // 20: repool.v1.ContextStats.blocked_until:type_name -> google.protobuf.Timestamp
+	1,  // 21: repool.v1.SubscribeEventsRequest.kinds:type_name -> repool.v1.EventKind
+	1,  // 22: repool.v1.Event.kind:type_name -> repool.v1.EventKind
+	31, // 23: repool.v1.Event.at:type_name -> google.protobuf.Timestamp
+	3,  // 24: repool.v1.PoolService.Register:input_type -> repool.v1.RegisterRequest
+	5,  // 25: repool.v1.PoolService.Deregister:input_type -> repool.v1.DeregisterRequest
+	8,  // 26: repool.v1.PoolService.Acquire:input_type -> repool.v1.AcquireRequest
+	10, // 27: repool.v1.PoolService.Renew:input_type -> repool.v1.RenewRequest
+	12, // 28: repool.v1.PoolService.Release:input_type -> repool.v1.ReleaseRequest
+	17, // 29: repool.v1.PoolService.Report:input_type -> repool.v1.ReportRequest
+	19, // 30: repool.v1.PoolService.GetResource:input_type -> repool.v1.GetResourceRequest
+	21, // 31: repool.v1.PoolService.ListResources:input_type -> repool.v1.ListResourcesRequest
+	25, // 32: repool.v1.PoolService.SubscribeEvents:input_type -> repool.v1.SubscribeEventsRequest
+	4,  // 33: repool.v1.PoolService.Register:output_type -> repool.v1.RegisterResponse
+	6,  // 34: repool.v1.PoolService.Deregister:output_type -> repool.v1.DeregisterResponse
+	9,  // 35: repool.v1.PoolService.Acquire:output_type -> repool.v1.AcquireResponse
+	11, // 36: repool.v1.PoolService.Renew:output_type -> repool.v1.RenewResponse
+	14, // 37: repool.v1.PoolService.Release:output_type -> repool.v1.ReleaseResponse
+	18, // 38: repool.v1.PoolService.Report:output_type -> repool.v1.ReportResponse
+	20, // 39: repool.v1.PoolService.GetResource:output_type -> repool.v1.GetResourceResponse
+	22, // 40: repool.v1.PoolService.ListResources:output_type -> repool.v1.ListResourcesResponse
+	26, // 41: repool.v1.PoolService.SubscribeEvents:output_type -> repool.v1.Event
+	33, // [33:42] is the sub-list for method output_type
+	24, // [24:33] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_repool_v1_pool_proto_init() }
@@ -1633,13 +1947,17 @@ func file_repool_v1_pool_proto_init() {
 	if File_repool_v1_pool_proto != nil {
 		return
 	}
+	file_repool_v1_pool_proto_msgTypes[13].OneofWrappers = []any{
+		(*NextResult_Lease)(nil),
+		(*NextResult_Error)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_repool_v1_pool_proto_rawDesc), len(file_repool_v1_pool_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   25,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -41,7 +41,11 @@ const (
 // Errors: INVALID_ARGUMENT for malformed requests, NOT_FOUND for unknown
 // resources and leases, FAILED_PRECONDITION for a wrong or stale fencing
 // token, RESOURCE_EXHAUSTED when no resource is free or a tenant limit is
-// reached, UNAVAILABLE when this server is not the active one.
+// reached, UNAVAILABLE when this server is not the active one. A
+// RESOURCE_EXHAUSTED status carries a google.rpc.ErrorInfo detail (domain
+// "repool") whose reason tells the cases apart: NO_RESOURCE_AVAILABLE
+// (metadata "why" and, when known, "frees_at"), RATE_LIMITED (metadata
+// "retry_after_ms") or OVER_BUDGET (see metadata.go).
 type PoolServiceClient interface {
 	// Register adds resources. It is idempotent: a resource that already exists
 	// is counted in `existing` and left unchanged.
@@ -52,7 +56,10 @@ type PoolServiceClient interface {
 	Acquire(ctx context.Context, in *AcquireRequest, opts ...grpc.CallOption) (*AcquireResponse, error)
 	// Renew extends a lease; the lease id and fencing token must match.
 	Renew(ctx context.Context, in *RenewRequest, opts ...grpc.CallOption) (*RenewResponse, error)
-	// Release ends a lease, optionally reporting its outcome.
+	// Release ends a lease, optionally reporting its outcome, and, when the
+	// request asks for one (`next`), leases the next resource in the same
+	// call: one round trip per use. The release always happens once the lease
+	// and token are right; whether a next lease was granted is in the answer.
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
 	// Report records one outcome of using a resource for a context.
 	Report(ctx context.Context, in *ReportRequest, opts ...grpc.CallOption) (*ReportResponse, error)
@@ -183,7 +190,11 @@ type PoolService_SubscribeEventsClient = grpc.ServerStreamingClient[Event]
 // Errors: INVALID_ARGUMENT for malformed requests, NOT_FOUND for unknown
 // resources and leases, FAILED_PRECONDITION for a wrong or stale fencing
 // token, RESOURCE_EXHAUSTED when no resource is free or a tenant limit is
-// reached, UNAVAILABLE when this server is not the active one.
+// reached, UNAVAILABLE when this server is not the active one. A
+// RESOURCE_EXHAUSTED status carries a google.rpc.ErrorInfo detail (domain
+// "repool") whose reason tells the cases apart: NO_RESOURCE_AVAILABLE
+// (metadata "why" and, when known, "frees_at"), RATE_LIMITED (metadata
+// "retry_after_ms") or OVER_BUDGET (see metadata.go).
 type PoolServiceServer interface {
 	// Register adds resources. It is idempotent: a resource that already exists
 	// is counted in `existing` and left unchanged.
@@ -194,7 +205,10 @@ type PoolServiceServer interface {
 	Acquire(context.Context, *AcquireRequest) (*AcquireResponse, error)
 	// Renew extends a lease; the lease id and fencing token must match.
 	Renew(context.Context, *RenewRequest) (*RenewResponse, error)
-	// Release ends a lease, optionally reporting its outcome.
+	// Release ends a lease, optionally reporting its outcome, and, when the
+	// request asks for one (`next`), leases the next resource in the same
+	// call: one round trip per use. The release always happens once the lease
+	// and token are right; whether a next lease was granted is in the answer.
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
 	// Report records one outcome of using a resource for a context.
 	Report(context.Context, *ReportRequest) (*ReportResponse, error)

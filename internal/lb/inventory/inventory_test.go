@@ -90,7 +90,7 @@ func TestParseErrors(t *testing.T) {
 		want string // substring of the error
 	}{
 		{"empty", "", "empty document"},
-		{"unknown key", minimal + "extra: 1\n", "field extra not found"},
+		{"unknown key", minimal + "extra: 1\n", `unknown key "extra"`},
 		{"bad duration", minimal + "checks: {inter: fast}\n", "fast"},
 		{"invalid after defaults", strings.Replace(minimal, "router_id: 7", "router_id: 0", 1), "vip.router_id"},
 		{"syntax error on line 2", "vip: {}\n- lb_hosts\n", "yaml: line 2: did not find expected key"},

@@ -401,7 +401,7 @@ func CheckListen(addr string, allowRemote bool) error {
 	}
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("%q: %v", addr, err)
+		return fmt.Errorf("%q: %w", addr, hostPortProblem(addr))
 	}
 	if err := checkHostPort(addr); err != nil {
 		return fmt.Errorf("%q: %w", addr, err)
@@ -456,11 +456,24 @@ func checkEndpoint(e string) error {
 	return checkHostPort(e)
 }
 
+// hostPortProblem says, in our words, why addr is not host:port
+// (net.SplitHostPort's text, "too many colons in address", is not for
+// users).
+func hostPortProblem(addr string) error {
+	switch {
+	case !strings.Contains(addr, ":"):
+		return errors.New("missing port: want host:port, for example 127.0.0.1:7000")
+	case strings.Count(addr, ":") > 1 && !strings.HasPrefix(addr, "["):
+		return errors.New("want host:port; an IPv6 host goes in brackets, for example [::1]:7000")
+	}
+	return errors.New("want host:port, for example 127.0.0.1:7000 or [::1]:7000")
+}
+
 // checkHostPort accepts host:port with a non-empty host and a port number.
 func checkHostPort(addr string) error {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return err
+		return hostPortProblem(addr)
 	}
 	if host == "" {
 		return errors.New("missing host")

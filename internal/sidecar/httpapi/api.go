@@ -13,14 +13,17 @@ package httpapi
 import (
 	"bytes"
 	"context"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -49,6 +52,8 @@ type Providers interface {
 	Lookup(name string) (Handle, bool)
 	// Breakers returns every provider's breaker status.
 	Breakers() []resilience.Status
+	// Names returns the names of the providers, sorted.
+	Names() []string
 }
 
 // Config configures New.
@@ -112,6 +117,8 @@ func New(cfg Config) (*API, error) {
 	}{
 		{"POST", "/v1/providers/{p}/resources", unary(a, provider.MethodRegister, body[*repoolv1.RegisterRequest](a), repoolv1.PoolServiceClient.Register)},
 		{"DELETE", "/v1/providers/{p}/resources/{id}", unary(a, provider.MethodDeregister, deregisterRequest, repoolv1.PoolServiceClient.Deregister)},
+		{"GET", "/v1/providers/{p}/resources/{id}", unary(a, provider.MethodGetResource, getResourceRequest, repoolv1.PoolServiceClient.GetResource)},
+		{"GET", "/v1/providers/{p}/resources", unary(a, provider.MethodListResources, listResourcesRequest, repoolv1.PoolServiceClient.ListResources)},
 		{"POST", "/v1/providers/{p}/acquire", unary(a, provider.MethodAcquire, body[*repoolv1.AcquireRequest](a), repoolv1.PoolServiceClient.Acquire)},
 		{"POST", "/v1/providers/{p}/leases/{lease}/renew", unary(a, provider.MethodRenew, a.renewRequest, repoolv1.PoolServiceClient.Renew)},
 		{"POST", "/v1/providers/{p}/leases/{lease}/release", unary(a, provider.MethodRelease, a.releaseRequest, repoolv1.PoolServiceClient.Release)},
@@ -119,7 +126,9 @@ func New(cfg Config) (*API, error) {
 		{"GET", "/v1/providers/{p}/events", a.events},
 		{"GET", "/v1/breakers", a.breakers},
 		{"GET", "/healthz", a.healthz},
+		{"GET", "/readyz", a.readyz},
 		{"GET", "/metrics", cfg.Metrics.ServeHTTP},
+		{"GET", "/openapi.json", serveOpenAPI},
 	}
 	allowed := map[string][]string{}
 	for _, rt := range routes {
@@ -226,6 +235,43 @@ func deregisterRequest(_ http.ResponseWriter, r *http.Request) (*repoolv1.Deregi
 	return &repoolv1.DeregisterRequest{ResourceIds: []string{id}}, nil
 }
 
+func getResourceRequest(_ http.ResponseWriter, r *http.Request) (*repoolv1.GetResourceRequest, error) {
+	id, err := pathValue(r, "id", "resource id")
+	if err != nil {
+		return nil, err
+	}
+	return &repoolv1.GetResourceRequest{Id: id}, nil
+}
+
+// listResourcesRequest reads ?page_size (1 to 1000; default 100) and
+// ?page_token (from the previous page's next_page_token); any other query
+// parameter is refused.
+func listResourcesRequest(_ http.ResponseWriter, r *http.Request) (*repoolv1.ListResourcesRequest, error) {
+	req := &repoolv1.ListResourcesRequest{}
+	q := r.URL.Query()
+	for k, v := range q {
+		if len(v) > 1 {
+			return nil, badRequest("query parameter %s is given %d times; give it once", k, len(v))
+		}
+		switch k {
+		case "page_size":
+			n, err := strconv.Atoi(v[0])
+			if err != nil || n < 1 || n > 1000 {
+				return nil, badRequest("page_size is %s; want a whole number from 1 to 1000 (default 100)", jsonQuote(v[0]))
+			}
+			req.PageSize = int32(n)
+		case "page_token":
+			if !utf8.ValidString(v[0]) {
+				return nil, badRequest("page_token is not valid UTF-8; pass next_page_token of the previous page as it is")
+			}
+			req.PageToken = v[0]
+		default:
+			return nil, badRequest("unknown query parameter %s; allowed: page_size, page_token", jsonQuote(k))
+		}
+	}
+	return req, nil
+}
+
 // pathValue returns the URL's {name}, which must be valid UTF-8: the
 // provider takes only UTF-8 strings (JSON bodies are checked as they are
 // decoded).
@@ -243,7 +289,7 @@ func pathValue(r *http.Request, name, what string) (string, error) {
 // whatever a future field takes.
 func encodable(req proto.Message) error {
 	if _, err := proto.Marshal(req); err != nil {
-		return badRequest("the request cannot be encoded for the provider: %v", err)
+		return badRequest("the request cannot be encoded for the provider (a string that is not valid UTF-8?)")
 	}
 	return nil
 }
@@ -291,15 +337,12 @@ func (a *API) decode(w http.ResponseWriter, r *http.Request, msg proto.Message) 
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			return &apiError{http.StatusRequestTimeout, codeRequestTimeout, "the request body did not arrive within read_timeout"}
 		}
-		return badRequest("reading the request body: %v", err)
+		return badRequest("the request body could not be read: the connection failed before it was complete")
 	}
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return badRequest("request body is empty; want a JSON object")
 	}
-	if err := protojson.Unmarshal(raw, msg); err != nil {
-		return badRequest("request body: %v", err)
-	}
-	return nil
+	return unmarshalBody(raw, msg)
 }
 
 // marshal writes proto messages as the API's JSON: field names as in the
@@ -307,6 +350,11 @@ func (a *API) decode(w http.ResponseWriter, r *http.Request, msg proto.Message) 
 var marshal = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
 
 func writeProto(w http.ResponseWriter, status int, m proto.Message) {
+	if rr, ok := m.(*repoolv1.ReleaseResponse); ok && rr.GetNext() == nil {
+		// A plain release answers {}, as it did before next existed.
+		writeJSON(w, status, struct{}{})
+		return
+	}
 	raw, err := marshal.Marshal(m)
 	if err != nil {
 		writeAnswer(w, answer{status: http.StatusInternalServerError, code: codeInternal, msg: "encoding the answer: " + err.Error()})
@@ -377,8 +425,87 @@ func (a *API) breakers(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"breakers": views})
 }
 
+// readyTimeout bounds one provider's readiness check.
+const readyTimeout = 2 * time.Second
+
+// providerReadiness is one provider in GET /readyz.
+type providerReadiness struct {
+	Ready  bool   `json:"ready"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// readyz answers 200 when every provider (or the one ?provider= names) has
+// a valid token and a serving upstream, else 503 with the reason per
+// provider. The checks run at once, each within readyTimeout.
+func (a *API) readyz(w http.ResponseWriter, r *http.Request) {
+	names := a.providers.Names()
+	for k, v := range r.URL.Query() {
+		if k != "provider" || len(v) != 1 {
+			writeAnswer(w, answer{status: http.StatusBadRequest, code: codeInvalidArgument,
+				msg: "GET /readyz takes one optional query parameter, provider=<name>"})
+			return
+		}
+		if !slices.Contains(names, v[0]) {
+			writeAnswer(w, answer{status: http.StatusNotFound, code: codeUnknownProvider,
+				msg: "no provider named " + jsonQuote(v[0]) + " in the sidecar's configuration"})
+			return
+		}
+		names = []string{v[0]}
+	}
+	out := make(map[string]providerReadiness, len(names))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, name := range names {
+		h, ok := a.providers.Lookup(name)
+		if !ok {
+			out[name] = providerReadiness{Reason: "removed from the configuration while checked"}
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer h.Release()
+			ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+			defer cancel()
+			pr := providerReadiness{Ready: true}
+			if err := h.Provider.Ready(ctx); err != nil {
+				pr = providerReadiness{Reason: err.Error()}
+			}
+			mu.Lock()
+			out[name] = pr
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	code, st := http.StatusOK, "ready"
+	for _, pr := range out {
+		if !pr.Ready {
+			code, st = http.StatusServiceUnavailable, "not_ready"
+		}
+	}
+	if len(names) == 0 {
+		code, st = http.StatusServiceUnavailable, "not_ready"
+	}
+	writeJSON(w, code, map[string]any{"status": st, "providers": out})
+}
+
 func (a *API) healthz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "providers": len(a.providers.Breakers())})
+}
+
+// OpenAPI is the OpenAPI 3 document of this API, served at GET
+// /openapi.json. The sidecar's tests validate every answer they observe
+// against it, so it cannot drift from the code.
+//
+//go:embed openapi.json
+var OpenAPI []byte
+
+func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	w.Write(OpenAPI) // an error means the client went away
 }
 
 // jsonQuote quotes s for a message, escaping what a JSON string would.

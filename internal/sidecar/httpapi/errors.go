@@ -9,9 +9,11 @@ import (
 	"strconv"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	repoolv1 "github.com/repool/repool/api/repool/v1"
 	"github.com/repool/repool/internal/sidecar/resilience"
 	"github.com/repool/repool/internal/sidecar/token"
 )
@@ -30,6 +32,10 @@ const (
 	codeMethodNotAllowed   = "method_not_allowed"
 	codeInternal           = "internal"
 	codeTLS                = "tls"
+	// RESOURCE_EXHAUSTED, told apart by the server's ErrorInfo detail.
+	codeNoResource  = "no_resource_available"
+	codeRateLimited = "rate_limited"
+	codeOverBudget  = "over_budget"
 )
 
 // FastFailHeader says why a call failed fast: circuit-open, bulkhead-full,
@@ -91,6 +97,9 @@ type errorDetail struct {
 	Code         string `json:"code"`
 	Message      string `json:"message"`
 	RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
+	// Why and FreesAt are set for no_resource_available.
+	Why     string `json:"why,omitempty"`
+	FreesAt string `json:"frees_at,omitempty"`
 }
 
 // answer is how an error is told to the backend.
@@ -100,6 +109,8 @@ type answer struct {
 	msg        string
 	fastFail   string        // X-Repool-Fast-Fail, or ""
 	retryAfter time.Duration // Retry-After and retry_after_ms, or 0
+	why        string        // no_resource_available: why
+	freesAt    time.Time     // no_resource_available: when one frees up, if known
 }
 
 // classify is the one place where errors become HTTP answers.
@@ -126,6 +137,9 @@ func classify(err error) answer {
 		a.status, a.code = StatusOf(codes.Unauthenticated)
 		a.fastFail = ""
 		a.msg = "the provider refused the sidecar's credentials (API key or token): " + a.msg
+	case c == codes.ResourceExhausted:
+		a.status, a.code = StatusOf(c)
+		exhaustedKind(err, &a)
 	default:
 		a.status, a.code = StatusOf(c)
 	}
@@ -135,6 +149,47 @@ func classify(err error) answer {
 		a.retryAfter = defaultRetryAfter
 	}
 	return a
+}
+
+// exhaustedKind tells the kinds of RESOURCE_EXHAUSTED apart by the
+// server's ErrorInfo detail (a proxy's 429 has none and stays
+// resource_exhausted): no_resource_available (429, with why, frees_at
+// when known, and a retry-after of at most defaultRetryAfter),
+// rate_limited (429, with the server's retry-after) and over_budget (409:
+// waiting does not help).
+func exhaustedKind(err error, a *answer) {
+	var gs interface{ GRPCStatus() *status.Status }
+	if !errors.As(err, &gs) {
+		return
+	}
+	for _, d := range gs.GRPCStatus().Details() {
+		info, ok := d.(*errdetails.ErrorInfo)
+		if !ok || info.GetDomain() != repoolv1.ErrorDomain {
+			continue
+		}
+		md := info.GetMetadata()
+		switch info.GetReason() {
+		case repoolv1.ReasonNoResourceAvailable:
+			a.code, a.why = codeNoResource, md[repoolv1.ErrorInfoWhy]
+			a.retryAfter = defaultRetryAfter
+			if t, err := time.Parse(time.RFC3339Nano, md[repoolv1.ErrorInfoFreesAt]); err == nil {
+				a.freesAt = t
+				if d := time.Until(t); d > 0 && d < a.retryAfter {
+					a.retryAfter = d
+				}
+			}
+		case repoolv1.ReasonRateLimited:
+			a.code = codeRateLimited
+			if a.retryAfter <= 0 {
+				if ms, err := strconv.ParseInt(md[repoolv1.ErrorInfoRetryAfterMS], 10, 64); err == nil && ms > 0 {
+					a.retryAfter = time.Duration(ms) * time.Millisecond
+				}
+			}
+		case repoolv1.ReasonOverBudget:
+			a.status, a.code = http.StatusConflict, codeOverBudget
+		}
+		return
+	}
 }
 
 // defaultRetryAfter is a 429's Retry-After when the upstream gave none.
@@ -189,7 +244,10 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 // to a whole millisecond, so that a client that waits for it never comes
 // back early.
 func (ans answer) body() errorBody {
-	b := errorBody{Error: errorDetail{Code: ans.code, Message: ans.msg}}
+	b := errorBody{Error: errorDetail{Code: ans.code, Message: ans.msg, Why: ans.why}}
+	if !ans.freesAt.IsZero() {
+		b.Error.FreesAt = ans.freesAt.UTC().Format(time.RFC3339Nano)
+	}
 	if ans.retryAfter > 0 {
 		ms := ans.retryAfter.Milliseconds()
 		if time.Duration(ms)*time.Millisecond < ans.retryAfter {

@@ -86,6 +86,8 @@ func (o onlyProvider) Lookup(name string) (httpapi.Handle, bool) {
 	return httpapi.Handle{Provider: o.p, Release: func() {}}, true
 }
 
+func (o onlyProvider) Names() []string { return []string{fuzzProvider} }
+
 func (o onlyProvider) Breakers() []resilience.Status {
 	return []resilience.Status{o.p.Breaker().Status()}
 }

@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -33,6 +34,8 @@ const (
 	MethodRelease
 	MethodReport
 	MethodSubscribeEvents
+	MethodGetResource
+	MethodListResources
 	numMethods
 )
 
@@ -53,6 +56,10 @@ func (m Method) String() string {
 		return "Report"
 	case MethodSubscribeEvents:
 		return "SubscribeEvents"
+	case MethodGetResource:
+		return "GetResource"
+	case MethodListResources:
+		return "ListResources"
 	}
 	return "Method(" + strconv.Itoa(int(m)) + ")"
 }
@@ -62,8 +69,11 @@ func (m Method) String() string {
 // method.
 type Call func(ctx context.Context, pool repoolv1.PoolServiceClient, opts ...grpc.CallOption) error
 
-// Config configures New. Every field is required.
+// Config configures New. Every field but Health is required.
 type Config struct {
+	// Health is the upstream's gRPC health service, which Ready asks;
+	// nil means Ready checks the token only.
+	Health healthpb.HealthClient
 	// Name is the provider's name in URLs, metrics and logs.
 	Name string
 	// Timeout bounds one logical call, its retries included.
@@ -92,6 +102,7 @@ type Provider struct {
 	breaker *resilience.Breaker
 	retrier *resilience.Retrier
 	series  *series
+	health  healthpb.HealthClient
 }
 
 // New returns a Provider.
@@ -104,7 +115,7 @@ func New(cfg Config) (*Provider, error) {
 	}
 	return &Provider{
 		name: cfg.Name, timeout: cfg.Timeout, pool: cfg.Pool, tokens: cfg.Tokens,
-		breaker: cfg.Breaker, retrier: cfg.Retrier,
+		breaker: cfg.Breaker, retrier: cfg.Retrier, health: cfg.Health,
 		series: newSeries(cfg.Metrics, cfg.Name,
 			resilience.FastFailCircuitOpen, resilience.FastFailBulkhead, resilience.FastFailTimeout, resilience.FastFailUpstream),
 	}, nil
@@ -286,6 +297,51 @@ func (s *EventStream) Recv() (*repoolv1.Event, error) {
 			return nil, err
 		}
 	}
+}
+
+// Ready returns nil when the provider can serve calls: the sidecar holds a
+// valid token for it (its API key is accepted) and the upstream answers its
+// health check as serving. Otherwise the error says which, in words for an
+// operator. It bypasses the breaker and the retrier, and it is not counted
+// in the call metrics.
+func (p *Provider) Ready(ctx context.Context) error {
+	if _, err := p.tokens.Token(ctx); err != nil {
+		switch {
+		case errors.Is(err, token.ErrInvalidCredentials):
+			return errors.New("the provider refuses the sidecar's API key")
+		case ctx.Err() != nil:
+			return errors.New("no token: the provider did not answer in time")
+		}
+		return fmt.Errorf("no token: the provider is unreachable (%s)", codeWords(status.Code(err)))
+	}
+	if p.health == nil {
+		return nil
+	}
+	resp, err := p.health.Check(ctx, &healthpb.HealthCheckRequest{})
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return errors.New("the provider's health check did not answer in time")
+	case err != nil:
+		return fmt.Errorf("the provider's health check failed (%s)", codeWords(status.Code(err)))
+	case resp.GetStatus() != healthpb.HealthCheckResponse_SERVING:
+		return fmt.Errorf("the provider answers %s (a standby, or starting)", resp.GetStatus())
+	}
+	return nil
+}
+
+// codeWords names a gRPC code for a message.
+func codeWords(c codes.Code) string {
+	switch c {
+	case codes.Unavailable:
+		return "unreachable or not accepting connections"
+	case codes.DeadlineExceeded:
+		return "no answer in time"
+	case codes.Unimplemented:
+		return "no health service at the endpoint"
+	case codes.Unauthenticated:
+		return "credentials refused"
+	}
+	return "gRPC code " + c.String()
 }
 
 // rateLimitedError is a RESOURCE_EXHAUSTED answer with the server's

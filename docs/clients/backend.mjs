@@ -1,0 +1,92 @@
+// A backend's loop against the repool sidecar, with Node's built-in fetch (Node 18 or later):
+//
+//   SIDECAR=http://127.0.0.1:7070 PROVIDER=default node docs/clients/backend.mjs
+//
+// It follows the pool's event stream (server-sent events) while it registers three resources,
+// acquires a lease once, then releases with "next" once per use (one round trip per use).
+const base = `${process.env.SIDECAR ?? 'http://127.0.0.1:7070'}/v1/providers/${process.env.PROVIDER ?? 'default'}`;
+const retry = new Set(['no_resource_available', 'rate_limited', 'circuit_open', 'unavailable', 'deadline_exceeded']);
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function call(method, path, body) {
+  const resp = await fetch(base + path, {
+    method,
+    headers: body === undefined ? {} : { 'Content-Type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const ans = await resp.json();
+  if (!resp.ok) {
+    const err = new Error(`${resp.status} ${ans.error.code}: ${ans.error.message}`);
+    Object.assign(err, ans.error);
+    throw err;
+  }
+  return ans;
+}
+
+async function acquire(context) {
+  for (;;) {
+    try {
+      return (await call('POST', '/acquire', { context, ttl_seconds: 30 })).lease;
+    } catch (e) {
+      if (!retry.has(e.code)) throw e;
+      await sleep(e.retry_after_ms || 1000);
+    }
+  }
+}
+
+// events reads the event stream until `want` events of the kinds arrived (or signal aborts),
+// resuming after the last id it saw if the stream breaks.
+async function events(kinds, want, signal) {
+  const seen = [];
+  let last = '';
+  while (seen.length < want && !signal.aborted) {
+    const resp = await fetch(`${base}/events?kinds=${kinds}`, { headers: last ? { 'Last-Event-ID': last } : {}, signal });
+    if (!resp.ok) throw new Error(`events: ${resp.status} ${await resp.text()}`);
+    const decoder = new TextDecoder();
+    let buf = '';
+    for await (const chunk of resp.body) {
+      buf += decoder.decode(chunk, { stream: true });
+      let end;
+      while ((end = buf.indexOf('\n\n')) >= 0) {
+        const frame = buf.slice(0, end);
+        buf = buf.slice(end + 2);
+        const ev = {};
+        for (const line of frame.split('\n')) {
+          const i = line.indexOf(':');
+          if (i > 0) ev[line.slice(0, i)] = line.slice(i + 1).trim();
+        }
+        if (ev.id) last = ev.id;
+        if (ev.data) seen.push(JSON.parse(ev.data));
+      }
+      if (seen.length >= want) break;
+    }
+  }
+  return seen;
+}
+
+const stop = new AbortController();
+const watching = events('registered', 3, stop.signal);
+await sleep(200); // let the subscription open before the resources are registered
+await call('POST', '/resources', { resources: [0, 1, 2].map((i) => ({ id: `js-${i}`, capacity: 2 })) });
+let lease = await acquire('search');
+let uses = 0;
+for (let i = 0; i < 50; i++) {
+  const ok = i % 5 !== 0; // stands for the real work done with lease.resource_id
+  const ans = await call('POST', `/leases/${lease.lease_id}/release`, {
+    fencing_token: lease.fencing_token, outcome: ok ? 'SUCCESS' : 'FAILURE',
+    next: { context: 'search', ttl_seconds: 30 },
+  });
+  uses++;
+  if (ans.next.lease) {
+    lease = ans.next.lease;
+  } else { // released, but nothing was free: wait as told, then acquire
+    await sleep(ans.next.error.retry_after_ms || 100);
+    lease = await acquire('search');
+  }
+}
+await call('POST', `/leases/${lease.lease_id}/release`, { fencing_token: lease.fencing_token });
+const timer = setTimeout(() => stop.abort(), 10000);
+const seen = await watching;
+clearTimeout(timer);
+const res = (await call('GET', '/resources/js-0')).resource;
+console.log(`node: ${uses} uses in ${uses} round trips; ${seen.filter((e) => e.resource_id.startsWith('js-')).length} registered events; js-0 quarantine ${res.quarantine}`);

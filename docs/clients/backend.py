@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""A backend's loop against the repool sidecar, with Python's standard library only.
+
+    SIDECAR=http://127.0.0.1:7070 PROVIDER=default python3 docs/clients/backend.py
+
+It registers three resources, acquires a lease once, then uses a resource and releases its lease
+with "next" in one call per use (one round trip per use), and reads a resource's statistics.
+"""
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+
+BASE = os.environ.get("SIDECAR", "http://127.0.0.1:7070") + "/v1/providers/" + os.environ.get("PROVIDER", "default")
+# Answers worth waiting for: the sidecar says how long (retry_after_ms).
+RETRY = {"no_resource_available", "rate_limited", "circuit_open", "unavailable", "deadline_exceeded"}
+
+
+class APIError(Exception):
+    def __init__(self, status, body):
+        err = body.get("error", {})
+        super().__init__(f"{status} {err.get('code')}: {err.get('message')}")
+        self.code = err.get("code")
+        self.retry_after_ms = err.get("retry_after_ms", 0)
+
+
+def call(method, path, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"} if data else {}
+    req = urllib.request.Request(BASE + path, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return json.load(resp)
+    except urllib.error.HTTPError as e:
+        raise APIError(e.code, json.load(e)) from None
+
+
+def acquire(context):
+    while True:
+        try:
+            return call("POST", "/acquire", {"context": context, "ttl_seconds": 30})["lease"]
+        except APIError as e:
+            if e.code not in RETRY:
+                raise
+            time.sleep(e.retry_after_ms / 1000 or 1)
+
+
+def main():
+    call("POST", "/resources", {"resources": [{"id": f"py-{i}", "capacity": 2} for i in range(3)]})
+    lease, uses = acquire("search"), 0
+    for i in range(50):
+        ok = i % 5 != 0  # stands for the real work done with lease["resource_id"]
+        ans = call("POST", f"/leases/{lease['lease_id']}/release", {
+            "fencing_token": lease["fencing_token"], "outcome": "SUCCESS" if ok else "FAILURE",
+            "next": {"context": "search", "ttl_seconds": 30}})
+        uses += 1
+        if "lease" in ans["next"]:
+            lease = ans["next"]["lease"]
+        else:  # released, but nothing was free: wait as told, then acquire
+            time.sleep(ans["next"]["error"]["retry_after_ms"] / 1000 or 0.1)
+            lease = acquire("search")
+    call("POST", f"/leases/{lease['lease_id']}/release", {"fencing_token": lease["fencing_token"]})
+    res = call("GET", "/resources/py-0")["resource"]
+    page = call("GET", "/resources?page_size=2")
+    rate = next((c["success_rate"] for c in res["contexts"] if c["context"] == "search"), None)
+    print(f"python: {uses} uses in {uses} round trips; py-0 quarantine {res['quarantine']}, "
+          f"search success rate {rate if rate is None else round(rate, 2)}; first page {len(page['resources'])} resources")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+// Command go is a backend's loop against the repool sidecar, with Go's
+// standard library only:
+//
+//	SIDECAR=http://127.0.0.1:7070 PROVIDER=default go run ./docs/clients/go
+//
+// It registers three resources, acquires a lease once, then releases with
+// "next" once per use (one round trip per use) and reads a resource back.
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"os"
+	"time"
+)
+
+// Lease is a lease as the sidecar answers it.
+type Lease struct {
+	LeaseID      string `json:"lease_id"`
+	ResourceID   string `json:"resource_id"`
+	FencingToken string `json:"fencing_token"`
+}
+
+// APIError is the sidecar's {"error":{...}}.
+type APIError struct {
+	Status       int
+	Code         string `json:"code"`
+	Message      string `json:"message"`
+	RetryAfterMS int64  `json:"retry_after_ms"`
+	Why          string `json:"why"`
+}
+
+func (e *APIError) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
+
+// wait is how long to wait before trying again.
+func (e *APIError) wait() time.Duration {
+	if e.RetryAfterMS > 0 {
+		return time.Duration(e.RetryAfterMS) * time.Millisecond
+	}
+	return time.Second
+}
+
+var base = env("SIDECAR", "http://127.0.0.1:7070") + "/v1/providers/" + env("PROVIDER", "default")
+
+func env(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+var client = &http.Client{Timeout: 10 * time.Second}
+
+// call sends body (if not nil) as JSON and decodes the answer into out.
+func call(method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		raw, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, base+path, rd)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		var e struct{ Error APIError }
+		if err := json.NewDecoder(resp.Body).Decode(&e); err != nil {
+			return fmt.Errorf("%s %s: %d", method, path, resp.StatusCode)
+		}
+		e.Error.Status = resp.StatusCode
+		return &e.Error
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+func acquire(context string) (Lease, error) {
+	for {
+		var ans struct{ Lease Lease }
+		err := call("POST", "/acquire", map[string]any{"context": context, "ttl_seconds": 30}, &ans)
+		e, ok := err.(*APIError)
+		switch {
+		case err == nil:
+			return ans.Lease, nil
+		case ok && (e.Code == "no_resource_available" || e.Code == "rate_limited" || e.Code == "circuit_open" || e.Code == "unavailable"):
+			time.Sleep(e.wait())
+		default:
+			return Lease{}, err
+		}
+	}
+}
+
+func main() {
+	var reg struct{ Registered, Existing int }
+	res := []map[string]any{{"id": "go-0", "capacity": 2}, {"id": "go-1", "capacity": 2}, {"id": "go-2", "capacity": 2}}
+	if err := call("POST", "/resources", map[string]any{"resources": res}, &reg); err != nil {
+		log.Fatal(err)
+	}
+	lease, err := acquire("search")
+	if err != nil {
+		log.Fatal(err)
+	}
+	uses := 0
+	for i := 0; i < 50; i++ {
+		outcome := "SUCCESS" // stands for the real work done with lease.ResourceID
+		if i%5 == 0 {
+			outcome = "FAILURE"
+		}
+		var ans struct {
+			Next struct {
+				Lease *Lease
+				Error *APIError
+			}
+		}
+		err := call("POST", "/leases/"+lease.LeaseID+"/release", map[string]any{
+			"fencing_token": lease.FencingToken, "outcome": outcome,
+			"next": map[string]any{"context": "search", "ttl_seconds": 30},
+		}, &ans)
+		if err != nil {
+			log.Fatal(err)
+		}
+		uses++
+		if ans.Next.Lease != nil {
+			lease = *ans.Next.Lease
+			continue
+		}
+		// Released, but nothing was free: wait as told, then acquire.
+		time.Sleep(ans.Next.Error.wait())
+		if lease, err = acquire("search"); err != nil {
+			log.Fatal(err)
+		}
+	}
+	if err := call("POST", "/leases/"+lease.LeaseID+"/release", map[string]any{"fencing_token": lease.FencingToken}, &struct{}{}); err != nil {
+		log.Fatal(err)
+	}
+	var got struct {
+		Resource struct {
+			Quarantine string
+			Contexts   []struct {
+				Context     string
+				SuccessRate float64 `json:"success_rate"`
+			}
+		}
+	}
+	if err := call("GET", "/resources/go-0", nil, &got); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("go: %d uses in %d round trips; go-0 quarantine %s, %d contexts\n", uses, uses, got.Resource.Quarantine, len(got.Resource.Contexts))
+}

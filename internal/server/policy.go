@@ -1,0 +1,92 @@
+package server
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/repool/repool/internal/pool"
+)
+
+// Policy is the server-wide quarantine and decay policy every tenant's
+// pool starts with (flags --half-life, --quarantine-after, ...). The zero
+// value of a field means the pool's default (pool.Config).
+type Policy struct {
+	// HalfLife: an observation's weight halves after this long.
+	HalfLife time.Duration
+	// QuarantineAfter: consecutive failures in one context that quarantine
+	// the resource for that context.
+	QuarantineAfter int
+	// QuarantineWholeAfter: consecutive failures over all contexts that
+	// quarantine the whole resource.
+	QuarantineWholeAfter int
+	// QuarantineBelow: a context's success rate (posterior mean) under
+	// which the resource is quarantined for it once it has
+	// QuarantineMinEvidence observations; negative turns the rule off.
+	QuarantineBelow float64
+	// QuarantineMinEvidence: the decayed observations QuarantineBelow needs.
+	QuarantineMinEvidence float64
+	// CooldownBase: the first quarantine's length; each relapse doubles it,
+	// up to CooldownMax. A probe lease is handed out when it ends.
+	CooldownBase time.Duration
+	CooldownMax  time.Duration
+}
+
+// policyDefaults fills p's zero fields with the pool's defaults.
+func policyDefaults(p Policy) Policy {
+	d := pool.Config{}.WithDefaults()
+	if p.HalfLife == 0 {
+		p.HalfLife = d.HalfLife
+	}
+	if p.QuarantineAfter == 0 {
+		p.QuarantineAfter = d.FailuresToQuarantine
+	}
+	if p.QuarantineWholeAfter == 0 {
+		p.QuarantineWholeAfter = d.FailuresToQuarantineWhole
+	}
+	if p.QuarantineBelow == 0 {
+		p.QuarantineBelow = d.QuarantineBelow
+	}
+	if p.QuarantineMinEvidence == 0 {
+		p.QuarantineMinEvidence = d.QuarantineMinEvidence
+	}
+	if p.CooldownBase == 0 {
+		p.CooldownBase = d.CooldownBase
+	}
+	if p.CooldownMax == 0 {
+		p.CooldownMax = d.CooldownMax
+	}
+	return p
+}
+
+// validate names the first field out of its range, by its configuration
+// key, after defaults.
+func (p Policy) validate() error {
+	p = policyDefaults(p)
+	switch {
+	case p.HalfLife < time.Minute || p.HalfLife > 30*24*time.Hour:
+		return fmt.Errorf("config: half_life %v: want 1m to 720h (30 days)", p.HalfLife)
+	case p.QuarantineAfter < 1 || p.QuarantineAfter > 1000:
+		return fmt.Errorf("config: quarantine_after %d: want 1 to 1000 consecutive failures", p.QuarantineAfter)
+	case p.QuarantineWholeAfter < 1 || p.QuarantineWholeAfter > 100000:
+		return fmt.Errorf("config: quarantine_whole_after %d: want 1 to 100000 consecutive failures", p.QuarantineWholeAfter)
+	case math.IsNaN(p.QuarantineBelow) || p.QuarantineBelow >= 1 || p.QuarantineBelow < -1:
+		return fmt.Errorf("config: quarantine_below %v: want a success rate below 1 (0.1 is 10%%), or -1 to turn the rule off", p.QuarantineBelow)
+	case math.IsNaN(p.QuarantineMinEvidence) || p.QuarantineMinEvidence < 1 || p.QuarantineMinEvidence > 1e6:
+		return fmt.Errorf("config: quarantine_min_evidence %v: want 1 to 1000000 observations", p.QuarantineMinEvidence)
+	case p.CooldownBase < time.Second || p.CooldownBase > 24*time.Hour:
+		return fmt.Errorf("config: cooldown_base %v: want 1s to 24h", p.CooldownBase)
+	case p.CooldownMax < p.CooldownBase || p.CooldownMax > 30*24*time.Hour:
+		return fmt.Errorf("config: cooldown_max %v: want cooldown_base (%v) to 720h (30 days)", p.CooldownMax, p.CooldownBase)
+	}
+	return nil
+}
+
+// poolConfig is the pool configuration of p.
+func (p Policy) poolConfig(c pool.Config) pool.Config {
+	p = policyDefaults(p)
+	c.HalfLife, c.FailuresToQuarantine, c.FailuresToQuarantineWhole = p.HalfLife, p.QuarantineAfter, p.QuarantineWholeAfter
+	c.QuarantineBelow, c.QuarantineMinEvidence = p.QuarantineBelow, p.QuarantineMinEvidence
+	c.CooldownBase, c.CooldownMax = p.CooldownBase, p.CooldownMax
+	return c
+}

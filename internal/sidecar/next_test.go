@@ -1,0 +1,86 @@
+package sidecar_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/repool/repool/internal/sidecar"
+	"github.com/repool/repool/internal/sidecar/config"
+)
+
+// TestOneRoundTripPerUse: against the real server, a release with next
+// answers the next lease; with nothing free it releases all the same and
+// answers no_resource_available with why; an Acquire on an empty pool is
+// 429 no_resource_available (why none_registered), never counted by the
+// breaker.
+func TestOneRoundTripPerUse(t *testing.T) {
+	addr, key := realServer(t)
+	h := start(t, config.Config{Providers: map[string]config.Provider{"demo": {Endpoint: addr, APIKey: key}}}, sidecar.Options{})
+	const p = "/v1/providers/demo"
+
+	r := h.do("POST", p+"/acquire", `{"context":"search","ttl_seconds":30}`)
+	if r.status != 429 || r.errCode() != "no_resource_available" || r.errField("why") != "none_registered" || r.header.Get("Retry-After") == "" {
+		t.Fatalf("acquire on an empty pool = %d %s, want 429 no_resource_available, why none_registered, with Retry-After", r.status, r.raw)
+	}
+	h.do("POST", p+"/resources", `{"resources":[{"id":"proxy-1"}]}`)
+	r = h.do("POST", p+"/acquire", `{"context":"search","ttl_seconds":30}`)
+	lease, _ := r.body["lease"].(map[string]any)
+	if r.status != 200 || lease == nil {
+		t.Fatalf("acquire = %d %s", r.status, r.raw)
+	}
+	r = h.do("POST", p+"/acquire", `{"context":"search","ttl_seconds":30}`)
+	if r.status != 429 || r.errCode() != "no_resource_available" || r.errField("why") != "all_leased" || r.errField("frees_at") == "" {
+		t.Fatalf("acquire with everything leased = %d %s, want no_resource_available, all_leased, frees_at", r.status, r.raw)
+	}
+	for i := 0; i < 3; i++ {
+		r = h.do("POST", p+"/leases/"+lease["lease_id"].(string)+"/release",
+			fmt.Sprintf(`{"fencing_token":%q,"outcome":"SUCCESS","next":{"context":"search","ttl_seconds":30}}`, lease["fencing_token"]))
+		next, _ := r.body["next"].(map[string]any)
+		l2, _ := next["lease"].(map[string]any)
+		if r.status != 200 || l2 == nil || l2["lease_id"] == lease["lease_id"] {
+			t.Fatalf("release with next = %d %s, want the next lease", r.status, r.raw)
+		}
+		lease = l2
+	}
+	r = h.do("POST", p+"/leases/"+lease["lease_id"].(string)+"/release",
+		fmt.Sprintf(`{"fencing_token":%q,"next":{"context":"search","ttl_seconds":30,"labels":{"tier":"gold"}}}`, lease["fencing_token"]))
+	next, _ := r.body["next"].(map[string]any)
+	perr, _ := next["error"].(map[string]any)
+	if r.status != 200 || perr["code"] != "no_resource_available" || perr["why"] != "none_match" {
+		t.Fatalf("release with a next nothing matches = %d %s, want 200 with next.error no_resource_available / none_match", r.status, r.raw)
+	}
+	// The release happened: the resource is free again.
+	if r = h.do("POST", p+"/acquire", `{"context":"search","ttl_seconds":30}`); r.status != 200 {
+		t.Fatalf("acquire after the release = %d %s", r.status, r.raw)
+	}
+	if b := h.breaker("demo"); b["state"] != "closed" {
+		t.Fatalf("breaker = %v, want closed: no resource is not a failure", b)
+	}
+}
+
+// TestRefusalsAreInOurWords: a body the sidecar refuses is answered in our
+// words, naming the field and what is allowed, never with the JSON
+// library's text.
+func TestRefusalsAreInOurWords(t *testing.T) {
+	addr, key := realServer(t)
+	h := start(t, config.Config{Providers: map[string]config.Provider{"demo": {Endpoint: addr, APIKey: key}}}, sidecar.Options{})
+	const p = "/v1/providers/demo"
+	for _, tt := range []struct{ path, body, want string }{
+		{"/acquire", `{"context":"x","ttl":30}`, `unknown field "ttl" in the request body; allowed here: context, ttl_seconds, labels`},
+		{"/acquire", `{"context":"x","ttl_seconds":"abc"}`, `ttl_seconds is a string; want a whole number`},
+		{"/acquire", `{"context":"x","ttl_seconds":1e10}`, `ttl_seconds is 1e10; want a whole number from -2147483648 to 2147483647`},
+		{"/acquire", `{"context":`, `request body is not valid JSON`},
+		{"/acquire", `[1]`, `request body is an array; want a JSON object`},
+		{"/acquire", `{"context":"x","labels":{"a":1}}`, `labels.a is a number; want a string`},
+		{"/resources", `{"resources":[{"id":"a","capacty":2}]}`, `unknown field "resources[0].capacty" in the request body; allowed here: id, capacity, labels`},
+		{"/reports", `{"resource_id":"a","context":"x","outcome":"GOOD"}`, `outcome is "GOOD"; allowed: OUTCOME_UNSPECIFIED, SUCCESS, FAILURE, BLOCKED`},
+		{"/leases/1/release", `{"fencing_token":"1","next":{"contxt":"x"}}`, `unknown field "next.contxt" in the request body; allowed here: context, ttl_seconds, labels`},
+	} {
+		r := h.do("POST", p+tt.path, tt.body)
+		msg, _ := r.body["error"].(map[string]any)["message"].(string)
+		if r.status != 400 || !strings.Contains(msg, tt.want) || strings.Contains(msg, "proto:") {
+			t.Errorf("POST %s %s = %d %s, want 400 with %q", tt.path, tt.body, r.status, r.raw, tt.want)
+		}
+	}
+}
