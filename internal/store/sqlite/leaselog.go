@@ -35,16 +35,17 @@ const leaseLogSuffix = "-leases"
 // which changes nothing: the last change of each lease wins either way.
 //
 // The log is private to the store's writer: it is held with an exclusive
-// flock for the store's life, and every append checks that the path still
-// names the file appended to, so that a writer whose log was replaced
-// under it fails its writes instead of acknowledging them into a file that
-// no one will read. All methods are safe for concurrent use.
+// flock for the store's life, and every append checks that the file
+// appended to still has a name, so that a writer whose log was removed or
+// replaced under it fails its writes instead of acknowledging them into a
+// file that no one will read. All methods are safe for concurrent use.
 type leaseLog struct {
 	path  string
 	fsync bool
 
 	mu   sync.Mutex
 	f    *os.File
+	fd   int // f's descriptor, for fstat
 	id   fileID
 	size int64 // bytes of whole records in the file
 	// err, once set, fails every later append: the file's tail is not
@@ -89,6 +90,7 @@ func openLeaseLog(path string, fsync bool) (*leaseLog, []leaseRecord, error) {
 		return fail(err)
 	}
 	l.id = sysID(fi)
+	l.fd = int(f.Fd())
 	b, err := io.ReadAll(io.NewSectionReader(f, 0, fi.Size()))
 	if err != nil {
 		return fail(err)
@@ -158,9 +160,12 @@ func (l *leaseLog) append(tenant string, put []store.LeaseRow, del []uint64) err
 			return l.err
 		}
 	}
-	// Checked after the write: a log replaced before this point is seen
-	// here, and the write, into a file no one will read, is refused.
-	if id, err := statID(l.path); err != nil || id != l.id {
+	// Checked after the write: a log removed or replaced (renamed over)
+	// before this point has no name left, and the write, into a file no
+	// one will read, is refused. fstat costs no path lookup; the claim's
+	// Check compares the path's file every second as well.
+	var st syscall.Stat_t
+	if err := syscall.Fstat(l.fd, &st); err != nil || st.Nlink == 0 {
 		l.err = fmt.Errorf("%w: the lease log %s was removed or replaced under this server", store.ErrFenced, l.path)
 		return l.err
 	}
