@@ -236,10 +236,11 @@ func mixIndexes(sc *scenario.Scenario) []int {
 }
 
 // warmUp makes one acquire and release per provider (tokens, connections,
-// HAProxy's first checks), retrying for up to 15s.
+// HAProxy's first checks), retrying for up to 30s: a loaded machine can
+// start a provider's servers slowly, or between two leaders.
 func warmUp(ctx context.Context, c Client, sc *scenario.Scenario) error {
 	for _, p := range sc.Names() {
-		deadline := time.Now().Add(15 * time.Second)
+		deadline := time.Now().Add(30 * time.Second)
 		for {
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			l, res := c.Acquire(cctx, p, sc.Request.Context, sc.Request.TTLSeconds)

@@ -49,32 +49,46 @@ func (t *Topology) StartServers(ctx context.Context, provider string) error {
 }
 
 // KillActive kills (SIGKILL) the provider's active server and returns its
-// name.
+// name. It looks for it for up to killActiveWait: on a loaded machine a
+// server may be slow to answer its readiness check, or the provider may be
+// between two leaders.
 func (t *Topology) KillActive(ctx context.Context, provider string) (string, error) {
 	c, err := t.cluster(provider)
 	if err != nil {
 		return "", err
 	}
 	client := &http.Client{Timeout: 500 * time.Millisecond}
-	for _, n := range c.servers {
-		p := t.procOf(n)
-		if p == nil || !p.running() {
-			continue
+	deadline := time.Now().Add(killActiveWait)
+	for {
+		for _, n := range c.servers {
+			p := t.procOf(n)
+			if p == nil || !p.running() {
+				continue
+			}
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n.http+"/readyz/active", nil)
+			resp, err := client.Do(req)
+			if err != nil {
+				continue
+			}
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				p.kill()
+				t.cfg.Event(fmt.Sprintf("%s: active server killed (SIGKILL)", n.name))
+				return n.name, nil
+			}
 		}
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n.http+"/readyz/active", nil)
-		resp, err := client.Do(req)
-		if err != nil {
-			continue
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return "", fmt.Errorf("provider %s has no active server to kill (looked for %v)", provider, killActiveWait)
 		}
-		resp.Body.Close()
-		if resp.StatusCode == http.StatusOK {
-			p.kill()
-			t.cfg.Event(fmt.Sprintf("%s: active server killed (SIGKILL)", n.name))
-			return n.name, nil
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	return "", fmt.Errorf("provider %s has no active server to kill", provider)
 }
+
+// killActiveWait is how long KillActive looks for the active server.
+const killActiveWait = 5 * time.Second
 
 // StartServer starts the named server of the provider if it is not running.
 func (t *Topology) StartServer(ctx context.Context, provider, name string) error {
