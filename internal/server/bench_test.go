@@ -152,44 +152,22 @@ func BenchmarkAcquireReportVsRedis(b *testing.B) {
 	}
 	contexts := []string{"search", "order"}
 	for b.Loop() {
-		var oursErr, theirsErr int64
-		ours, oursCPU, err := measureCPU(ctx, nil, *benchFor, func() (rate float64) {
-			rate, oursErr = run(*benchClients, *benchFor, func(_ context.Context, w, i int) error {
-				l, err := clients[w].Acquire(ctx, &repoolv1.AcquireRequest{Context: contexts[i%2], TtlSeconds: 60})
-				if err != nil {
-					return err
-				}
-				outcome := repoolv1.Outcome_SUCCESS
-				if (w+i)%5 == 0 {
-					outcome = repoolv1.Outcome_FAILURE
-				}
-				_, err = clients[w].Release(ctx, &repoolv1.ReleaseRequest{LeaseId: l.GetLease().GetLeaseId(), FencingToken: l.GetLease().GetFencingToken(), Outcome: outcome})
+		ourCycle := func(_ context.Context, w, i int) error {
+			l, err := clients[w].Acquire(ctx, &repoolv1.AcquireRequest{Context: contexts[i%2], TtlSeconds: 60})
+			if err != nil {
 				return err
-			})
-			return rate
-		})
-		if err != nil {
-			b.Fatal(err)
+			}
+			outcome := repoolv1.Outcome_SUCCESS
+			if (w+i)%5 == 0 {
+				outcome = repoolv1.Outcome_FAILURE
+			}
+			_, err = clients[w].Release(ctx, &repoolv1.ReleaseRequest{LeaseId: l.GetLease().GetLeaseId(), FencingToken: l.GetLease().GetFencingToken(), Outcome: outcome})
+			return err
 		}
-		theirs, theirsCPU, err := measureCPU(ctx, rp.rdb, *benchFor, func() (rate float64) {
-			rate, theirsErr = run(*benchClients, *benchFor, func(cctx context.Context, w, i int) error {
-				return rp.cycle(cctx, contexts[i%2], (w+i)%5 != 0)
-			})
-			return rate
-		})
-		if err != nil {
-			b.Fatal(err)
+		theirCycle := func(cctx context.Context, w, i int) error {
+			return rp.cycle(cctx, contexts[i%2], (w+i)%5 != 0)
 		}
-		b.ReportMetric(ours, "repool_cycles/s")
-		b.ReportMetric(theirs, "redis_cycles/s")
-		b.ReportMetric(ours/theirs, "ratio")
-		b.ReportMetric(oursCPU.perCycle(), "repool_cpu_µs/cycle")
-		b.ReportMetric(theirsCPU.perCycle(), "redis_cpu_µs/cycle")
-		fmt.Printf("acquire+report, %d clients, %v each: repool gRPC %.0f/s (%d errors), Redis Lua pool %.0f/s (%d errors), ratio %.2f; "+
-			"CPU per cycle: repool %.1f µs, Redis %.1f µs (clients %.1f + server %.1f), CPU ratio %.2f\n",
-			*benchClients, *benchFor, ours, oursErr, theirs, theirsErr, ours/theirs,
-			oursCPU.perCycle(), theirsCPU.perCycle(), float64(theirsCPU.process)/1e3/theirsCPU.cycles, float64(theirsCPU.redis)/1e3/theirsCPU.cycles,
-			theirsCPU.perCycle()/oursCPU.perCycle())
+		sideBySide(b, ctx, rp.rdb, "acquire+report", ourCycle, theirCycle)
 	}
 }
 
@@ -251,7 +229,7 @@ func BenchmarkAcquireReleaseNextVsRedis(b *testing.B) {
 		// Each client's held lease (or Redis resource), carried from one
 		// cycle to the next.
 		leases := make([]*repoolv1.Lease, *benchClients)
-		ours, oursErr := run(*benchClients, *benchFor, func(_ context.Context, w, i int) error {
+		ourCycle := func(_ context.Context, w, i int) error {
 			c := conns[w%len(conns)]
 			want := &repoolv1.NextLease{Context: contexts[i%2], TtlSeconds: 60}
 			l := leases[w]
@@ -273,9 +251,9 @@ func BenchmarkAcquireReleaseNextVsRedis(b *testing.B) {
 				err = fmt.Errorf("no next lease: %v", resp.GetNext().GetError())
 			}
 			return err
-		})
+		}
 		held := make([]string, *benchClients)
-		theirs, theirsErr := run(*benchClients, *benchFor, func(cctx context.Context, w, i int) error {
+		theirCycle := func(cctx context.Context, w, i int) error {
 			c := contexts[i%2]
 			s := 0
 			if (w+i)%5 != 0 {
@@ -287,13 +265,41 @@ func BenchmarkAcquireReleaseNextVsRedis(b *testing.B) {
 			id, err := next.Run(cctx, rp.rdb, []string{"ctx:" + c, "used", "cap", "stats:" + prev, "ctx:" + prev}, held[w], s).Text()
 			held[w] = id
 			return err
-		})
-		b.ReportMetric(ours, "repool_cycles/s")
-		b.ReportMetric(theirs, "redis_cycles/s")
-		b.ReportMetric(ours/theirs, "ratio")
-		fmt.Printf("release+next (one round trip per cycle), %d clients, %v each: repool gRPC %.0f/s (%d errors), Redis Lua pool %.0f/s (%d errors), ratio %.2f\n",
-			*benchClients, *benchFor, ours, oursErr, theirs, theirsErr, ours/theirs)
+		}
+		sideBySide(b, ctx, rp.rdb, "release+next (one round trip per cycle)", ourCycle, theirCycle)
 	}
+}
+
+// sideBySide runs ours and then theirs (the Redis pool behind rdb) from
+// bench.clients goroutines for bench.for each, and reports both rates,
+// their ratio and each side's CPU time per cycle (cpuCost).
+func sideBySide(b *testing.B, ctx context.Context, rdb *redis.Client, what string, ours, theirs func(ctx context.Context, worker, i int) error) {
+	b.Helper()
+	var oursErr, theirsErr int64
+	oursRate, oursCPU, err := measureCPU(ctx, nil, *benchFor, func() (rate float64) {
+		rate, oursErr = run(*benchClients, *benchFor, ours)
+		return rate
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	theirsRate, theirsCPU, err := measureCPU(ctx, rdb, *benchFor, func() (rate float64) {
+		rate, theirsErr = run(*benchClients, *benchFor, theirs)
+		return rate
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(oursRate, "repool_cycles/s")
+	b.ReportMetric(theirsRate, "redis_cycles/s")
+	b.ReportMetric(oursRate/theirsRate, "ratio")
+	b.ReportMetric(oursCPU.perCycle(), "repool_cpu_µs/cycle")
+	b.ReportMetric(theirsCPU.perCycle(), "redis_cpu_µs/cycle")
+	fmt.Printf("%s, %d clients, %v each: repool gRPC %.0f/s (%d errors), Redis Lua pool %.0f/s (%d errors), ratio %.2f; "+
+		"CPU per cycle: repool %.1f µs, Redis %.1f µs (clients %.1f + server %.1f), CPU ratio %.2f\n",
+		what, *benchClients, *benchFor, oursRate, oursErr, theirsRate, theirsErr, oursRate/theirsRate,
+		oursCPU.perCycle(), theirsCPU.perCycle(), float64(theirsCPU.process)/1e3/theirsCPU.cycles, float64(theirsCPU.redis)/1e3/theirsCPU.cycles,
+		theirsCPU.perCycle()/oursCPU.perCycle())
 }
 
 // poisson calls fn at exponentially spaced moments, rate per second on
