@@ -113,16 +113,17 @@ func run(clients int, d time.Duration, fn func(ctx context.Context, worker, i in
 	return float64(done.Load()) / time.Since(start).Seconds(), errs.Load()
 }
 
-// BenchmarkAcquireReportVsRedis measures Acquire+Report round trips per
-// second over loopback gRPC with 64 concurrent clients, and, in the same
-// run, the same cycle on a Redis-backed pool (Lua acquire-best + report on
-// sorted sets) against a real redis-server. It prints both rates and their
-// ratio.
-func BenchmarkAcquireReportVsRedis(b *testing.B) {
+// vsRedis sets up both sides of a comparison with the Redis pool: a server
+// on a SQLite store, run with the server's runtime settings as cmd/server
+// does (the Redis client, in the same process, gets them too), with
+// benchResources resources registered; the Redis pool with the same
+// resources; and bench.conns gRPC connections. The clients share the
+// connections, as gRPC clients do: gRPC multiplexes calls on a connection
+// where Redis needs one per call in flight. ctx carries the API key.
+func vsRedis(b *testing.B) (context.Context, *redisPool, []repoolv1.PoolServiceClient) {
+	b.Helper()
 	cfg := Config{Store: sqliteStore(b), RatePerSecond: 1e9, Burst: 1 << 30}
-	// The process runs with the server's runtime settings, as cmd/server
-	// does; the Redis client, in the same process, gets them too.
-	defer TuneRuntime(cfg, os.Getenv)()
+	b.Cleanup(TuneRuntime(cfg, os.Getenv))
 	r := start(b, cfg)
 	ctx := withKey(r.key)
 	var res []*repoolv1.Resource
@@ -134,18 +135,25 @@ func BenchmarkAcquireReportVsRedis(b *testing.B) {
 	}
 	addr, _ := testenv.Redis(b)
 	rp := newRedisPool(b, addr, *benchClients)
-	// The clients share a few HTTP/2 connections, as gRPC clients do:
-	// gRPC multiplexes calls on a connection where Redis needs one per
-	// call in flight.
 	conns := make([]repoolv1.PoolServiceClient, *benchConns)
 	for i := range conns {
 		conn, err := grpc.NewClient(r.s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			b.Fatal(err)
 		}
-		defer conn.Close()
+		b.Cleanup(func() { conn.Close() })
 		conns[i] = repoolv1.NewPoolServiceClient(conn)
 	}
+	return ctx, rp, conns
+}
+
+// BenchmarkAcquireReportVsRedis measures Acquire+Report round trips per
+// second over loopback gRPC with 64 concurrent clients, and, in the same
+// run, the same cycle on a Redis-backed pool (Lua acquire-best + report on
+// sorted sets) against a real redis-server. It prints both rates and their
+// ratio.
+func BenchmarkAcquireReportVsRedis(b *testing.B) {
+	ctx, rp, conns := vsRedis(b)
 	clients := make([]repoolv1.PoolServiceClient, *benchClients)
 	for i := range clients {
 		clients[i] = conns[i%len(conns)]
@@ -182,17 +190,7 @@ if ARGV[1] ~= '' then
   local s = redis.call('HINCRBY', KEYS[4], ARGV[1] .. ':s', ARGV[2])
   local f = redis.call('HINCRBY', KEYS[4], ARGV[1] .. ':f', 1 - ARGV[2])
   redis.call('ZADD', KEYS[5], (s + 1) / (s + f + 2), ARGV[1])
-end
-local ids = redis.call('ZREVRANGE', KEYS[1], 0, 63)
-for _, id in ipairs(ids) do
-  local used = tonumber(redis.call('HGET', KEYS[2], id) or '0')
-  local cap = tonumber(redis.call('HGET', KEYS[3], id) or '1')
-  if used < cap then
-    redis.call('HINCRBY', KEYS[2], id, 1)
-    return id
-  end
-end
-return false`
+end` + acquireLua
 
 // BenchmarkAcquireReleaseNextVsRedis is BenchmarkAcquireReportVsRedis with
 // one round trip per cycle on both sides: each repool client holds a lease
@@ -201,29 +199,8 @@ return false`
 // releases and acquires the next resource. It prints both rates and their
 // ratio.
 func BenchmarkAcquireReleaseNextVsRedis(b *testing.B) {
-	cfg := Config{Store: sqliteStore(b), RatePerSecond: 1e9, Burst: 1 << 30}
-	defer TuneRuntime(cfg, os.Getenv)() // as cmd/server does
-	r := start(b, cfg)
-	ctx := withKey(r.key)
-	var res []*repoolv1.Resource
-	for i := 0; i < benchResources; i++ {
-		res = append(res, &repoolv1.Resource{Id: fmt.Sprintf("proxy-%04d", i), Capacity: 1000})
-	}
-	if _, err := r.pool.Register(ctx, &repoolv1.RegisterRequest{Resources: res}); err != nil {
-		b.Fatal(err)
-	}
-	addr, _ := testenv.Redis(b)
-	rp := newRedisPool(b, addr, *benchClients)
+	ctx, rp, conns := vsRedis(b)
 	next := redis.NewScript(releaseAcquireLua)
-	conns := make([]repoolv1.PoolServiceClient, *benchConns)
-	for i := range conns {
-		conn, err := grpc.NewClient(r.s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer conn.Close()
-		conns[i] = repoolv1.NewPoolServiceClient(conn)
-	}
 	contexts := []string{"search", "order"}
 	for b.Loop() {
 		// Each client's held lease (or Redis resource), carried from one
