@@ -433,6 +433,10 @@ providers:
     # second: lock, restore, one HAProxy check interval).
     retry: {max_retries: 10, initial_interval: 50ms, multiplier: 1.5, max_interval: 250ms, randomization_factor: 0.5, max_elapsed: %s}
     retry_budget: {ratio: 1, min_per_second: 100}
+    # The bulkhead must hold the attempts of a handover too: this backend
+    # runs up to 40 iterations at once, and during a handover their attempts
+    # wait in HAProxy (the default, 8, sheds them as bulkhead-full).
+    breaker: {max_in_flight: 64}
 `, hostClient.addr, sidecarPort, vipAddr, grpcPort, security, keyFile, sidecarTimeout, sidecarTimeout)
 	path := filepath.Join(c.dir, "sidecar.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
