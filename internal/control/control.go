@@ -174,6 +174,8 @@ func (a *API) routes() http.Handler {
 		{http.MethodPost, tenant + "/reactivate", operatorOnly, a.reactivateTenant},
 		{http.MethodGet, tenant + "/limits", tenantRead, a.getLimits},
 		{http.MethodPut, tenant + "/limits", tenantWrite, a.putLimits},
+		{http.MethodGet, tenant + "/policy", tenantRead, a.getPolicy},
+		{http.MethodPut, tenant + "/policy", tenantWrite, a.putPolicy},
 		{http.MethodPost, tenant + "/keys", tenantWrite, a.createKey},
 		{http.MethodGet, tenant + "/keys", tenantRead, a.listKeys},
 		{http.MethodDelete, tenant + "/keys/{keyID}", tenantWrite, a.revokeKey},
