@@ -220,6 +220,11 @@ func showLimits(l store.Limits) string {
 			}
 		}
 	}
+	for _, f := range policyFields {
+		if v, ok := f.ptr(&l.Policy).get(); ok {
+			m["policy."+f.name] = v
+		}
+	}
 	b, _ := json.Marshal(m) // map keys are sorted
 	return string(b)
 }
