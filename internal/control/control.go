@@ -1,6 +1,6 @@
 // Package control serves repool's control plane: an HTTP/JSON API under
 // /api/v1/ to create, list, suspend, reactivate and delete tenants, to set
-// their limits, to issue, list and revoke their API keys and to read their
+// their limits and their quarantine and decay policy, to issue, list and revoke their API keys and to read their
 // audit trails.
 //
 // Every request carries a control-plane bearer token (token.AudienceControl)

@@ -7,6 +7,7 @@ import (
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
 	"github.com/repool/repool/internal/control"
+	"github.com/repool/repool/internal/store"
 )
 
 func TestPolicyRanges(t *testing.T) {
@@ -139,4 +140,26 @@ func TestTenantPolicyAppliesLive(t *testing.T) {
 	if q, _ := quarantineOf(t, r2, r.key, "p2"); q == "blocked" {
 		t.Fatalf("p2 after 3 failures back under the server-wide policy = %s, want not blocked", q)
 	}
+}
+
+// TestPolicyAsTheControlPlaneShowsIt: the server-wide policy, as the
+// control plane shows it (whole seconds, -1 for off), is within the
+// control plane's ranges for any flags the server accepts, so that such
+// flags start a server; a tenant's values replace it field by field and
+// the flags' own durations stay exact elsewhere.
+func TestPolicyAsTheControlPlaneShowsIt(t *testing.T) {
+	p := Policy{QuarantineBelow: -0.5, CooldownBase: 1500 * time.Millisecond, CooldownMax: 1600 * time.Millisecond, HalfLife: 90 * time.Second}
+	st := p.stored()
+	if *st.QuarantineBelow != -1 || *st.CooldownBaseSeconds != 1 || *st.CooldownMaxSeconds != 1 || *st.HalfLifeSeconds != 90 || *st.QuarantineAfter != 5 {
+		t.Errorf("stored() = below %v, base %d, max %d, half-life %d, after %d; want -1, 1, 1, 90, 5",
+			*st.QuarantineBelow, *st.CooldownBaseSeconds, *st.CooldownMaxSeconds, *st.HalfLifeSeconds, *st.QuarantineAfter)
+	}
+	three, ten := int64(3), int64(10)
+	got := p.forTenant(store.Policy{QuarantineAfter: &three, CooldownMaxSeconds: &ten})
+	want := policyDefaults(p)
+	want.QuarantineAfter, want.CooldownMax = 3, 10*time.Second
+	if got != want {
+		t.Errorf("forTenant() = %+v, want %+v", got, want)
+	}
+	start(t, Config{Store: sqliteStore(t), Policy: p})
 }

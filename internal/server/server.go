@@ -331,8 +331,7 @@ func (s *Server) newPool(tenant string) (*pool.Pool, error) {
 	// pool's error kinds out of it, so that it is answered as INTERNAL.
 	// The pool charges its tenant's budget itself, under its lock.
 	gate := dataplane.PoolGate(budgetGate{s.budget, s.log}, tenant)
-	policy := s.cfg.Policy.forTenant(s.tenantLimits(tenant).Policy)
-	p, err := pool.New(policy.poolConfig(pool.Config{Clock: s.poolClock, Gate: gate}))
+	p, err := pool.New(s.tenantPolicy(tenant).poolConfig(pool.Config{Clock: s.poolClock, Gate: gate}))
 	if err != nil {
 		return nil, fmt.Errorf("creating the pool of tenant %q: %v", tenant, err)
 	}
@@ -360,6 +359,16 @@ func (s *Server) tenantLimits(tenant string) store.Limits {
 		return s.rules.Defaults
 	}
 	return l
+}
+
+// tenantPolicy returns the quarantine and decay policy in force for
+// tenant: the server-wide one (exact, as the flags gave it) overlaid with
+// the tenant's own values.
+func (s *Server) tenantPolicy(tenant string) Policy {
+	s.limitsMu.RLock()
+	l := s.limits[tenant]
+	s.limitsMu.RUnlock()
+	return s.cfg.Policy.forTenant(l.Policy)
 }
 
 func (s *Server) maxStreams(tenant string) int { return int(*s.tenantLimits(tenant).MaxStreams) }
