@@ -722,9 +722,10 @@ func (p *Pool) SetMaxLeases(n int) {
 // SetPolicy changes the pool's quarantine and decay policy live, or
 // returns an error naming the bad field and changes nothing. Later
 // outcomes are judged by the new thresholds, against the consecutive
-// failures already counted; statistics decay at the new half-life from
-// now on; quarantines already running keep their end, and the next one
-// uses the new cooldowns.
+// failures already counted; statistics are decayed lazily, so the time
+// since each one's last update is weighed at the new half-life;
+// quarantines already running keep their end, and the next one uses the
+// new cooldowns.
 func (p *Pool) SetPolicy(pol Policy) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
