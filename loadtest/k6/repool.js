@@ -187,7 +187,7 @@ export default function () {
     fencing_token: lease.fencing_token, outcome,
     next: { context: r.context, ttl_seconds: r.ttl_seconds },
   });
-  // The release happened either way; next holds the next lease, or why there is none.
+  // A 2xx release happened whether or not a next lease came: next holds the lease, or why there is none.
   const next = rel.ok ? rel.res.json('next') : null;
   if (next && next.lease) held[p] = { lease: next.lease, at };
 }
