@@ -18,6 +18,7 @@ const (
 	actionKeyCreate        = "key.create"
 	actionKeyRevoke        = "key.revoke"
 	actionLimitsPut        = "limits.put"
+	actionPolicyPut        = "policy.put"
 )
 
 // actorBootstrap is the audit actor of what Bootstrap creates.

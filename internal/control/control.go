@@ -1,6 +1,6 @@
 // Package control serves repool's control plane: an HTTP/JSON API under
 // /api/v1/ to create, list, suspend, reactivate and delete tenants, to set
-// their limits, to issue, list and revoke their API keys and to read their
+// their limits and their quarantine and decay policy, to issue, list and revoke their API keys and to read their
 // audit trails.
 //
 // Every request carries a control-plane bearer token (token.AudienceControl)
@@ -174,6 +174,8 @@ func (a *API) routes() http.Handler {
 		{http.MethodPost, tenant + "/reactivate", operatorOnly, a.reactivateTenant},
 		{http.MethodGet, tenant + "/limits", tenantRead, a.getLimits},
 		{http.MethodPut, tenant + "/limits", tenantWrite, a.putLimits},
+		{http.MethodGet, tenant + "/policy", tenantRead, a.getPolicy},
+		{http.MethodPut, tenant + "/policy", tenantWrite, a.putPolicy},
 		{http.MethodPost, tenant + "/keys", tenantWrite, a.createKey},
 		{http.MethodGet, tenant + "/keys", tenantRead, a.listKeys},
 		{http.MethodDelete, tenant + "/keys/{keyID}", tenantWrite, a.revokeKey},

@@ -81,6 +81,7 @@ func TestEveryMutationIsAudited(t *testing.T) {
 	var key createdKeyJSON
 	h.mustDo("POST", "/api/v1/tenants/acme/keys", admin, `{"name":"ci"}`, 201, &key)
 	h.mustDo("PUT", "/api/v1/tenants/acme/limits", admin, `{"tenant_admin":{"burst":10,"max_streams":3}}`, 200, nil)
+	h.mustDo("PUT", "/api/v1/tenants/acme/policy", admin, `{"quarantine_after":3,"quarantine_below":-1}`, 200, nil)
 	h.mustDo("DELETE", "/api/v1/tenants/acme/keys/"+key.ID, admin, "", 204, nil)
 	h.mustDo("POST", "/api/v1/tenants/acme/suspend", op, "", 200, nil)
 	h.mustDo("POST", "/api/v1/tenants/acme/reactivate", op, "", 200, nil)
@@ -91,6 +92,7 @@ func TestEveryMutationIsAudited(t *testing.T) {
 		{"operator", "tenant.reactivate", "acme"},
 		{"operator", "tenant.suspend", "acme"},
 		{"tenant-admin:acme", "key.revoke", key.ID},
+		{"tenant-admin:acme", "policy.put", "acme"},
 		{"tenant-admin:acme", "limits.put", "acme"},
 		{"tenant-admin:acme", "key.create", key.ID},
 		{"operator", "tenant.create", "acme"},
@@ -118,6 +120,7 @@ func TestEveryMutationIsAudited(t *testing.T) {
 		"tenant.create":  `name="Acme Inc."`,
 		"key.create":     `name="ci" prefix="` + key.Prefix + `"`,
 		"limits.put":     "tenant_admin.burst none -> 10, tenant_admin.max_streams none -> 3",
+		"policy.put":     "quarantine_after default -> 3, quarantine_below default -> -1",
 		"tenant.suspend": "status active -> suspended",
 	} {
 		if details[action] != want {

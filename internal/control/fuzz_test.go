@@ -192,6 +192,9 @@ func FuzzRequests(f *testing.F) {
 		{"PUT", "tenants/a/limits", `{"rate_per_second":null,"max_leases":3}`}, {"PUT", "tenants/a/limits", `{"max_streams":1.5}`},
 		{"PUT", "tenants/a/limits", `{"max_cells":99999999999999999999}`}, {"PUT", "tenants/a/limits", `{"rate_per_second":1e999}`},
 		{"PUT", "tenants/a/limits", `{"reserved_cells":101}`}, {"PUT", "tenants/a/limits", `{"reserved_resources":10,"max_resources":5}`},
+		{"PUT", "tenants/a/policy", `{}`}, {"PUT", "tenants/a/policy", `{"quarantine_below":-1,"half_life_seconds":null}`},
+		{"PUT", "tenants/a/policy", `{"quarantine_after":0.5}`}, {"PUT", "tenants/a/policy", `{"cooldown_base_seconds":60,"cooldown_max_seconds":30}`},
+		{"PUT", "tenants/a/policy", `{"quarantine_min_evidence":1e999}`},
 		{"POST", "tenants/a/keys", `{"name":"x","key":"rpk_mine"}`}, {"POST", "tenants/a..b/keys", `{"name":"x"}`},
 		{"GET", "tenants/UPPER", ""}, {"GET", "tenants/a%2Fb", ""}, {"POST", "tenants/a%20b/suspend", ""},
 		{"DELETE", "tenants/a/keys/k%21", ""}, {"GET", "tenants/a/audit?limit=0", ""}, {"GET", "tenants/a/audit?limit=2&before=9", ""},
@@ -298,6 +301,13 @@ func (p *fuzzPlane) checkReadBack(call string, req *http.Request, r response) {
 		var got limitsJSON
 		if jerr := json.Unmarshal([]byte(r.body), &got); err != nil || jerr != nil || !reflect.DeepEqual(testRules.toJSON(l), got) {
 			p.t.Fatalf("%s answered %s; the store has %+v, %v", call, r.body, l, err)
+		}
+	case r.status == http.StatusOK && strings.HasSuffix(at, "/policy"):
+		tenant := strings.TrimSuffix(strings.TrimPrefix(at, "/api/v1/tenants/"), "/policy")
+		l, err := p.real.GetLimits(ctx, tenant)
+		var got policyJSON
+		if jerr := json.Unmarshal([]byte(r.body), &got); err != nil || jerr != nil || !reflect.DeepEqual(testRules.policyToJSON(l.Policy), got) {
+			p.t.Fatalf("%s answered %s; the store has %+v, %v", call, r.body, l.Policy, err)
 		}
 	}
 }

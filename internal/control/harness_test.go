@@ -220,6 +220,11 @@ func showLimits(l store.Limits) string {
 			}
 		}
 	}
+	for _, f := range policyFields {
+		if v, ok := f.ptr(&l.Policy).get(); ok {
+			m["policy."+f.name] = v
+		}
+	}
 	b, _ := json.Marshal(m) // map keys are sorted
 	return string(b)
 }
@@ -232,6 +237,10 @@ var testRules = LimitRules{
 	Defaults: store.Limits{
 		RatePerSecond: ptr(10.0), Burst: ptr(int64(50)), ReservedResources: ptr(int64(0)), MaxResources: ptr(int64(250)),
 		ReservedCells: ptr(int64(0)), MaxCells: ptr(int64(1500)), MaxStreams: ptr(int64(8)), MaxLeases: ptr(int64(0)),
+		Policy: store.Policy{
+			HalfLifeSeconds: ptr(int64(3600)), QuarantineAfter: ptr(int64(5)), QuarantineWholeAfter: ptr(int64(20)),
+			QuarantineBelow: ptr(0.1), QuarantineMinEvidence: ptr(10.0), CooldownBaseSeconds: ptr(int64(30)), CooldownMaxSeconds: ptr(int64(3600)),
+		},
 	},
 	GlobalResources: 1000, GlobalCells: 6000,
 }

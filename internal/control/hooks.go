@@ -19,7 +19,8 @@ var ErrInvalidLimits = errors.New("invalid limits")
 // return quickly and never call back into the API.
 type Hooks interface {
 	// ApplyLimits validates and applies a tenant's new limits live (rate
-	// limits, budgets, stream and lease caps). It is all or nothing: an
+	// limits, budgets, stream and lease caps, and store.Limits.Policy, the
+	// quarantine and decay policy of its pool). It is all or nothing: an
 	// error means nothing was applied. An error wrapping ErrInvalidLimits
 	// refuses the request with 400; any other error is a 500. It is called
 	// before the limits are stored, and called again with the previous

@@ -182,7 +182,7 @@ func (r LimitRules) validate() error {
 			return fmt.Errorf("control: Config.Limits.Defaults: %v", err)
 		}
 	}
-	return nil
+	return r.validatePolicyDefaults()
 }
 
 // ceiling returns the operator's value of f, or the default: the most a
@@ -227,8 +227,8 @@ func (r LimitRules) Effective(l store.Limits) store.Limits {
 }
 
 // Check reports, as an error wrapping ErrInvalidLimits, the first field of
-// stored limits l that is out of range, or a reservation above the
-// ceiling in force. The server checks stored limits with it at start-up.
+// stored limits l that is out of range, a reservation above the ceiling
+// in force, or a policy field out of range. The server checks stored limits with it at start-up.
 func (r LimitRules) Check(l store.Limits) error {
 	for _, f := range limitFields {
 		if v, ok := f.op(&l).get(); ok {
@@ -246,6 +246,9 @@ func (r LimitRules) Check(l store.Limits) error {
 	}
 	if err := r.checkReservations(l); err != nil {
 		return fmt.Errorf("%w: %s", ErrInvalidLimits, err.(*apiError).msg)
+	}
+	if err := r.checkPolicy(l.Policy); err != nil {
+		return fmt.Errorf("%w: policy: %s", ErrInvalidLimits, err.(*apiError).msg)
 	}
 	return nil
 }

@@ -160,6 +160,8 @@ var matrixRoutes = []matrixRoute{
 	{method: "GET", path: "/api/v1/tenants/{id}/limits", want: readWant},
 	{method: "PUT", path: "/api/v1/tenants/{id}/limits", body: `{"burst":100}`, want: operatorOnlyWant(200)},
 	{method: "PUT", path: "/api/v1/tenants/{id}/limits", body: `{"tenant_admin":{"burst":10}}`, want: writeWant(200)},
+	{method: "GET", path: "/api/v1/tenants/{id}/policy", want: readWant},
+	{method: "PUT", path: "/api/v1/tenants/{id}/policy", body: `{"quarantine_after":3,"cooldown_base_seconds":10}`, want: writeWant(200)},
 	{method: "POST", path: "/api/v1/tenants/{id}/keys", body: `{"name":"ci"}`, want: writeWant(201)},
 	{method: "GET", path: "/api/v1/tenants/{id}/keys", want: readWant},
 	{method: "DELETE", path: "/api/v1/tenants/{id}/keys/{key}", want: writeWant(204)},

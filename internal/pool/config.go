@@ -181,3 +181,24 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// Policy is the part of Config that a running pool can change
+// (SetPolicy): quarantine and decay. The zero value of a field means its
+// default, as in Config.
+type Policy struct {
+	HalfLife                  time.Duration
+	FailuresToQuarantine      int
+	FailuresToQuarantineWhole int
+	QuarantineBelow           float64
+	QuarantineMinEvidence     float64
+	CooldownBase              time.Duration
+	CooldownMax               time.Duration
+}
+
+// withPolicy returns c with pol's fields.
+func (c Config) withPolicy(pol Policy) Config {
+	c.HalfLife, c.FailuresToQuarantine, c.FailuresToQuarantineWhole = pol.HalfLife, pol.FailuresToQuarantine, pol.FailuresToQuarantineWhole
+	c.QuarantineBelow, c.QuarantineMinEvidence = pol.QuarantineBelow, pol.QuarantineMinEvidence
+	c.CooldownBase, c.CooldownMax = pol.CooldownBase, pol.CooldownMax
+	return c
+}

@@ -719,6 +719,29 @@ func (p *Pool) SetMaxLeases(n int) {
 	p.mu.Unlock()
 }
 
+// SetPolicy changes the pool's quarantine and decay policy live, or
+// returns an error naming the bad field and changes nothing. Later
+// outcomes are judged by the new thresholds, against the consecutive
+// failures already counted; statistics are decayed lazily, so the time
+// since each one's last update is weighed at the new half-life;
+// quarantines already running keep their end, and the next one uses the
+// new cooldowns.
+func (p *Pool) SetPolicy(pol Policy) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := p.cfg.withPolicy(pol)
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	c = c.WithDefaults()
+	// Field by field: the other fields of p.cfg are read without the lock.
+	p.cfg.HalfLife, p.hl = c.HalfLife, int64(c.HalfLife)
+	p.cfg.FailuresToQuarantine, p.cfg.FailuresToQuarantineWhole = c.FailuresToQuarantine, c.FailuresToQuarantineWhole
+	p.cfg.QuarantineBelow, p.cfg.QuarantineMinEvidence = c.QuarantineBelow, c.QuarantineMinEvidence
+	p.cfg.CooldownBase, p.cfg.CooldownMax = c.CooldownBase, c.CooldownMax
+	return nil
+}
+
 // HasResource reports whether the resource exists. It does not allocate.
 func (p *Pool) HasResource(id string) bool {
 	p.mu.RLock()

@@ -351,6 +351,7 @@ func (c Config) LimitRules() control.LimitRules {
 			ReservedResources: i64(0), MaxResources: i64(c.share(c.GlobalResources)),
 			ReservedCells: i64(0), MaxCells: i64(c.share(c.GlobalCells)),
 			MaxStreams: i64(int64(c.MaxStreams)), MaxLeases: i64(int64(c.MaxLeases)),
+			Policy: c.Policy.stored(),
 		},
 		GlobalResources: c.GlobalResources, GlobalCells: c.GlobalCells,
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/repool/repool/internal/pool"
+	"github.com/repool/repool/internal/store"
 )
 
 // Policy is the server-wide quarantine and decay policy every tenant's
@@ -80,6 +81,62 @@ func (p Policy) validate() error {
 		return fmt.Errorf("config: cooldown_max %v: want cooldown_base (%v) to 720h (30 days)", p.CooldownMax, p.CooldownBase)
 	}
 	return nil
+}
+
+// forTenant returns p, the server-wide policy, overlaid with a tenant's
+// own values (store.Policy: nil means the server-wide value).
+func (p Policy) forTenant(t store.Policy) Policy {
+	p = policyDefaults(p)
+	sec := func(d *time.Duration, v *int64) {
+		if v != nil {
+			*d = time.Duration(*v) * time.Second
+		}
+	}
+	whole := func(n *int, v *int64) {
+		if v != nil {
+			*n = int(*v)
+		}
+	}
+	sec(&p.HalfLife, t.HalfLifeSeconds)
+	whole(&p.QuarantineAfter, t.QuarantineAfter)
+	whole(&p.QuarantineWholeAfter, t.QuarantineWholeAfter)
+	if t.QuarantineBelow != nil {
+		p.QuarantineBelow = *t.QuarantineBelow
+	}
+	if t.QuarantineMinEvidence != nil {
+		p.QuarantineMinEvidence = *t.QuarantineMinEvidence
+	}
+	sec(&p.CooldownBase, t.CooldownBaseSeconds)
+	sec(&p.CooldownMax, t.CooldownMaxSeconds)
+	return p
+}
+
+// stored returns p as the control plane shows the server-wide default
+// policy: durations in whole seconds, a negative quarantine_below as -1
+// (off).
+func (p Policy) stored() store.Policy {
+	p = policyDefaults(p)
+	secs := func(d time.Duration) *int64 { v := int64(d / time.Second); return &v }
+	whole := func(n int) *int64 { v := int64(n); return &v }
+	below, evidence := p.QuarantineBelow, p.QuarantineMinEvidence
+	if below < 0 {
+		below = -1
+	}
+	return store.Policy{
+		HalfLifeSeconds: secs(p.HalfLife), QuarantineAfter: whole(p.QuarantineAfter), QuarantineWholeAfter: whole(p.QuarantineWholeAfter),
+		QuarantineBelow: &below, QuarantineMinEvidence: &evidence,
+		CooldownBaseSeconds: secs(p.CooldownBase), CooldownMaxSeconds: secs(p.CooldownMax),
+	}
+}
+
+// poolPolicy is p as a running pool takes it (pool.SetPolicy).
+func (p Policy) poolPolicy() pool.Policy {
+	c := p.poolConfig(pool.Config{})
+	return pool.Policy{
+		HalfLife: c.HalfLife, FailuresToQuarantine: c.FailuresToQuarantine, FailuresToQuarantineWhole: c.FailuresToQuarantineWhole,
+		QuarantineBelow: c.QuarantineBelow, QuarantineMinEvidence: c.QuarantineMinEvidence,
+		CooldownBase: c.CooldownBase, CooldownMax: c.CooldownMax,
+	}
 }
 
 // poolConfig is the pool configuration of p.

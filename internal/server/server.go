@@ -331,7 +331,7 @@ func (s *Server) newPool(tenant string) (*pool.Pool, error) {
 	// pool's error kinds out of it, so that it is answered as INTERNAL.
 	// The pool charges its tenant's budget itself, under its lock.
 	gate := dataplane.PoolGate(budgetGate{s.budget, s.log}, tenant)
-	p, err := pool.New(s.cfg.Policy.poolConfig(pool.Config{Clock: s.poolClock, Gate: gate}))
+	p, err := pool.New(s.tenantPolicy(tenant).poolConfig(pool.Config{Clock: s.poolClock, Gate: gate}))
 	if err != nil {
 		return nil, fmt.Errorf("creating the pool of tenant %q: %v", tenant, err)
 	}
@@ -359,6 +359,16 @@ func (s *Server) tenantLimits(tenant string) store.Limits {
 		return s.rules.Defaults
 	}
 	return l
+}
+
+// tenantPolicy returns the quarantine and decay policy in force for
+// tenant: the server-wide one (exact, as the flags gave it) overlaid with
+// the tenant's own values.
+func (s *Server) tenantPolicy(tenant string) Policy {
+	s.limitsMu.RLock()
+	l := s.limits[tenant]
+	s.limitsMu.RUnlock()
+	return s.cfg.Policy.forTenant(l.Policy)
 }
 
 func (s *Server) maxStreams(tenant string) int { return int(*s.tenantLimits(tenant).MaxStreams) }
@@ -391,9 +401,15 @@ func (s *Server) loadLimits(ctx context.Context) error {
 }
 
 // applyLimits applies a tenant's limits live: those in force, the smaller
-// of the operator's (or the default) and the tenant-admin's of each.
+// of the operator's (or the default) and the tenant-admin's of each; and
+// its quarantine and decay policy, over the server-wide one, to its pool.
 func (s *Server) applyLimits(tenant string, l store.Limits) error {
+	policy := s.cfg.Policy.forTenant(l.Policy)
+	if err := policy.validate(); err != nil {
+		return fmt.Errorf("%w: %s", control.ErrInvalidLimits, strings.TrimPrefix(err.Error(), "config: "))
+	}
 	eff := s.rules.Effective(l)
+	eff.Policy = l.Policy // the tenant's own values, for pools created later
 	if err := s.budget.SetLimits(tenant, budget.Limits{
 		ReservedResources: *eff.ReservedResources, MaxResources: *eff.MaxResources,
 		ReservedCells: *eff.ReservedCells, MaxCells: *eff.MaxCells,
@@ -411,6 +427,10 @@ func (s *Server) applyLimits(tenant string, l store.Limits) error {
 	s.limitsMu.Unlock()
 	if p, ok := s.pools.Lookup(tenant); ok {
 		p.SetMaxLeases(s.maxLeases(tenant))
+		if err := p.SetPolicy(policy.poolPolicy()); err != nil {
+			// validate's ranges are within the pool's: not the caller's fault.
+			return fmt.Errorf("applying the policy of tenant %q: %v", tenant, err)
+		}
 	}
 	return nil
 }

@@ -74,6 +74,32 @@ type Limits struct {
 	// server applies the smaller of each and the operator's value (or the
 	// server default when that is nil).
 	Admin AdminLimits
+	// Policy is the tenant's quarantine and decay policy: a nil field
+	// means the server-wide default (flags --half-life, ...).
+	Policy Policy
+}
+
+// Policy is a tenant's own quarantine and decay policy, stored beside its
+// limits (docs/control-plane.md). A nil field means the server-wide
+// default.
+type Policy struct {
+	// HalfLifeSeconds: an observation's weight halves after this long.
+	HalfLifeSeconds *int64
+	// QuarantineAfter: consecutive failures in one context that quarantine
+	// a resource for it.
+	QuarantineAfter *int64
+	// QuarantineWholeAfter: consecutive failures over all contexts that
+	// quarantine the whole resource.
+	QuarantineWholeAfter *int64
+	// QuarantineBelow: the success rate under which a resource is
+	// quarantined for a context; 0 or below turns the rule off.
+	QuarantineBelow *float64
+	// QuarantineMinEvidence: the decayed observations QuarantineBelow needs.
+	QuarantineMinEvidence *float64
+	// CooldownBaseSeconds: the first quarantine's length, doubled at each
+	// relapse up to CooldownMaxSeconds.
+	CooldownBaseSeconds *int64
+	CooldownMaxSeconds  *int64
 }
 
 // AdminLimits are the values a tenant-admin set for its own tenant, each at

@@ -85,6 +85,32 @@ func (l Limits) Validate() error {
 			return fmt.Errorf("%w: limits: %s %v, want finite and >= 0", ErrInvalid, r.name, *r.v)
 		}
 	}
+	// The policy's ranges are the control plane's; the store keeps only
+	// what a column can hold and the pool can read: finite numbers, and
+	// whole numbers of at least 1.
+	for _, r := range []struct {
+		name string
+		v    *float64
+	}{{"policy.quarantine_below", l.Policy.QuarantineBelow}, {"policy.quarantine_min_evidence", l.Policy.QuarantineMinEvidence}} {
+		if r.v != nil && (math.IsNaN(*r.v) || math.IsInf(*r.v, 0)) {
+			return fmt.Errorf("%w: limits: %s %v, want a finite number", ErrInvalid, r.name, *r.v)
+		}
+	}
+	p := l.Policy
+	for _, f := range []struct {
+		name string
+		v    *int64
+	}{
+		{"policy.half_life_seconds", p.HalfLifeSeconds},
+		{"policy.quarantine_after", p.QuarantineAfter},
+		{"policy.quarantine_whole_after", p.QuarantineWholeAfter},
+		{"policy.cooldown_base_seconds", p.CooldownBaseSeconds},
+		{"policy.cooldown_max_seconds", p.CooldownMaxSeconds},
+	} {
+		if f.v != nil && *f.v < 1 {
+			return fmt.Errorf("%w: limits: %s %d, want >= 1", ErrInvalid, f.name, *f.v)
+		}
+	}
 	for _, f := range []struct {
 		name string
 		v    *int64

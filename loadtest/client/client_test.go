@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -22,6 +23,17 @@ type fakePool struct {
 	repoolv1.UnimplementedPoolServiceServer
 	calls   atomic.Int64
 	acquire func(n int64) error
+	// released is the last Release; noNext answers it without a next lease.
+	released atomic.Pointer[repoolv1.ReleaseRequest]
+	noNext   atomic.Bool
+}
+
+func (f *fakePool) Release(_ context.Context, req *repoolv1.ReleaseRequest) (*repoolv1.ReleaseResponse, error) {
+	f.released.Store(req)
+	if f.noNext.Load() {
+		return &repoolv1.ReleaseResponse{Next: &repoolv1.NextResult{Result: &repoolv1.NextResult_Error{Error: &repoolv1.Problem{Code: "NO_RESOURCE_AVAILABLE"}}}}, nil
+	}
+	return &repoolv1.ReleaseResponse{Next: &repoolv1.NextResult{Result: &repoolv1.NextResult_Lease{Lease: &repoolv1.Lease{LeaseId: "8", ResourceId: "r", FencingToken: 43}}}}, nil
 }
 
 func (f *fakePool) Acquire(context.Context, *repoolv1.AcquireRequest) (*repoolv1.AcquireResponse, error) {
@@ -119,6 +131,58 @@ func TestSidecarClient(t *testing.T) {
 	}
 	if r = c.Release(context.Background(), "none", Lease{ID: "1"}); !r.Failed() || r.Status != 404 {
 		t.Errorf("Release(unknown route) = %+v, want a failed 404", r)
+	}
+}
+
+// TestReleaseNext: both clients release with the outcome and a next lease
+// in one call, and tell a next lease from a release without one.
+func TestReleaseNext(t *testing.T) {
+	var bodies []string
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/providers/{p}/leases/{lease}/release", func(w http.ResponseWriter, r *http.Request) {
+		raw, _ := io.ReadAll(r.Body)
+		bodies = append(bodies, r.PathValue("lease")+" "+string(raw))
+		w.Header().Set("Content-Type", "application/json")
+		if r.PathValue("p") == "full" {
+			w.Write([]byte(`{"next":{"error":{"code":"no_resource_available","message":"all leased"}}}`))
+			return
+		}
+		w.Write([]byte(`{"next":{"lease":{"lease_id":"10","resource_id":"r2","context":"search","fencing_token":"18446744073709551615"}}}`))
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	c := NewSidecar(srv.URL, 5*time.Second, 4)
+	defer c.Close()
+	next, ok, r := c.ReleaseNext(context.Background(), "ok", Lease{ID: "9", FencingToken: "7"}, "FAILURE", "search", 30)
+	if r.Failed() || !ok || next != (Lease{ID: "10", Resource: "r2", FencingToken: "18446744073709551615"}) {
+		t.Errorf("Sidecar.ReleaseNext(ok) = %+v, %v, %+v; want lease 10 on r2", next, ok, r)
+	}
+	if want := `9 {"fencing_token":"7","next":{"context":"search","ttl_seconds":30},"outcome":"FAILURE"}`; len(bodies) != 1 || bodies[0] != want {
+		t.Errorf("release request = %q, want %q", bodies, want)
+	}
+	if _, ok, r := c.ReleaseNext(context.Background(), "full", Lease{ID: "9", FencingToken: "7"}, "SUCCESS", "search", 30); r.Failed() || ok {
+		t.Errorf("Sidecar.ReleaseNext(full) = %v, %+v; want a release without a next lease", ok, r)
+	}
+
+	f := &fakePool{acquire: func(int64) error { return nil }}
+	n, err := NewNaive(map[string][]string{"p": {serve(t, f)}}, map[string]string{"p": "key"},
+		NaivePolicy{AttemptsPerHost: 1, AttemptTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("NewNaive() = %v", err)
+	}
+	defer n.Close()
+	next, ok, r = n.ReleaseNext(context.Background(), "p", Lease{ID: "9", FencingToken: "7"}, "FAILURE", "search", 30)
+	if r.Failed() || !ok || next != (Lease{ID: "8", Resource: "r", FencingToken: "43"}) {
+		t.Errorf("Naive.ReleaseNext() = %+v, %v, %+v; want lease 8 on r", next, ok, r)
+	}
+	got := f.released.Load()
+	if got == nil || got.GetLeaseId() != "9" || got.GetFencingToken() != 7 || got.GetOutcome() != repoolv1.Outcome_FAILURE ||
+		got.GetNext().GetContext() != "search" || got.GetNext().GetTtlSeconds() != 30 {
+		t.Errorf("Naive.ReleaseNext() sent %v, want lease 9, token 7, FAILURE, next search for 30s", got)
+	}
+	f.noNext.Store(true)
+	if _, ok, r := n.ReleaseNext(context.Background(), "p", Lease{ID: "9", FencingToken: "7"}, "SUCCESS", "search", 30); r.Failed() || ok {
+		t.Errorf("Naive.ReleaseNext() without a next = %v, %+v; want a release without a next lease", ok, r)
 	}
 }
 

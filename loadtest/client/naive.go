@@ -96,6 +96,28 @@ func (n *Naive) Release(ctx context.Context, provider string, l Lease) Result {
 	})
 }
 
+// ReleaseNext releases the lease with the outcome and leases the next
+// resource for workContext in the same call (Release with next). ok is
+// false when the release succeeded without a next lease (none free), and
+// when the call failed.
+func (n *Naive) ReleaseNext(ctx context.Context, provider string, l Lease, outcome, workContext string, ttlSeconds int) (next Lease, ok bool, r Result) {
+	tok, _ := strconv.ParseUint(l.FencingToken, 10, 64)
+	req := &repoolv1.ReleaseRequest{LeaseId: l.ID, FencingToken: tok, Outcome: repoolv1.Outcome(repoolv1.Outcome_value[outcome]),
+		Next: &repoolv1.NextLease{Context: workContext, TtlSeconds: int32(ttlSeconds)}}
+	r = n.call(ctx, provider, func(ctx context.Context, c repoolv1.PoolServiceClient) error {
+		resp, err := c.Release(ctx, req)
+		if err == nil {
+			if ls := resp.GetNext().GetLease(); ls != nil {
+				next, ok = Lease{ID: ls.GetLeaseId(), Resource: ls.GetResourceId(), FencingToken: strconv.FormatUint(ls.GetFencingToken(), 10)}, true
+			} else {
+				next, ok = Lease{}, false
+			}
+		}
+		return err
+	})
+	return next, ok, r
+}
+
 // Close closes the connections.
 func (n *Naive) Close() error {
 	var errs []error

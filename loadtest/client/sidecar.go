@@ -33,25 +33,34 @@ func NewSidecar(base string, timeout time.Duration, conns int) *Sidecar {
 	}}
 }
 
+// leaseJSON is a lease in the sidecar's answers.
+type leaseJSON struct {
+	LeaseID      string          `json:"lease_id"`
+	ResourceID   string          `json:"resource_id"`
+	FencingToken json.RawMessage `json:"fencing_token"`
+}
+
+// lease keeps the fencing token exact: the sidecar writes it as a string
+// (a uint64 does not fit a JSON number of every reader).
+func (j leaseJSON) lease() Lease {
+	tok := string(j.FencingToken)
+	if u, err := strconv.Unquote(tok); err == nil {
+		tok = u
+	}
+	return Lease{ID: j.LeaseID, Resource: j.ResourceID, FencingToken: tok}
+}
+
 // Acquire calls POST /v1/providers/{p}/acquire.
 func (s *Sidecar) Acquire(ctx context.Context, provider, workContext string, ttlSeconds int) (Lease, Result) {
 	var out struct {
-		Lease struct {
-			LeaseID      string          `json:"lease_id"`
-			ResourceID   string          `json:"resource_id"`
-			FencingToken json.RawMessage `json:"fencing_token"`
-		} `json:"lease"`
+		Lease leaseJSON `json:"lease"`
 	}
 	r := s.post(ctx, "/v1/providers/"+url.PathEscape(provider)+"/acquire",
 		map[string]any{"context": workContext, "ttl_seconds": ttlSeconds}, &out)
 	if r.Failed() {
 		return Lease{}, r
 	}
-	tok := string(out.Lease.FencingToken)
-	if u, err := strconv.Unquote(tok); err == nil {
-		tok = u
-	}
-	return Lease{ID: out.Lease.LeaseID, Resource: out.Lease.ResourceID, FencingToken: tok}, r
+	return out.Lease.lease(), r
 }
 
 // Report calls POST /v1/providers/{p}/reports for the lease.
@@ -66,6 +75,27 @@ func (s *Sidecar) Report(ctx context.Context, provider string, l Lease, workCont
 func (s *Sidecar) Release(ctx context.Context, provider string, l Lease) Result {
 	return s.post(ctx, "/v1/providers/"+url.PathEscape(provider)+"/leases/"+url.PathEscape(l.ID)+"/release",
 		map[string]any{"fencing_token": l.FencingToken}, nil)
+}
+
+// ReleaseNext calls POST /v1/providers/{p}/leases/{lease}/release with
+// the outcome of the use and a next lease for workContext, in one round
+// trip. ok is false when the release succeeded but no next lease came
+// (the answer's next.error, e.g. no_resource_available), and when the
+// call failed (r.Failed()).
+func (s *Sidecar) ReleaseNext(ctx context.Context, provider string, l Lease, outcome, workContext string, ttlSeconds int) (next Lease, ok bool, r Result) {
+	var out struct {
+		Next struct {
+			Lease *leaseJSON `json:"lease"`
+		} `json:"next"`
+	}
+	r = s.post(ctx, "/v1/providers/"+url.PathEscape(provider)+"/leases/"+url.PathEscape(l.ID)+"/release", map[string]any{
+		"fencing_token": l.FencingToken, "outcome": outcome,
+		"next": map[string]any{"context": workContext, "ttl_seconds": ttlSeconds},
+	}, &out)
+	if r.Failed() || out.Next.Lease == nil {
+		return Lease{}, false, r
+	}
+	return out.Next.Lease.lease(), true, r
 }
 
 // Close closes idle connections.

@@ -21,7 +21,7 @@
 //   SUMMARY_JSON  where handleSummary writes the JSON summary; default summary-SCENARIO.json
 //
 // Metrics, besides k6's own (http_req_duration, http_req_failed, dropped_iterations, vus_max, ...),
-// all tagged provider (and name: acquire, report, release):
+// all tagged provider (and name: acquire, release):
 //   fast_fail               Rate over failed requests: the share the sidecar marked X-Repool-Fast-Fail
 //   fast_fail_within_10ms   Rate over failed requests: the share that failed within 10 ms
 //   fast_fail_within_100ms  Rate over failed requests: the share that failed within 100 ms
@@ -156,20 +156,40 @@ export function setup() {
   return {};
 }
 
+// held is this VU's lease per provider, kept for its next use of the provider (k6 gives every VU
+// its own globals): { lease, at }, at in ms since the epoch when it was asked for.
+const held = {};
+
+// One iteration is one use of a resource of one provider, as a backend that goes on using resources
+// makes it: with the lease this VU went on with from its previous use of the provider (or, without
+// one, a lease from acquire), it releases the lease with the use's outcome and leases the next
+// resource in the same call (release with next), which it keeps for its next use. A steady iteration
+// is one round trip. A lease held for half its TTL or longer is left to expire rather than used (the
+// VU may have been idle); a failed acquire ends the iteration. The Go runner (loadtest/runner) does
+// the same.
 export default function () {
   const i = exec.scenario.iterationInTest;
   const p = MIX[i % MIX.length];
   const r = sc.request;
-  const acq = call('acquire', p, `/v1/providers/${p}/acquire`, { context: r.context, ttl_seconds: r.ttl_seconds });
-  if (!acq.ok) return;
-  const lease = acq.res.json('lease');
+  const h = held[p];
+  delete held[p];
+  let lease;
+  if (h && Date.now() - h.at < (r.ttl_seconds * 1000) / 2) {
+    lease = h.lease;
+  } else {
+    const acq = call('acquire', p, `/v1/providers/${p}/acquire`, { context: r.context, ttl_seconds: r.ttl_seconds });
+    if (!acq.ok) return;
+    lease = acq.res.json('lease');
+  }
   const outcome = Math.floor((i + 1) * r.failure_share) > Math.floor(i * r.failure_share) ? 'FAILURE' : 'SUCCESS';
-  call('report', p, `/v1/providers/${p}/reports`, {
-    resource_id: lease.resource_id, context: r.context, outcome,
-    lease_id: lease.lease_id, fencing_token: lease.fencing_token,
+  const at = Date.now();
+  const rel = call('release', p, `/v1/providers/${p}/leases/${encodeURIComponent(lease.lease_id)}/release`, {
+    fencing_token: lease.fencing_token, outcome,
+    next: { context: r.context, ttl_seconds: r.ttl_seconds },
   });
-  call('release', p, `/v1/providers/${p}/leases/${encodeURIComponent(lease.lease_id)}/release`,
-    { fencing_token: lease.fencing_token });
+  // A 2xx release happened whether or not a next lease came: next holds the lease, or why there is none.
+  const next = rel.ok ? rel.res.json('next') : null;
+  if (next && next.lease) held[p] = { lease: next.lease, at };
 }
 
 export function teardown() {

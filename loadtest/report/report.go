@@ -151,7 +151,7 @@ h2 { margin-top: 32px; border-bottom: 1px solid #ccc; }
 </style></head><body>
 <h1>repool load test · {{.Scenario.Name}}{{if .Scenario.IsShort}} (short){{end}}</h1>
 <p>{{.Scenario.Description}}</p>
-<p class="muted">{{.Scenario.Rate}} iterations per {{.Scenario.TimeUnit.D}} for {{.Scenario.Duration.D}} (k6 constant-arrival-rate), {{.Scenario.PreAllocatedVUs}} pre-allocated VUs, at most {{.Scenario.MaxVUs}}. Each iteration: acquire → report → release on one provider. Shaded: fault windows.</p>
+<p class="muted">{{.Scenario.Rate}} iterations per {{.Scenario.TimeUnit.D}} for {{.Scenario.Duration.D}} (k6 constant-arrival-rate), {{.Scenario.PreAllocatedVUs}} pre-allocated VUs, at most {{.Scenario.MaxVUs}}. Each iteration: one use of a resource of one provider, released with its outcome and the next lease in one call (acquire first when the VU holds no lease). Shaded: fault windows.</p>
 {{with .Comparison}}
 <h2>Before / after</h2>
 <p class="muted">naive: calls the servers itself, walks the host list, follows "not the active server", retries every transient failure with fixed delays · sidecar: CB(Retry(call)) behind HAProxy</p>

@@ -37,6 +37,9 @@ type Client interface {
 	Acquire(ctx context.Context, provider, workContext string, ttlSeconds int) (client.Lease, client.Result)
 	Report(ctx context.Context, provider string, l client.Lease, workContext, outcome string) client.Result
 	Release(ctx context.Context, provider string, l client.Lease) client.Result
+	// ReleaseNext releases l with the outcome and leases the next resource
+	// in the same call; ok reports whether a next lease came.
+	ReleaseNext(ctx context.Context, provider string, l client.Lease, outcome, workContext string, ttlSeconds int) (next client.Lease, ok bool, r client.Result)
 	Close() error
 }
 
@@ -115,7 +118,7 @@ func Run(ctx context.Context, cfg Config) (*summary.Summary, error) {
 		return nil, err
 	}
 
-	r := &iterations{sc: sc, c: c, rec: rec, mix: mixIndexes(sc)}
+	r := &iterations{sc: sc, c: c, rec: rec, mix: mixIndexes(sc), vus: make(chan *vuState, sc.MaxVUs+1)}
 	exec, err := arrival.New(arrival.Config{
 		Rate: sc.Rate, TimeUnit: sc.TimeUnit.D(), Duration: sc.Duration.D(),
 		PreAllocatedVUs: sc.PreAllocatedVUs, MaxVUs: sc.MaxVUs, GracefulStop: sc.GracefulStop.D(),
@@ -173,34 +176,75 @@ type iterations struct {
 	rec *summary.Recorder
 	mix []int
 	t0  time.Time // written before the first iteration starts
+	// vus holds the state of the VUs not running an iteration, as k6js
+	// keeps its VUs' runtimes (and k6 its VUs' globals): an iteration
+	// takes one, or makes one when none is free, and puts it back.
+	vus chan *vuState
 }
 
-// run is one iteration: acquire, report, release on one provider. A
-// failed acquire ends it; release follows even a failed report, so that
-// no lease is left behind. Calls interrupted by the end of the run are not
-// recorded (as k6 does not).
+// vuState is what a VU keeps between its iterations, as the k6 script
+// keeps it in its globals: the lease it went on with, per provider.
+type vuState struct {
+	held map[int]heldLease
+}
+
+// heldLease is a lease a VU holds for its next use of the provider, and
+// when it asked for it.
+type heldLease struct {
+	lease client.Lease
+	at    time.Time
+}
+
+// run is one iteration, one use of a resource of one provider, as a
+// backend that goes on using resources makes it: with the lease its VU
+// went on with from its previous use of the provider (or, without one, a
+// lease from acquire), it releases the lease with the use's outcome and
+// leases the next resource in the same call (release with next), which it
+// keeps for its next use. A steady iteration is one round trip. A lease
+// held for half its TTL or longer is left to expire rather than used (the
+// VU may have been idle), and a failed acquire ends the iteration. Calls
+// interrupted by the end of the run are not recorded (as k6 does not);
+// leases held when the run ends expire with their TTL.
 func (it *iterations) run(ctx context.Context, iter int64) {
+	var vu *vuState
+	select {
+	case vu = <-it.vus:
+	default:
+		vu = &vuState{held: map[int]heldLease{}}
+	}
+	defer func() {
+		select {
+		case it.vus <- vu:
+		default:
+		}
+	}()
 	pi := it.mix[iter%int64(len(it.mix))]
 	p := it.sc.Providers[pi].Name
 	req := it.sc.Request
 	start := time.Now()
-	lease, res := it.c.Acquire(ctx, p, req.Context, req.TTLSeconds)
-	if !it.record(ctx, pi, summary.Acquire, start, res) || res.Failed() {
-		it.finish(ctx, pi, start)
-		return
+	h, ok := vu.held[pi]
+	delete(vu.held, pi)
+	lease := h.lease
+	if !ok || start.Sub(h.at) >= time.Duration(req.TTLSeconds)*time.Second/2 {
+		var res client.Result
+		lease, res = it.c.Acquire(ctx, p, req.Context, req.TTLSeconds)
+		if !it.record(ctx, pi, summary.Acquire, start, res) || res.Failed() {
+			it.finish(ctx, pi, start)
+			return
+		}
 	}
 	outcome := "SUCCESS"
 	if it.sc.FailureReport(iter) {
 		outcome = "FAILURE"
 	}
 	t := time.Now()
-	res = it.c.Report(ctx, p, lease, req.Context, outcome)
-	if !it.record(ctx, pi, summary.Report, t, res) {
+	next, got, res := it.c.ReleaseNext(ctx, p, lease, outcome, req.Context, req.TTLSeconds)
+	if !it.record(ctx, pi, summary.Release, t, res) {
 		return
 	}
-	t = time.Now()
-	res = it.c.Release(ctx, p, lease)
-	it.record(ctx, pi, summary.Release, t, res)
+	if got {
+		vu.held[pi] = heldLease{lease: next, at: t}
+	}
 	it.finish(ctx, pi, start)
 }
 

@@ -8,7 +8,8 @@ import (
 )
 
 // The metrics thresholds can name: k6's built-in ones and the k6 script's
-// custom Rate metrics. Tags: provider, and name (acquire, report, release)
+// custom Rate metrics. Tags: provider, and name (acquire, report, release;
+// the iterations call acquire and release)
 // for request metrics.
 const (
 	metricDuration    = "http_req_duration"

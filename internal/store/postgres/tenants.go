@@ -176,8 +176,12 @@ func (s *Store) PutLimits(ctx context.Context, tenantID string, l store.Limits) 
 INSERT INTO tenant_limits (tenant_id, rate_per_second, burst, reserved_resources, max_resources,
                            reserved_cells, max_cells, max_streams, max_leases,
                            admin_rate_per_second, admin_burst, admin_max_resources, admin_max_cells,
-                           admin_max_streams, admin_max_leases)
-SELECT id, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15
+                           admin_max_streams, admin_max_leases,
+                           policy_half_life_seconds, policy_quarantine_after, policy_quarantine_whole_after,
+                           policy_quarantine_below, policy_quarantine_min_evidence,
+                           policy_cooldown_base_seconds, policy_cooldown_max_seconds)
+SELECT id, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
+       $16, $17, $18, $19, $20, $21, $22
 FROM tenants WHERE id = $1 AND status <> 'deleted' FOR SHARE
 ON CONFLICT (tenant_id) DO UPDATE SET
     rate_per_second = excluded.rate_per_second, burst = excluded.burst,
@@ -186,11 +190,21 @@ ON CONFLICT (tenant_id) DO UPDATE SET
     max_streams = excluded.max_streams, max_leases = excluded.max_leases,
     admin_rate_per_second = excluded.admin_rate_per_second, admin_burst = excluded.admin_burst,
     admin_max_resources = excluded.admin_max_resources, admin_max_cells = excluded.admin_max_cells,
-    admin_max_streams = excluded.admin_max_streams, admin_max_leases = excluded.admin_max_leases`,
+    admin_max_streams = excluded.admin_max_streams, admin_max_leases = excluded.admin_max_leases,
+    policy_half_life_seconds = excluded.policy_half_life_seconds,
+    policy_quarantine_after = excluded.policy_quarantine_after,
+    policy_quarantine_whole_after = excluded.policy_quarantine_whole_after,
+    policy_quarantine_below = excluded.policy_quarantine_below,
+    policy_quarantine_min_evidence = excluded.policy_quarantine_min_evidence,
+    policy_cooldown_base_seconds = excluded.policy_cooldown_base_seconds,
+    policy_cooldown_max_seconds = excluded.policy_cooldown_max_seconds`,
 		tenantID, l.RatePerSecond, l.Burst, l.ReservedResources, l.MaxResources,
 		l.ReservedCells, l.MaxCells, l.MaxStreams, l.MaxLeases,
 		l.Admin.RatePerSecond, l.Admin.Burst, l.Admin.MaxResources, l.Admin.MaxCells,
-		l.Admin.MaxStreams, l.Admin.MaxLeases)
+		l.Admin.MaxStreams, l.Admin.MaxLeases,
+		l.Policy.HalfLifeSeconds, l.Policy.QuarantineAfter, l.Policy.QuarantineWholeAfter,
+		l.Policy.QuarantineBelow, l.Policy.QuarantineMinEvidence,
+		l.Policy.CooldownBaseSeconds, l.Policy.CooldownMaxSeconds)
 	if err != nil {
 		return fmt.Errorf("put limits of tenant %q: %w", tenantID, classify(err))
 	}
@@ -213,12 +227,18 @@ func (s *Store) GetLimits(ctx context.Context, tenantID string) (store.Limits, e
 SELECT t.status, l.rate_per_second, l.burst, l.reserved_resources, l.max_resources,
        l.reserved_cells, l.max_cells, l.max_streams, l.max_leases,
        l.admin_rate_per_second, l.admin_burst, l.admin_max_resources, l.admin_max_cells,
-       l.admin_max_streams, l.admin_max_leases
+       l.admin_max_streams, l.admin_max_leases,
+       l.policy_half_life_seconds, l.policy_quarantine_after, l.policy_quarantine_whole_after,
+       l.policy_quarantine_below, l.policy_quarantine_min_evidence,
+       l.policy_cooldown_base_seconds, l.policy_cooldown_max_seconds
 FROM tenants t LEFT JOIN tenant_limits l ON l.tenant_id = t.id
 WHERE t.id = $1`, tenantID).Scan(&status, &l.RatePerSecond, &l.Burst, &l.ReservedResources, &l.MaxResources,
 		&l.ReservedCells, &l.MaxCells, &l.MaxStreams, &l.MaxLeases,
 		&l.Admin.RatePerSecond, &l.Admin.Burst, &l.Admin.MaxResources, &l.Admin.MaxCells,
-		&l.Admin.MaxStreams, &l.Admin.MaxLeases)
+		&l.Admin.MaxStreams, &l.Admin.MaxLeases,
+		&l.Policy.HalfLifeSeconds, &l.Policy.QuarantineAfter, &l.Policy.QuarantineWholeAfter,
+		&l.Policy.QuarantineBelow, &l.Policy.QuarantineMinEvidence,
+		&l.Policy.CooldownBaseSeconds, &l.Policy.CooldownMaxSeconds)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && status == store.StatusDeleted) {
 		return store.Limits{}, fmt.Errorf("tenant %q: %w", tenantID, store.ErrNotFound)
 	}

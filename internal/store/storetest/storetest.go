@@ -508,7 +508,14 @@ func testLimits(t *testing.T, h *harness) {
 				RatePerSecond: ptr(2.5), Burst: ptr(int64(30)), MaxResources: ptr(int64(900)), MaxCells: ptr(int64(4000)),
 				MaxStreams: ptr(int64(2)), MaxLeases: ptr(int64(7)),
 			},
+			Policy: store.Policy{
+				HalfLifeSeconds: ptr(int64(600)), QuarantineAfter: ptr(int64(3)), QuarantineWholeAfter: ptr(int64(9)),
+				QuarantineBelow: ptr(-1.0), QuarantineMinEvidence: ptr(12.5),
+				CooldownBaseSeconds: ptr(int64(10)), CooldownMaxSeconds: ptr(int64(3600)),
+			},
 		}},
+		{name: "only a policy", limits: store.Limits{Policy: store.Policy{QuarantineAfter: ptr(int64(2)), QuarantineBelow: ptr(0.25)}}},
+		{name: "policy back to default, limits kept", limits: store.Limits{Burst: ptr(int64(5))}},
 		{name: "only a tenant-admin's values", limits: store.Limits{Admin: store.AdminLimits{MaxStreams: ptr(int64(0)), RatePerSecond: ptr(1.0)}}},
 		{name: "some set, others back to default", limits: store.Limits{RatePerSecond: ptr(0.5), MaxStreams: ptr(int64(0))}},
 		{name: "all defaults", limits: store.Limits{}},
@@ -518,6 +525,10 @@ func testLimits(t *testing.T, h *harness) {
 		{name: "negative max cells", limits: store.Limits{MaxCells: ptr(int64(-5))}, wantErr: store.ErrInvalid},
 		{name: "negative tenant-admin max leases", limits: store.Limits{Admin: store.AdminLimits{MaxLeases: ptr(int64(-1))}}, wantErr: store.ErrInvalid},
 		{name: "NaN tenant-admin rate", limits: store.Limits{Admin: store.AdminLimits{RatePerSecond: ptr(math.NaN())}}, wantErr: store.ErrInvalid},
+		{name: "zero policy half-life", limits: store.Limits{Policy: store.Policy{HalfLifeSeconds: ptr(int64(0))}}, wantErr: store.ErrInvalid},
+		{name: "negative policy cooldown", limits: store.Limits{Policy: store.Policy{CooldownMaxSeconds: ptr(int64(-3))}}, wantErr: store.ErrInvalid},
+		{name: "NaN policy threshold", limits: store.Limits{Policy: store.Policy{QuarantineBelow: ptr(math.NaN())}}, wantErr: store.ErrInvalid},
+		{name: "infinite policy evidence", limits: store.Limits{Policy: store.Policy{QuarantineMinEvidence: ptr(math.Inf(1))}}, wantErr: store.ErrInvalid},
 	}
 	want := store.Limits{}
 	for _, tc := range tests {
