@@ -144,6 +144,17 @@ func (e *Elector) Campaign(ctx context.Context) (*Term, error) {
 	}
 }
 
+// checkTimeout bounds one check of the leader's session. The database can
+// free the lock SessionTimeout after the last query of the session ended
+// (idle_session_timeout); the next check starts at most Interval after it,
+// so a check that gives up half-way through what is left still ends the
+// term before then: (SessionTimeout - Interval) / 2, 875 ms with the
+// defaults. A shorter bound (it was the Interval) ended terms on a GC pause
+// or a busy machine's scheduling delay, with no danger to guard against.
+func (e *Elector) checkTimeout() time.Duration {
+	return (e.cfg.SessionTimeout - e.cfg.Interval) / 2
+}
+
 // tryLock asks once for the leader lock on conn. The attempt is bounded by
 // SessionTimeout, so a kept session whose network vanished without a reset
 // fails the attempt (and is replaced) instead of stalling the campaign
@@ -177,9 +188,9 @@ func (e *Elector) connect(ctx context.Context) (*pgx.Conn, error) {
 	return pgx.ConnectConfig(cctx, cfg)
 }
 
-// hold keeps the session alive and watches it: a check that fails or takes
-// longer than the interval ends the term at once, so that the leader stops
-// serving before the database could have handed the lock to another.
+// hold keeps the session alive and watches it: a check that fails, or
+// takes longer than checkTimeout, ends the term at once, so that the leader
+// stops serving before the database could have handed the lock to another.
 func (e *Elector) hold(conn *pgx.Conn) *Term {
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &Term{done: make(chan struct{}), cancel: cancel}
@@ -194,7 +205,7 @@ func (e *Elector) hold(conn *pgx.Conn) *Term {
 				t.why = errors.New("resigned")
 				return
 			case <-tick.C:
-				cctx, ccancel := context.WithTimeout(ctx, e.cfg.Interval)
+				cctx, ccancel := context.WithTimeout(ctx, e.checkTimeout())
 				var held bool
 				err := conn.QueryRow(cctx, `SELECT count(*) > 0 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND objid = ($1::bigint & x'ffffffff'::bigint)::oid AND granted`, LockID).Scan(&held)
 				ccancel()
