@@ -105,11 +105,6 @@ func runServer(ctx context.Context, raw string, stdout, stderr io.Writer) error 
 		// The load test measures failure handling, not the tenant's
 		// request limit: lift it far above any scenario's rate.
 		RatePerSecond: 1e6, Burst: 1_000_000, ShutdownGrace: 2 * time.Second,
-		// The failover fault kills the active server, whose lock the
-		// database frees at once; the session timeout only bounds a
-		// stalled leader. On a loaded test machine the default (2 s) let
-		// leaders step down before the scenario began.
-		HASessionTimeout: 5 * time.Second,
 	}, server.Options{Out: &banner, Log: log})
 	if err != nil {
 		return err
