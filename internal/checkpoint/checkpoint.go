@@ -365,7 +365,7 @@ func (c *Checkpointer) Forget(tenant string) {
 // Run checkpoints every interval until ctx ends. The caller runs a final
 // Round on shutdown.
 func (c *Checkpointer) Run(ctx context.Context, interval time.Duration) {
-	clock.Every(ctx, interval, func(ctx context.Context) bool {
+	clock.Every(ctx, c.cfg.Clock, interval, func(ctx context.Context) bool {
 		_ = c.Round(ctx) // failures are logged and counted per tenant
 		return true
 	})

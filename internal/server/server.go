@@ -712,7 +712,7 @@ func (s *Server) watchClaim(ctx context.Context) error {
 		return nil
 	}
 	var lost error
-	clock.Every(ctx, time.Second, func(ctx context.Context) bool {
+	clock.Every(ctx, s.clock, time.Second, func(ctx context.Context) bool {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := s.claim.Check(cctx)
 		cancel()
@@ -745,7 +745,7 @@ func (s *Server) activeLoops(ctx context.Context) (stop func()) {
 // CheckpointInterval. A restore drops expired leases anyway; pruning keeps
 // the journal as small as the leases outstanding.
 func (s *Server) compact(ctx context.Context) {
-	clock.Every(ctx, s.cfg.CheckpointInterval, func(ctx context.Context) bool {
+	clock.Every(ctx, s.clock, s.cfg.CheckpointInterval, func(ctx context.Context) bool {
 		if err := s.store.PruneLeases(ctx, s.clock.Now().Add(-time.Minute).UnixNano()); err != nil && ctx.Err() == nil {
 			s.log.Warn("pruning the lease journal", "err", err)
 		}
@@ -760,7 +760,7 @@ func (s *Server) closeStreams(why error) {
 // tick expires leases and ends cooldowns every second, so that expiry
 // events are timely in idle pools.
 func (s *Server) tick(ctx context.Context) {
-	clock.Every(ctx, time.Second, func(context.Context) bool {
+	clock.Every(ctx, s.clock, time.Second, func(context.Context) bool {
 		s.pools.Each(func(_ string, p *pool.Pool) { p.Tick() })
 		return true
 	})

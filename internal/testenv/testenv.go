@@ -24,6 +24,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/repool/repool/internal/pgcluster"
 )
@@ -117,4 +118,20 @@ func shellQuote(s string) string {
 		}
 	}
 	return string(append(out, '\''))
+}
+
+// Eventually polls cond every 10 ms until it holds, and fails tb naming
+// what was awaited if it does not within timeout. It is for conditions
+// that other processes or goroutines bring about in real time (a server
+// started, a port closed); a wait for time itself to pass takes a
+// clock.Fake instead.
+func Eventually(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("waited %v for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond) // a poll interval, not a wait for time to pass
+	}
 }
