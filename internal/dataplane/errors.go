@@ -33,7 +33,8 @@ var (
 )
 
 // toStatus maps an error to the gRPC status the client sees. It is the one
-// place where domain errors become codes. Our own errors carry messages
+// place where domain errors become codes: the status interceptors call it
+// for every answer, and problem for a Release's next error. Our own errors carry messages
 // written for clients; anything else is logged and answered with a generic
 // INTERNAL so that no dependency's text leaks.
 func toStatus(log *slog.Logger, err error) error {

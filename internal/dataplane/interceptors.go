@@ -23,15 +23,33 @@ import (
 const servicePrefix = "/repool.v1."
 
 // ServerOptions returns the interceptor chains, in the order that is part of
-// the design: the active-server gate, then authentication, then the rate
-// limit (which needs the tenant that authentication found), then the stream
-// quota, then the handler. A limiter placed before authentication would
-// limit nothing, since it would not know the tenant.
+// the design: the count of answers by code, the mapping of errors to
+// status codes (the one place on the request path where that happens), the
+// active-server gate, then authentication, then the rate limit (which needs
+// the tenant that authentication found), then the stream quota, then the
+// handler. A limiter placed before authentication would limit nothing,
+// since it would not know the tenant. Handlers and the interceptors inside
+// the mapping return domain errors.
 func (s *Service) ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(s.countUnary, s.activeUnary, s.authUnary, s.limitUnary),
-		grpc.ChainStreamInterceptor(s.countStream, s.activeStream, s.authStream, s.limitStream, s.quotaStream),
+		grpc.ChainUnaryInterceptor(s.countUnary, s.statusUnary, s.activeUnary, s.authUnary, s.limitUnary),
+		grpc.ChainStreamInterceptor(s.countStream, s.statusStream, s.activeStream, s.authStream, s.limitStream, s.quotaStream),
 	}
+}
+
+// statusUnary answers a handler's error as the gRPC status toStatus maps
+// it to.
+func (s *Service) statusUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	resp, err := h(ctx, req)
+	if err != nil {
+		return nil, toStatus(s.log, err)
+	}
+	return resp, nil
+}
+
+// statusStream is statusUnary for streams.
+func (s *Service) statusStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	return toStatus(s.log, h(srv, ss))
 }
 
 func guarded(method string) bool { return strings.HasPrefix(method, servicePrefix) }
@@ -57,7 +75,7 @@ func (s *Service) active() error {
 		return nil
 	}
 	if err := s.cfg.Active(); err != nil {
-		return toStatus(s.log, err)
+		return err
 	}
 	return nil
 }
@@ -95,7 +113,7 @@ func (s *Service) authenticate(ctx context.Context) (context.Context, error) {
 		p, err = s.cfg.Auth.Bearer(ctx, authz[0][7:])
 	}
 	if err != nil {
-		return nil, toStatus(s.log, err)
+		return nil, err
 	}
 	return auth.NewContext(ctx, p), nil
 }
@@ -135,21 +153,21 @@ func (s *Service) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 func (s *Service) limit(ctx context.Context, method string, setTrailer func(metadata.MD)) error {
 	p, ok := auth.FromContext(ctx)
 	if !ok {
-		return toStatus(s.log, errNoTenant)
+		return errNoTenant
 	}
 	d, err := s.cfg.Limiter.Allow(ctx, p.Tenant, method)
 	switch {
 	case err == nil && d.Allowed:
 		return nil
 	case ctx.Err() != nil:
-		return toStatus(s.log, ctx.Err())
+		return ctx.Err()
 	case !errors.Is(err, ratelimit.ErrLimited):
-		return toStatus(s.log, err)
+		return err
 	}
 	if d.RetryAfter > 0 {
 		setTrailer(metadata.Pairs(repoolv1.RetryAfterKey, strconv.FormatInt(max(d.RetryAfter.Milliseconds(), 1), 10)))
 	}
-	return toStatus(s.log, &limitedError{err: err, after: d.RetryAfter})
+	return &limitedError{err: err, after: d.RetryAfter}
 }
 
 func (s *Service) limitUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
@@ -179,11 +197,11 @@ func (s *Service) quotaStream(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 	}
 	p, ok := auth.FromContext(ss.Context())
 	if !ok {
-		return toStatus(s.log, errNoTenant)
+		return errNoTenant
 	}
 	release, err := s.streams.acquire(p.Tenant)
 	if err != nil {
-		return toStatus(s.log, err)
+		return err
 	}
 	defer release()
 	return h(srv, ss)

@@ -26,60 +26,6 @@ import (
 	"github.com/repool/repool/internal/tenants"
 )
 
-// Kind is a kind of state that the budget accounts.
-type Kind int
-
-// Kinds of state.
-const (
-	Resources Kind = iota
-	Cells
-)
-
-// Budget gates the creation of state. Reserve fails with an error wrapping
-// ErrOverBudget and changes nothing; Release returns units.
-type Budget interface {
-	Reserve(tenant string, k Kind, n int) error
-	Release(tenant string, k Kind, n int)
-}
-
-// PoolGate charges a tenant's pool to b: the pool reserves what it creates
-// and releases what it removes under its own lock (pool.Gate), so the
-// budget counts exactly what the pool holds however calls race, and a call
-// refused by the budget creates nothing (RESOURCE_EXHAUSTED). Give it to
-// the pool when the pool is made.
-func PoolGate(b Budget, tenant string) pool.Gate { return poolGate{b, tenant} }
-
-type poolGate struct {
-	b      Budget
-	tenant string
-}
-
-func (g poolGate) Reserve(resources, cells int) error {
-	if resources > 0 {
-		if err := g.b.Reserve(g.tenant, Resources, resources); err != nil {
-			return err
-		}
-	}
-	if cells > 0 {
-		if err := g.b.Reserve(g.tenant, Cells, cells); err != nil {
-			if resources > 0 {
-				g.b.Release(g.tenant, Resources, resources)
-			}
-			return err
-		}
-	}
-	return nil
-}
-
-func (g poolGate) Release(resources, cells int) {
-	if resources > 0 {
-		g.b.Release(g.tenant, Resources, resources)
-	}
-	if cells > 0 {
-		g.b.Release(g.tenant, Cells, cells)
-	}
-}
-
 // Limiter decides whether a tenant may make a call now. It fails open on its
 // own faults (and counts them); a refusal is an error with the decision's
 // RetryAfter.
@@ -120,8 +66,8 @@ type Pools interface {
 }
 
 // Config wires a Service. Every field but Active, Journal, Audit, Metrics
-// and Log is required. The budget is not here: each pool charges its own,
-// through PoolGate.
+// and Log is required. The budget is not here: each pool charges its own
+// through the pool.Gate it was made with.
 type Config struct {
 	Pools   Pools
 	Auth    Authenticator
@@ -224,11 +170,11 @@ func (s *Service) tenantPool(ctx context.Context) (string, *pool.Pool, error) {
 func (s *Service) IssueToken(ctx context.Context, _ *repoolv1.IssueTokenRequest) (*repoolv1.IssueTokenResponse, error) {
 	p, ok := auth.FromContext(ctx)
 	if !ok {
-		return nil, toStatus(s.log, errNoTenant)
+		return nil, errNoTenant
 	}
 	tok, exp, err := s.cfg.Auth.IssueToken(p)
 	if err != nil {
-		return nil, toStatus(s.log, err)
+		return nil, err
 	}
 	s.tokensIssued.Inc()
 	return &repoolv1.IssueTokenResponse{Token: tok, ExpiresAt: timestamppb.New(exp)}, nil
@@ -240,7 +186,7 @@ func (s *Service) IssueToken(ctx context.Context, _ *repoolv1.IssueTokenRequest)
 func (s *Service) Register(ctx context.Context, req *repoolv1.RegisterRequest) (*repoolv1.RegisterResponse, error) {
 	tenant, p, err := s.tenantPool(ctx)
 	if err != nil {
-		return nil, toStatus(s.log, err)
+		return nil, err
 	}
 	specs := make([]pool.Spec, len(req.GetResources()))
 	for i, r := range req.GetResources() {
@@ -248,7 +194,7 @@ func (s *Service) Register(ctx context.Context, req *repoolv1.RegisterRequest) (
 	}
 	created, existing, err := p.Register(specs)
 	if err != nil {
-		return nil, toStatus(s.log, err)
+		return nil, err
 	}
 	if len(created) > 0 && s.cfg.Journal != nil {
 		if err := s.cfg.Journal.Registered(ctx, tenant, created); err != nil {
@@ -271,11 +217,11 @@ func (s *Service) Register(ctx context.Context, req *repoolv1.RegisterRequest) (
 func (s *Service) Deregister(ctx context.Context, req *repoolv1.DeregisterRequest) (*repoolv1.DeregisterResponse, error) {
 	tenant, p, err := s.tenantPool(ctx)
 	if err != nil {
-		return nil, toStatus(s.log, err)
+		return nil, err
 	}
 	removed, cells, err := p.Deregister(req.GetResourceIds())
 	if err != nil {
-		return nil, toStatus(s.log, err)
+		return nil, err
 	}
 	// Journaled even when nothing was removed now: a retry of a call whose
 	// journal write failed finds the resources gone and must still make the
@@ -331,15 +277,15 @@ func leaseTTL(seconds int32) (time.Duration, error) {
 func (s *Service) Acquire(ctx context.Context, req *repoolv1.AcquireRequest) (*repoolv1.AcquireResponse, error) {
 	tenant, p, err := s.tenantPool(ctx)
 	if err != nil {
-		return nil, toStatus(s.log, err)
+		return nil, err
 	}
 	ttl, err := leaseTTL(req.GetTtlSeconds())
 	if err != nil {
-		return nil, toStatus(s.log, err)
+		return nil, err
 	}
 	l, err := p.Acquire(req.GetContext(), ttl, req.GetLabels())
 	if err != nil {
-		return nil, toStatus(s.log, err)
+		return nil, err
 	}
 	if s.cfg.Journal != nil {
 		if err := s.cfg.Journal.Leased(ctx, tenant, l); err != nil {
@@ -355,19 +301,19 @@ func (s *Service) Acquire(ctx context.Context, req *repoolv1.AcquireRequest) (*r
 func (s *Service) Renew(ctx context.Context, req *repoolv1.RenewRequest) (*repoolv1.RenewResponse, error) {
 	tenant, p, err := s.tenantPool(ctx)
 	if err != nil {
-		return nil, toStatus(s.log, err)
+		return nil, err
 	}
 	id, err := parseLeaseID(req.GetLeaseId())
 	if err != nil {
-		return nil, toStatus(s.log, err)
+		return nil, err
 	}
 	ttl, err := leaseTTL(req.GetTtlSeconds())
 	if err != nil {
-		return nil, toStatus(s.log, err)
+		return nil, err
 	}
 	l, err := p.Renew(id, req.GetFencingToken(), ttl)
 	if err != nil {
-		return nil, toStatus(s.log, err)
+		return nil, err
 	}
 	if s.cfg.Journal != nil {
 		// Until the renewal is durable the client must not count on it: a
@@ -398,11 +344,11 @@ func toOutcome(o repoolv1.Outcome) pool.Outcome {
 func (s *Service) Release(ctx context.Context, req *repoolv1.ReleaseRequest) (*repoolv1.ReleaseResponse, error) {
 	tenant, p, err := s.tenantPool(ctx)
 	if err != nil {
-		return nil, toStatus(s.log, err)
+		return nil, err
 	}
 	id, err := parseLeaseID(req.GetLeaseId())
 	if err != nil {
-		return nil, toStatus(s.log, err)
+		return nil, err
 	}
 	if req.GetNext() != nil {
 		return s.releaseNext(ctx, tenant, p, id, req)
@@ -410,7 +356,7 @@ func (s *Service) Release(ctx context.Context, req *repoolv1.ReleaseRequest) (*r
 	// An outcome that creates a cell is charged to the budget by the pool,
 	// after the lease and token are checked.
 	if _, err := p.Release(id, req.GetFencingToken(), toOutcome(req.GetOutcome())); err != nil {
-		return nil, toStatus(s.log, err)
+		return nil, err
 	}
 	if s.cfg.Journal != nil {
 		// The lease is released; if the journal keeps it, a successor holds
@@ -440,12 +386,12 @@ func (s *Service) releaseNext(ctx context.Context, tenant string, p *pool.Pool, 
 	if err != nil {
 		// The field is next's: say so in its name.
 		msg := strings.TrimPrefix(err.Error(), pool.ErrInvalidArgument.Error()+": ")
-		return nil, toStatus(s.log, fmt.Errorf("%w: next.%s", pool.ErrInvalidArgument, msg))
+		return nil, fmt.Errorf("%w: next.%s", pool.ErrInvalidArgument, msg)
 	}
 	_, l, nextErr, err := p.ReleaseNext(id, req.GetFencingToken(), toOutcome(req.GetOutcome()),
 		pool.Next{Context: n.GetContext(), TTL: ttl, Labels: n.GetLabels()})
 	if err != nil {
-		return nil, toStatus(s.log, err)
+		return nil, err
 	}
 	if s.cfg.Journal != nil {
 		ended := make(chan error, 1)
@@ -480,10 +426,10 @@ func (s *Service) releaseNext(ctx context.Context, tenant string, p *pool.Pool, 
 // and never sent, since it may carry the store's text.
 func (s *Service) notDurable(ctx context.Context, what string, err error) error {
 	if ctx.Err() != nil {
-		return toStatus(s.log, ctx.Err())
+		return ctx.Err()
 	}
 	s.log.Warn("change not journaled", "change", what, "err", err)
-	return toStatus(s.log, fmt.Errorf("%w: %s not durable", ErrNotActive, what))
+	return fmt.Errorf("%w: %s not durable", ErrNotActive, what)
 }
 
 // Report records an outcome; the pool charges a cell it creates to the
@@ -492,16 +438,16 @@ func (s *Service) notDurable(ctx context.Context, what string, err error) error 
 func (s *Service) Report(ctx context.Context, req *repoolv1.ReportRequest) (*repoolv1.ReportResponse, error) {
 	tenant, p, err := s.tenantPool(ctx)
 	if err != nil {
-		return nil, toStatus(s.log, err)
+		return nil, err
 	}
 	rep := pool.Report{Resource: req.GetResourceId(), Context: req.GetContext(), Outcome: toOutcome(req.GetOutcome()), Token: req.GetFencingToken()}
 	if req.GetLeaseId() != "" {
 		if rep.LeaseID, err = parseLeaseID(req.GetLeaseId()); err != nil {
-			return nil, toStatus(s.log, err)
+			return nil, err
 		}
 	}
 	if _, err := p.Report(rep); err != nil {
-		return nil, toStatus(s.log, err)
+		return nil, err
 	}
 	if s.cfg.Journal != nil {
 		if err := s.cfg.Journal.Reported(ctx, tenant); err != nil {
@@ -540,11 +486,11 @@ func toInfo(r pool.ResourceInfo) *repoolv1.ResourceInfo {
 func (s *Service) GetResource(ctx context.Context, req *repoolv1.GetResourceRequest) (*repoolv1.GetResourceResponse, error) {
 	_, p, err := s.tenantPool(ctx)
 	if err != nil {
-		return nil, toStatus(s.log, err)
+		return nil, err
 	}
 	r, err := p.Get(req.GetId())
 	if err != nil {
-		return nil, toStatus(s.log, err)
+		return nil, err
 	}
 	return &repoolv1.GetResourceResponse{Resource: toInfo(r)}, nil
 }
@@ -554,12 +500,12 @@ func (s *Service) GetResource(ctx context.Context, req *repoolv1.GetResourceRequ
 func (s *Service) ListResources(ctx context.Context, req *repoolv1.ListResourcesRequest) (*repoolv1.ListResourcesResponse, error) {
 	_, p, err := s.tenantPool(ctx)
 	if err != nil {
-		return nil, toStatus(s.log, err)
+		return nil, err
 	}
 	size := int(req.GetPageSize())
 	switch {
 	case size < 0 || size > 1000:
-		return nil, toStatus(s.log, fmt.Errorf("%w: page_size %d is outside [0, 1000]", pool.ErrInvalidArgument, size))
+		return nil, fmt.Errorf("%w: page_size %d is outside [0, 1000]", pool.ErrInvalidArgument, size)
 	case size == 0:
 		size = 100
 	}
@@ -567,7 +513,7 @@ func (s *Service) ListResources(ctx context.Context, req *repoolv1.ListResources
 	if tok := req.GetPageToken(); tok != "" {
 		b, err := base64.RawURLEncoding.DecodeString(tok)
 		if err != nil || len(b) == 0 {
-			return nil, toStatus(s.log, fmt.Errorf("%w: page_token is malformed", pool.ErrInvalidArgument))
+			return nil, fmt.Errorf("%w: page_token is malformed", pool.ErrInvalidArgument)
 		}
 		after = string(b)
 	}
@@ -591,9 +537,6 @@ var kindToProto = map[pool.EventKind]repoolv1.EventKind{
 	pool.EventGap:          repoolv1.EventKind_EVENT_KIND_UNSPECIFIED,
 }
 
-// ErrTenantSuspended ends event streams when their tenant is suspended.
-var ErrTenantSuspended = errors.New("tenant suspended")
-
 // SubscribeEvents streams the tenant's pool events until the client goes
 // away. A subscriber too slow for its buffer is cut off with
 // RESOURCE_EXHAUSTED; a suspended tenant's streams end with
@@ -602,7 +545,7 @@ func (s *Service) SubscribeEvents(req *repoolv1.SubscribeEventsRequest, stream g
 	ctx := stream.Context()
 	_, p, err := s.tenantPool(ctx)
 	if err != nil {
-		return toStatus(s.log, err)
+		return err
 	}
 	var kinds pool.Kinds
 	for _, k := range req.GetKinds() {
@@ -614,7 +557,7 @@ func (s *Service) SubscribeEvents(req *repoolv1.SubscribeEventsRequest, stream g
 			}
 		}
 		if !found {
-			return toStatus(s.log, fmt.Errorf("%w: event kind %v", pool.ErrInvalidArgument, k))
+			return fmt.Errorf("%w: event kind %v", pool.ErrInvalidArgument, k)
 		}
 	}
 	sub := p.Subscribe(kinds, req.GetAfterSeq())
@@ -628,10 +571,10 @@ func (s *Service) SubscribeEvents(req *repoolv1.SubscribeEventsRequest, stream g
 	for {
 		select {
 		case <-ctx.Done():
-			return toStatus(s.log, ctx.Err())
+			return ctx.Err()
 		case e, ok := <-sub.C:
 			if !ok {
-				return toStatus(s.log, streamEnd(sub.Err()))
+				return streamEnd(sub.Err())
 			}
 			if err := stream.Send(&repoolv1.Event{
 				Kind: kindToProto[e.Kind], ResourceId: e.Resource, Context: e.Context,
@@ -647,7 +590,7 @@ func streamEnd(why error) error {
 	switch {
 	case errors.Is(why, pool.ErrSlowSubscriber):
 		return fmt.Errorf("%w: %v", pool.ErrExhausted, why)
-	case errors.Is(why, ErrTenantSuspended):
+	case errors.Is(why, tenants.ErrSuspended):
 		return auth.ErrSuspended
 	case errors.Is(why, ErrNotActive), errors.Is(why, tenants.ErrDeleted):
 		return why

@@ -45,33 +45,55 @@ func (f fakeAuth) IssueToken(p auth.Principal) (string, time.Time, error) {
 	return "tok-" + p.Tenant, time.Unix(1e9, 0), nil
 }
 
-// countBudget is a per-tenant counter with a ceiling.
+// kind is a kind of state countBudget counts.
+type kind int
+
+const (
+	resources kind = iota
+	cells
+)
+
+// countBudget is a per-tenant counter of each kind with one ceiling; its
+// gate charges a tenant's pool to it, as budget.Budget's does.
 type countBudget struct {
 	mu      sync.Mutex
 	ceiling int
-	used    map[string]map[Kind]int
+	used    map[string]map[kind]int
 }
 
-func (b *countBudget) Reserve(t string, k Kind, n int) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.used[t][k]+n > b.ceiling {
-		return fmt.Errorf("%w: ceiling %d", ErrOverBudget, b.ceiling)
+func (b *countBudget) gate(t string) pool.Gate { return countGate{b, t} }
+
+type countGate struct {
+	b *countBudget
+	t string
+}
+
+func (g countGate) Reserve(r, c int) error {
+	g.b.mu.Lock()
+	defer g.b.mu.Unlock()
+	if g.b.used[g.t][resources]+r > g.b.ceiling || g.b.used[g.t][cells]+c > g.b.ceiling {
+		return fmt.Errorf("ceiling %d", g.b.ceiling)
 	}
-	b.add(t, k, n)
+	g.b.add(g.t, resources, r)
+	g.b.add(g.t, cells, c)
 	return nil
 }
 
-func (b *countBudget) add(t string, k Kind, n int) {
+func (g countGate) Release(r, c int) {
+	g.b.mu.Lock()
+	g.b.add(g.t, resources, -r)
+	g.b.add(g.t, cells, -c)
+	g.b.mu.Unlock()
+}
+
+func (b *countBudget) add(t string, k kind, n int) {
 	if b.used[t] == nil {
-		b.used[t] = map[Kind]int{}
+		b.used[t] = map[kind]int{}
 	}
 	b.used[t][k] += n
 }
 
-func (b *countBudget) Release(t string, k Kind, n int) { b.mu.Lock(); b.add(t, k, -n); b.mu.Unlock() }
-
-func (b *countBudget) get(t string, k Kind) int {
+func (b *countBudget) get(t string, k kind) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.used[t][k]
@@ -103,11 +125,9 @@ func (l *fakeLimiter) Allow(_ context.Context, tenant, _ string) (ratelimit.Deci
 type env struct {
 	svc     *Service
 	pools   *tenants.Registry
-	budget  *countBudget // what pools are charged to, unless setGate says otherwise
+	budget  *countBudget // what pools are charged to
 	limiter *fakeLimiter
 
-	gateMu sync.Mutex
-	gate   Budget
 	active atomic.Bool
 	client repoolv1.PoolServiceClient
 	authc  repoolv1.AuthServiceClient
@@ -116,15 +136,12 @@ type env struct {
 func newEnv(t *testing.T, opts ...func(*Config)) *env {
 	t.Helper()
 	e := &env{
-		budget:  &countBudget{ceiling: 1000, used: map[string]map[Kind]int{}},
+		budget:  &countBudget{ceiling: 1000, used: map[string]map[kind]int{}},
 		limiter: &fakeLimiter{deny: map[string]bool{}},
 	}
-	e.gate = e.budget
 	// As the server makes them: each pool charged to its tenant's budget.
 	e.pools = tenants.NewRegistry(func(tenant string) (*pool.Pool, error) {
-		e.gateMu.Lock()
-		defer e.gateMu.Unlock()
-		return pool.New(pool.Config{Gate: PoolGate(e.gate, tenant)})
+		return pool.New(pool.Config{Gate: e.budget.gate(tenant)})
 	})
 	e.active.Store(true)
 	cfg := Config{
@@ -163,13 +180,6 @@ func newEnv(t *testing.T, opts ...func(*Config)) *env {
 	e.client = repoolv1.NewPoolServiceClient(conn)
 	e.authc = repoolv1.NewAuthServiceClient(conn)
 	return e
-}
-
-// setGate charges the pools made from now on to b instead of e.budget.
-func (e *env) setGate(b Budget) {
-	e.gateMu.Lock()
-	e.gate = b
-	e.gateMu.Unlock()
 }
 
 func as(key string) context.Context {
@@ -349,13 +359,13 @@ func TestBudgetGatesCreationOnly(t *testing.T) {
 	}
 	_, err = e.client.Release(a, &repoolv1.ReleaseRequest{LeaseId: acq.GetLease().GetLeaseId(), FencingToken: acq.GetLease().GetFencingToken(), Outcome: repoolv1.Outcome_SUCCESS})
 	wantCode(t, "Release(outcome creating a cell over budget)", err, codes.ResourceExhausted)
-	if got := e.budget.get("a", Cells); got != 2 {
+	if got := e.budget.get("a", cells); got != 2 {
 		t.Fatalf("cells accounted = %d, want 2", got)
 	}
 	if _, err := e.client.Deregister(a, &repoolv1.DeregisterRequest{ResourceIds: []string{"r1"}}); err != nil {
 		t.Fatal(err)
 	}
-	if r, c := e.budget.get("a", Resources), e.budget.get("a", Cells); r != 1 || c != 0 {
+	if r, c := e.budget.get("a", resources), e.budget.get("a", cells); r != 1 || c != 0 {
 		t.Fatalf("after Deregister(r1): resources %d, cells %d; want 1, 0", r, c)
 	}
 }
@@ -426,8 +436,13 @@ func TestIssueToken(t *testing.T) {
 
 func TestHandlerWithoutTenantFails(t *testing.T) {
 	e := newEnv(t)
+	// Called directly, without the interceptors: the handler's own error,
+	// which the status interceptor answers as INTERNAL.
 	_, err := e.svc.Acquire(context.Background(), &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 5})
-	wantCode(t, "Acquire(no principal)", err, codes.Internal)
+	if !errors.Is(err, errNoTenant) {
+		t.Fatalf("Acquire(no principal) = %v, want errNoTenant", err)
+	}
+	wantCode(t, "Acquire(no principal)", toStatus(discard(), err), codes.Internal)
 	if len(e.pools.Tenants()) != 0 {
 		t.Fatal("a handler without a tenant created a pool")
 	}
@@ -698,7 +713,7 @@ func TestFailedRegisterTakesBackOnlyWhatItCreated(t *testing.T) {
 	if !slices.Equal(journaled, []string{"y"}) {
 		t.Fatalf("Journal.Registered(ids) = %q, want [y]: the resources created", journaled)
 	}
-	if got := e.budget.get("a", Resources); got != 1 {
+	if got := e.budget.get("a", resources); got != 1 {
 		t.Fatalf("resource budget used = %d, want 1 (x)", got)
 	}
 }
@@ -727,7 +742,7 @@ func TestCallAdmittedBeforeTenantDeletion(t *testing.T) {
 	if _, ok := e.pools.Lookup("a"); ok {
 		t.Fatal("Lookup(a) found a pool: a call of the deleted tenant recreated it")
 	}
-	if got := e.budget.get("a", Resources); got != 1 {
+	if got := e.budget.get("a", resources); got != 1 {
 		// 1: the deleted pool's r, which the server's delete hook returns.
 		t.Fatalf("resource budget used = %d, want 1: nothing taken after the deletion", got)
 	}
@@ -829,8 +844,8 @@ func TestBudgetCountsWhatThePoolHolds(t *testing.T) {
 	if err := <-watched; err != nil {
 		t.Fatal(err)
 	}
-	res, cells := p.Len()
-	if r, c := e.budget.get("a", Resources), e.budget.get("a", Cells); r != res || c != cells {
-		t.Fatalf("budget counts %d resources and %d cells; the pool holds %d and %d", r, c, res, cells)
+	res, cl := p.Len()
+	if r, c := e.budget.get("a", resources), e.budget.get("a", cells); r != res || c != cl {
+		t.Fatalf("budget counts %d resources and %d cells; the pool holds %d and %d", r, c, res, cl)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/repool/repool/internal/httpbounds"
 	"github.com/repool/repool/internal/ratelimit"
 	"github.com/repool/repool/internal/store"
+	"github.com/repool/repool/internal/tenants"
 	"github.com/repool/repool/internal/tlsconf"
 )
 
@@ -78,7 +79,7 @@ type Config struct {
 	MaxLeases int
 	// Policy is the quarantine and decay policy of every tenant's pool
 	// (docs/pool.md, "Quarantine"). Zero fields: the pool's defaults.
-	Policy Policy
+	Policy tenants.Policy
 	// ShutdownGrace bounds the graceful drain on shutdown. Default 10s.
 	ShutdownGrace time.Duration
 	// HTTP holds the HTTP server's deadlines and bounds (flags
@@ -206,7 +207,7 @@ func (c Config) WithDefaults() Config {
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = 10 * time.Second
 	}
-	c.Policy = policyDefaults(c.Policy)
+	c.Policy = tenants.PolicyDefaults(c.Policy)
 	defDur := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {
 			*d = v
@@ -250,7 +251,7 @@ func (c Config) Validate() error {
 			return fmt.Errorf("config: %s %q: want host:port, for example 127.0.0.1:9090 (an IPv6 host in brackets: [::1]:9090)", name, addr)
 		}
 	}
-	if err := c.Policy.validate(); err != nil {
+	if err := c.Policy.Validate(); err != nil {
 		return err
 	}
 	if err := validStore(c.Store); err != nil {
@@ -351,7 +352,7 @@ func (c Config) LimitRules() control.LimitRules {
 			ReservedResources: i64(0), MaxResources: i64(c.share(c.GlobalResources)),
 			ReservedCells: i64(0), MaxCells: i64(c.share(c.GlobalCells)),
 			MaxStreams: i64(int64(c.MaxStreams)), MaxLeases: i64(int64(c.MaxLeases)),
-			Policy: c.Policy.stored(),
+			Policy: c.Policy.Stored(),
 		},
 		GlobalResources: c.GlobalResources, GlobalCells: c.GlobalCells,
 	}

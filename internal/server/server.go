@@ -103,9 +103,8 @@ type Server struct {
 	httpLn      net.Listener
 	tls         *tlsconf.Server // nil: plaintext
 
-	rules    control.LimitRules // defaults and bounds of tenants' limits
-	limitsMu sync.RWMutex
-	limits   map[string]store.Limits // per tenant with stored limits: those in force (LimitRules.Effective)
+	rules   control.LimitRules // defaults and bounds of tenants' limits
+	tenants *tenants.Lifecycle // every tenant's pool and limits in force
 }
 
 // New opens the store, binds the gRPC and HTTP listeners and restores every
@@ -126,7 +125,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 		opts.Out = io.Discard
 	}
 	s := &Server{cfg: cfg, log: opts.Log, clock: opts.Clock, poolClock: opts.Clock, reg: prometheus.NewRegistry(),
-		rules: cfg.LimitRules(), limits: map[string]store.Limits{}}
+		rules: cfg.LimitRules()}
 	s.life, s.stop = context.WithCancel(context.Background())
 	if opts.Clock == nil {
 		s.clock = clock.NewAnchored(0)
@@ -200,7 +199,9 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	if s.audit, err = audit.New(s.store, 4096, s.reg, opts.Log); err != nil {
 		return nil, err
 	}
-	s.pools = tenants.NewRegistry(s.newPool)
+	// The registry asks the lifecycle, made once the checkpointer it
+	// needs exists, for each new pool.
+	s.pools = tenants.NewRegistry(func(tenant string) (*pool.Pool, error) { return s.tenants.NewPool(tenant) })
 	if s.journal, err = journal.New(s.store, 5*time.Second, s.reg); err != nil {
 		return nil, err
 	}
@@ -214,6 +215,13 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	}); err != nil {
 		return nil, err
 	}
+	if s.tenants, err = tenants.NewLifecycle(tenants.LifecycleConfig{
+		Pools: s.pools, Rules: s.rules, Policy: cfg.Policy, Budget: s.budget, Limiter: s.limiter,
+		Credentials: s.auth, Checkpoints: s.cp, Watcher: s.audit,
+		Epoch: s.epoch.Load, Clock: s.poolClock, Life: s.life, Log: opts.Log,
+	}); err != nil {
+		return nil, err
+	}
 	if cfg.HA {
 		if s.ha, err = newHA(s, cfg, raw); err != nil {
 			return nil, err
@@ -221,7 +229,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	}
 	if s.svc, err = dataplane.New(dataplane.Config{
 		Pools: s.pools, Auth: s.auth, Limiter: s.limiter, Journal: durability{s},
-		MaxStreams: s.maxStreams, Active: s.active, Metrics: s.reg, Log: opts.Log,
+		MaxStreams: s.tenants.MaxStreams, Active: s.active, Metrics: s.reg, Log: opts.Log,
 		Audit: func(tenant, actor, action, detail string) {
 			s.audit.Record(store.AuditEntry{TenantID: tenant, Actor: actor, Action: action, Detail: detail})
 		},
@@ -229,7 +237,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 		return nil, err
 	}
 	if s.control, err = control.New(control.Config{
-		Store: s.store, Limits: s.rules, MaxKeysPerTenant: cfg.MaxKeysPerTenant, Signer: s.signer, Hooks: hooks{s},
+		Store: s.store, Limits: s.rules, MaxKeysPerTenant: cfg.MaxKeysPerTenant, Signer: s.signer, Hooks: s.tenants,
 		Clock: opts.Clock, Log: opts.Log, Active: s.active,
 	}); err != nil {
 		return nil, err
@@ -275,7 +283,7 @@ func (s *Server) becomeActive(ctx context.Context, epoch uint32) error {
 		return fmt.Errorf("epoch %d is above %d, the largest that fencing tokens carry: the store's epoch counter is used up", epoch, pool.MaxEpoch)
 	}
 	s.epoch.Store(epoch)
-	if err := s.loadLimits(ctx); err != nil {
+	if err := s.tenants.LoadLimits(ctx, s.store); err != nil {
 		return err
 	}
 	s.pools.Open()
@@ -326,111 +334,9 @@ func redact(dsn string) string {
 	return dsn
 }
 
-func (s *Server) newPool(tenant string) (*pool.Pool, error) {
-	// A failure here is the server's, not the caller's: %v keeps the
-	// pool's error kinds out of it, so that it is answered as INTERNAL.
-	// The pool charges its tenant's budget itself, under its lock.
-	gate := dataplane.PoolGate(budgetGate{s.budget, s.log}, tenant)
-	p, err := pool.New(s.tenantPolicy(tenant).poolConfig(pool.Config{Clock: s.poolClock, Gate: gate}))
-	if err != nil {
-		return nil, fmt.Errorf("creating the pool of tenant %q: %v", tenant, err)
-	}
-	if err := p.SetEpoch(s.epoch.Load()); err != nil {
-		return nil, fmt.Errorf("creating the pool of tenant %q: %v", tenant, err)
-	}
-	p.SetMaxLeases(s.maxLeases(tenant))
-	s.audit.Watch(s.life, tenant, p)
-	return p, nil
-}
-
 func (s *Server) active() error {
 	if !s.lead.Load() {
 		return dataplane.ErrNotActive
-	}
-	return nil
-}
-
-// tenantLimits returns the limits in force for tenant: every field set.
-func (s *Server) tenantLimits(tenant string) store.Limits {
-	s.limitsMu.RLock()
-	l, ok := s.limits[tenant]
-	s.limitsMu.RUnlock()
-	if !ok {
-		return s.rules.Defaults
-	}
-	return l
-}
-
-// tenantPolicy returns the quarantine and decay policy in force for
-// tenant: the server-wide one (exact, as the flags gave it) overlaid with
-// the tenant's own values.
-func (s *Server) tenantPolicy(tenant string) Policy {
-	s.limitsMu.RLock()
-	l := s.limits[tenant]
-	s.limitsMu.RUnlock()
-	return s.cfg.Policy.forTenant(l.Policy)
-}
-
-func (s *Server) maxStreams(tenant string) int { return int(*s.tenantLimits(tenant).MaxStreams) }
-
-func (s *Server) maxLeases(tenant string) int { return int(*s.tenantLimits(tenant).MaxLeases) }
-
-// loadLimits applies every tenant's stored limits before traffic.
-func (s *Server) loadLimits(ctx context.Context) error {
-	ts, err := s.store.ListTenants(ctx, store.TenantFilter{})
-	if err != nil {
-		return fmt.Errorf("listing tenants: %w", err)
-	}
-	for _, t := range ts {
-		l, err := s.store.GetLimits(ctx, t.ID)
-		if err != nil {
-			return fmt.Errorf("reading the limits of %s: %w", t.ID, err)
-		}
-		err = s.rules.Check(l)
-		if err == nil {
-			err = s.applyLimits(t.ID, l)
-		}
-		if err != nil {
-			// Stored limits that no longer fit (a smaller global budget,
-			// values from before the ranges): serve with defaults rather
-			// than not at all.
-			s.log.Error("stored limits not applied", "tenant", t.ID, "err", err)
-		}
-	}
-	return nil
-}
-
-// applyLimits applies a tenant's limits live: those in force, the smaller
-// of the operator's (or the default) and the tenant-admin's of each; and
-// its quarantine and decay policy, over the server-wide one, to its pool.
-func (s *Server) applyLimits(tenant string, l store.Limits) error {
-	policy := s.cfg.Policy.forTenant(l.Policy)
-	if err := policy.validate(); err != nil {
-		return fmt.Errorf("%w: %s", control.ErrInvalidLimits, strings.TrimPrefix(err.Error(), "config: "))
-	}
-	eff := s.rules.Effective(l)
-	eff.Policy = l.Policy // the tenant's own values, for pools created later
-	if err := s.budget.SetLimits(tenant, budget.Limits{
-		ReservedResources: *eff.ReservedResources, MaxResources: *eff.MaxResources,
-		ReservedCells: *eff.ReservedCells, MaxCells: *eff.MaxCells,
-	}); err != nil {
-		// The budget's words ("resources reservations would total ..."),
-		// without its sentinel's.
-		msg := strings.TrimPrefix(err.Error(), budget.ErrInvalidArgument.Error()+": ")
-		return fmt.Errorf("%w: %s", control.ErrInvalidLimits, msg)
-	}
-	if err := s.limiter.Set(tenant, *eff.RatePerSecond, int(*eff.Burst)); err != nil {
-		return fmt.Errorf("%w: %v", control.ErrInvalidLimits, err)
-	}
-	s.limitsMu.Lock()
-	s.limits[tenant] = eff
-	s.limitsMu.Unlock()
-	if p, ok := s.pools.Lookup(tenant); ok {
-		p.SetMaxLeases(s.maxLeases(tenant))
-		if err := p.SetPolicy(policy.poolPolicy()); err != nil {
-			// validate's ranges are within the pool's: not the caller's fault.
-			return fmt.Errorf("applying the policy of tenant %q: %v", tenant, err)
-		}
 	}
 	return nil
 }
@@ -502,7 +408,7 @@ func (s *Server) demoLimits(ctx context.Context, tenant string) error {
 		Detail: fmt.Sprintf("rate_per_second=%d, burst=%d (demo tenant: local limits)", DemoRatePerSecond, DemoBurst)}); err != nil {
 		return err
 	}
-	return s.applyLimits(tenant, l)
+	return s.tenants.ApplyLimits(tenant, l)
 }
 
 // listen binds the gRPC and HTTP listeners, each bounded to its

@@ -1,4 +1,4 @@
-package server
+package tenants
 
 import (
 	"fmt"
@@ -9,8 +9,9 @@ import (
 	"github.com/repool/repool/internal/store"
 )
 
-// Policy is the server-wide quarantine and decay policy every tenant's
-// pool starts with (flags --half-life, --quarantine-after, ...). The zero
+// Policy is a quarantine and decay policy: the server-wide one that every
+// tenant's pool starts with (flags --half-life, --quarantine-after, ...),
+// overlaid with a tenant's own values (ForTenant). The zero
 // value of a field means the pool's default (pool.Config).
 type Policy struct {
 	// HalfLife: an observation's weight halves after this long.
@@ -33,8 +34,8 @@ type Policy struct {
 	CooldownMax  time.Duration
 }
 
-// policyDefaults fills p's zero fields with the pool's defaults.
-func policyDefaults(p Policy) Policy {
+// PolicyDefaults fills p's zero fields with the pool's defaults.
+func PolicyDefaults(p Policy) Policy {
 	d := pool.Config{}.WithDefaults()
 	if p.HalfLife == 0 {
 		p.HalfLife = d.HalfLife
@@ -60,10 +61,10 @@ func policyDefaults(p Policy) Policy {
 	return p
 }
 
-// validate names the first field out of its range, by its configuration
+// Validate names the first field out of its range, by its configuration
 // key, after defaults.
-func (p Policy) validate() error {
-	p = policyDefaults(p)
+func (p Policy) Validate() error {
+	p = PolicyDefaults(p)
 	switch {
 	case p.HalfLife < time.Minute || p.HalfLife > 30*24*time.Hour:
 		return fmt.Errorf("config: half_life %v: want 1m to 720h (30 days)", p.HalfLife)
@@ -83,10 +84,10 @@ func (p Policy) validate() error {
 	return nil
 }
 
-// forTenant returns p, the server-wide policy, overlaid with a tenant's
+// ForTenant returns p, the server-wide policy, overlaid with a tenant's
 // own values (store.Policy: nil means the server-wide value).
-func (p Policy) forTenant(t store.Policy) Policy {
-	p = policyDefaults(p)
+func (p Policy) ForTenant(t store.Policy) Policy {
+	p = PolicyDefaults(p)
 	sec := func(d *time.Duration, v *int64) {
 		if v != nil {
 			*d = time.Duration(*v) * time.Second
@@ -111,11 +112,11 @@ func (p Policy) forTenant(t store.Policy) Policy {
 	return p
 }
 
-// stored returns p as the control plane shows the server-wide default
+// Stored returns p as the control plane shows the server-wide default
 // policy: durations in whole seconds, a negative quarantine_below as -1
 // (off).
-func (p Policy) stored() store.Policy {
-	p = policyDefaults(p)
+func (p Policy) Stored() store.Policy {
+	p = PolicyDefaults(p)
 	secs := func(d time.Duration) *int64 { v := int64(d / time.Second); return &v }
 	whole := func(n int) *int64 { v := int64(n); return &v }
 	below, evidence := p.QuarantineBelow, p.QuarantineMinEvidence
@@ -129,9 +130,9 @@ func (p Policy) stored() store.Policy {
 	}
 }
 
-// poolPolicy is p as a running pool takes it (pool.SetPolicy).
-func (p Policy) poolPolicy() pool.Policy {
-	c := p.poolConfig(pool.Config{})
+// PoolPolicy is p as a running pool takes it (pool.SetPolicy).
+func (p Policy) PoolPolicy() pool.Policy {
+	c := p.PoolConfig(pool.Config{})
 	return pool.Policy{
 		HalfLife: c.HalfLife, FailuresToQuarantine: c.FailuresToQuarantine, FailuresToQuarantineWhole: c.FailuresToQuarantineWhole,
 		QuarantineBelow: c.QuarantineBelow, QuarantineMinEvidence: c.QuarantineMinEvidence,
@@ -139,9 +140,9 @@ func (p Policy) poolPolicy() pool.Policy {
 	}
 }
 
-// poolConfig is the pool configuration of p.
-func (p Policy) poolConfig(c pool.Config) pool.Config {
-	p = policyDefaults(p)
+// PoolConfig is the pool configuration of p.
+func (p Policy) PoolConfig(c pool.Config) pool.Config {
+	p = PolicyDefaults(p)
 	c.HalfLife, c.FailuresToQuarantine, c.FailuresToQuarantineWhole = p.HalfLife, p.QuarantineAfter, p.QuarantineWholeAfter
 	c.QuarantineBelow, c.QuarantineMinEvidence = p.QuarantineBelow, p.QuarantineMinEvidence
 	c.CooldownBase, c.CooldownMax = p.CooldownBase, p.CooldownMax

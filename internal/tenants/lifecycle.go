@@ -1,0 +1,239 @@
+package tenants
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+
+	"github.com/repool/repool/internal/budget"
+	"github.com/repool/repool/internal/clock"
+	"github.com/repool/repool/internal/control"
+	"github.com/repool/repool/internal/pool"
+	"github.com/repool/repool/internal/ratelimit"
+	"github.com/repool/repool/internal/store"
+)
+
+// ErrSuspended ends a tenant's event streams when it is suspended.
+var ErrSuspended = errors.New("tenant suspended")
+
+// Credentials drops what it caches of a tenant's credentials
+// (auth.Authenticator does).
+type Credentials interface{ Invalidate(tenant string) }
+
+// Checkpoints forgets what it tracks of a deleted tenant
+// (checkpoint.Checkpointer does).
+type Checkpoints interface{ Forget(tenant string) }
+
+// Watcher follows a new pool's events until ctx ends (audit.Writer does).
+type Watcher interface {
+	Watch(ctx context.Context, tenant string, p *pool.Pool)
+}
+
+// LimitsStore is what LoadLimits reads.
+type LimitsStore interface {
+	ListTenants(ctx context.Context, f store.TenantFilter) ([]store.Tenant, error)
+	GetLimits(ctx context.Context, tenant string) (store.Limits, error)
+}
+
+// LifecycleConfig wires a Lifecycle. Every field but Log is required.
+type LifecycleConfig struct {
+	// Pools is the registry the lifecycle's pools live in; make it with
+	// NewRegistry(lifecycle.NewPool).
+	Pools *Registry
+	// Rules are the defaults and bounds of tenants' limits; Policy the
+	// server-wide quarantine and decay policy.
+	Rules  control.LimitRules
+	Policy Policy
+	// Budget, Limiter: the per-tenant state budgets and request limits the
+	// limits in force are applied to.
+	Budget  *budget.Budget
+	Limiter *ratelimit.Limiter
+	// Credentials, Checkpoints, Watcher: the components that hold some of a
+	// tenant's state beside its pool.
+	Credentials Credentials
+	Checkpoints Checkpoints
+	Watcher     Watcher
+	// Epoch gives the fencing epoch a new pool starts at; Clock is the
+	// pools' clock; Life ends the pools' watchers.
+	Epoch func() uint32
+	Clock clock.Clock
+	Life  context.Context
+	Log   *slog.Logger
+}
+
+// Lifecycle owns every tenant's in-memory state from its first call to its
+// deletion: its pool (made with its policy, its lease cap, charged to its
+// budget), the limits in force (rates, budgets, stream and lease caps, the
+// quarantine and decay policy) and what follows a suspension, a
+// reactivation, a deletion and a key revocation. It implements the control
+// plane's Hooks. Safe for concurrent use.
+type Lifecycle struct {
+	cfg LifecycleConfig
+
+	mu     sync.RWMutex
+	limits map[string]store.Limits // per tenant with stored limits: those in force (LimitRules.Effective)
+}
+
+var _ control.Hooks = (*Lifecycle)(nil)
+
+// NewLifecycle returns a Lifecycle with no tenant's limits yet (LoadLimits
+// reads them).
+func NewLifecycle(cfg LifecycleConfig) (*Lifecycle, error) {
+	switch {
+	case cfg.Pools == nil, cfg.Budget == nil, cfg.Limiter == nil, cfg.Credentials == nil, cfg.Checkpoints == nil,
+		cfg.Watcher == nil, cfg.Epoch == nil, cfg.Clock == nil, cfg.Life == nil:
+		return nil, errors.New("tenants: lifecycle: every dependency is required")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Lifecycle{cfg: cfg, limits: map[string]store.Limits{}}, nil
+}
+
+// NewPool makes tenant's pool, as the registry asks for it: its policy and
+// lease cap in force, charged to its budget under the pool's own lock, at
+// the current epoch, its events audited.
+func (lc *Lifecycle) NewPool(tenant string) (*pool.Pool, error) {
+	// A failure here is the server's, not the caller's: %v keeps the
+	// pool's error kinds out of it, so that it is answered as INTERNAL.
+	gate := lc.cfg.Budget.Gate(tenant, lc.cfg.Log)
+	p, err := pool.New(lc.Policy(tenant).PoolConfig(pool.Config{Clock: lc.cfg.Clock, Gate: gate}))
+	if err != nil {
+		return nil, fmt.Errorf("creating the pool of tenant %q: %v", tenant, err)
+	}
+	if err := p.SetEpoch(lc.cfg.Epoch()); err != nil {
+		return nil, fmt.Errorf("creating the pool of tenant %q: %v", tenant, err)
+	}
+	p.SetMaxLeases(lc.maxLeases(tenant))
+	lc.cfg.Watcher.Watch(lc.cfg.Life, tenant, p)
+	return p, nil
+}
+
+// Limits returns the limits in force for tenant: every field set.
+func (lc *Lifecycle) Limits(tenant string) store.Limits {
+	lc.mu.RLock()
+	l, ok := lc.limits[tenant]
+	lc.mu.RUnlock()
+	if !ok {
+		return lc.cfg.Rules.Defaults
+	}
+	return l
+}
+
+// Policy returns the quarantine and decay policy in force for tenant: the
+// server-wide one (exact, as the flags gave it) overlaid with the tenant's
+// own values.
+func (lc *Lifecycle) Policy(tenant string) Policy {
+	lc.mu.RLock()
+	l := lc.limits[tenant]
+	lc.mu.RUnlock()
+	return lc.cfg.Policy.ForTenant(l.Policy)
+}
+
+// MaxStreams is tenant's limit on concurrent event streams.
+func (lc *Lifecycle) MaxStreams(tenant string) int { return int(*lc.Limits(tenant).MaxStreams) }
+
+func (lc *Lifecycle) maxLeases(tenant string) int { return int(*lc.Limits(tenant).MaxLeases) }
+
+// LoadLimits applies every tenant's stored limits, before traffic. Stored
+// limits that no longer fit (a smaller global budget, values from before
+// the ranges) are logged and the tenant is served with the defaults rather
+// than not at all.
+func (lc *Lifecycle) LoadLimits(ctx context.Context, st LimitsStore) error {
+	ts, err := st.ListTenants(ctx, store.TenantFilter{})
+	if err != nil {
+		return fmt.Errorf("listing tenants: %w", err)
+	}
+	for _, t := range ts {
+		l, err := st.GetLimits(ctx, t.ID)
+		if err != nil {
+			return fmt.Errorf("reading the limits of %s: %w", t.ID, err)
+		}
+		err = lc.cfg.Rules.Check(l)
+		if err == nil {
+			err = lc.ApplyLimits(t.ID, l)
+		}
+		if err != nil {
+			lc.cfg.Log.Error("stored limits not applied", "tenant", t.ID, "err", err)
+		}
+	}
+	return nil
+}
+
+// ApplyLimits applies a tenant's limits live: those in force, the smaller
+// of the operator's (or the default) and the tenant-admin's of each; and
+// its quarantine and decay policy, over the server-wide one, to its pool.
+// Limits the budget or the policy's ranges refuse are an error wrapping
+// control.ErrInvalidLimits, and nothing is applied.
+func (lc *Lifecycle) ApplyLimits(tenant string, l store.Limits) error {
+	policy := lc.cfg.Policy.ForTenant(l.Policy)
+	if err := policy.Validate(); err != nil {
+		return fmt.Errorf("%w: %s", control.ErrInvalidLimits, strings.TrimPrefix(err.Error(), "config: "))
+	}
+	eff := lc.cfg.Rules.Effective(l)
+	eff.Policy = l.Policy // the tenant's own values, for pools created later
+	if err := lc.cfg.Budget.SetLimits(tenant, budget.Limits{
+		ReservedResources: *eff.ReservedResources, MaxResources: *eff.MaxResources,
+		ReservedCells: *eff.ReservedCells, MaxCells: *eff.MaxCells,
+	}); err != nil {
+		// The budget's words ("resources reservations would total ..."),
+		// without its sentinel's.
+		msg := strings.TrimPrefix(err.Error(), budget.ErrInvalidArgument.Error()+": ")
+		return fmt.Errorf("%w: %s", control.ErrInvalidLimits, msg)
+	}
+	if err := lc.cfg.Limiter.Set(tenant, *eff.RatePerSecond, int(*eff.Burst)); err != nil {
+		return fmt.Errorf("%w: %v", control.ErrInvalidLimits, err)
+	}
+	lc.mu.Lock()
+	lc.limits[tenant] = eff
+	lc.mu.Unlock()
+	if p, ok := lc.cfg.Pools.Lookup(tenant); ok {
+		p.SetMaxLeases(lc.maxLeases(tenant))
+		if err := p.SetPolicy(policy.PoolPolicy()); err != nil {
+			// Validate's ranges are within the pool's: not the caller's fault.
+			return fmt.Errorf("applying the policy of tenant %q: %v", tenant, err)
+		}
+	}
+	return nil
+}
+
+// TenantStatusChanged drops cached credentials and, on suspension, ends the
+// tenant's event streams and refuses new ones (a stream admitted just
+// before the suspension included) until the tenant is reactivated.
+func (lc *Lifecycle) TenantStatusChanged(tenant string, st store.Status) {
+	lc.cfg.Credentials.Invalidate(tenant)
+	p, ok := lc.cfg.Pools.Lookup(tenant)
+	if !ok {
+		return
+	}
+	switch st {
+	case store.StatusSuspended:
+		p.CloseSubscriptions(ErrSuspended)
+	case store.StatusActive:
+		p.OpenSubscriptions()
+	}
+}
+
+// TenantDeleted runs after the delete committed: it drops the pool for
+// good (a call admitted before the delete cannot create a new one; tenant
+// ids are never reused), closes it, so that a call that already holds it
+// changes nothing and charges no budget from now on, and only then returns
+// the tenant's budget and forgets its limits.
+func (lc *Lifecycle) TenantDeleted(tenant string) {
+	lc.cfg.Credentials.Invalidate(tenant)
+	if p := lc.cfg.Pools.Remove(tenant); p != nil {
+		p.Close(fmt.Errorf("tenant %s: %w", tenant, ErrDeleted))
+	}
+	lc.cfg.Checkpoints.Forget(tenant)
+	lc.cfg.Budget.Forget(tenant)
+	lc.cfg.Limiter.Forget(tenant)
+	lc.mu.Lock()
+	delete(lc.limits, tenant)
+	lc.mu.Unlock()
+}
+
+// KeyRevoked drops cached credentials so the key fails at once.
+func (lc *Lifecycle) KeyRevoked(tenant, _ string) { lc.cfg.Credentials.Invalidate(tenant) }
