@@ -1,6 +1,7 @@
 package control
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -450,16 +451,63 @@ func showLimit(v float64, ok, admin bool) string {
 
 // getLimits serves GET /api/v1/tenants/{id}/limits.
 func (a *API) getLimits(w http.ResponseWriter, r *http.Request, _ caller) error {
-	id, err := tenantID(r)
+	l, err := a.storedLimits(r)
 	if err != nil {
 		return err
 	}
-	l, err := a.cfg.Store.GetLimits(r.Context(), id)
-	if err != nil {
-		return fromStore(err, "tenant "+strconv.Quote(id))
-	}
 	writeJSON(w, http.StatusOK, a.cfg.Limits.toJSON(l))
 	return nil
+}
+
+// storedLimits reads the stored limits (and policy) of the request's tenant.
+func (a *API) storedLimits(r *http.Request) (store.Limits, error) {
+	id, err := tenantID(r)
+	if err != nil {
+		return store.Limits{}, err
+	}
+	l, err := a.cfg.Store.GetLimits(r.Context(), id)
+	if err != nil {
+		return store.Limits{}, fromStore(err, "tenant "+strconv.Quote(id))
+	}
+	return l, nil
+}
+
+// updateLimits changes a tenant's stored limits (and policy) as one
+// request: under the control plane's lock it reads them, has edit merge
+// the request into them (returning the audit's "field old -> new" parts),
+// has Hooks.ApplyLimits validate and apply the result live, then stores
+// it; if storing fails it applies the previous limits again. what names
+// the change in errors and logs. It returns the merged limits.
+func (a *API) updateLimits(ctx context.Context, c caller, id, what, action string,
+	edit func(prev store.Limits) (merged store.Limits, shown []string, err error)) (store.Limits, error) {
+	unlock, err := a.lock(ctx)
+	if err != nil {
+		return store.Limits{}, err
+	}
+	defer unlock()
+	prev, err := a.cfg.Store.GetLimits(ctx, id)
+	if err != nil {
+		return store.Limits{}, fromStore(err, "tenant "+strconv.Quote(id))
+	}
+	merged, shown, err := edit(prev)
+	if err != nil {
+		return store.Limits{}, err
+	}
+	if err := a.cfg.Hooks.ApplyLimits(id, merged); err != nil {
+		if errors.Is(err, ErrInvalidLimits) {
+			return store.Limits{}, invalidArgument("%s", strings.TrimPrefix(err.Error(), ErrInvalidLimits.Error()+": "))
+		}
+		return store.Limits{}, fmt.Errorf("apply %s: %w", what, err)
+	}
+	if err := a.cfg.Store.PutLimits(ctx, id, merged); err != nil {
+		if rerr := a.cfg.Hooks.ApplyLimits(id, prev); rerr != nil {
+			a.log.ErrorContext(ctx, what+" applied live but not stored, and restoring the previous one failed",
+				"tenant", id, "err", rerr)
+		}
+		return store.Limits{}, fromStore(err, "tenant "+strconv.Quote(id))
+	}
+	a.audit(ctx, c, id, action, id, strings.Join(shown, ", "))
+	return merged, nil
 }
 
 // putLimits serves PUT /api/v1/tenants/{id}/limits. It checks who may set
@@ -495,44 +543,23 @@ func (a *API) putLimits(w http.ResponseWriter, r *http.Request, c caller) error 
 		}
 	}
 
-	ctx := r.Context()
-	unlock, err := a.lock(ctx)
+	merged, err := a.updateLimits(r.Context(), c, id, "limits", actionLimitsPut, func(prev store.Limits) (store.Limits, []string, error) {
+		merged := prev // the pointers are replaced, never written through
+		var shown []string
+		for _, ch := range changes {
+			old, had := ch.ptr(&prev).get()
+			ch.ptr(&merged).set(ch.v)
+			nv, has := ch.ptr(&merged).get()
+			shown = append(shown, fmt.Sprintf("%s %s -> %s", ch.name, showLimit(old, had, ch.admin), showLimit(nv, has, ch.admin)))
+		}
+		if err := a.checkCeilings(c, changes, merged); err != nil {
+			return merged, nil, err
+		}
+		return merged, shown, rules.checkReservations(merged)
+	})
 	if err != nil {
 		return err
 	}
-	defer unlock()
-	prev, err := a.cfg.Store.GetLimits(ctx, id)
-	if err != nil {
-		return fromStore(err, "tenant "+strconv.Quote(id))
-	}
-	merged := prev // the pointers are replaced, never written through
-	var shown []string
-	for _, ch := range changes {
-		old, had := ch.ptr(&prev).get()
-		ch.ptr(&merged).set(ch.v)
-		nv, has := ch.ptr(&merged).get()
-		shown = append(shown, fmt.Sprintf("%s %s -> %s", ch.name, showLimit(old, had, ch.admin), showLimit(nv, has, ch.admin)))
-	}
-	if err := a.checkCeilings(c, changes, merged); err != nil {
-		return err
-	}
-	if err := rules.checkReservations(merged); err != nil {
-		return err
-	}
-	if err := a.cfg.Hooks.ApplyLimits(id, merged); err != nil {
-		if errors.Is(err, ErrInvalidLimits) {
-			return invalidArgument("%s", strings.TrimPrefix(err.Error(), ErrInvalidLimits.Error()+": "))
-		}
-		return fmt.Errorf("apply limits: %w", err)
-	}
-	if err := a.cfg.Store.PutLimits(ctx, id, merged); err != nil {
-		if rerr := a.cfg.Hooks.ApplyLimits(id, prev); rerr != nil {
-			a.log.ErrorContext(ctx, "limits applied live but not stored, and restoring the previous ones failed",
-				"tenant", id, "err", rerr)
-		}
-		return fromStore(err, "tenant "+strconv.Quote(id))
-	}
-	a.audit(ctx, c, id, actionLimitsPut, id, strings.Join(shown, ", "))
 	writeJSON(w, http.StatusOK, rules.toJSON(merged))
 	return nil
 }

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"strconv"
-	"strings"
 
 	"github.com/repool/repool/internal/store"
 )
@@ -174,13 +172,9 @@ func showPolicy(v float64, ok bool) string {
 
 // getPolicy serves GET /api/v1/tenants/{id}/policy.
 func (a *API) getPolicy(w http.ResponseWriter, r *http.Request, _ caller) error {
-	id, err := tenantID(r)
+	l, err := a.storedLimits(r)
 	if err != nil {
 		return err
-	}
-	l, err := a.cfg.Store.GetLimits(r.Context(), id)
-	if err != nil {
-		return fromStore(err, "tenant "+strconv.Quote(id))
 	}
 	writeJSON(w, http.StatusOK, a.cfg.Limits.policyToJSON(l.Policy))
 	return nil
@@ -216,45 +210,24 @@ func (a *API) putPolicy(w http.ResponseWriter, r *http.Request, c caller) error 
 		return invalidArgument("no policy given; set any of half_life_seconds, quarantine_after, quarantine_whole_after, quarantine_below, quarantine_min_evidence, cooldown_base_seconds, cooldown_max_seconds (null: the server default)")
 	}
 
-	ctx := r.Context()
-	unlock, err := a.lock(ctx)
+	merged, err := a.updateLimits(r.Context(), c, id, "policy", actionPolicyPut, func(prev store.Limits) (store.Limits, []string, error) {
+		merged := prev // the pointers are replaced, never written through
+		var shown []string
+		for i, o := range req.fields() {
+			if !o.set {
+				continue
+			}
+			f := policyFields[i]
+			old, had := f.ptr(&prev.Policy).get()
+			f.ptr(&merged.Policy).set(o.v)
+			nv, has := f.ptr(&merged.Policy).get()
+			shown = append(shown, fmt.Sprintf("%s %s -> %s", f.name, showPolicy(old, had), showPolicy(nv, has)))
+		}
+		return merged, shown, a.cfg.Limits.checkPolicy(merged.Policy)
+	})
 	if err != nil {
 		return err
 	}
-	defer unlock()
-	prev, err := a.cfg.Store.GetLimits(ctx, id)
-	if err != nil {
-		return fromStore(err, "tenant "+strconv.Quote(id))
-	}
-	merged := prev // the pointers are replaced, never written through
-	var shown []string
-	for i, o := range req.fields() {
-		if !o.set {
-			continue
-		}
-		f := policyFields[i]
-		old, had := f.ptr(&prev.Policy).get()
-		f.ptr(&merged.Policy).set(o.v)
-		nv, has := f.ptr(&merged.Policy).get()
-		shown = append(shown, fmt.Sprintf("%s %s -> %s", f.name, showPolicy(old, had), showPolicy(nv, has)))
-	}
-	if err := a.cfg.Limits.checkPolicy(merged.Policy); err != nil {
-		return err
-	}
-	if err := a.cfg.Hooks.ApplyLimits(id, merged); err != nil {
-		if errors.Is(err, ErrInvalidLimits) {
-			return invalidArgument("%s", strings.TrimPrefix(err.Error(), ErrInvalidLimits.Error()+": "))
-		}
-		return fmt.Errorf("apply policy: %w", err)
-	}
-	if err := a.cfg.Store.PutLimits(ctx, id, merged); err != nil {
-		if rerr := a.cfg.Hooks.ApplyLimits(id, prev); rerr != nil {
-			a.log.ErrorContext(ctx, "policy applied live but not stored, and restoring the previous one failed",
-				"tenant", id, "err", rerr)
-		}
-		return fromStore(err, "tenant "+strconv.Quote(id))
-	}
-	a.audit(ctx, c, id, actionPolicyPut, id, strings.Join(shown, ", "))
 	writeJSON(w, http.StatusOK, a.cfg.Limits.policyToJSON(merged.Policy))
 	return nil
 }
