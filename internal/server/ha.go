@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/repool/repool/internal/clock"
 	"github.com/repool/repool/internal/dataplane"
 	"github.com/repool/repool/internal/ha"
 	"github.com/repool/repool/internal/store"
@@ -91,10 +92,8 @@ func (s *Server) runHA(ctx context.Context, errc <-chan error) error {
 			s.log.Error("takeover failed; resigning", "err", err)
 			s.ha.resign()
 			s.stepDown()
-			select {
-			case <-ctx.Done():
+			if clock.Sleep(ctx, s.clock, time.Second) != nil {
 				return nil
-			case <-time.After(time.Second):
 			}
 			continue
 		}
@@ -117,10 +116,8 @@ func (s *Server) runHA(ctx context.Context, errc <-chan error) error {
 			// A server that just lost its session gives the others a
 			// session timeout's head start, so leadership does not flap
 			// back to a server whose database link is failing.
-			select {
-			case <-ctx.Done():
+			if clock.Sleep(ctx, s.clock, s.cfg.HASessionTimeout) != nil {
 				return nil
-			case <-time.After(s.cfg.HASessionTimeout):
 			}
 		}
 	}
@@ -156,10 +153,5 @@ func (s *Server) stepDown() {
 	s.lead.Store(false)
 	s.ha.isActive.Set(0)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
-	why := fmt.Errorf("%w: stepped down", dataplane.ErrNotActive)
-	for t, p := range s.pools.Close() {
-		p.Close(why) // a call still holding it changes nothing, charges nothing
-		s.budget.Forget(t)
-		s.cp.Forget(t)
-	}
+	s.tenants.Close(fmt.Errorf("%w: stepped down", dataplane.ErrNotActive))
 }

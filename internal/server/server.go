@@ -78,10 +78,7 @@ type Server struct {
 	signer  *token.Signer
 	epoch   atomic.Uint32
 	ha      *haState // nil unless Config.HA
-	auth    *auth.Authenticator
 	pools   *tenants.Registry
-	budget  *budget.Budget
-	limiter *ratelimit.Limiter
 	svc     *dataplane.Service
 	cp      *checkpoint.Checkpointer
 	audit   *audit.Writer
@@ -182,18 +179,21 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	if s.signer, err = token.NewSigner(key, opts.Clock); err != nil {
 		return nil, err
 	}
-	if s.auth, err = auth.New(auth.Config{Store: s.store, Signer: s.signer, TokenTTL: cfg.TokenTTL, Clock: opts.Clock}); err != nil {
+	authn, err := auth.New(auth.Config{Store: s.store, Signer: s.signer, TokenTTL: cfg.TokenTTL, Clock: opts.Clock})
+	if err != nil {
 		return nil, err
 	}
-	if s.budget, err = budget.New(budget.Config{
+	budgets, err := budget.New(budget.Config{
 		Resources: cfg.GlobalResources, Cells: cfg.GlobalCells,
 		DefaultMaxResources: *s.rules.Defaults.MaxResources, DefaultMaxCells: *s.rules.Defaults.MaxCells,
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
-	if s.limiter, err = ratelimit.New(ratelimit.Config{
+	limiter, err := ratelimit.New(ratelimit.Config{
 		Rate: cfg.RatePerSecond, Burst: cfg.Burst, Clock: opts.Clock, Logger: opts.Log, Registerer: s.reg,
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
 	if s.audit, err = audit.New(s.store, 4096, s.reg, opts.Log); err != nil {
@@ -207,17 +207,13 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	}
 	if s.cp, err = checkpoint.New(checkpoint.Config{
 		Store: s.store, Pools: s.pools, Leases: s.store.LoadLeases, Metrics: s.reg, Clock: opts.Clock, Log: opts.Log,
-		Restored: func(tenant string, resources, cells int) {
-			// Restored state is accounted before traffic, even above a limit.
-			_ = s.budget.Account(tenant, budget.Resources, int64(resources))
-			_ = s.budget.Account(tenant, budget.Cells, int64(cells))
-		},
+		Restored: func(tenant string, resources, cells int) { s.tenants.Restored(tenant, resources, cells) },
 	}); err != nil {
 		return nil, err
 	}
 	if s.tenants, err = tenants.NewLifecycle(tenants.LifecycleConfig{
-		Pools: s.pools, Rules: s.rules, Policy: cfg.Policy, Budget: s.budget, Limiter: s.limiter,
-		Credentials: s.auth, Checkpoints: s.cp, Watcher: s.audit,
+		Pools: s.pools, Rules: s.rules, Policy: cfg.Policy, Budget: budgets, Limiter: limiter,
+		Credentials: authn, Checkpoints: s.cp, Watcher: s.audit,
 		Epoch: s.epoch.Load, Clock: s.poolClock, Life: s.life, Log: opts.Log,
 	}); err != nil {
 		return nil, err
@@ -228,7 +224,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 		}
 	}
 	if s.svc, err = dataplane.New(dataplane.Config{
-		Pools: s.pools, Auth: s.auth, Limiter: s.limiter, Journal: durability{s},
+		Pools: s.pools, Auth: authn, Limiter: limiter, Journal: durability{s},
 		MaxStreams: s.tenants.MaxStreams, Active: s.active, Metrics: s.reg, Log: opts.Log,
 		Audit: func(tenant, actor, action, detail string) {
 			s.audit.Record(store.AuditEntry{TenantID: tenant, Actor: actor, Action: action, Detail: detail})
@@ -286,7 +282,7 @@ func (s *Server) becomeActive(ctx context.Context, epoch uint32) error {
 	if err := s.tenants.LoadLimits(ctx, s.store); err != nil {
 		return err
 	}
-	s.pools.Open()
+	s.tenants.Open()
 	failed, err := s.cp.RestoreAll(ctx)
 	if err != nil {
 		return fmt.Errorf("restoring pools: %w", err)
@@ -578,11 +574,13 @@ func (s *Server) Run(ctx context.Context) error {
 	s.closeStreams(fmt.Errorf("%w: server shutting down", dataplane.ErrNotActive))
 	stopped := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(stopped) }()
+	grace := s.clock.NewTimer(s.cfg.ShutdownGrace)
 	select {
 	case <-stopped:
-	case <-time.After(s.cfg.ShutdownGrace):
+	case <-grace.Chan():
 		s.grpc.Stop()
 	}
+	grace.Stop()
 	hctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
 	defer cancel()
 	_ = s.http.Shutdown(hctx)

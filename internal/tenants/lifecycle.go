@@ -93,6 +93,9 @@ func NewLifecycle(cfg LifecycleConfig) (*Lifecycle, error) {
 	return &Lifecycle{cfg: cfg, limits: map[string]store.Limits{}}, nil
 }
 
+// Pools is the registry of the tenants' pools.
+func (lc *Lifecycle) Pools() *Registry { return lc.cfg.Pools }
+
 // NewPool makes tenant's pool, as the registry asks for it: its policy and
 // lease cap in force, charged to its budget under the pool's own lock, at
 // the current epoch, its events audited.
@@ -233,6 +236,29 @@ func (lc *Lifecycle) TenantDeleted(tenant string) {
 	lc.mu.Lock()
 	delete(lc.limits, tenant)
 	lc.mu.Unlock()
+}
+
+// Close closes every tenant's pool with why and forgets what the budget
+// and the checkpointer hold of them, as a server stepping down does: a
+// call still holding a pool changes nothing and charges nothing, and the
+// registry refuses new pools until Open. The limits in force stay; the
+// next LoadLimits replaces them.
+func (lc *Lifecycle) Close(why error) {
+	for t, p := range lc.cfg.Pools.Close() {
+		p.Close(why)
+		lc.cfg.Budget.Forget(t)
+		lc.cfg.Checkpoints.Forget(t)
+	}
+}
+
+// Open lets the registry make pools again, after Close.
+func (lc *Lifecycle) Open() { lc.cfg.Pools.Open() }
+
+// Restored accounts a restored pool's resources and cells to its tenant's
+// budget, even above a limit: restored state is accounted before traffic.
+func (lc *Lifecycle) Restored(tenant string, resources, cells int) {
+	_ = lc.cfg.Budget.Account(tenant, budget.Resources, int64(resources))
+	_ = lc.cfg.Budget.Account(tenant, budget.Cells, int64(cells))
 }
 
 // KeyRevoked drops cached credentials so the key fails at once.

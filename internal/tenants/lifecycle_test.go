@@ -1,0 +1,192 @@
+package tenants
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/repool/repool/internal/budget"
+	"github.com/repool/repool/internal/clock"
+	"github.com/repool/repool/internal/control"
+	"github.com/repool/repool/internal/pool"
+	"github.com/repool/repool/internal/ratelimit"
+	"github.com/repool/repool/internal/store"
+)
+
+// recorder stands in for the credentials cache, the checkpointer and the
+// audit watcher: it records which tenants each was told about.
+type recorder struct {
+	mu                         sync.Mutex
+	invalidated, forgot, watch []string
+}
+
+func (r *recorder) Invalidate(t string) { r.mu.Lock(); r.invalidated = append(r.invalidated, t); r.mu.Unlock() }
+func (r *recorder) Forget(t string)     { r.mu.Lock(); r.forgot = append(r.forgot, t); r.mu.Unlock() }
+func (r *recorder) Watch(_ context.Context, t string, _ *pool.Pool) {
+	r.mu.Lock()
+	r.watch = append(r.watch, t)
+	r.mu.Unlock()
+}
+
+func (r *recorder) seen() (invalidated, forgot, watch []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.invalidated), slices.Clone(r.forgot), slices.Clone(r.watch)
+}
+
+func i64(v int64) *int64 { return &v }
+
+func newLifecycle(t *testing.T) (*Lifecycle, *budget.Budget, *recorder) {
+	t.Helper()
+	b, err := budget.New(budget.Config{Resources: 100, Cells: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := ratelimit.New(ratelimit.Config{Rate: 100, Burst: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rate := 100.0
+	rules := control.LimitRules{
+		Defaults: store.Limits{RatePerSecond: &rate, Burst: i64(100), ReservedResources: i64(0), MaxResources: i64(10),
+			ReservedCells: i64(0), MaxCells: i64(100), MaxStreams: i64(4), MaxLeases: i64(0)},
+		GlobalResources: 100, GlobalCells: 1000,
+	}
+	rec := &recorder{}
+	var lc *Lifecycle
+	reg := NewRegistry(func(tenant string) (*pool.Pool, error) { return lc.NewPool(tenant) })
+	lc, err = NewLifecycle(LifecycleConfig{
+		Pools: reg, Rules: rules, Budget: b, Limiter: lim, Credentials: rec, Checkpoints: rec, Watcher: rec,
+		Epoch: func() uint32 { return 7 }, Clock: clock.NewFake(time.Unix(1e9, 0)), Life: t.Context(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lc, b, rec
+}
+
+// TestLifecyclePoolsFollowTheLimits: a new pool is charged to its tenant's
+// budget, at the tenant's ceiling, and watched; limits applied live reach
+// the pool; limits the budget refuses change nothing.
+func TestLifecyclePoolsFollowTheLimits(t *testing.T) {
+	lc, b, rec := newLifecycle(t)
+	p, err := lc.Pools().Pool("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, w := rec.seen(); !slices.Equal(w, []string{"a"}) {
+		t.Fatalf("watched %v, want [a]", w)
+	}
+	if _, _, err := p.Register([]pool.Spec{{ID: "r1"}, {ID: "r2"}}); err != nil {
+		t.Fatal(err)
+	}
+	if u := b.Usage("a"); u.Of(budget.Resources) != 2 {
+		t.Fatalf("budget holds %d resources of a, want the pool's 2", u.Of(budget.Resources))
+	}
+	// A ceiling of 3 resources, applied live: the fourth is over budget.
+	l := store.Limits{MaxResources: i64(3)}
+	if err := lc.ApplyLimits("a", l); err != nil {
+		t.Fatalf("ApplyLimits(max_resources 3) = %v", err)
+	}
+	if got := *lc.Limits("a").MaxResources; got != 3 {
+		t.Fatalf("limits in force: max_resources %d, want 3", got)
+	}
+	if _, _, err := p.Register([]pool.Spec{{ID: "r3"}, {ID: "r4"}}); !errors.Is(err, pool.ErrOverBudget) {
+		t.Fatalf("registering past the ceiling = %v, want ErrOverBudget", err)
+	}
+	// A reservation larger than the global budget is refused as invalid
+	// limits, and the limits in force stay as they were.
+	if err := lc.ApplyLimits("a", store.Limits{ReservedResources: i64(1000), MaxResources: i64(1000)}); !errors.Is(err, control.ErrInvalidLimits) {
+		t.Fatalf("ApplyLimits(reserve 1000 of 100) = %v, want ErrInvalidLimits", err)
+	}
+	if got := *lc.Limits("a").MaxResources; got != 3 {
+		t.Fatalf("a refused ApplyLimits changed max_resources to %d", got)
+	}
+	// A policy out of range is refused too.
+	bad := int64(5000)
+	if err := lc.ApplyLimits("a", store.Limits{Policy: store.Policy{QuarantineAfter: &bad}}); !errors.Is(err, control.ErrInvalidLimits) {
+		t.Fatalf("ApplyLimits(quarantine_after 5000) = %v, want ErrInvalidLimits", err)
+	}
+	if got := lc.MaxStreams("a"); got != 4 {
+		t.Fatalf("MaxStreams = %d, want the default 4", got)
+	}
+}
+
+// TestLifecycleDeleteForgetsEverything: a deleted tenant's pool is closed
+// and never made again, its credentials and checkpoint state are dropped,
+// its budget returned and its limits back to the defaults.
+func TestLifecycleDeleteForgetsEverything(t *testing.T) {
+	lc, b, rec := newLifecycle(t)
+	p, err := lc.Pools().Pool("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := p.Register([]pool.Spec{{ID: "r1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := lc.ApplyLimits("a", store.Limits{MaxResources: i64(5)}); err != nil {
+		t.Fatal(err)
+	}
+	lc.TenantDeleted("a")
+	if _, _, err := p.Register([]pool.Spec{{ID: "r2"}}); !errors.Is(err, pool.ErrPoolClosed) || !errors.Is(err, ErrDeleted) {
+		t.Fatalf("a deleted tenant's pool took a Register: %v", err)
+	}
+	if _, err := lc.Pools().Pool("a"); !errors.Is(err, ErrDeleted) {
+		t.Fatalf("a deleted tenant got a pool again: %v", err)
+	}
+	inv, forgot, _ := rec.seen()
+	if !slices.Contains(inv, "a") || !slices.Contains(forgot, "a") {
+		t.Fatalf("credentials dropped for %v, checkpoints forgotten for %v; want a in both", inv, forgot)
+	}
+	if u := b.Usage("a"); u.Of(budget.Resources) != 0 {
+		t.Fatalf("a deleted tenant still holds %d resources of the budget", u.Of(budget.Resources))
+	}
+	if got := *lc.Limits("a").MaxResources; got != 10 {
+		t.Fatalf("a deleted tenant's limits stayed: max_resources %d, want the default 10", got)
+	}
+}
+
+// TestLifecycleCloseAndOpen: Close closes every pool and refuses new ones
+// until Open; a suspension ends event streams and a reactivation lets
+// them start again.
+func TestLifecycleCloseAndOpen(t *testing.T) {
+	lc, b, _ := newLifecycle(t)
+	p, err := lc.Pools().Pool("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := p.Subscribe(0, 0)
+	lc.TenantStatusChanged("a", store.StatusSuspended)
+	if err := live.Err(); !errors.Is(err, ErrSuspended) {
+		t.Fatalf("a stream on suspension: %v, want ErrSuspended", err)
+	}
+	if err := p.Subscribe(0, 0).Err(); !errors.Is(err, ErrSuspended) {
+		t.Fatalf("Subscribe while suspended: %v, want ErrSuspended", err)
+	}
+	lc.TenantStatusChanged("a", store.StatusActive)
+	if err := p.Subscribe(0, 0).Err(); err != nil {
+		t.Fatalf("Subscribe after reactivation: %v", err)
+	}
+	if _, _, err := p.Register([]pool.Spec{{ID: "r1"}}); err != nil {
+		t.Fatal(err)
+	}
+	why := errors.New("stepped down")
+	lc.Close(why)
+	if _, err := lc.Pools().Pool("a"); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Pool after Close = %v, want ErrClosed", err)
+	}
+	if u := b.Usage("a"); u.Of(budget.Resources) != 0 {
+		t.Fatalf("budget still holds %d resources after Close", u.Of(budget.Resources))
+	}
+	lc.Open()
+	if _, err := lc.Pools().Pool("a"); err != nil {
+		t.Fatalf("Pool after Open = %v", err)
+	}
+	lc.Restored("a", 3, 4)
+	if u := b.Usage("a"); u.Of(budget.Resources) != 3 || u.Of(budget.Cells) != 4 {
+		t.Fatalf("Restored accounted %+v, want 3 resources and 4 cells", u)
+	}
+}
