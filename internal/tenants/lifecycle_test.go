@@ -23,8 +23,12 @@ type recorder struct {
 	invalidated, forgot, watch []string
 }
 
-func (r *recorder) Invalidate(t string) { r.mu.Lock(); r.invalidated = append(r.invalidated, t); r.mu.Unlock() }
-func (r *recorder) Forget(t string)     { r.mu.Lock(); r.forgot = append(r.forgot, t); r.mu.Unlock() }
+func (r *recorder) Invalidate(t string) {
+	r.mu.Lock()
+	r.invalidated = append(r.invalidated, t)
+	r.mu.Unlock()
+}
+func (r *recorder) Forget(t string) { r.mu.Lock(); r.forgot = append(r.forgot, t); r.mu.Unlock() }
 func (r *recorder) Watch(_ context.Context, t string, _ *pool.Pool) {
 	r.mu.Lock()
 	r.watch = append(r.watch, t)
