@@ -104,7 +104,7 @@ func TestCoarseAdvancesAndStops(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("Coarse clock did not advance in 5s")
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // Coarse is a real-time clock: this test is about real time passing
 	}
 	cancel()
 	select {

@@ -25,6 +25,7 @@ import (
 	"github.com/repool/repool/internal/pool"
 	"github.com/repool/repool/internal/ratelimit"
 	"github.com/repool/repool/internal/tenants"
+	"github.com/repool/repool/internal/testenv"
 )
 
 // fakeAuth maps API keys to tenants.
@@ -218,7 +219,7 @@ func TestEventStreamHeadersMeanSubscribed(t *testing.T) {
 		}
 		cancel()
 		// The stream cap is 2: wait for the server to count this one gone.
-		waitFor(t, func() bool { return e.svc.Streams("a") == 0 })
+		testenv.Eventually(t, 5*time.Second, "a's event streams to be 0", func() bool { return e.svc.Streams("a") == 0 })
 	}
 }
 
@@ -381,7 +382,7 @@ func TestStreamQuota(t *testing.T) {
 		}
 		streams = append(streams, s)
 	}
-	waitFor(t, func() bool { return e.svc.Streams("a") == 2 })
+	testenv.Eventually(t, 5*time.Second, "a's event streams to be 2", func() bool { return e.svc.Streams("a") == 2 })
 	third, err := e.client.SubscribeEvents(as("key-a"), &repoolv1.SubscribeEventsRequest{})
 	if err == nil {
 		_, err = third.Recv()
@@ -399,19 +400,8 @@ func TestStreamQuota(t *testing.T) {
 		t.Fatalf("B's SubscribeEvents with A at its cap = %v (B streams %d), want admitted", err, e.svc.Streams("b"))
 	}
 	cancel()
-	waitFor(t, func() bool { return e.svc.Streams("a") == 0 })
+	testenv.Eventually(t, 5*time.Second, "a's event streams to be 0", func() bool { return e.svc.Streams("a") == 0 })
 	_ = streams
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 5s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func TestStandbyAnswersUnavailable(t *testing.T) {

@@ -97,7 +97,8 @@ func TestConcurrentLeasesNeverExceedCapacity(t *testing.T) {
 			default:
 				fc.Advance(50 * time.Millisecond)
 				p.Tick()
-				time.Sleep(50 * time.Microsecond)
+				time.Sleep(50 * time.Microsecond) // lets the other goroutines run between advances; not a wait for time
+
 			}
 		}
 	}()

@@ -11,6 +11,8 @@ import (
 	repoolv1 "github.com/repool/repool/api/repool/v1"
 	"github.com/repool/repool/internal/store"
 	"github.com/repool/repool/internal/store/open"
+	"github.com/repool/repool/internal/clock"
+	"github.com/repool/repool/internal/testenv"
 )
 
 // TestSecondServerOnTheSameStoreRefuses: a second server started on a
@@ -74,7 +76,8 @@ func cellSuccesses(t *testing.T, st, r, c string) float64 {
 }
 
 // TestReportsReachTheStore: with DurableReports a report is in the store
-// when it is acknowledged; without, within ReportFlush.
+// when it is acknowledged, though the server's (fake) clock never reaches
+// the flush; without, once the clock passes ReportFlush.
 func TestReportsReachTheStore(t *testing.T) {
 	for _, durable := range []bool{true, false} {
 		name := "flushed"
@@ -83,11 +86,8 @@ func TestReportsReachTheStore(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			st := sqliteStore(t)
-			flush := time.Minute // only durable reports can pass
-			if !durable {
-				flush = 50 * time.Millisecond
-			}
-			r := start(t, Config{Store: st, DurableReports: durable, ReportFlush: flush})
+			fake := clock.NewFake(time.Now())
+			r := startWith(t, Config{Store: st, DurableReports: durable, ReportFlush: time.Minute}, Options{Clock: fake})
 			ctx := withKey(r.key)
 			if _, err := r.pool.Register(ctx, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "r"}}}); err != nil {
 				t.Fatal(err)
@@ -104,7 +104,15 @@ func TestReportsReachTheStore(t *testing.T) {
 				}
 				return
 			}
-			waitFor(t, func() bool { return cellSuccesses(t, st, "r", "x") >= base+2.99 })
+			if got := cellSuccesses(t, st, "r", "x"); got >= base+2.99 {
+				t.Fatalf("stored successes before the flush = %v: flushed early", got)
+			}
+			// Each poll moves the clock past a flush; the round then runs
+			// on its own goroutine.
+			testenv.Eventually(t, 10*time.Second, "3 reports' successes in the store once ReportFlush passed", func() bool {
+				fake.Advance(time.Minute)
+				return cellSuccesses(t, st, "r", "x") >= base+2.99
+			})
 		})
 	}
 }

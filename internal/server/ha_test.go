@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
+	"github.com/repool/repool/internal/clock"
 	"github.com/repool/repool/internal/testenv"
 )
 
@@ -33,7 +34,7 @@ func waitStatus(t *testing.T, r *running, want int, within time.Duration) time.D
 		if time.Since(start) > within {
 			t.Fatalf("/readyz/active of %s = %d, want %d within %v", r.s.cfg.HAName, activeStatus(t, r), want, within)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // a poll of another goroutine's election, which runs on real time
 	}
 	return time.Since(start)
 }
@@ -43,13 +44,19 @@ func waitStatus(t *testing.T, r *running, want int, within time.Duration) time.D
 // journal makes registrations and leases durable.
 func haPair(t *testing.T) (dsn string, a, b *running) {
 	t.Helper()
+	return haPairWith(t, Options{})
+}
+
+// haPairWith is haPair with opts for both servers (a clock they share).
+func haPairWith(t *testing.T, opts Options) (dsn string, a, b *running) {
+	t.Helper()
 	dsn = testenv.Postgres(t)
 	cfg := func(name string) Config {
 		return Config{Store: dsn, HA: true, HAName: name, HASessionTimeout: time.Second, HAInterval: 100 * time.Millisecond, CheckpointInterval: time.Hour}
 	}
-	a = start(t, cfg("a"))
+	a = startWith(t, cfg("a"), opts)
 	waitStatus(t, a, http.StatusOK, 5*time.Second)
-	b = start(t, cfg("b"))
+	b = startWith(t, cfg("b"), opts)
 	waitStatus(t, b, http.StatusNotFound, 5*time.Second)
 	return dsn, a, b
 }
@@ -92,13 +99,8 @@ func TestHAFailoverKeepsLeasesAndFencesTokens(t *testing.T) {
 	t.Logf("standby active %v after the leader's session died", took)
 	// The former leader notices at its next session check (HAInterval);
 	// until then its writes are fenced in SQL.
-	deadline := time.Now().Add(time.Second)
-	for activeStatus(t, a) == http.StatusOK {
-		if time.Now().After(deadline) {
-			t.Fatal("former leader still answers /readyz/active 200 a second after losing its session")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, time.Second, "the former leader to stop answering /readyz/active 200 after losing its session",
+		func() bool { return activeStatus(t, a) != http.StatusOK })
 
 	// The lease granted by the former leader holds capacity on the new one,
 	// and its holder can renew and release it there.
@@ -134,7 +136,11 @@ func TestHAFailoverKeepsLeasesAndFencesTokens(t *testing.T) {
 // (it renews), and does not lease the capacity-1 resource again once the
 // stale one has expired.
 func TestFailoverKeepsALiveLeaseBesideStaleJournalRows(t *testing.T) {
-	dsn, a, b := haPair(t)
+	// The servers' time is a fake they share, so that the stale lease can
+	// expire without the test waiting for it; the election runs on real
+	// time.
+	fake := clock.NewFake(time.Now())
+	dsn, a, b := haPairWith(t, Options{Clock: fake})
 	ctx := withKey(a.key)
 	register := func() {
 		t.Helper()
@@ -161,7 +167,7 @@ func TestFailoverKeepsALiveLeaseBesideStaleJournalRows(t *testing.T) {
 	if _, err := b.pool.Renew(ctx, &repoolv1.RenewRequest{LeaseId: live.GetLeaseId(), FencingToken: live.GetFencingToken(), TtlSeconds: 60}); err != nil {
 		t.Fatalf("Renew(live lease %s) on the new leader = %v, want OK", live.GetLeaseId(), err)
 	}
-	time.Sleep(2500 * time.Millisecond) // the stale lease (2 s) has expired
+	fake.Advance(2500 * time.Millisecond) // the stale lease (2 s) has expired
 	if got, err := b.pool.Acquire(ctx, &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 60}); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("Acquire on the new leader = %v, %v; want RESOURCE_EXHAUSTED: lease %s still holds capacity-1 r1", got.GetLease(), err, live.GetLeaseId())
 	}

@@ -24,7 +24,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
+	"github.com/repool/repool/internal/clock"
 	"github.com/repool/repool/internal/pool"
+	"github.com/repool/repool/internal/testenv"
 )
 
 type running struct {
@@ -48,12 +50,19 @@ var (
 // when the test ends.
 func start(t testing.TB, cfg Config) *running {
 	t.Helper()
+	return startWith(t, cfg, Options{})
+}
+
+// startWith is start with opts (its Out is the test's).
+func startWith(t testing.TB, cfg Config, opts Options) *running {
+	t.Helper()
 	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
 	if cfg.CheckpointInterval == 0 {
 		cfg.CheckpointInterval = time.Hour // tests checkpoint at shutdown
 	}
 	var out bytes.Buffer
-	s, err := New(context.Background(), cfg, Options{Out: &out})
+	opts.Out = &out
+	s, err := New(context.Background(), cfg, opts)
 	if err != nil {
 		t.Fatalf("New() = %v", err)
 	}
@@ -319,7 +328,9 @@ func TestBudgetRaceOverGRPC(t *testing.T) {
 }
 
 func TestControlPlaneChangesApplyAtOnce(t *testing.T) {
-	r := start(t, Config{Store: sqliteStore(t)})
+	// The rate limiter's buckets refill on the server's clock, a fake here.
+	fake := clock.NewFake(time.Now())
+	r := startWith(t, Config{Store: sqliteStore(t)}, Options{Clock: fake})
 	var tenant map[string]any
 	if code := r.api(t, "POST", "/api/v1/tenants", r.op, `{"id":"acme","name":"Acme"}`, &tenant); code != 201 {
 		t.Fatalf("create tenant = %d", code)
@@ -336,7 +347,7 @@ func TestControlPlaneChangesApplyAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return r.s.svc.Streams("acme") == 1 })
+	testenv.Eventually(t, 5*time.Second, "acme's event streams to be 1", func() bool { return r.s.svc.Streams("acme") == 1 })
 
 	if code := r.api(t, "POST", "/api/v1/tenants/acme/suspend", r.op, ``, nil); code != 200 {
 		t.Fatalf("suspend = %d", code)
@@ -372,12 +383,12 @@ func TestControlPlaneChangesApplyAtOnce(t *testing.T) {
 	}
 	// The bucket keeps its (spent) tokens across a change of rate; at
 	// 1,000/s it holds a stream's cost again within milliseconds.
-	time.Sleep(50 * time.Millisecond)
+	fake.Advance(50 * time.Millisecond)
 	sctx, cancel := context.WithCancel(ctx)
 	if _, err := r.pool.SubscribeEvents(sctx, &repoolv1.SubscribeEventsRequest{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return r.s.svc.Streams("acme") == 1 })
+	testenv.Eventually(t, 5*time.Second, "acme's event streams to be 1", func() bool { return r.s.svc.Streams("acme") == 1 })
 	second, err := r.pool.SubscribeEvents(ctx, &repoolv1.SubscribeEventsRequest{})
 	if err == nil {
 		_, err = second.Recv()
@@ -386,24 +397,13 @@ func TestControlPlaneChangesApplyAtOnce(t *testing.T) {
 		t.Fatalf("second stream with max_streams 1 = %v, want RESOURCE_EXHAUSTED", err)
 	}
 	cancel()
-	waitFor(t, func() bool { return r.s.svc.Streams("acme") == 0 })
+	testenv.Eventually(t, 5*time.Second, "acme's event streams to be 0", func() bool { return r.s.svc.Streams("acme") == 0 })
 
 	if code := r.api(t, "DELETE", "/api/v1/tenants/acme/keys/"+key.ID, r.op, ``, nil); code != 200 && code != 204 {
 		t.Fatalf("revoke = %d", code)
 	}
 	if _, err := r.pool.ListResources(ctx, &repoolv1.ListResourcesRequest{}); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("call with a revoked key = %v, want UNAUTHENTICATED at once", err)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 5s")
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -423,7 +423,7 @@ func TestDataPlaneChangesAreAudited(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]bool{"resources.register": false, "resources.deregister": false, "resource.blocked": false}
-	waitFor(t, func() bool {
+	testenv.Eventually(t, 5*time.Second, "the audit entries of the register, the deregister and the block", func() bool {
 		var page struct {
 			Entries []struct{ Action, Target string }
 		}

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
+	"github.com/repool/repool/internal/testenv"
 	"github.com/repool/repool/internal/tlsconf/tlstest"
 )
 
@@ -214,13 +215,7 @@ func TestTLSReload(t *testing.T) {
 
 	// Rotated in place, without a call: the watcher picks it up.
 	ca3.Issue("server", "repool.test").Write(t, dir, "server")
-	deadline := time.Now().Add(15 * time.Second)
-	for !trusts(ca3) {
-		if time.Now().After(deadline) {
-			t.Fatal("a pair rewritten on disk was not served within 15s")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testenv.Eventually(t, 15*time.Second, "a pair rewritten on disk to be served", func() bool { return trusts(ca3) })
 }
 
 func TestTLSConfig(t *testing.T) {
