@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 
+	"github.com/repool/repool/internal/pool"
 	"github.com/repool/repool/internal/store"
 )
 
@@ -27,22 +28,22 @@ type policyField struct {
 	ptr  func(*store.Policy) limitPtr
 }
 
-// policyFields lists the policy in the JSON order. The ranges are those of
-// the server's flags (internal/server/policy.go).
+// policyFields lists the policy in the JSON order. The ranges are the
+// pool package's, as the server's flags have them.
 var policyFields = []policyField{
-	{name: "half_life_seconds", min: 60, max: 30 * 24 * 3600, integer: true, want: "60 to 2592000 seconds (1 minute to 30 days)",
+	{name: "half_life_seconds", min: pool.MinHalfLife.Seconds(), max: pool.MaxHalfLife.Seconds(), integer: true, want: "60 to 2592000 seconds (1 minute to 30 days)",
 		ptr: func(p *store.Policy) limitPtr { return limitPtr{i: &p.HalfLifeSeconds} }},
-	{name: "quarantine_after", min: 1, max: 1000, integer: true, want: "1 to 1000 consecutive failures",
+	{name: "quarantine_after", min: 1, max: pool.MaxFailuresToQuarantine, integer: true, want: "1 to 1000 consecutive failures",
 		ptr: func(p *store.Policy) limitPtr { return limitPtr{i: &p.QuarantineAfter} }},
-	{name: "quarantine_whole_after", min: 1, max: 100000, integer: true, want: "1 to 100000 consecutive failures",
+	{name: "quarantine_whole_after", min: 1, max: pool.MaxFailuresToQuarantineWhole, integer: true, want: "1 to 100000 consecutive failures",
 		ptr: func(p *store.Policy) limitPtr { return limitPtr{i: &p.QuarantineWholeAfter} }},
 	{name: "quarantine_below", min: -1, max: 1, want: "a success rate above 0 and below 1 (0.1 is 10%), or -1 to turn the rule off",
 		ptr: func(p *store.Policy) limitPtr { return limitPtr{f: &p.QuarantineBelow} }},
-	{name: "quarantine_min_evidence", min: 1, max: 1e6, want: "1 to 1000000 observations",
+	{name: "quarantine_min_evidence", min: 1, max: pool.MaxQuarantineMinEvidence, want: "1 to 1000000 observations",
 		ptr: func(p *store.Policy) limitPtr { return limitPtr{f: &p.QuarantineMinEvidence} }},
-	{name: "cooldown_base_seconds", min: 1, max: 24 * 3600, integer: true, want: "1 to 86400 seconds (24 hours)",
+	{name: "cooldown_base_seconds", min: pool.MinCooldown.Seconds(), max: pool.MaxCooldownBase.Seconds(), integer: true, want: "1 to 86400 seconds (24 hours)",
 		ptr: func(p *store.Policy) limitPtr { return limitPtr{i: &p.CooldownBaseSeconds} }},
-	{name: "cooldown_max_seconds", min: 1, max: 30 * 24 * 3600, integer: true, want: "cooldown_base_seconds to 2592000 seconds (30 days)",
+	{name: "cooldown_max_seconds", min: pool.MinCooldown.Seconds(), max: pool.MaxCooldownMax.Seconds(), integer: true, want: "cooldown_base_seconds to 2592000 seconds (30 days)",
 		ptr: func(p *store.Policy) limitPtr { return limitPtr{i: &p.CooldownMaxSeconds} }},
 }
 

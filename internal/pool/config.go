@@ -195,6 +195,20 @@ type Policy struct {
 	CooldownMax               time.Duration
 }
 
+// The ranges of a policy that a server takes from its flags and from a
+// tenant (the control plane), narrower than what a pool itself accepts:
+// one place for both.
+const (
+	MinHalfLife                  = time.Minute
+	MaxHalfLife                  = 30 * 24 * time.Hour
+	MaxFailuresToQuarantine      = 1000
+	MaxFailuresToQuarantineWhole = 100_000
+	MaxQuarantineMinEvidence     = 1e6
+	MinCooldown                  = time.Second
+	MaxCooldownBase              = 24 * time.Hour
+	MaxCooldownMax               = 30 * 24 * time.Hour
+)
+
 // withPolicy returns c with pol's fields.
 func (c Config) withPolicy(pol Policy) Config {
 	c.HalfLife, c.FailuresToQuarantine, c.FailuresToQuarantineWhole = pol.HalfLife, pol.FailuresToQuarantine, pol.FailuresToQuarantineWhole

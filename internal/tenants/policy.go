@@ -3,6 +3,7 @@ package tenants
 import (
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/repool/repool/internal/pool"
@@ -66,20 +67,20 @@ func PolicyDefaults(p Policy) Policy {
 func (p Policy) Validate() error {
 	p = PolicyDefaults(p)
 	switch {
-	case p.HalfLife < time.Minute || p.HalfLife > 30*24*time.Hour:
-		return fmt.Errorf("config: half_life %v: want 1m to 720h (30 days)", p.HalfLife)
-	case p.QuarantineAfter < 1 || p.QuarantineAfter > 1000:
-		return fmt.Errorf("config: quarantine_after %d: want 1 to 1000 consecutive failures", p.QuarantineAfter)
-	case p.QuarantineWholeAfter < 1 || p.QuarantineWholeAfter > 100000:
-		return fmt.Errorf("config: quarantine_whole_after %d: want 1 to 100000 consecutive failures", p.QuarantineWholeAfter)
+	case p.HalfLife < pool.MinHalfLife || p.HalfLife > pool.MaxHalfLife:
+		return fmt.Errorf("config: half_life %v: want %s to %s (30 days)", p.HalfLife, short(pool.MinHalfLife), short(pool.MaxHalfLife))
+	case p.QuarantineAfter < 1 || p.QuarantineAfter > pool.MaxFailuresToQuarantine:
+		return fmt.Errorf("config: quarantine_after %d: want 1 to %d consecutive failures", p.QuarantineAfter, pool.MaxFailuresToQuarantine)
+	case p.QuarantineWholeAfter < 1 || p.QuarantineWholeAfter > pool.MaxFailuresToQuarantineWhole:
+		return fmt.Errorf("config: quarantine_whole_after %d: want 1 to %d consecutive failures", p.QuarantineWholeAfter, pool.MaxFailuresToQuarantineWhole)
 	case math.IsNaN(p.QuarantineBelow) || p.QuarantineBelow >= 1 || p.QuarantineBelow < -1:
 		return fmt.Errorf("config: quarantine_below %v: want a success rate below 1 (0.1 is 10%%), or -1 to turn the rule off", p.QuarantineBelow)
-	case math.IsNaN(p.QuarantineMinEvidence) || p.QuarantineMinEvidence < 1 || p.QuarantineMinEvidence > 1e6:
-		return fmt.Errorf("config: quarantine_min_evidence %v: want 1 to 1000000 observations", p.QuarantineMinEvidence)
-	case p.CooldownBase < time.Second || p.CooldownBase > 24*time.Hour:
-		return fmt.Errorf("config: cooldown_base %v: want 1s to 24h", p.CooldownBase)
-	case p.CooldownMax < p.CooldownBase || p.CooldownMax > 30*24*time.Hour:
-		return fmt.Errorf("config: cooldown_max %v: want cooldown_base (%v) to 720h (30 days)", p.CooldownMax, p.CooldownBase)
+	case math.IsNaN(p.QuarantineMinEvidence) || p.QuarantineMinEvidence < 1 || p.QuarantineMinEvidence > pool.MaxQuarantineMinEvidence:
+		return fmt.Errorf("config: quarantine_min_evidence %v: want 1 to %.0f observations", p.QuarantineMinEvidence, pool.MaxQuarantineMinEvidence)
+	case p.CooldownBase < pool.MinCooldown || p.CooldownBase > pool.MaxCooldownBase:
+		return fmt.Errorf("config: cooldown_base %v: want %s to %s", p.CooldownBase, short(pool.MinCooldown), short(pool.MaxCooldownBase))
+	case p.CooldownMax < p.CooldownBase || p.CooldownMax > pool.MaxCooldownMax:
+		return fmt.Errorf("config: cooldown_max %v: want cooldown_base (%v) to %s (30 days)", p.CooldownMax, p.CooldownBase, short(pool.MaxCooldownMax))
 	}
 	return nil
 }
@@ -147,4 +148,17 @@ func (p Policy) PoolConfig(c pool.Config) pool.Config {
 	c.QuarantineBelow, c.QuarantineMinEvidence = p.QuarantineBelow, p.QuarantineMinEvidence
 	c.CooldownBase, c.CooldownMax = p.CooldownBase, p.CooldownMax
 	return c
+}
+
+// short writes a whole number of minutes or hours without the zero units
+// (1m, 720h, not 1m0s, 720h0m0s).
+func short(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
