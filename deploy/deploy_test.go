@@ -18,7 +18,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/repool/repool/internal/server"
+	"github.com/repool/repool/internal/servercmd"
 	"github.com/repool/repool/internal/sidecar/config"
 	"github.com/repool/repool/internal/tlsconf/tlstest"
 )
@@ -113,9 +113,9 @@ func TestInstallAndVerify(t *testing.T) {
 func TestExampleConfigs(t *testing.T) {
 	fs := flag.NewFlagSet("server", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	cfg, err := server.Load(fs, []string{"--config", "config/server.yaml"}, func(string) string { return "" })
+	cfg, err := servercmd.Load(fs, []string{"--config", "config/server.yaml"}, func(string) string { return "" })
 	if err != nil || cfg.TLSCert == "" || !cfg.HA {
-		t.Errorf("server.Load(config/server.yaml) = %v; want a valid HA configuration with TLS", err)
+		t.Errorf("servercmd.Load(config/server.yaml) = %v; want a valid HA configuration with TLS", err)
 	}
 
 	raw, err := os.ReadFile("config/sidecar.yaml")

@@ -254,7 +254,7 @@ func (c Config) Validate() error {
 	if err := c.Policy.Validate(); err != nil {
 		return err
 	}
-	if err := validStore(c.Store); err != nil {
+	if err := ValidStore(c.Store); err != nil {
 		return err
 	}
 	if err := c.TLSFiles().Validate("tls_"); err != nil {
@@ -328,9 +328,9 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// validStore checks the scheme of Config.Store. The error quotes only the
+// ValidStore checks the scheme of Config.Store. The error quotes only the
 // scheme: the rest of a URL may hold a password.
-func validStore(url string) error {
+func ValidStore(url string) error {
 	if !strings.HasPrefix(url, "sqlite:") && !strings.HasPrefix(url, "postgres://") && !strings.HasPrefix(url, "postgresql://") {
 		scheme, _, _ := strings.Cut(url, ":")
 		return fmt.Errorf("config: store: scheme %q: want sqlite:PATH or postgres://...", scheme)

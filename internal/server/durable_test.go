@@ -9,9 +9,9 @@ import (
 	"time"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
+	"github.com/repool/repool/internal/clock"
 	"github.com/repool/repool/internal/store"
 	"github.com/repool/repool/internal/store/open"
-	"github.com/repool/repool/internal/clock"
 	"github.com/repool/repool/internal/testenv"
 )
 

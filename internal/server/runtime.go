@@ -37,9 +37,9 @@ func TuneRuntime(c Config, getenv func(string) string) (restore func()) {
 	}
 }
 
-// parseBytes reads a size in bytes with an optional B, KiB, MiB, GiB or
+// ParseBytes reads a size in bytes with an optional B, KiB, MiB, GiB or
 // TiB suffix (GOMEMLIMIT's syntax).
-func parseBytes(s string) (int64, error) {
+func ParseBytes(s string) (int64, error) {
 	units := []struct {
 		suffix string
 		mult   int64

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"flag"
 	"io"
 	"net/http"
 	"os"
@@ -218,40 +217,12 @@ func TestTLSReload(t *testing.T) {
 	testenv.Eventually(t, 15*time.Second, "a pair rewritten on disk to be served", func() bool { return trusts(ca3) })
 }
 
-func TestTLSConfig(t *testing.T) {
-	for _, tt := range []struct {
-		name string
-		args []string
-		want string // "" for accepted
-	}{
-		{"loopback plaintext", []string{"--grpc-addr", "127.0.0.1:9090", "--http-addr", "localhost:8081"}, ""},
-		{"non-loopback gRPC plaintext", []string{"--grpc-addr", "10.0.0.21:9090"}, `grpc_addr "10.0.0.21:9090" is not a loopback address and TLS is off`},
-		{"all addresses HTTP plaintext", []string{"--http-addr", ":8081"}, `http_addr ":8081" is not a loopback address`},
-		{"both ways out named", []string{"--http-addr", "0.0.0.0:8081"}, "set tls_cert and tls_key (--tls-cert, --tls-key), or insecure: true (--insecure)"},
-		{"insecure allows it", []string{"--grpc-addr", "10.0.0.21:9090", "--insecure"}, ""},
-		{"TLS allows it", []string{"--grpc-addr", "10.0.0.21:9090", "--tls-cert", "a.crt", "--tls-key", "a.key"}, ""},
-		{"cert without key", []string{"--tls-cert", "a.crt"}, "tls_cert and tls_key go together"},
-		{"client CA without cert", []string{"--tls-client-ca", "ca.crt"}, "tls_client_ca needs tls_cert and tls_key"},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			fs := flag.NewFlagSet("server", flag.ContinueOnError)
-			fs.SetOutput(io.Discard)
-			_, err := Load(fs, tt.args, func(string) string { return "" })
-			if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
-				t.Errorf("Load(%q) = %v, want %q", tt.args, err, tt.want)
-			}
-		})
-	}
-	env := map[string]string{"REPOOL_TLS_CERT": "e.crt", "REPOOL_TLS_KEY": "e.key", "REPOOL_TLS_CLIENT_CA": "e-ca.crt", "REPOOL_INSECURE": "true"}
-	fs := flag.NewFlagSet("server", flag.ContinueOnError)
-	c, err := Load(fs, nil, func(k string) string { return env[k] })
-	if err != nil || c.TLSCert != "e.crt" || c.TLSKey != "e.key" || c.TLSClientCA != "e-ca.crt" || !c.Insecure {
-		t.Errorf("Load from REPOOL_TLS_* = %+v, %v", c.TLSFiles(), err)
-	}
-
-	// A certificate that cannot be loaded stops New, with the file named.
+// TestTLSCertificateMissing: a certificate that cannot be loaded stops New,
+// with the file named. (The TLS settings' loading is servercmd's
+// TestTLSConfig.)
+func TestTLSCertificateMissing(t *testing.T) {
 	dir := t.TempDir()
-	_, err = New(context.Background(), Config{Store: sqliteStore(t), GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+	_, err := New(context.Background(), Config{Store: sqliteStore(t), GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
 		TLSCert: dir + "/missing.crt", TLSKey: dir + "/missing.key"}, Options{})
 	if err == nil || !strings.Contains(err.Error(), "missing.crt") {
 		t.Errorf("New() with a missing certificate = %v, want an error naming it", err)

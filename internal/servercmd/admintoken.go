@@ -11,7 +11,6 @@ import (
 
 	"github.com/repool/repool/internal/cli"
 	"github.com/repool/repool/internal/control"
-	"github.com/repool/repool/internal/server"
 	"github.com/repool/repool/internal/store"
 	"github.com/repool/repool/internal/store/open"
 	"github.com/repool/repool/internal/store/sqlite"
@@ -43,7 +42,7 @@ func adminToken(ctx context.Context, args []string, env Env) error {
 	var storeURL string
 	err := cli.Parse(fs, env.Stdout, env.Stderr, func() error {
 		var err error
-		storeURL, err = server.LoadStore(fs, args, env.Getenv)
+		storeURL, err = LoadStore(fs, args, env.Getenv)
 		return err
 	})
 	if err != nil {

@@ -32,7 +32,7 @@ func serve(ctx context.Context, args []string, env Env) error {
 	var cfg server.Config
 	err := cli.Parse(fs, env.Stdout, env.Stderr, func() error {
 		var err error
-		cfg, err = server.Load(fs, args, env.Getenv)
+		cfg, err = Load(fs, args, env.Getenv)
 		return err
 	})
 	if err != nil {

@@ -1,6 +1,8 @@
 // Package servercmd is the command line of cmd/server: the commands run
 // (the default), admin-token, haproxy, keepalived and help, each with its
-// -h/--help, and the store-URL handling they share. cmd/server is a thin
+// -h/--help, the loading of the server's configuration (flags, REPOOL_*
+// variables, a YAML file: Load) and the store-URL handling they share.
+// cmd/server is a thin
 // main around Run.
 package servercmd
 

@@ -1,4 +1,4 @@
-package server
+package servercmd
 
 import (
 	"bytes"
@@ -14,11 +14,12 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/repool/repool/internal/server"
 	"github.com/repool/repool/internal/testenv"
 )
 
 // fileValues renders c as the values of a configuration file, by YAML key.
-func fileValues(c Config) map[string]string {
+func fileValues(c server.Config) map[string]string {
 	d := func(v time.Duration) string { return v.String() }
 	return map[string]string{
 		"grpc_addr": c.GRPCAddr, "http_addr": c.HTTPAddr, "store": c.Store,
@@ -71,7 +72,7 @@ func storePassword(doc []byte) string {
 
 // checkUsable fails t unless c is a configuration the server can run
 // with: what Validate accepts must not fail later, at start.
-func checkUsable(t *testing.T, c Config) {
+func checkUsable(t *testing.T, c server.Config) {
 	t.Helper()
 	for name, d := range map[string]time.Duration{
 		"checkpoint_interval": c.CheckpointInterval, "token_ttl": c.TokenTTL, "operator_token_ttl": c.OperatorTokenTTL,
@@ -96,7 +97,7 @@ func checkUsable(t *testing.T, c Config) {
 // it loads again to the same configuration (parse, render, parse). No
 // input takes longer than testenv.FuzzBound.
 func FuzzLoadConfig(f *testing.F) {
-	def := Config{}.WithDefaults()
+	def := server.Config{}.WithDefaults()
 	var keys []string
 	for _, b := range bindings() {
 		keys = append(keys, strings.ReplaceAll(b.name, "-", "_"))
@@ -123,16 +124,16 @@ func FuzzLoadConfig(f *testing.F) {
 		f.Add([]byte(doc))
 	}
 	path := filepath.Join(f.TempDir(), "server.yaml")
-	load := func(doc []byte) (Config, error) {
+	load := func(doc []byte) (server.Config, error) {
 		if err := os.WriteFile(path, doc, 0o600); err != nil {
-			return Config{}, err
+			return server.Config{}, err
 		}
 		fs := flag.NewFlagSet("server", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
 		return Load(fs, []string{"--config", path}, func(string) string { return "" })
 	}
 	f.Fuzz(func(t *testing.T, doc []byte) {
-		var c Config
+		var c server.Config
 		var err error
 		testenv.Timed(t, "Load", func() { c, err = load(doc) })
 		if err != nil {
