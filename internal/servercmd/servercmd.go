@@ -2,8 +2,7 @@
 // (the default), admin-token, haproxy, keepalived and help, each with its
 // -h/--help, the loading of the server's configuration (flags, REPOOL_*
 // variables, a YAML file: Load) and the store-URL handling they share.
-// cmd/server is a thin
-// main around Run.
+// cmd/server is a thin main around Run.
 package servercmd
 
 import (
