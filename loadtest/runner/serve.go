@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/repool/repool/internal/clock"
 	"github.com/repool/repool/loadtest/scenario"
 	"github.com/repool/repool/loadtest/summary"
 	"github.com/repool/repool/loadtest/topology"
@@ -67,7 +68,7 @@ type k6Run struct {
 // startForK6 starts the k6Run of o (defaults applied); on error it has
 // undone what it started.
 func startForK6(ctx context.Context, o Options) (_ *k6Run, err error) {
-	k := &k6Run{c: &controller{}}
+	k := &k6Run{c: &controller{clock: o.Clock}}
 	defer func() {
 		if err != nil {
 			k.close()
@@ -93,7 +94,7 @@ func startForK6(ctx context.Context, o Options) (_ *k6Run, err error) {
 		return nil, err
 	}
 	k.undo = append(k.undo, func() { k.topo.Close() })
-	k.c.plan = newPlan(k.sc, k.topo, k.c.addEvent)
+	k.c.plan = newPlan(k.sc, k.topo, k.c.addEvent, o.Clock)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -115,7 +116,8 @@ func (k *k6Run) close() {
 
 // controller runs the fault plan when k6 says so.
 type controller struct {
-	plan *plan
+	plan  *plan
+	clock clock.Clock
 
 	mu      sync.Mutex
 	t0      time.Time
@@ -129,7 +131,7 @@ func (c *controller) event(text string) {
 	t0 := c.t0
 	c.mu.Unlock()
 	if !t0.IsZero() {
-		c.addEvent(time.Since(t0), text)
+		c.addEvent(c.clock.Now().Sub(t0), text)
 	}
 }
 
@@ -159,7 +161,7 @@ func (c *controller) handler(ctx context.Context) http.Handler {
 			http.Error(w, "the fault plan has started already; restart the runner for another run", http.StatusConflict)
 			return
 		}
-		c.t0 = time.Now()
+		c.t0 = c.clock.Now()
 		var fctx context.Context
 		fctx, c.cancel = context.WithCancel(ctx)
 		c.plan.start(fctx, c.t0)
