@@ -23,6 +23,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/repool/repool/internal/clock"
 )
 
 // Config is the executor's options, named as k6 names them.
@@ -40,6 +42,9 @@ type Config struct {
 	// GracefulStop is how long running iterations may finish after
 	// Duration. Zero interrupts them at once.
 	GracefulStop time.Duration
+	// Clock schedules the iterations and measures the run. Default the
+	// wall clock (clock.Real), as k6's executor has it.
+	Clock clock.Clock
 }
 
 // Validate names the first bad field.
@@ -109,6 +114,9 @@ func New(cfg Config, fn Iteration) (*Executor, error) {
 	if cfg.MaxVUs == 0 {
 		cfg.MaxVUs = cfg.PreAllocatedVUs
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
 	if fn == nil {
 		return nil, errors.New("arrival: nil Iteration")
 	}
@@ -175,13 +183,18 @@ func (e *Executor) Run(ctx context.Context, started func(time.Time)) Stats {
 	}()
 	remaining := e.cfg.MaxVUs - e.cfg.PreAllocatedVUs
 
-	t0 := time.Now()
+	clk := e.cfg.Clock
+	t0 := clk.Now()
 	e.start.Store(t0.UnixNano())
 	if started != nil {
 		started(t0)
 	}
-	timer := time.NewTimer(0)
-	defer timer.Stop()
+	var timer clock.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	var n int64
 schedule:
 	for i := int64(0); ; i++ {
@@ -189,9 +202,13 @@ schedule:
 		if due >= e.cfg.Duration {
 			break
 		}
-		timer.Reset(time.Until(t0.Add(due)))
+		if wait := t0.Add(due).Sub(clk.Now()); timer == nil {
+			timer = clk.NewTimer(wait)
+		} else {
+			timer.Reset(wait)
+		}
 		select {
-		case <-timer.C:
+		case <-timer.Chan():
 		case <-ctx.Done():
 			break schedule
 		}
@@ -220,11 +237,11 @@ schedule:
 
 	finished := make(chan struct{})
 	go func() { wg.Wait(); close(finished) }()
-	grace := time.NewTimer(e.cfg.GracefulStop)
+	grace := clk.NewTimer(e.cfg.GracefulStop)
 	defer grace.Stop()
 	select {
 	case <-finished:
-	case <-grace.C:
+	case <-grace.Chan():
 		interrupt()
 		<-finished
 	case <-ctx.Done():
@@ -233,7 +250,7 @@ schedule:
 	e.done.Store(true)
 	return Stats{
 		Iterations: e.completed.Load(), Dropped: e.dropped.Load(), Interrupted: e.interrupted.Load(),
-		MaxVUs: e.allocated.Load(), PeakActive: e.peak.Load(), Elapsed: time.Since(t0),
+		MaxVUs: e.allocated.Load(), PeakActive: e.peak.Load(), Elapsed: clk.Now().Sub(t0),
 	}
 }
 
@@ -245,7 +262,7 @@ func (e *Executor) Snapshot() Snapshot {
 		PeakActive: e.peak.Load(), Done: e.done.Load(),
 	}
 	if t := e.start.Load(); t != 0 {
-		s.Elapsed = time.Since(time.Unix(0, t))
+		s.Elapsed = e.cfg.Clock.Now().Sub(time.Unix(0, t))
 	}
 	return s
 }

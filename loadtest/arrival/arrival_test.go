@@ -5,10 +5,63 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/repool/repool/internal/clock"
 )
 
-// These tests run on the wall clock, as the executor does, and assert
-// counts that do not depend on how fast the machine is.
+// TestRunOnFakeClockStartsEachIterationOnTime drives the executor with a
+// fake clock: iteration i starts exactly when it is due (i × TimeUnit /
+// Rate from the start), none before the clock gets there, and the run's
+// elapsed time is the schedule's.
+func TestRunOnFakeClockStartsEachIterationOnTime(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	fake := clock.NewFake(t0)
+	type start struct {
+		iter int64
+		at   time.Time
+	}
+	ran := make(chan start)
+	e, err := New(Config{Rate: 4, TimeUnit: time.Second, Duration: time.Second, PreAllocatedVUs: 4, GracefulStop: time.Minute, Clock: fake},
+		func(_ context.Context, iter int64) { ran <- start{iter, fake.Now()} })
+	if err != nil {
+		t.Fatalf("New() = %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	done := make(chan Stats, 1)
+	go func() { done <- e.Run(ctx, nil) }()
+	for i := range int64(4) {
+		want := t0.Add(time.Duration(i) * 250 * time.Millisecond)
+		select {
+		case got := <-ran:
+			if got.iter != i || !got.at.Equal(want) {
+				t.Errorf("iteration %d started at %v, want iteration %d at %v", got.iter, got.at.Sub(t0), i, want.Sub(t0))
+			}
+		case <-ctx.Done():
+			t.Fatalf("iteration %d did not start", i)
+		}
+		if i == 3 {
+			break
+		}
+		if err := fake.Wait(ctx, 1); err != nil {
+			t.Fatalf("the executor armed no timer for iteration %d: %v", i+1, err)
+		}
+		select {
+		case got := <-ran:
+			t.Fatalf("iteration %d started at %v, before the clock reached it", got.iter, got.at.Sub(t0))
+		default:
+		}
+		fake.Advance(250 * time.Millisecond)
+	}
+	st := <-done
+	want := Stats{Iterations: 4, MaxVUs: 4, PeakActive: st.PeakActive, Elapsed: 750 * time.Millisecond}
+	if st != want {
+		t.Errorf("Run() = %+v, want %+v", st, want)
+	}
+}
+
+// The tests below run on the wall clock, as the executor does by default,
+// and assert counts that do not depend on how fast the machine is.
 
 func TestRunFastIterationsDropNothing(t *testing.T) {
 	var calls atomic.Int64

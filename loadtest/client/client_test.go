@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
+	"github.com/repool/repool/internal/clock"
 	"github.com/repool/repool/internal/sidecar/httpapi"
 )
 
@@ -61,12 +62,12 @@ func TestNaiveWalksHosts(t *testing.T) {
 	unavailable := status.Error(codes.Unavailable, "overloaded")
 	standby := status.Error(codes.Unavailable, "not the active server")
 	tests := []struct {
-		name           string
-		first, second  func(int64) error
-		wantFirst      int64 // calls that reached each host
-		wantSecond     int64
-		wantStatus     int
-		wantMinElapsed time.Duration // fixed delays taken
+		name          string
+		first, second func(int64) error
+		wantFirst     int64 // calls that reached each host
+		wantSecond    int64
+		wantStatus    int
+		wantDelays    time.Duration // the fixed delays taken, on the client's clock
 	}{
 		{"first host answers", func(int64) error { return nil }, func(int64) error { return nil }, 1, 0, 200, 0},
 		{"standby is followed at once", func(int64) error { return standby }, func(int64) error { return nil }, 1, 1, 200, 0},
@@ -82,25 +83,59 @@ func TestNaiveWalksHosts(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			a, b := &fakePool{acquire: tt.first}, &fakePool{acquire: tt.second}
+			fake := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 			n, err := NewNaive(map[string][]string{"p": {serve(t, a), serve(t, b)}}, map[string]string{"p": "key"},
-				NaivePolicy{AttemptsPerHost: 3, RetryDelay: 20 * time.Millisecond, AttemptTimeout: 5 * time.Second})
+				NaivePolicy{AttemptsPerHost: 3, RetryDelay: 20 * time.Millisecond, AttemptTimeout: 5 * time.Second, Clock: fake})
 			if err != nil {
 				t.Fatalf("NewNaive() = %v", err)
 			}
 			defer n.Close()
-			start := time.Now()
-			l, r := n.Acquire(context.Background(), "p", "search", 30)
-			elapsed := time.Since(start)
+			start := fake.Now()
+			l, r := acquireAdvancing(t, n, fake, 20*time.Millisecond)
+			elapsed := fake.Now().Sub(start)
 			if r.Status != tt.wantStatus || a.calls.Load() != tt.wantFirst || b.calls.Load() != tt.wantSecond {
 				t.Errorf("Acquire() = status %d after %d+%d calls, want %d after %d+%d", r.Status, a.calls.Load(), b.calls.Load(), tt.wantStatus, tt.wantFirst, tt.wantSecond)
 			}
-			if elapsed < tt.wantMinElapsed {
-				t.Errorf("Acquire() took %v, want at least the fixed delays, %v", elapsed, tt.wantMinElapsed)
+			if elapsed != tt.wantDelays {
+				t.Errorf("Acquire() waited %v, want the fixed delays, %v", elapsed, tt.wantDelays)
 			}
 			if r.Status == 200 && (l.ID != "7" || l.FencingToken != "42") {
 				t.Errorf("Acquire() lease = %+v, want id 7 and token 42", l)
 			}
 		})
+	}
+}
+
+// acquireAdvancing calls n.Acquire and advances fake by step each time the
+// client waits on it, until the call returns.
+func acquireAdvancing(t *testing.T, n *Naive, fake *clock.Fake, step time.Duration) (Lease, Result) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	type answer struct {
+		l Lease
+		r Result
+	}
+	done := make(chan answer, 1)
+	go func() {
+		l, r := n.Acquire(ctx, "p", "search", 30)
+		done <- answer{l, r}
+	}()
+	for {
+		waitCtx, stopWait := context.WithCancel(ctx)
+		armed := make(chan error, 1)
+		go func() { armed <- fake.Wait(waitCtx, 1) }()
+		select {
+		case a := <-done:
+			stopWait()
+			return a.l, a.r
+		case err := <-armed:
+			stopWait()
+			if err != nil {
+				t.Fatalf("Acquire() did not return: %v", err)
+			}
+			fake.Advance(step)
+		}
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
+	"github.com/repool/repool/internal/clock"
 )
 
 // NaivePolicy is how the naive client retries.
@@ -25,6 +26,8 @@ type NaivePolicy struct {
 	RetryDelay time.Duration
 	// AttemptTimeout bounds one attempt.
 	AttemptTimeout time.Duration
+	// Clock times RetryDelay. Default the wall clock (clock.Real).
+	Clock clock.Clock
 }
 
 // Naive is the backend the sidecar replaces. For every call it walks the
@@ -46,6 +49,9 @@ type Naive struct {
 // NewNaive returns a naive client of the providers' hosts (host:port,
 // h2c), with their API keys.
 func NewNaive(hosts map[string][]string, keys map[string]string, policy NaivePolicy) (*Naive, error) {
+	if policy.Clock == nil {
+		policy.Clock = clock.Real{}
+	}
 	n := &Naive{policy: policy, hosts: map[string][]repoolv1.PoolServiceClient{}, keys: keys}
 	for p, hs := range hosts {
 		for _, h := range hs {
@@ -153,9 +159,7 @@ func (n *Naive) call(ctx context.Context, provider string, fn func(context.Conte
 			if hi == len(hosts)-1 && a == n.policy.AttemptsPerHost-1 {
 				break
 			}
-			select {
-			case <-time.After(n.policy.RetryDelay):
-			case <-ctx.Done():
+			if clock.Sleep(ctx, n.policy.Clock, n.policy.RetryDelay) != nil {
 				return resultOf(codes.Canceled)
 			}
 		}

@@ -41,6 +41,7 @@ import (
 
 	"github.com/dop251/goja"
 
+	"github.com/repool/repool/internal/clock"
 	"github.com/repool/repool/loadtest/arrival"
 	"github.com/repool/repool/loadtest/scenario"
 )
@@ -62,6 +63,9 @@ type Options struct {
 	// Dir is where handleSummary's files with relative paths are written.
 	// Default the working directory.
 	Dir string
+	// Clock schedules the iterations and sleep() and times the requests.
+	// Default the wall clock (clock.Real), as k6 has it.
+	Clock clock.Clock
 }
 
 // Result is a finished run.
@@ -93,6 +97,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if o.Stderr == nil {
 		o.Stderr = io.Discard
 	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
 	raw, err := os.ReadFile(o.Script)
 	if err != nil {
 		return nil, fmt.Errorf("k6js: %w", err)
@@ -121,6 +128,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("k6js: options: %w", err)
 	}
+	cfg.Clock = o.Clock
 	def, ok := goja.AssertFunction(main.exports.Get("default"))
 	if !ok || def == nil {
 		return nil, errors.New("k6js: the script exports no default function")
@@ -155,14 +163,14 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			}
 			v = nv
 		}
-		start := time.Now()
+		start := o.Clock.Now()
 		if err := v.iterate(ctx, iter, setupData); err != nil {
 			if n := failures.Add(1); n <= 5 && ctx.Err() == nil {
 				fmt.Fprintf(s.stderr, "k6js: iteration %d: %v\n", iter, err)
 			}
 		} else if ctx.Err() == nil {
 			s.reg.add("iterations", 1, nil)
-			s.reg.add("iteration_duration", ms(time.Since(start)), nil)
+			s.reg.add("iteration_duration", ms(o.Clock.Now().Sub(start)), nil)
 		}
 		select {
 		case pool <- v:
@@ -172,9 +180,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("k6js: %w", err)
 	}
-	t0 := time.Now()
+	t0 := o.Clock.Now()
 	stats := exec.Run(ctx, nil)
-	elapsed := time.Since(t0)
+	elapsed := o.Clock.Now().Sub(t0)
 	s.reg.add("dropped_iterations", float64(stats.Dropped), nil)
 	s.reg.add("vus", float64(stats.PeakActive), nil)
 	s.reg.add("vus_max", float64(stats.MaxVUs), nil)
@@ -401,10 +409,7 @@ func (v *vu) require(name string) (*goja.Object, error) {
 	case "k6":
 		_ = mod.Set("check", v.check)
 		_ = mod.Set("sleep", func(secs float64) {
-			select {
-			case <-v.ctx.Done():
-			case <-time.After(time.Duration(secs * float64(time.Second))):
-			}
+			_ = clock.Sleep(v.ctx, v.s.opts.Clock, time.Duration(secs*float64(time.Second))) // returns early when the VU is interrupted
 		})
 	case "k6/execution":
 		vuObj := rt.NewObject()
@@ -524,7 +529,7 @@ func (v *vu) request(method, url string, body, params goja.Value) *goja.Object {
 	res := rt.NewObject()
 	headers := rt.NewObject()
 	status, respBody, errText := 0, "", ""
-	start := time.Now()
+	start := v.s.opts.Clock.Now()
 	req, err := http.NewRequestWithContext(ctx, method, url, rd)
 	if err == nil {
 		for k, x := range p.Headers {
@@ -540,7 +545,7 @@ func (v *vu) request(method, url string, body, params goja.Value) *goja.Object {
 			}
 		}
 	}
-	dur := time.Since(start)
+	dur := v.s.opts.Clock.Now().Sub(start)
 	if err != nil {
 		errText, status = err.Error(), 0
 	}

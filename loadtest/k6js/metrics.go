@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/repool/repool/loadtest/scenario"
+	"github.com/repool/repool/loadtest/summary"
 )
 
 // kind is a k6 metric type.
@@ -135,10 +136,10 @@ func (r *registry) values(name string, filter map[string]string, elapsed time.Du
 		}
 		out["avg"], out["min"], out["max"], out["med"] = 0, 0, 0, 0
 		if len(vs) > 0 {
-			out["avg"], out["min"], out["max"], out["med"] = sum/float64(len(vs)), vs[0], vs[len(vs)-1], percentile(vs, 50)
+			out["avg"], out["min"], out["max"], out["med"] = sum/float64(len(vs)), vs[0], vs[len(vs)-1], summary.Percentile(vs, 50)
 		}
 		for _, p := range append([]float64{90, 95, 99}, extraP...) {
-			out[fmt.Sprintf("p(%g)", p)] = percentile(vs, p)
+			out[fmt.Sprintf("p(%g)", p)] = summary.Percentile(vs, p)
 		}
 	}
 	return m.kind, m.isTime, out, true
@@ -167,19 +168,6 @@ func slicesMax(v []float64) float64 {
 		m = max(m, x)
 	}
 	return m
-}
-
-// percentile interpolates between the closest ranks, as k6's Trend does.
-func percentile(sorted []float64, p float64) float64 {
-	switch len(sorted) {
-	case 0:
-		return 0
-	case 1:
-		return sorted[0]
-	}
-	i := p / 100 * float64(len(sorted)-1)
-	lo, hi := sorted[int(math.Floor(i))], sorted[int(math.Ceil(i))]
-	return lo + (hi-lo)*(i-math.Floor(i))
 }
 
 // thresholdValue is the value a threshold compares, or an error when its

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/repool/repool/internal/clock"
 	"github.com/repool/repool/loadtest/report"
 	"github.com/repool/repool/loadtest/scenario"
 	"github.com/repool/repool/loadtest/scenarios"
@@ -52,6 +53,9 @@ type Options struct {
 	// Postgres, when set, is the cluster to use instead of starting one
 	// (tests share one); Store is then ignored.
 	Postgres *topology.Postgres
+	// Clock schedules the runs and their fault plans (Config.Clock).
+	// Default the wall clock (clock.Real).
+	Clock clock.Clock
 }
 
 // Result is what Execute measured.
@@ -96,6 +100,9 @@ func (o *Options) applyDefaults() {
 	}
 	if o.Store == "" {
 		o.Store = StoreAuto
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
 	}
 	if o.Out == nil {
 		o.Out = os.Stdout
@@ -163,7 +170,7 @@ func Execute(ctx context.Context, o Options) (*Result, error) {
 		if o.Progress != nil {
 			fmt.Fprintf(o.Progress, "\n%s · mode %s · starting the topology...\n", sc, mode)
 		}
-		s, err := Run(ctx, Config{Scenario: sc, Mode: mode, Postgres: pg, Dir: dir, Progress: o.Progress, Interactive: o.Interactive, Log: o.Log})
+		s, err := Run(ctx, Config{Scenario: sc, Mode: mode, Postgres: pg, Dir: dir, Progress: o.Progress, Interactive: o.Interactive, Log: o.Log, Clock: o.Clock})
 		if err != nil {
 			return nil, fmt.Errorf("%s run: %w", mode, err)
 		}

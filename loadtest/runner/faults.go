@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/repool/repool/internal/clock"
 	"github.com/repool/repool/loadtest/scenario"
 	"github.com/repool/repool/loadtest/summary"
 	"github.com/repool/repool/loadtest/topology"
@@ -35,6 +36,7 @@ type plan struct {
 	duration time.Duration
 	target   Faults
 	event    func(at time.Duration, text string)
+	clock    clock.Clock
 
 	mu      sync.Mutex
 	pending map[int]func() // reverts of applied faults, by index
@@ -42,9 +44,14 @@ type plan struct {
 	wg      sync.WaitGroup
 }
 
-func newPlan(sc *scenario.Scenario, target Faults, event func(time.Duration, string)) *plan {
-	return &plan{faults: sc.Faults, duration: sc.Duration.D(), target: target, event: event, pending: map[int]func(){}}
+// newPlan returns sc's fault plan against target, scheduled on clk, with
+// its events sent to event.
+func newPlan(sc *scenario.Scenario, target Faults, event func(time.Duration, string), clk clock.Clock) *plan {
+	return &plan{faults: sc.Faults, duration: sc.Duration.D(), target: target, event: event, clock: clk, pending: map[int]func(){}}
 }
+
+// since is the time on the plan's clock since t0.
+func (p *plan) since(t0 time.Time) time.Duration { return p.clock.Now().Sub(t0) }
 
 // windows returns the faults' planned spans.
 func (p *plan) windows() []summary.Window {
@@ -79,20 +86,14 @@ func (p *plan) start(ctx context.Context, t0 time.Time) {
 		applied[i] = make(chan struct{})
 	}
 	p.wg.Go(func() {
-		timer := time.NewTimer(0)
-		defer timer.Stop()
-		<-timer.C
 		for _, s := range steps {
-			timer.Reset(time.Until(t0.Add(s.at)))
-			select {
-			case <-ctx.Done():
+			if err := clock.Sleep(ctx, p.clock, t0.Add(s.at).Sub(p.clock.Now())); err != nil {
 				return
-			case <-timer.C:
 			}
 			if s.revert {
 				p.wg.Go(func() {
 					<-applied[s.index]
-					p.revert(s.index, time.Since(t0))
+					p.revert(s.index, p.since(t0))
 				})
 				continue
 			}
@@ -108,10 +109,10 @@ func (p *plan) start(ctx context.Context, t0 time.Time) {
 
 func (p *plan) apply(ctx context.Context, i int, t0 time.Time) {
 	f := p.faults[i]
-	at := time.Since(t0)
+	at := p.since(t0)
 	undo, what, err := p.inject(ctx, f)
 	if err != nil {
-		p.event(time.Since(t0), fmt.Sprintf("fault %s on %s failed: %v", f.Kind, f.Provider, err))
+		p.event(p.since(t0), fmt.Sprintf("fault %s on %s failed: %v", f.Kind, f.Provider, err))
 		if ctx.Err() == nil { // else the plan was stopped: the run is over
 			p.mu.Lock()
 			p.errs = append(p.errs, fmt.Errorf("fault %s on %s at %v: %w", f.Kind, f.Provider, f.At.D(), err))
@@ -119,7 +120,7 @@ func (p *plan) apply(ctx context.Context, i int, t0 time.Time) {
 		}
 		return
 	}
-	p.event(at, fmt.Sprintf("fault on: %s %s (took %v)", f.Provider, what, (time.Since(t0)-at).Round(time.Millisecond)))
+	p.event(at, fmt.Sprintf("fault on: %s %s (took %v)", f.Provider, what, (p.since(t0)-at).Round(time.Millisecond)))
 	p.mu.Lock()
 	p.pending[i] = undo
 	p.mu.Unlock()

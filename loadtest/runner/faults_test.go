@@ -8,20 +8,28 @@ import (
 	"testing"
 	"time"
 
+	"github.com/repool/repool/internal/clock"
 	"github.com/repool/repool/loadtest/scenario"
 	"github.com/repool/repool/loadtest/topology"
 )
 
-// fakeFaults is a Faults whose StopServers is a function field; the other
-// faults succeed and do nothing.
+// fakeFaults is a Faults whose StopServers and StartServers are function
+// fields (a nil StartServers succeeds); the other faults succeed and do
+// nothing.
 type fakeFaults struct {
-	stopServers func(provider string) error
+	stopServers  func(provider string) error
+	startServers func(provider string) error
 }
 
 var _ Faults = (*fakeFaults)(nil)
 
-func (f *fakeFaults) StopServers(provider string) error                   { return f.stopServers(provider) }
-func (f *fakeFaults) StartServers(context.Context, string) error          { return nil }
+func (f *fakeFaults) StopServers(provider string) error { return f.stopServers(provider) }
+func (f *fakeFaults) StartServers(_ context.Context, provider string) error {
+	if f.startServers == nil {
+		return nil
+	}
+	return f.startServers(provider)
+}
 func (f *fakeFaults) KillActive(context.Context, string) (string, error)  { return "s1", nil }
 func (f *fakeFaults) StartServer(context.Context, string, string) error   { return nil }
 func (f *fakeFaults) SetBrownout(string, float64) error                   { return nil }
@@ -46,7 +54,7 @@ func TestPlanReportsFailedFault(t *testing.T) {
 		mu.Lock()
 		events = append(events, text)
 		mu.Unlock()
-	})
+	}, clock.Real{})
 	p.start(context.Background(), time.Now())
 	p.finish() // waits for both applies: both are due at once
 
@@ -59,5 +67,65 @@ func TestPlanReportsFailedFault(t *testing.T) {
 		if !strings.Contains(joined, want) {
 			t.Errorf("plan events = %q, want one with %q", events, want)
 		}
+	}
+}
+
+// TestPlanRunsOnItsClock: on a fake clock, a fault is applied when the
+// clock reaches its start and reverted when it reaches its end, not
+// before, and its events carry those times.
+func TestPlanRunsOnItsClock(t *testing.T) {
+	sc, err := scenario.Parse([]byte(`{"name":"t","rate":1,"duration":"10s","pre_allocated_vus":1,
+		"providers":[{"name":"eu"},{"name":"us"}],
+		"faults":[{"provider":"us","kind":"down","at":"2s","for":"3s"}]}`), false)
+	if err != nil {
+		t.Fatalf("Parse() = %v", err)
+	}
+	stopped, started := make(chan string, 1), make(chan string, 1)
+	target := &fakeFaults{
+		stopServers:  func(p string) error { stopped <- p; return nil },
+		startServers: func(p string) error { started <- p; return nil },
+	}
+	type event struct {
+		at   time.Duration
+		text string
+	}
+	events := make(chan event, 4)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	fake := clock.NewFake(t0)
+	p := newPlan(sc, target, func(at time.Duration, text string) { events <- event{at, text} }, fake)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p.start(ctx, t0)
+
+	step := func(d time.Duration, done <-chan string, what string, wantAt time.Duration, wantText string) {
+		t.Helper()
+		if err := fake.Wait(ctx, 1); err != nil {
+			t.Fatalf("the plan armed no timer before %s: %v", what, err)
+		}
+		select {
+		case <-done:
+			t.Fatalf("%s before the clock reached it", what)
+		default:
+		}
+		fake.Advance(d)
+		select {
+		case <-done:
+		case <-ctx.Done():
+			t.Fatalf("no %s once the clock reached it", what)
+		}
+		select {
+		case e := <-events:
+			if e.at != wantAt || !strings.HasPrefix(e.text, wantText) {
+				t.Errorf("%s: event %q at %v, want %q... at %v", what, e.text, e.at, wantText, wantAt)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%s: no event", what)
+		}
+	}
+	step(2*time.Second, stopped, "the fault", 2*time.Second, "fault on: us down")
+	step(3*time.Second, started, "the revert", 5*time.Second, "fault off: us down")
+	p.finish()
+	if err := p.err(); err != nil {
+		t.Errorf("plan.err() = %v, want nil", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/repool/repool/internal/clock"
 	"github.com/repool/repool/loadtest/client"
 	"github.com/repool/repool/loadtest/scenario"
 	"github.com/repool/repool/loadtest/scenarios"
@@ -77,7 +78,8 @@ func TestIterationIsOneRoundTrip(t *testing.T) {
 	sc.Providers = []scenario.Provider{{Name: "eu", Weight: 1}, {Name: "us", Weight: 1}}
 	sc.Request.FailureShare = 0.5
 	f := &fakeClient{}
-	it := &iterations{sc: sc, c: f, rec: summary.NewRecorder([]string{"eu", "us"}), mix: []int{0, 1}, vus: make(chan *vuState, 2), t0: time.Now()}
+	fake := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	it := &iterations{sc: sc, c: f, rec: summary.NewRecorder([]string{"eu", "us"}), clock: fake, mix: []int{0, 1}, vus: make(chan *vuState, 2), t0: fake.Now()}
 	ctx := context.Background()
 	steps := []struct {
 		iter  int64
@@ -93,13 +95,13 @@ func TestIterationIsOneRoundTrip(t *testing.T) {
 		{8, func() { f.failRelease = true }, "release eu 8 SUCCESS"},
 		{10, func() { f.failRelease = false }, "acquire eu, release eu 9 SUCCESS"},
 		{12, func() {
-			// The lease this VU holds was asked for 15s ago: half its TTL.
-			vu := <-it.vus
-			h := vu.held[0]
-			h.at = h.at.Add(-time.Duration(sc.Request.TTLSeconds) * time.Second / 2)
-			vu.held[0] = h
-			it.vus <- vu
-		}, "acquire eu, release eu 11 SUCCESS"},
+			// Just short of half its TTL, the lease this VU holds is used.
+			fake.Advance(time.Duration(sc.Request.TTLSeconds)*time.Second/2 - time.Millisecond)
+		}, "release eu 10 SUCCESS"},
+		{14, func() {
+			// Once it has been held for half its TTL, the VU asks for another.
+			fake.Advance(time.Duration(sc.Request.TTLSeconds) * time.Second / 2)
+		}, "acquire eu, release eu 12 SUCCESS"},
 	}
 	for _, st := range steps {
 		if st.setup != nil {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/repool/repool/internal/clock"
 	"github.com/repool/repool/loadtest/arrival"
 	"github.com/repool/repool/loadtest/scenario"
 	"github.com/repool/repool/loadtest/summary"
@@ -21,18 +22,19 @@ type progress struct {
 	mode        string
 	exec        *arrival.Executor
 	rec         *summary.Recorder
+	clock       clock.Clock
 
 	stopc chan struct{}
 	wg    sync.WaitGroup
 }
 
-func newProgress(w io.Writer, interactive bool, sc *scenario.Scenario, mode string, exec *arrival.Executor, rec *summary.Recorder) *progress {
-	return &progress{w: w, interactive: interactive, sc: sc, mode: mode, exec: exec, rec: rec, stopc: make(chan struct{})}
+func newProgress(w io.Writer, interactive bool, sc *scenario.Scenario, mode string, exec *arrival.Executor, rec *summary.Recorder, clk clock.Clock) *progress {
+	return &progress{w: w, interactive: interactive, sc: sc, mode: mode, exec: exec, rec: rec, clock: clk, stopc: make(chan struct{})}
 }
 
 func (p *progress) start() {
 	p.wg.Go(func() {
-		tick := time.NewTicker(200 * time.Millisecond)
+		tick := p.clock.NewTicker(200 * time.Millisecond)
 		defer tick.Stop()
 		lastSample, lastLine := time.Duration(-1), time.Duration(0)
 		for {
@@ -40,7 +42,7 @@ func (p *progress) start() {
 			case <-p.stopc:
 				p.draw(true)
 				return
-			case <-tick.C:
+			case <-tick.Chan():
 			}
 			s := p.exec.Snapshot()
 			if sec := s.Elapsed.Truncate(time.Second); sec > lastSample {
@@ -87,8 +89,8 @@ func (p *progress) draw(final bool) {
 		status = "done"
 	}
 	line := fmt.Sprintf("%s (%s), %03d/%03d VUs, %d complete and %d interrupted iterations, %d dropped · %s [%s] %s/%s",
-		status, clock(s.Elapsed), s.Active, p.sc.MaxVUs, s.Completed, s.Interrupted, s.Dropped,
-		p.mode, bar, clock(min(s.Elapsed, total)), clock(total))
+		status, elapsed(s.Elapsed), s.Active, p.sc.MaxVUs, s.Completed, s.Interrupted, s.Dropped,
+		p.mode, bar, elapsed(min(s.Elapsed, total)), elapsed(total))
 	if p.interactive {
 		fmt.Fprintf(p.w, "\r\033[K%s", line)
 		if final {
@@ -99,7 +101,8 @@ func (p *progress) draw(final bool) {
 	fmt.Fprintln(p.w, line)
 }
 
-func clock(d time.Duration) string {
+// elapsed formats d as k6's progress bar does: 0m05.2s.
+func elapsed(d time.Duration) string {
 	d = d.Round(100 * time.Millisecond)
 	return fmt.Sprintf("%dm%04.1fs", int(d.Minutes()), d.Seconds()-60*float64(int(d.Minutes())))
 }

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/repool/repool/internal/clock"
 	"github.com/repool/repool/loadtest/arrival"
 	"github.com/repool/repool/loadtest/client"
 	"github.com/repool/repool/loadtest/scenario"
@@ -65,6 +66,9 @@ type Config struct {
 	Interactive bool
 	// Log receives progress messages. Default discards them.
 	Log *slog.Logger
+	// Clock schedules the iterations, the fault plan and the progress bar,
+	// and times the calls. Default the wall clock (clock.Real).
+	Clock clock.Clock
 }
 
 // Run runs one mode of the scenario and returns its summary. Everything it
@@ -80,6 +84,10 @@ func Run(ctx context.Context, cfg Config) (*summary.Summary, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	clk := cfg.Clock
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -87,7 +95,7 @@ func Run(ctx context.Context, cfg Config) (*summary.Summary, error) {
 	var started atomic.Int64 // t0 in UnixNano, once the run started
 	event := func(text string) {
 		if t := started.Load(); t != 0 { // setup's events are noise
-			rec.AddEvent(time.Since(time.Unix(0, t)), text)
+			rec.AddEvent(clk.Now().Sub(time.Unix(0, t)), text)
 		}
 	}
 	cfg.Log.Info("starting the topology", "scenario", sc.Name, "mode", cfg.Mode, "dir", cfg.Dir)
@@ -114,23 +122,23 @@ func Run(ctx context.Context, cfg Config) (*summary.Summary, error) {
 		}
 	}
 	defer c.Close()
-	if err := warmUp(ctx, c, sc); err != nil {
+	if err := warmUp(ctx, c, sc, clk); err != nil {
 		return nil, err
 	}
 
-	r := &iterations{sc: sc, c: c, rec: rec, mix: mixIndexes(sc), vus: make(chan *vuState, sc.MaxVUs+1)}
+	r := &iterations{sc: sc, c: c, rec: rec, clock: clk, mix: mixIndexes(sc), vus: make(chan *vuState, sc.MaxVUs+1)}
 	exec, err := arrival.New(arrival.Config{
 		Rate: sc.Rate, TimeUnit: sc.TimeUnit.D(), Duration: sc.Duration.D(),
-		PreAllocatedVUs: sc.PreAllocatedVUs, MaxVUs: sc.MaxVUs, GracefulStop: sc.GracefulStop.D(),
+		PreAllocatedVUs: sc.PreAllocatedVUs, MaxVUs: sc.MaxVUs, GracefulStop: sc.GracefulStop.D(), Clock: clk,
 	}, r.run)
 	if err != nil {
 		return nil, err
 	}
-	pl := newPlan(sc, topo, func(at time.Duration, text string) { rec.AddEvent(at, text) })
+	pl := newPlan(sc, topo, func(at time.Duration, text string) { rec.AddEvent(at, text) }, clk)
 	faultCtx, stopFaults := context.WithCancel(ctx)
 	defer stopFaults()
-	bar := newProgress(cfg.Progress, cfg.Interactive, sc, cfg.Mode, exec, rec)
-	startedAt := time.Now()
+	bar := newProgress(cfg.Progress, cfg.Interactive, sc, cfg.Mode, exec, rec, clk)
+	startedAt := clk.Now()
 	stats := exec.Run(ctx, func(start time.Time) {
 		r.t0, startedAt = start, start
 		started.Store(start.UnixNano())
@@ -171,11 +179,12 @@ func topologyConfig(sc *scenario.Scenario, sidecar bool) topology.Config {
 
 // iterations runs the scenario's iterations.
 type iterations struct {
-	sc  *scenario.Scenario
-	c   Client
-	rec *summary.Recorder
-	mix []int
-	t0  time.Time // written before the first iteration starts
+	sc    *scenario.Scenario
+	c     Client
+	rec   *summary.Recorder
+	clock clock.Clock
+	mix   []int
+	t0    time.Time // written before the first iteration starts
 	// vus holds the state of the VUs not running an iteration, as k6js
 	// keeps its VUs' runtimes (and k6 its VUs' globals): an iteration
 	// takes one, or makes one when none is free, and puts it back.
@@ -221,7 +230,7 @@ func (it *iterations) run(ctx context.Context, iter int64) {
 	pi := it.mix[iter%int64(len(it.mix))]
 	p := it.sc.Providers[pi].Name
 	req := it.sc.Request
-	start := time.Now()
+	start := it.clock.Now()
 	h, ok := vu.held[pi]
 	delete(vu.held, pi)
 	lease := h.lease
@@ -237,7 +246,7 @@ func (it *iterations) run(ctx context.Context, iter int64) {
 	if it.sc.FailureReport(iter) {
 		outcome = "FAILURE"
 	}
-	t := time.Now()
+	t := it.clock.Now()
 	next, got, res := it.c.ReleaseNext(ctx, p, lease, outcome, req.Context, req.TTLSeconds)
 	if !it.record(ctx, pi, summary.Release, t, res) {
 		return
@@ -253,7 +262,7 @@ func (it *iterations) record(ctx context.Context, pi int, op summary.Op, start t
 		return false
 	}
 	it.rec.Add(summary.Sample{
-		Start: start.Sub(it.t0), Dur: time.Since(start), Provider: pi, Op: op,
+		Start: start.Sub(it.t0), Dur: it.clock.Now().Sub(start), Provider: pi, Op: op,
 		Failed: res.Failed(), Status: res.Status, Code: res.Code, FastFail: res.FastFail,
 	})
 	return true
@@ -261,7 +270,7 @@ func (it *iterations) record(ctx context.Context, pi int, op summary.Op, start t
 
 func (it *iterations) finish(ctx context.Context, pi int, start time.Time) {
 	if ctx.Err() == nil {
-		it.rec.AddIteration(pi, time.Since(start))
+		it.rec.AddIteration(pi, it.clock.Now().Sub(start))
 	}
 }
 
@@ -282,9 +291,9 @@ func mixIndexes(sc *scenario.Scenario) []int {
 // warmUp makes one acquire and release per provider (tokens, connections,
 // HAProxy's first checks), retrying for up to 30s: a loaded machine can
 // start a provider's servers slowly, or between two leaders.
-func warmUp(ctx context.Context, c Client, sc *scenario.Scenario) error {
+func warmUp(ctx context.Context, c Client, sc *scenario.Scenario, clk clock.Clock) error {
 	for _, p := range sc.Names() {
-		deadline := time.Now().Add(30 * time.Second)
+		deadline := clk.Now().Add(30 * time.Second)
 		for {
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			l, res := c.Acquire(cctx, p, sc.Request.Context, sc.Request.TTLSeconds)
@@ -295,10 +304,10 @@ func warmUp(ctx context.Context, c Client, sc *scenario.Scenario) error {
 			if !res.Failed() {
 				break
 			}
-			if time.Now().After(deadline) || ctx.Err() != nil {
+			if clk.Now().After(deadline) || ctx.Err() != nil {
 				return fmt.Errorf("warm-up on provider %s: status %d %s", p, res.Status, res.Code)
 			}
-			time.Sleep(100 * time.Millisecond)
+			_ = clock.Sleep(ctx, clk, 100*time.Millisecond) // a cancelled ctx ends the loop above
 		}
 	}
 	return nil

@@ -28,6 +28,37 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// startPostgres starts the PostgreSQL cluster the test's runs share, and
+// gives the test four minutes.
+func startPostgres(t *testing.T) (context.Context, *topology.Postgres) {
+	t.Helper()
+	if topology.PostgresBinDir() == "" {
+		t.Fatal("PostgreSQL is not installed: run scripts/test, which installs it")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	t.Cleanup(cancel)
+	pg, err := topology.StartPostgres(ctx)
+	if err != nil {
+		t.Fatalf("StartPostgres() = %v", err)
+	}
+	t.Cleanup(func() { pg.Close() })
+	return ctx, pg
+}
+
+// readJSON decodes the JSON object in the file at path.
+func readJSON(t *testing.T, path string) map[string]any {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("reading %s: %v", path, err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatalf("%s does not decode: %v", path, err)
+	}
+	return doc
+}
+
 // TestShortScenarios runs the short variant of every scenario file of
 // loadtest/scenarios end to end — real servers (PostgreSQL HA pairs),
 // HAProxy, toxiproxy, the sidecar, the faults — and checks that each run
@@ -41,16 +72,7 @@ func TestShortScenarios(t *testing.T) {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("scenario files = %v, %v; want some", files, err)
 	}
-	if topology.PostgresBinDir() == "" {
-		t.Fatal("PostgreSQL is not installed: run scripts/test, which installs it")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	pg, err := topology.StartPostgres(ctx)
-	if err != nil {
-		t.Fatalf("StartPostgres() = %v", err)
-	}
-	t.Cleanup(func() { pg.Close() })
+	ctx, pg := startPostgres(t)
 
 	for _, file := range files {
 		name, mode := strings.TrimSuffix(file, ".json"), runner.ModeSidecar
@@ -75,14 +97,7 @@ func TestShortScenarios(t *testing.T) {
 					t.Errorf("summary lacks %q", want)
 				}
 			}
-			raw, err := os.ReadFile(o.JSON)
-			if err != nil {
-				t.Fatalf("reading the JSON summary: %v", err)
-			}
-			var doc map[string]any
-			if err := json.Unmarshal(raw, &doc); err != nil {
-				t.Fatalf("JSON summary does not decode: %v", err)
-			}
+			doc := readJSON(t, o.JSON)
 			runs := []any{doc}
 			if mode == runner.ModeBoth {
 				runs, _ = doc["runs"].([]any)
@@ -128,16 +143,7 @@ func TestShortScenarios(t *testing.T) {
 // is one of the Go runner's, with the same meaning), and the numbers agree
 // as two runs of one scenario on one machine can.
 func TestScriptMatchesGoRunner(t *testing.T) {
-	if topology.PostgresBinDir() == "" {
-		t.Fatal("PostgreSQL is not installed: run scripts/test, which installs it")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	pg, err := topology.StartPostgres(ctx)
-	if err != nil {
-		t.Fatalf("StartPostgres() = %v", err)
-	}
-	t.Cleanup(func() { pg.Close() })
+	ctx, pg := startPostgres(t)
 	dir := t.TempDir()
 	var out bytes.Buffer
 	o := runner.Options{Scenario: "provider-down", Short: true, Mode: runner.ModeSidecar, Store: runner.StorePostgres, Dir: dir,
@@ -156,19 +162,7 @@ func TestScriptMatchesGoRunner(t *testing.T) {
 	if _, err := runner.Execute(ctx, o); err != nil {
 		t.Fatalf("Execute() = %v", err)
 	}
-	read := func(path string) map[string]any {
-		t.Helper()
-		raw, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var doc map[string]any
-		if err := json.Unmarshal(raw, &doc); err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		return doc
-	}
-	k6, goRun := read(filepath.Join(dir, "k6.json")), read(filepath.Join(dir, "go.json"))
+	k6, goRun := readJSON(t, filepath.Join(dir, "k6.json")), readJSON(t, filepath.Join(dir, "go.json"))
 	if k6["mode"] != "k6" || k6["scenario"] != "provider-down" || k6["short"] != true {
 		t.Fatalf("script's summary = mode %v, scenario %v, short %v; want k6, provider-down, true", k6["mode"], k6["scenario"], k6["short"])
 	}
@@ -216,13 +210,17 @@ func TestScriptMatchesGoRunner(t *testing.T) {
 	}
 }
 
-// TestUnknownStore: Execute and Serve reject a store they do not know
+// TestUnknownStore: Execute, Serve and RunScript reject a store they do not know
 // before starting anything.
 func TestUnknownStore(t *testing.T) {
 	o := runner.Options{Scenario: "baseline", Store: "bogus", Out: io.Discard}
 	for name, run := range map[string]func() error{
 		"Execute": func() error { _, err := runner.Execute(context.Background(), o); return err },
 		"Serve":   func() error { return runner.Serve(context.Background(), o) },
+		"RunScript": func() error {
+			_, err := runner.RunScript(context.Background(), o, filepath.Join("..", "k6", "repool.js"))
+			return err
+		},
 	} {
 		if err := run(); err == nil || !strings.Contains(err.Error(), `store "bogus"`) {
 			t.Errorf("%s(Store: bogus) = %v, want an error naming the store", name, err)

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/repool/repool/internal/clock"
+	"github.com/repool/repool/loadtest/scenario"
 	"github.com/repool/repool/loadtest/summary"
 	"github.com/repool/repool/loadtest/topology"
 )
@@ -28,41 +30,11 @@ import (
 // ctx ends, or an error naming the faults of the plan that failed to apply.
 func Serve(ctx context.Context, o Options) error {
 	o.applyDefaults()
-	sc, err := LoadScenario(o.Scenario, o.Short)
+	k, err := startForK6(ctx, o)
 	if err != nil {
 		return err
 	}
-	pg, release, err := openStore(ctx, &o)
-	if err != nil {
-		return err
-	}
-	defer release()
-	dir, err := WorkDir(o.Dir, sc.Name)
-	if err != nil {
-		return err
-	}
-	if !o.Keep {
-		defer os.RemoveAll(dir)
-	}
-	c := &controller{}
-	tc := topologyConfig(sc, true)
-	tc.Postgres, tc.Dir, tc.Event, tc.Log = pg, dir, c.event, o.Log
-	topo, err := topology.Start(ctx, tc)
-	if err != nil {
-		return err
-	}
-	defer topo.Close()
-	c.plan = newPlan(sc, topo, c.addEvent)
-
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{Handler: c.handler(ctx), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
-
-	faults := "http://" + ln.Addr().String()
+	defer k.close()
 	fmt.Fprintf(o.Out, `%s
   sidecar: %s
   faults:  %s   (POST /start begins the fault plan; the k6 script's setup() does it)
@@ -72,18 +44,80 @@ Run k6 against it (from the repository root):
   k6 run -e SCENARIO=%s%s -e SIDECAR=%s -e FAULTS=%s loadtest/k6/repool.js
 
 Ctrl-C stops everything.
-`, sc, topo.SidecarURL(), faults, dir, sc.Name, map[bool]string{true: " -e SHORT=1"}[sc.IsShort], topo.SidecarURL(), faults)
+`, k.sc, k.topo.SidecarURL(), k.faults, k.dir, k.sc.Name, map[bool]string{true: " -e SHORT=1"}[k.sc.IsShort], k.topo.SidecarURL(), k.faults)
 	<-ctx.Done()
-	c.stop()
-	if err := c.plan.err(); err != nil {
+	k.c.stop()
+	if err := k.c.plan.err(); err != nil {
 		return err
 	}
 	return ctx.Err()
 }
 
+// k6Run is what Serve and RunScript start for k6: o's scenario, its
+// topology with the sidecar in a work directory, and the fault controller
+// on loopback.
+type k6Run struct {
+	sc     *scenario.Scenario
+	dir    string
+	topo   *topology.Topology
+	c      *controller
+	faults string // the controller's URL
+	undo   []func()
+}
+
+// startForK6 starts the k6Run of o (defaults applied); on error it has
+// undone what it started.
+func startForK6(ctx context.Context, o Options) (_ *k6Run, err error) {
+	k := &k6Run{c: &controller{clock: o.Clock}}
+	defer func() {
+		if err != nil {
+			k.close()
+		}
+	}()
+	if k.sc, err = LoadScenario(o.Scenario, o.Short); err != nil {
+		return nil, err
+	}
+	pg, release, err := openStore(ctx, &o)
+	if err != nil {
+		return nil, err
+	}
+	k.undo = append(k.undo, release)
+	if k.dir, err = WorkDir(o.Dir, k.sc.Name); err != nil {
+		return nil, err
+	}
+	if !o.Keep {
+		k.undo = append(k.undo, func() { os.RemoveAll(k.dir) })
+	}
+	tc := topologyConfig(k.sc, true)
+	tc.Postgres, tc.Dir, tc.Event, tc.Log = pg, k.dir, k.c.event, o.Log
+	if k.topo, err = topology.Start(ctx, tc); err != nil {
+		return nil, err
+	}
+	k.undo = append(k.undo, func() { k.topo.Close() })
+	k.c.plan = newPlan(k.sc, k.topo, k.c.addEvent, o.Clock)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: k.c.handler(ctx), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	k.undo = append(k.undo, func() { srv.Close() })
+	k.faults = "http://" + ln.Addr().String()
+	return k, nil
+}
+
+// close stops what startForK6 started, last first.
+func (k *k6Run) close() {
+	for i := len(k.undo) - 1; i >= 0; i-- {
+		k.undo[i]()
+	}
+	k.undo = nil
+}
+
 // controller runs the fault plan when k6 says so.
 type controller struct {
-	plan *plan
+	plan  *plan
+	clock clock.Clock
 
 	mu      sync.Mutex
 	t0      time.Time
@@ -97,7 +131,7 @@ func (c *controller) event(text string) {
 	t0 := c.t0
 	c.mu.Unlock()
 	if !t0.IsZero() {
-		c.addEvent(time.Since(t0), text)
+		c.addEvent(c.clock.Now().Sub(t0), text)
 	}
 }
 
@@ -127,7 +161,7 @@ func (c *controller) handler(ctx context.Context) http.Handler {
 			http.Error(w, "the fault plan has started already; restart the runner for another run", http.StatusConflict)
 			return
 		}
-		c.t0 = time.Now()
+		c.t0 = c.clock.Now()
 		var fctx context.Context
 		fctx, c.cancel = context.WithCancel(ctx)
 		c.plan.start(fctx, c.t0)

@@ -201,18 +201,7 @@ func Compute(in Input) *Summary {
 			}
 		}
 		if len(wins) > 0 {
-			in := func(x Sample) bool {
-				if x.Provider != pi {
-					return false
-				}
-				for _, w := range wins {
-					if x.Start >= w.Start && x.Start < w.End {
-						return true
-					}
-				}
-				return false
-			}
-			fs := stats(samples, in)
+			fs := stats(samples, inWindows(pi, wins))
 			ps.Fault = &fs
 			ps.afterOpen(samples, pi, wins)
 		}
@@ -318,6 +307,21 @@ func stats(samples []Sample, keep func(Sample) bool) Stats {
 	return st
 }
 
+// inWindows selects provider pi's calls that started inside any of wins.
+func inWindows(pi int, wins []Window) func(Sample) bool {
+	return func(x Sample) bool {
+		if x.Provider != pi {
+			return false
+		}
+		for _, w := range wins {
+			if x.Start >= w.Start && x.Start < w.End {
+				return true
+			}
+		}
+		return false
+	}
+}
+
 // trend aggregates milliseconds as k6's Trend does.
 func trend(v []float64) Latency {
 	if len(v) == 0 {
@@ -330,13 +334,14 @@ func trend(v []float64) Latency {
 	}
 	return Latency{
 		Count: int64(len(v)), AvgMS: sum / float64(len(v)), MinMS: v[0], MaxMS: v[len(v)-1],
-		P50MS: percentile(v, 50), P90MS: percentile(v, 90), P95MS: percentile(v, 95), P99MS: percentile(v, 99),
+		P50MS: Percentile(v, 50), P90MS: Percentile(v, 90), P95MS: Percentile(v, 95), P99MS: Percentile(v, 99),
 	}
 }
 
-// percentile interpolates linearly between the closest ranks, as k6's
-// Trend does; sorted must be sorted.
-func percentile(sorted []float64, p float64) float64 {
+// Percentile is the p-th percentile (0 to 100) of sorted, interpolated
+// linearly between the closest ranks as k6's Trend does; 0 when sorted is
+// empty. sorted must be sorted.
+func Percentile(sorted []float64, p float64) float64 {
 	switch len(sorted) {
 	case 0:
 		return 0

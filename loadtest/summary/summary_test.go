@@ -117,8 +117,8 @@ func TestThresholds(t *testing.T) {
 func TestPercentileInterpolatesAsK6(t *testing.T) {
 	v := []float64{1, 2, 3, 4}
 	for _, tt := range []struct{ p, want float64 }{{0, 1}, {50, 2.5}, {90, 3.7}, {100, 4}} {
-		if got := percentile(v, tt.p); got < tt.want-1e-9 || got > tt.want+1e-9 {
-			t.Errorf("percentile(%v, %v) = %v, want %v", v, tt.p, got, tt.want)
+		if got := Percentile(v, tt.p); got < tt.want-1e-9 || got > tt.want+1e-9 {
+			t.Errorf("Percentile(%v, %v) = %v, want %v", v, tt.p, got, tt.want)
 		}
 	}
 }

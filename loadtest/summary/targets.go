@@ -146,17 +146,7 @@ func (s *Summary) degraded(pi int, name string, wins []Window) []Target {
 // inside any fault window with its p95 before the first fault.
 func (s *Summary) healthyP95(pi int, name string, firstFault time.Duration, wins []Window) Target {
 	before := durations(s.samples, func(x Sample) bool { return x.Provider == pi && x.Start < firstFault })
-	during := durations(s.samples, func(x Sample) bool {
-		if x.Provider != pi {
-			return false
-		}
-		for _, w := range wins {
-			if x.Start >= w.Start && x.Start < w.End {
-				return true
-			}
-		}
-		return false
-	})
+	during := durations(s.samples, inWindows(pi, wins))
 	t := Target{Name: "healthy_p95", Provider: name, Want: fmt.Sprintf("≤ %.1f× its p95 before the fault", TargetHealthyP95)}
 	if len(before) == 0 || len(during) == 0 {
 		t.Got, t.OK = "no calls to compare", true

@@ -151,7 +151,7 @@ func (s *Summary) trendAgg(t scenario.Threshold, d []float64) (float64, error) {
 	case "med":
 		return l.P50MS, nil
 	case "p":
-		return percentile(d, t.P), nil // trend sorted d
+		return Percentile(d, t.P), nil // trend sorted d
 	}
 	return 0, fmt.Errorf("%s is a trend: use avg, min, max, med or p(N)", t.Metric)
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
+
+	"github.com/repool/repool/internal/clock"
 )
 
 // StopServers stops every running server of the provider gracefully
@@ -58,7 +60,7 @@ func (t *Topology) KillActive(ctx context.Context, provider string) (string, err
 		return "", err
 	}
 	client := &http.Client{Timeout: 500 * time.Millisecond}
-	deadline := time.Now().Add(killActiveWait)
+	deadline := t.cfg.Clock.Now().Add(killActiveWait)
 	for {
 		for _, n := range c.servers {
 			p := t.procOf(n)
@@ -77,13 +79,10 @@ func (t *Topology) KillActive(ctx context.Context, provider string) (string, err
 				return n.name, nil
 			}
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
+		if t.cfg.Clock.Now().After(deadline) || ctx.Err() != nil {
 			return "", fmt.Errorf("provider %s has no active server to kill (looked for %v)", provider, killActiveWait)
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond):
-		}
+		_ = clock.Sleep(ctx, t.cfg.Clock, 100*time.Millisecond) // a cancelled ctx ends the loop above
 	}
 }
 

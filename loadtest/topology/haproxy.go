@@ -15,6 +15,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/repool/repool/internal/clock"
 	"github.com/repool/repool/internal/pgcluster"
 )
 
@@ -88,7 +89,7 @@ func haproxyBin() string {
 // haproxy -c, starts haproxy -db and waits until wantUp servers are UP
 // (and the others NOLB or DOWN).
 // Every "Server ... is UP/DOWN/..." line HAProxy logs goes to event.
-func startHAProxy(ctx context.Context, dir, provider string, servers []haBackend, wantUp int, event func(string)) (*haproxy, error) {
+func startHAProxy(ctx context.Context, clk clock.Clock, dir, provider string, servers []haBackend, wantUp int, event func(string)) (*haproxy, error) {
 	port, err := pgcluster.FreePort()
 	if err != nil {
 		return nil, err
@@ -129,7 +130,7 @@ func startHAProxy(ctx context.Context, dir, provider string, servers []haBackend
 		logf.Close()
 		return nil, fmt.Errorf("haproxy: %w", err)
 	}
-	h.proc = &proc{name: "haproxy-" + provider, cmd: cmd, done: make(chan struct{})}
+	h.proc = &proc{name: "haproxy-" + provider, cmd: cmd, done: make(chan struct{}), clock: clk}
 	go func() {
 		h.proc.err = cmd.Wait()
 		pw.Close()
@@ -137,7 +138,7 @@ func startHAProxy(ctx context.Context, dir, provider string, servers []haBackend
 	}()
 	go scanHAProxy(pr, logf, event)
 
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := clk.Now().Add(15 * time.Second)
 	for {
 		st, err := h.states()
 		if err == nil && count(st, "UP") == wantUp && count(st, "UP")+count(st, "NOLB")+count(st, "DOWN") == len(servers) {
@@ -147,15 +148,13 @@ func startHAProxy(ctx context.Context, dir, provider string, servers []haBackend
 			os.RemoveAll(sockDir)
 			return nil, fmt.Errorf("haproxy exited: %v; %s", h.proc.err, seeLog(logPath))
 		}
-		if time.Now().After(deadline) {
+		if clk.Now().After(deadline) {
 			h.stop()
 			return nil, fmt.Errorf("haproxy for %s: want %d server(s) UP within 15s, have %v (%v); %s", provider, wantUp, st, err, seeLog(logPath))
 		}
-		select {
-		case <-ctx.Done():
+		if err := clock.Sleep(ctx, clk, 100*time.Millisecond); err != nil {
 			h.stop()
-			return nil, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
+			return nil, err
 		}
 	}
 }

@@ -12,21 +12,24 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/repool/repool/internal/clock"
 )
 
 // proc is a child process this package started. Its owner stops it; the
 // kernel kills it if this process dies first (see sysProcAttr).
 type proc struct {
-	name string
-	cmd  *exec.Cmd
-	done chan struct{} // closed when the process has exited
-	err  error         // Wait's result, set before done closes
+	name  string
+	cmd   *exec.Cmd
+	done  chan struct{} // closed when the process has exited
+	err   error         // Wait's result, set before done closes
+	clock clock.Clock   // times stop's grace
 }
 
 // start starts cmd with its output appended to logPath. When hello is set,
 // the child's first stdout line is decoded into it before start returns (a
-// child that exits or stays silent for timeout is an error).
-func start(ctx context.Context, name string, cmd *exec.Cmd, logPath string, hello any, timeout time.Duration) (*proc, error) {
+// child that exits or stays silent for timeout on clk is an error).
+func start(ctx context.Context, clk clock.Clock, name string, cmd *exec.Cmd, logPath string, hello any, timeout time.Duration) (*proc, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
@@ -45,7 +48,7 @@ func start(ctx context.Context, name string, cmd *exec.Cmd, logPath string, hell
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
+	p := &proc{name: name, cmd: cmd, done: make(chan struct{}), clock: clk}
 	lines := make(chan []byte, 1)
 	if stdout != nil {
 		go func() {
@@ -65,7 +68,7 @@ func start(ctx context.Context, name string, cmd *exec.Cmd, logPath string, hell
 	if hello == nil {
 		return p, nil
 	}
-	t := time.NewTimer(timeout)
+	t := clk.NewTimer(timeout)
 	defer t.Stop()
 	select {
 	case line, ok := <-lines:
@@ -81,7 +84,7 @@ func start(ctx context.Context, name string, cmd *exec.Cmd, logPath string, hell
 			return nil, fmt.Errorf("%s: reading its ready line %q: %w", name, line, err)
 		}
 		return p, nil
-	case <-t.C:
+	case <-t.Chan():
 		p.kill()
 		return nil, fmt.Errorf("%s was not ready within %v; %s", name, timeout, seeLog(logPath))
 	case <-ctx.Done():
@@ -106,11 +109,11 @@ func (p *proc) stop(sig syscall.Signal, grace time.Duration) {
 		return
 	}
 	_ = p.cmd.Process.Signal(sig)
-	t := time.NewTimer(grace)
+	t := p.clock.NewTimer(grace)
 	defer t.Stop()
 	select {
 	case <-p.done:
-	case <-t.C:
+	case <-t.Chan():
 		p.kill()
 	}
 }

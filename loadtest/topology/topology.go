@@ -49,6 +49,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
+	"github.com/repool/repool/internal/clock"
 )
 
 // Config configures Start.
@@ -77,6 +78,9 @@ type Config struct {
 	Event func(text string)
 	// Log receives progress. Default discards it.
 	Log *slog.Logger
+	// Clock times the waits for the children (their start, readiness and
+	// stop). Default the wall clock (clock.Real): the children run on it.
+	Clock clock.Clock
 }
 
 // Topology is a running topology.
@@ -134,6 +138,9 @@ func Start(ctx context.Context, cfg Config) (_ *Topology, err error) {
 	}
 	if cfg.Event == nil {
 		cfg.Event = func(string) {}
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
 	}
 	t := &Topology{
 		cfg: cfg, log: cfg.Log, clusters: map[string]*cluster{},
@@ -193,7 +200,7 @@ func (t *Topology) startCluster(ctx context.Context, p string) error {
 		return fmt.Errorf("%s printed no demo API key on an empty store", first.name)
 	}
 	c.key = key
-	if err := waitStatus(ctx, "http://"+first.http+"/readyz/active", http.StatusOK, 30*time.Second); err != nil {
+	if err := waitStatus(ctx, t.cfg.Clock, "http://"+first.http+"/readyz/active", http.StatusOK, 30*time.Second); err != nil {
 		return fmt.Errorf("%s never became active: %w; %s", first.name, err, seeLog(first.logPath))
 	}
 	if err := c.register(ctx, t.cfg.Resources, t.cfg.Capacity); err != nil {
@@ -227,7 +234,7 @@ func (t *Topology) startCluster(ctx context.Context, p string) error {
 		if i == 0 {
 			w = http.StatusOK
 		}
-		if err := waitStatus(ctx, "http://"+n.http+"/readyz/active", w, 30*time.Second); err != nil {
+		if err := waitStatus(ctx, t.cfg.Clock, "http://"+n.http+"/readyz/active", w, 30*time.Second); err != nil {
 			return fmt.Errorf("%s: %w; %s", n.name, err, seeLog(n.logPath))
 		}
 	}
@@ -250,7 +257,7 @@ func (t *Topology) startCluster(ctx context.Context, p string) error {
 	if !ha {
 		wantUp = len(c.servers)
 	}
-	if c.ha, err = startHAProxy(ctx, t.cfg.Dir, p, backends, wantUp, t.cfg.Event); err != nil {
+	if c.ha, err = startHAProxy(ctx, t.cfg.Clock, t.cfg.Dir, p, backends, wantUp, t.cfg.Event); err != nil {
 		return err
 	}
 	if c.vip, err = t.proxy(p+"-vip", c.ha.addr); err != nil {
@@ -277,14 +284,16 @@ func (t *Topology) startNode(ctx context.Context, n *node) (string, error) {
 	var hello serverHello
 	var p *proc
 	for attempt := 0; ; attempt++ {
-		if p, err = start(ctx, n.name, cmd, n.logPath, &hello, 60*time.Second); err == nil {
+		if p, err = start(ctx, t.cfg.Clock, n.name, cmd, n.logPath, &hello, 60*time.Second); err == nil {
 			break
 		}
 		// A restart may find its port still held for a moment.
 		if attempt == 20 || !strings.Contains(err.Error(), "exited before it was ready") || ctx.Err() != nil {
 			return "", err
 		}
-		time.Sleep(250 * time.Millisecond)
+		if err := clock.Sleep(ctx, t.cfg.Clock, 250*time.Millisecond); err != nil {
+			return "", err
+		}
 		if cmd, err = childCmd(roleServer, serverChild{Store: n.store, GRPCAddr: n.grpc, HTTPAddr: n.http, HA: n.ha, Name: n.name}); err != nil {
 			return "", err
 		}
@@ -354,7 +363,7 @@ func (t *Topology) startSidecar(ctx context.Context) error {
 		return err
 	}
 	var hello sidecarHello
-	if t.sidecar, err = start(ctx, "sidecar", cmd, filepath.Join(t.cfg.Dir, "sidecar.log"), &hello, 30*time.Second); err != nil {
+	if t.sidecar, err = start(ctx, t.cfg.Clock, "sidecar", cmd, filepath.Join(t.cfg.Dir, "sidecar.log"), &hello, 30*time.Second); err != nil {
 		return err
 	}
 	t.sidecarAt = hello.Addr
@@ -436,9 +445,9 @@ func (t *Topology) Close() error {
 	return errors.Join(errs...)
 }
 
-// waitStatus polls url until it answers want.
-func waitStatus(ctx context.Context, url string, want int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
+// waitStatus polls url until it answers want, for up to timeout on clk.
+func waitStatus(ctx context.Context, clk clock.Clock, url string, want int, timeout time.Duration) error {
+	deadline := clk.Now().Add(timeout)
 	client := &http.Client{Timeout: time.Second}
 	last := "no answer"
 	for {
@@ -454,13 +463,11 @@ func waitStatus(ctx context.Context, url string, want int, timeout time.Duration
 		} else {
 			last = err.Error()
 		}
-		if time.Now().After(deadline) {
+		if clk.Now().After(deadline) {
 			return fmt.Errorf("GET %s: want %d within %v, last: %s", url, want, timeout, last)
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
+		if err := clock.Sleep(ctx, clk, 50*time.Millisecond); err != nil {
+			return err
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package quality
 
 import (
 	"bytes"
@@ -116,19 +116,19 @@ func TestRunOutput(t *testing.T) {
 	cfg := smallConfig(5)
 	cfg.Steps = 2000
 	var buf bytes.Buffer
-	if err := run(context.Background(), cfg, &buf); err != nil {
-		t.Fatalf("run() = %v", err)
+	if err := Run(context.Background(), cfg, &buf); err != nil {
+		t.Fatalf("Run() = %v", err)
 	}
 	out := strings.TrimRight(buf.String(), "\n")
 	lines := strings.Split(out, "\n")
 	last := lines[len(lines)-1]
 	rep := simulate(t, cfg)
 	if want := rep.SimLine(); last != want {
-		t.Errorf("run() last line = %q, want %q", last, want)
+		t.Errorf("Run() last line = %q, want %q", last, want)
 	}
 	for _, want := range []string{"drift", "breakage", "recovery", "always bad", "oracle", "elapsed"} {
 		if !strings.Contains(out, want) {
-			t.Errorf("run() output lacks %q:\n%s", want, out)
+			t.Errorf("Run() output lacks %q:\n%s", want, out)
 		}
 	}
 }
@@ -192,9 +192,9 @@ func TestParseFlags(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 			fs.SetOutput(io.Discard)
-			_, err := parseFlags(fs, tt.args)
+			_, err := ParseFlags(fs, tt.args)
 			if (err != nil) != tt.wantErr {
-				t.Errorf("parseFlags(%q) = %v, want error %v", tt.args, err, tt.wantErr)
+				t.Errorf("ParseFlags(%q) = %v, want error %v", tt.args, err, tt.wantErr)
 			}
 		})
 	}

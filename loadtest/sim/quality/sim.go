@@ -1,4 +1,9 @@
-package main
+// Package quality measures how well the reputation pool (internal/pool)
+// picks resources: Simulate runs the pool (ours), exact Thompson sampling,
+// the heuristics popular proxy pools use and an oracle that knows the truth
+// on copies of one seeded world (package world) and reports each one's
+// success rate; ParseFlags and Run are the command line of loadtest/sim.
+package quality
 
 import (
 	"context"
