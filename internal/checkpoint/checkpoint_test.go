@@ -522,7 +522,8 @@ func TestPersistGroupCommits(t *testing.T) {
 func TestRunCheckpointsEveryInterval(t *testing.T) {
 	e := setup(t)
 	fill(t, poolOf(t, e, "a"), "a", 3)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	done := make(chan struct{})
 	go func() { defer close(done); e.cp.Run(ctx, time.Minute) }()
 	writes := func() int {
