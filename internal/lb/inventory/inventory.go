@@ -315,71 +315,47 @@ func Parse(r io.Reader) (*Inventory, error) {
 // setDefaults fills every zero field that has a default. It is the only
 // place defaults are applied.
 func (inv *Inventory) setDefaults() {
-	if inv.VIP.GRPCPort == 0 {
-		inv.VIP.GRPCPort = DefaultGRPCPort
-	}
+	orDefault(&inv.VIP.GRPCPort, DefaultGRPCPort)
 	for i := range inv.LBHosts {
 		h := &inv.LBHosts[i]
-		if h.Interface == "" {
-			h.Interface = inv.VIP.Interface
-		}
-		if h.StatsSocket == "" {
-			h.StatsSocket = DefaultStatsSocket
-		}
-		if h.MonitorPort == 0 {
-			h.MonitorPort = DefaultMonitorPort
-		}
-		if h.NotifyLog == "" && h.Name != "" {
-			h.NotifyLog = "/var/log/keepalived-repool-" + h.Name + ".log"
+		orDefault(&h.Interface, inv.VIP.Interface)
+		orDefault(&h.StatsSocket, DefaultStatsSocket)
+		orDefault(&h.MonitorPort, DefaultMonitorPort)
+		if h.Name != "" {
+			orDefault(&h.NotifyLog, "/var/log/keepalived-repool-"+h.Name+".log")
 		}
 	}
 	for i := range inv.Servers {
 		s := &inv.Servers[i]
-		if s.GRPCPort == 0 {
-			s.GRPCPort = DefaultGRPCPort
-		}
-		if s.HTTPPort == 0 {
-			s.HTTPPort = DefaultHTTPPort
-		}
+		orDefault(&s.GRPCPort, DefaultGRPCPort)
+		orDefault(&s.HTTPPort, DefaultHTTPPort)
 	}
-	setDur(&inv.Checks.Inter, DefaultCheckInter)
-	setInt(&inv.Checks.Fall, DefaultCheckFall)
-	setInt(&inv.Checks.Rise, DefaultCheckRise)
-	setDur(&inv.Timeouts.Connect, DefaultConnectTimeout)
-	setDur(&inv.Timeouts.Client, DefaultClientTimeout)
-	setDur(&inv.Timeouts.Server, DefaultServerTimeout)
-	setDur(&inv.Timeouts.Tunnel, DefaultTunnelTimeout)
-	setDur(&inv.Timeouts.HTTPRequest, DefaultRequestTimeout)
-	setDur(&inv.Timeouts.Check, DefaultCheckTimeout)
-	if inv.HAProxy.User == "" {
-		inv.HAProxy.User = DefaultHAProxyUser
-	}
-	if inv.HAProxy.Group == "" {
-		inv.HAProxy.Group = DefaultHAProxyUser
-	}
-	setInt(&inv.HAProxy.MaxConn, DefaultMaxConn)
-	setInt(&inv.HAProxy.FrontendMaxConn, min(DefaultFrontendConn, inv.HAProxy.MaxConn))
-	setInt(&inv.Keepalived.TrackInterval, DefaultTrackInterval)
-	setInt(&inv.Keepalived.TrackFall, DefaultTrackFall)
-	setInt(&inv.Keepalived.TrackRise, DefaultTrackRise)
-	setInt(&inv.Keepalived.AdvertInterval, DefaultAdvertInterval)
-	if inv.Keepalived.NotifyScript == "" {
-		inv.Keepalived.NotifyScript = DefaultNotifyScript
-	}
-	if inv.Keepalived.ScriptUser == "" {
-		inv.Keepalived.ScriptUser = DefaultScriptUser
-	}
+	orDefault(&inv.Checks.Inter, DefaultCheckInter)
+	orDefault(&inv.Checks.Fall, DefaultCheckFall)
+	orDefault(&inv.Checks.Rise, DefaultCheckRise)
+	orDefault(&inv.Timeouts.Connect, DefaultConnectTimeout)
+	orDefault(&inv.Timeouts.Client, DefaultClientTimeout)
+	orDefault(&inv.Timeouts.Server, DefaultServerTimeout)
+	orDefault(&inv.Timeouts.Tunnel, DefaultTunnelTimeout)
+	orDefault(&inv.Timeouts.HTTPRequest, DefaultRequestTimeout)
+	orDefault(&inv.Timeouts.Check, DefaultCheckTimeout)
+	orDefault(&inv.HAProxy.User, DefaultHAProxyUser)
+	orDefault(&inv.HAProxy.Group, DefaultHAProxyUser)
+	orDefault(&inv.HAProxy.MaxConn, DefaultMaxConn)
+	orDefault(&inv.HAProxy.FrontendMaxConn, min(DefaultFrontendConn, inv.HAProxy.MaxConn))
+	orDefault(&inv.Keepalived.TrackInterval, DefaultTrackInterval)
+	orDefault(&inv.Keepalived.TrackFall, DefaultTrackFall)
+	orDefault(&inv.Keepalived.TrackRise, DefaultTrackRise)
+	orDefault(&inv.Keepalived.AdvertInterval, DefaultAdvertInterval)
+	orDefault(&inv.Keepalived.NotifyScript, DefaultNotifyScript)
+	orDefault(&inv.Keepalived.ScriptUser, DefaultScriptUser)
 }
 
-func setDur(d *time.Duration, def time.Duration) {
-	if *d == 0 {
-		*d = def
-	}
-}
-
-func setInt(n *int, def int) {
-	if *n == 0 {
-		*n = def
+// orDefault sets *v to def if it is the zero value.
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
 	}
 }
 
