@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -214,12 +213,7 @@ func TestRenderOut(t *testing.T) {
 // TestRuntimeCommands runs status, drain, maint and ready against a real
 // HAProxy in front of fake servers.
 func TestRuntimeCommands(t *testing.T) {
-	active := haproxytest.NewServer(t, "active", http.StatusOK)
-	standby := haproxytest.NewServer(t, "standby", http.StatusNotFound)
-	broken := haproxytest.NewServer(t, "broken", http.StatusServiceUnavailable)
-	dir := t.TempDir()
-	inv := haproxytest.LoopbackInventory(t, dir, active, standby, broken)
-	p := haproxytest.Start(t, inv, dir)
+	p := haproxytest.StartTrio(t)
 	haproxytest.WaitStatus(t, p.Runtime, map[string]string{"active": "UP", "standby": "NOLB", "broken": "DOWN"})
 
 	stdout, _, err := run(t, "haproxy", "status", "--socket", p.Socket)

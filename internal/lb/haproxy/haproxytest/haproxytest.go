@@ -274,6 +274,29 @@ func start(tb testing.TB, inv *inventory.Inventory, dir string) (_ *Process, inU
 	return p, false
 }
 
+// Trio is a running HAProxy in front of three fake servers whose health
+// checks answer 200 (Active), 404 (Standby) and 503 (Broken).
+type Trio struct {
+	Active, Standby, Broken *Server
+	Inv                     *inventory.Inventory // its LoopbackInventory
+	*Process
+}
+
+// StartTrio starts the three servers and HAProxy (Start) in front of them;
+// tb.Cleanup stops them.
+func StartTrio(tb testing.TB) *Trio {
+	tb.Helper()
+	t := &Trio{
+		Active:  NewServer(tb, "active", http.StatusOK),
+		Standby: NewServer(tb, "standby", http.StatusNotFound),
+		Broken:  NewServer(tb, "broken", http.StatusServiceUnavailable),
+	}
+	dir := tb.TempDir()
+	t.Inv = LoopbackInventory(tb, dir, t.Active, t.Standby, t.Broken)
+	t.Process = Start(tb, t.Inv, dir)
+	return t
+}
+
 // WaitStatus polls rt until every named server is listed and matches its
 // wanted state: a Status ("UP") or a Status and an AdminState
 // ("NOLB/drain"). A named server that HAProxy does not list fails tb at the
