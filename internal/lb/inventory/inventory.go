@@ -23,6 +23,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"time"
@@ -318,37 +319,26 @@ func (inv *Inventory) setDefaults() {
 	orDefault(&inv.VIP.GRPCPort, DefaultGRPCPort)
 	for i := range inv.LBHosts {
 		h := &inv.LBHosts[i]
-		orDefault(&h.Interface, inv.VIP.Interface)
-		orDefault(&h.StatsSocket, DefaultStatsSocket)
-		orDefault(&h.MonitorPort, DefaultMonitorPort)
+		def := LBHost{Interface: inv.VIP.Interface, StatsSocket: DefaultStatsSocket, MonitorPort: DefaultMonitorPort}
 		if h.Name != "" {
-			orDefault(&h.NotifyLog, "/var/log/keepalived-repool-"+h.Name+".log")
+			def.NotifyLog = "/var/log/keepalived-repool-" + h.Name + ".log"
 		}
+		fillZero(h, def)
 	}
 	for i := range inv.Servers {
-		s := &inv.Servers[i]
-		orDefault(&s.GRPCPort, DefaultGRPCPort)
-		orDefault(&s.HTTPPort, DefaultHTTPPort)
+		fillZero(&inv.Servers[i], Server{GRPCPort: DefaultGRPCPort, HTTPPort: DefaultHTTPPort})
 	}
-	orDefault(&inv.Checks.Inter, DefaultCheckInter)
-	orDefault(&inv.Checks.Fall, DefaultCheckFall)
-	orDefault(&inv.Checks.Rise, DefaultCheckRise)
-	orDefault(&inv.Timeouts.Connect, DefaultConnectTimeout)
-	orDefault(&inv.Timeouts.Client, DefaultClientTimeout)
-	orDefault(&inv.Timeouts.Server, DefaultServerTimeout)
-	orDefault(&inv.Timeouts.Tunnel, DefaultTunnelTimeout)
-	orDefault(&inv.Timeouts.HTTPRequest, DefaultRequestTimeout)
-	orDefault(&inv.Timeouts.Check, DefaultCheckTimeout)
-	orDefault(&inv.HAProxy.User, DefaultHAProxyUser)
-	orDefault(&inv.HAProxy.Group, DefaultHAProxyUser)
-	orDefault(&inv.HAProxy.MaxConn, DefaultMaxConn)
+	fillZero(&inv.Checks, Checks{Inter: DefaultCheckInter, Fall: DefaultCheckFall, Rise: DefaultCheckRise})
+	fillZero(&inv.Timeouts, Timeouts{
+		Connect: DefaultConnectTimeout, Client: DefaultClientTimeout, Server: DefaultServerTimeout,
+		Tunnel: DefaultTunnelTimeout, HTTPRequest: DefaultRequestTimeout, Check: DefaultCheckTimeout,
+	})
+	fillZero(&inv.HAProxy, HAProxy{User: DefaultHAProxyUser, Group: DefaultHAProxyUser, MaxConn: DefaultMaxConn})
 	orDefault(&inv.HAProxy.FrontendMaxConn, min(DefaultFrontendConn, inv.HAProxy.MaxConn))
-	orDefault(&inv.Keepalived.TrackInterval, DefaultTrackInterval)
-	orDefault(&inv.Keepalived.TrackFall, DefaultTrackFall)
-	orDefault(&inv.Keepalived.TrackRise, DefaultTrackRise)
-	orDefault(&inv.Keepalived.AdvertInterval, DefaultAdvertInterval)
-	orDefault(&inv.Keepalived.NotifyScript, DefaultNotifyScript)
-	orDefault(&inv.Keepalived.ScriptUser, DefaultScriptUser)
+	fillZero(&inv.Keepalived, Keepalived{
+		TrackInterval: DefaultTrackInterval, TrackFall: DefaultTrackFall, TrackRise: DefaultTrackRise,
+		AdvertInterval: DefaultAdvertInterval, NotifyScript: DefaultNotifyScript, ScriptUser: DefaultScriptUser,
+	})
 }
 
 // orDefault sets *v to def if it is the zero value.
@@ -356,6 +346,18 @@ func orDefault[T comparable](v *T, def T) {
 	var zero T
 	if *v == zero {
 		*v = def
+	}
+}
+
+// fillZero sets each exported field of the struct *v that is the zero
+// value to the field of def: def holds a section's defaults, and a field
+// without one is zero in def, which leaves it alone.
+func fillZero[T any](v *T, def T) {
+	dst, src := reflect.ValueOf(v).Elem(), reflect.ValueOf(def)
+	for i := range dst.NumField() {
+		if f := dst.Field(i); f.CanSet() && f.IsZero() {
+			f.Set(src.Field(i))
+		}
 	}
 }
 
