@@ -1,9 +1,11 @@
 package main
 
 import (
+	"fmt"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -82,36 +84,14 @@ func TestServerBinary(t *testing.T) {
 		t.Fatalf("server run on a busy port = got exit status %d, stdout %q, stderr %q; want 1, nothing, and the port refused", status, stdout, stderr)
 	}
 
-	cmd := testenv.Command("run", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--store", store, "--log-level", "error")
-	var out testenv.Output
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	srv := serve(t, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--store", store, "--log-level", "error")
+	srv.waitOutput(t, "repool server: gRPC on ")
+	m := regexp.MustCompile(`repool server: gRPC on \S+, HTTP on (\S+) `).FindStringSubmatch(srv.out.String())
+	if m == nil {
+		t.Fatalf("the server's first line = got\n%s\nwant its gRPC and HTTP addresses", srv.out.String())
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-exited:
-			if err != nil {
-				t.Errorf("server after SIGTERM = got %v, want exit status 0; output:\n%s", err, out.String())
-			}
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			t.Errorf("server did not stop within 30s of SIGTERM")
-		}
-	}()
-	served := regexp.MustCompile(`repool server: gRPC on \S+, HTTP on (\S+) `)
-	var m []string
-	for deadline := time.Now().Add(30 * time.Second); m == nil; m = served.FindStringSubmatch(out.String()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("server did not say it serves within 30s; output:\n%s", out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if !strings.Contains(out.String(), "demo API key:    rpk_") || !strings.Contains(out.String(), "operator token:  eyJ") {
-		t.Fatalf("the first start after the failed one printed\n%s\nwant the demo API key and the operator token", out.String())
+	if !strings.Contains(srv.out.String(), "demo API key:    rpk_") || !strings.Contains(srv.out.String(), "operator token:  eyJ") {
+		t.Fatalf("the first start after the failed one printed\n%s\nwant the demo API key and the operator token", srv.out.String())
 	}
 
 	status, token, stderr := testenv.RunCommand(t, "admin-token", "--role", "operator", "--store", store)
@@ -141,47 +121,70 @@ func TestSIGHUPReloadsTLS(t *testing.T) {
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, "test CA")
 	certFile, keyFile := ca.Issue("server", "127.0.0.1").Write(t, dir, "server")
-	cmd := testenv.Command("run", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--store", "sqlite:"+filepath.Join(dir, "repool.db"),
+	srv := serve(t, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--store", "sqlite:"+filepath.Join(dir, "repool.db"),
 		"--tls-cert", certFile, "--tls-key", keyFile)
-	var out testenv.Output
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			t.Error("server did not stop within 30s of SIGTERM")
-		}
-	}()
-	waitOutput := func(what string) {
-		t.Helper()
-		for deadline := time.Now().Add(30 * time.Second); !strings.Contains(out.String(), what); time.Sleep(20 * time.Millisecond) {
-			select {
-			case err := <-exited:
-				t.Fatalf("server exited (%v) before %q; output:\n%s", err, what, out.String())
-			default:
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no %q within 30s; output:\n%s", what, out.String())
-			}
-		}
-	}
-	waitOutput(", TLS\n")
+	srv.waitOutput(t, ", TLS\n")
 
 	// Files unchanged: only the signal reloads them (the watcher reloads
 	// on a change).
-	_ = cmd.Process.Signal(syscall.SIGHUP)
-	waitOutput(`"msg":"TLS files reloaded"`)
+	_ = srv.cmd.Process.Signal(syscall.SIGHUP)
+	srv.waitOutput(t, `"msg":"TLS files reloaded"`)
 	// A bad key: refused, and the server keeps running.
 	if err := os.WriteFile(keyFile, []byte("not a key"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_ = cmd.Process.Signal(syscall.SIGHUP)
-	waitOutput("TLS files not reloaded; the previous certificate stays in use")
+	_ = srv.cmd.Process.Signal(syscall.SIGHUP)
+	srv.waitOutput(t, "TLS files not reloaded; the previous certificate stays in use")
+}
+
+// server is this test binary running as "server run".
+type server struct {
+	cmd  *exec.Cmd
+	out  testenv.Output
+	done chan struct{} // closed when it has exited
+	err  error         // its exit status, once done
+}
+
+// serve starts "server run" with args. When the test ends the server gets
+// SIGTERM and must exit with status 0 within 30s; its output is logged if
+// the test failed.
+func serve(t *testing.T, args ...string) *server {
+	t.Helper()
+	s := &server{cmd: testenv.Command(append([]string{"run"}, args...)...), done: make(chan struct{})}
+	s.cmd.Stdout, s.cmd.Stderr = &s.out, &s.out
+	if err := s.cmd.Start(); err != nil {
+		t.Fatalf("starting server run = got error %v, want nil", err)
+	}
+	go func() { s.err = s.cmd.Wait(); close(s.done) }()
+	t.Cleanup(func() {
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-s.done:
+			if s.err != nil {
+				t.Errorf("server after SIGTERM = got %v, want exit status 0", s.err)
+			}
+		case <-time.After(30 * time.Second): // another process's shutdown: real time
+			_ = s.cmd.Process.Kill()
+			<-s.done
+			t.Errorf("server did not stop within 30s of SIGTERM")
+		}
+		if t.Failed() {
+			t.Logf("server output:\n%s", s.out.String())
+		}
+	})
+	return s
+}
+
+// waitOutput waits up to 30s for the server to print what, failing t if
+// it exits first.
+func (s *server) waitOutput(t *testing.T, what string) {
+	t.Helper()
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("the server to print %q", what), func() bool {
+		select {
+		case <-s.done:
+			t.Fatalf("server exited (%v) before it printed %q", s.err, what)
+		default:
+		}
+		return strings.Contains(s.out.String(), what)
+	})
 }

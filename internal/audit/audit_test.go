@@ -10,6 +10,7 @@ import (
 
 	"github.com/repool/repool/internal/pool"
 	"github.com/repool/repool/internal/store"
+	"github.com/repool/repool/internal/testenv"
 )
 
 type memStore struct {
@@ -48,10 +49,7 @@ func TestWatchRecordsBlocksAndRecoveries(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Record(store.AuditEntry{TenantID: "acme", Actor: "key:k", Action: "resources.register"})
-	deadline := time.Now().Add(5 * time.Second)
-	for len(st.snapshot()) < 2 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Eventually(t, 5*time.Second, "a block and a registration to be written", func() bool { return len(st.snapshot()) >= 2 })
 	cancel()
 	<-done
 	got := st.snapshot()

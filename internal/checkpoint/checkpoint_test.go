@@ -18,6 +18,7 @@ import (
 	"github.com/repool/repool/internal/store"
 	"github.com/repool/repool/internal/store/sqlite"
 	"github.com/repool/repool/internal/tenants"
+	"github.com/repool/repool/internal/testenv"
 )
 
 // flakyStore counts checkpoint rows and fails the saves of chosen tenants,
@@ -75,6 +76,7 @@ type env struct {
 	cp    *Checkpointer
 	reg   *prometheus.Registry
 	acct  map[string][2]int
+	clock *clock.Fake // the checkpointer's
 }
 
 func open(t *testing.T, path string) *env {
@@ -85,9 +87,9 @@ func open(t *testing.T, path string) *env {
 	}
 	t.Cleanup(func() { st.Close() })
 	e := &env{path: path, st: &flakyStore{Store: st, fail: map[string]bool{}, failLoad: map[string]bool{}, hold: map[string]chan struct{}{}, stall: map[string]bool{}, saved: map[string]store.Checkpoint{}, writes: map[string]int{}},
-		reg: prometheus.NewRegistry(), acct: map[string][2]int{}}
+		reg: prometheus.NewRegistry(), acct: map[string][2]int{}, clock: clock.NewFake(time.Unix(1_800_000_000, 0))}
 	e.pools = tenants.NewRegistry(func(string) (*pool.Pool, error) { return pool.New(pool.Config{}) })
-	e.cp, err = New(Config{Store: e.st, Pools: e.pools, Metrics: e.reg, TenantTimeout: 200 * time.Millisecond,
+	e.cp, err = New(Config{Store: e.st, Pools: e.pools, Metrics: e.reg, TenantTimeout: 200 * time.Millisecond, Clock: e.clock,
 		Restored: func(tenant string, r, c int) { e.acct[tenant] = [2]int{r, c} }})
 	if err != nil {
 		t.Fatal(err)
@@ -222,7 +224,7 @@ func TestFailedTenantIsIsolatedAndRetriedInFull(t *testing.T) {
 	if _, err := poolOf(t, e, "b").Report(pool.Report{Resource: "b001", Context: "z", Outcome: pool.Success}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Millisecond)
+	e.clock.Advance(time.Second)
 	err := e.cp.Round(context.Background())
 	if err == nil || !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Round() with a failing tenant = %v, want its error", err)
@@ -414,18 +416,12 @@ func TestPersistDoesNotWaitForOtherTenants(t *testing.T) {
 	e.st.mu.Unlock()
 	round := make(chan error, 1)
 	go func() { round <- e.cp.Round(context.Background()) }()
-	// Wait until the round is inside a's write.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+	testenv.Eventually(t, 5*time.Second, "the round to reach tenant a's write", func() bool {
 		e.st.mu.Lock()
+		defer e.st.mu.Unlock()
 		_, started := e.st.saved["a"]
-		e.st.mu.Unlock()
-		if started {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the round never reached tenant a")
-		}
-	}
+		return started
+	})
 	done := make(chan error, 1)
 	go func() {
 		done <- e.cp.Persist(context.Background(), "b", poolOf(t, e, "b").States([]string{"b001"}), nil)
@@ -463,7 +459,7 @@ func TestPersistGroupCommits(t *testing.T) {
 		t.Fatal(err)
 	}
 	wg.Go(func() { errs <- e.cp.Persist(context.Background(), "a", p.States([]string{"first"}), nil) })
-	waitUntil(t, "the first write is held", func() bool {
+	testenv.Eventually(t, 10*time.Second, "the first write to be held", func() bool {
 		e.st.mu.Lock()
 		defer e.st.mu.Unlock()
 		return e.st.writes["a"] == 1
@@ -484,7 +480,7 @@ func TestPersistGroupCommits(t *testing.T) {
 		})
 	}
 	g := e.cp.group("a")
-	waitUntil(t, "every caller queues behind the held write", func() bool {
+	testenv.Eventually(t, 10*time.Second, "every caller to queue behind the held write", func() bool {
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		return len(g.next) == callers
@@ -521,12 +517,34 @@ func TestPersistGroupCommits(t *testing.T) {
 	}
 }
 
-// waitUntil polls cond (a state of goroutines, not of time) for up to 10 s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10s", what)
-		}
+// TestRunCheckpointsEveryInterval: Run writes a round at each interval of
+// the checkpointer's clock, and returns when its context ends.
+func TestRunCheckpointsEveryInterval(t *testing.T) {
+	e := setup(t)
+	fill(t, poolOf(t, e, "a"), "a", 3)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	done := make(chan struct{})
+	go func() { defer close(done); e.cp.Run(ctx, time.Minute) }()
+	writes := func() int {
+		e.st.mu.Lock()
+		defer e.st.mu.Unlock()
+		return e.st.writes["a"]
+	}
+	if err := e.clock.Wait(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := writes(); got != 0 {
+		t.Fatalf("checkpoint writes before the first interval = got %d, want 0", got)
+	}
+	for round := 1; round <= 3; round++ {
+		e.clock.Advance(time.Minute)
+		testenv.Eventually(t, 10*time.Second, fmt.Sprintf("checkpoint round %d", round), func() bool { return writes() == round })
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return within 10s of its context ending")
 	}
 }

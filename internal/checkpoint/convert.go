@@ -41,53 +41,48 @@ func cellRow(c pool.CellState) store.CellRow {
 
 // toCheckpoint converts a full snapshot.
 func toCheckpoint(s pool.Snapshot) store.Checkpoint {
-	cp := store.Checkpoint{Full: true, FencingHWM: s.LastToken,
-		Resources: make([]store.ResourceRow, len(s.Resources)), Cells: make([]store.CellRow, len(s.Cells))}
-	for i, r := range s.Resources {
-		cp.Resources[i] = resourceRow(r)
-	}
-	for i, c := range s.Cells {
-		cp.Cells[i] = cellRow(c)
-	}
-	return cp
+	return store.Checkpoint{Full: true, FencingHWM: s.LastToken,
+		Resources: mapAll(s.Resources, resourceRow), Cells: mapAll(s.Cells, cellRow)}
 }
 
 // changesToCheckpoint converts an incremental change set.
 func changesToCheckpoint(ch pool.Changes) store.Checkpoint {
-	cp := store.Checkpoint{FencingHWM: ch.LastToken, Removed: ch.Removed,
-		Resources: make([]store.ResourceRow, len(ch.Resources)), Cells: make([]store.CellRow, len(ch.Cells))}
-	for i, r := range ch.Resources {
-		cp.Resources[i] = resourceRow(r)
-	}
-	for i, c := range ch.Cells {
-		cp.Cells[i] = cellRow(c)
-	}
-	return cp
+	return store.Checkpoint{FencingHWM: ch.LastToken, Removed: ch.Removed,
+		Resources: mapAll(ch.Resources, resourceRow), Cells: mapAll(ch.Cells, cellRow)}
 }
 
 // toSnapshot converts a loaded pool state. Leases are not checkpointed: the
 // restored pool starts with none, and the caller raises the epoch so that
 // new tokens exceed every token issued before.
 func toSnapshot(st store.PoolState) pool.Snapshot {
-	s := pool.Snapshot{
+	return pool.Snapshot{
 		Epoch: uint32(st.FencingHWM >> 40), LastToken: st.FencingHWM, LastLease: st.FencingHWM &^ (1<<40 - 1),
-		Resources: make([]pool.ResourceState, len(st.Resources)), Cells: make([]pool.CellState, len(st.Cells)),
+		Resources: mapAll(st.Resources, func(r store.ResourceRow) pool.ResourceState {
+			return pool.ResourceState{
+				ID: r.ID, Capacity: int(r.Capacity), Labels: r.Labels,
+				Aggregate:  pool.Stats{Alpha: r.Alpha, Beta: r.Beta, UpdatedAt: fromUnixNano(r.UpdatedAt), ConsecutiveFailures: int(r.ConsecutiveFailures)},
+				Quarantine: pool.Quarantine{Until: fromUnixNano(r.BlockedUntil), Level: int(r.CooldownLevel)},
+			}
+		}),
+		Cells: mapAll(st.Cells, func(c store.CellRow) pool.CellState {
+			return pool.CellState{
+				Resource: c.ResourceID, Context: c.Context,
+				Stats:      pool.Stats{Alpha: c.Alpha, Beta: c.Beta, UpdatedAt: fromUnixNano(c.UpdatedAt), ConsecutiveFailures: int(c.ConsecutiveFailures)},
+				Quarantine: pool.Quarantine{Until: fromUnixNano(c.BlockedUntil), Level: int(c.CooldownLevel)},
+			}
+		}),
 	}
-	for i, r := range st.Resources {
-		s.Resources[i] = pool.ResourceState{
-			ID: r.ID, Capacity: int(r.Capacity), Labels: r.Labels,
-			Aggregate:  pool.Stats{Alpha: r.Alpha, Beta: r.Beta, UpdatedAt: fromUnixNano(r.UpdatedAt), ConsecutiveFailures: int(r.ConsecutiveFailures)},
-			Quarantine: pool.Quarantine{Until: fromUnixNano(r.BlockedUntil), Level: int(r.CooldownLevel)},
-		}
+}
+
+// mapAll returns f of each element of in, in order (an empty, non-nil
+// slice for an empty in, as the store's rows and the pool's states are
+// made).
+func mapAll[S, D any](in []S, f func(S) D) []D {
+	out := make([]D, len(in))
+	for i, v := range in {
+		out[i] = f(v)
 	}
-	for i, c := range st.Cells {
-		s.Cells[i] = pool.CellState{
-			Resource: c.ResourceID, Context: c.Context,
-			Stats:      pool.Stats{Alpha: c.Alpha, Beta: c.Beta, UpdatedAt: fromUnixNano(c.UpdatedAt), ConsecutiveFailures: int(c.ConsecutiveFailures)},
-			Quarantine: pool.Quarantine{Until: fromUnixNano(c.BlockedUntil), Level: int(c.CooldownLevel)},
-		}
-	}
-	return s
+	return out
 }
 
 // withLeases adds journaled leases that have not expired by now to a

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/repool/repool/internal/clock"
 	"github.com/repool/repool/internal/store/postgres"
 )
 
@@ -39,6 +40,11 @@ type Config struct {
 	// off for longer loses the lock. Zero means 2s; negative is an error;
 	// it must exceed Interval.
 	SessionTimeout time.Duration
+	// Clock paces the standby's attempts and the leader's checks; nil
+	// means the wall clock. The bounds on each round trip to the database
+	// (SessionTimeout, the check bound) stay on real time: they race the
+	// database's own idle_session_timeout, which no fake clock moves.
+	Clock clock.Clock
 	// Log receives transitions.
 	Log *slog.Logger
 }
@@ -70,6 +76,9 @@ func New(cfg Config) (*Elector, error) {
 	}
 	if cfg.SessionTimeout <= cfg.Interval {
 		return nil, fmt.Errorf("ha: Config.SessionTimeout %v must exceed Config.Interval %v", cfg.SessionTimeout, cfg.Interval)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -133,13 +142,11 @@ func (e *Elector) Campaign(ctx context.Context) (*Term, error) {
 		if err != nil && ctx.Err() == nil {
 			e.log.Warn("leader election: database unreachable", "err", err)
 		}
-		select {
-		case <-ctx.Done():
+		if err := clock.Sleep(ctx, e.cfg.Clock, e.cfg.Interval); err != nil {
 			if conn != nil {
 				conn.Close(context.WithoutCancel(ctx))
 			}
-			return nil, ctx.Err()
-		case <-time.After(e.cfg.Interval):
+			return nil, err
 		}
 	}
 }
@@ -197,31 +204,32 @@ func (e *Elector) hold(conn *pgx.Conn) *Term {
 	go func() {
 		defer close(t.done)
 		defer conn.Close(context.Background())
-		tick := time.NewTicker(e.cfg.Interval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				t.why = errors.New("resigned")
-				return
-			case <-tick.C:
-				cctx, ccancel := context.WithTimeout(ctx, e.checkTimeout())
-				var held bool
-				err := conn.QueryRow(cctx, `SELECT count(*) > 0 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND objid = ($1::bigint & x'ffffffff'::bigint)::oid AND granted`, LockID).Scan(&held)
-				ccancel()
-				if ctx.Err() != nil {
-					t.why = errors.New("resigned")
-					return
-				}
-				if err != nil || !held {
-					t.why = fmt.Errorf("leader session lost: %v", errOr(err, "lock not held"))
-					e.log.Error("stepping down", "why", t.why)
-					return
-				}
+		clock.Every(ctx, e.cfg.Clock, e.cfg.Interval, func(ctx context.Context) bool {
+			held, err := e.check(ctx, conn)
+			if ctx.Err() != nil {
+				return false // resigned
 			}
+			if err != nil || !held {
+				t.why = fmt.Errorf("leader session lost: %v", errOr(err, "lock not held"))
+				e.log.Error("stepping down", "why", t.why)
+				return false
+			}
+			return true
+		})
+		if t.why == nil {
+			t.why = errors.New("resigned")
 		}
 	}()
 	return t
+}
+
+// check asks, within checkTimeout, whether conn still holds the leader
+// lock.
+func (e *Elector) check(ctx context.Context, conn *pgx.Conn) (held bool, err error) {
+	cctx, cancel := context.WithTimeout(ctx, e.checkTimeout())
+	defer cancel()
+	err = conn.QueryRow(cctx, `SELECT count(*) > 0 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND objid = ($1::bigint & x'ffffffff'::bigint)::oid AND granted`, LockID).Scan(&held)
+	return held, err
 }
 
 func errOr(err error, s string) string {

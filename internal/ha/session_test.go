@@ -3,15 +3,21 @@ package ha
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/repool/repool/internal/clock"
 	"github.com/repool/repool/internal/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
+
+// interval is the electors' Interval in these tests.
+const interval = 20 * time.Millisecond
 
 // TestStandbyKeepsOneSession: a standby retries the lock on one session
 // instead of connecting for every attempt; when the leader's session ends
@@ -22,42 +28,34 @@ func TestStandbyKeepsOneSession(t *testing.T) {
 	dsn := testenv.Postgres(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	elector := func(name string) *Elector {
-		t.Helper()
-		e, err := New(Config{DSN: dsn, Name: name, Interval: 20 * time.Millisecond, SessionTimeout: time.Second})
-		if err != nil {
-			t.Fatalf("New(%s) = got error %v, want nil", name, err)
-		}
-		return e
-	}
-	obs, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatalf("pgx.Connect = got error %v, want nil", err)
-	}
-	defer obs.Close(context.Background())
+	obs := observer(ctx, t, dsn)
 
-	leader, err := elector("a").Campaign(ctx)
+	leader, err := elector(t, dsn, "a", nil).Campaign(ctx)
 	if err != nil {
 		t.Fatalf("Campaign(a) = got error %v, want a term", err)
 	}
 	defer leader.Resign()
 
+	// The standby's attempts are paced by a fake clock: each Advance is
+	// one more attempt, and the armed wait after it says it is over.
+	fake := clock.NewFake(time.Unix(0, 0))
 	bctx, bcancel := context.WithCancel(ctx)
 	defer bcancel()
-	won := campaign(bctx, elector("b"))
+	won := campaign(bctx, elector(t, dsn, "b", fake))
 
-	// Every attempt restarts query_start of the backend it runs on. The
-	// deadline only bounds a broken elector: under a full CI run, with the
-	// database shared by other packages' tests, attempts 20ms apart have
-	// been seen 2s apart.
+	// Every attempt restarts query_start of the backend it runs on.
 	pids, starts := map[int32]bool{}, map[time.Time]bool{}
-	for deadline := time.Now().Add(45 * time.Second); len(starts) < polls && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+	for range polls {
+		if err := fake.Wait(ctx, 1); err != nil {
+			t.Fatalf("standby b: waiting for its next attempt = got error %v, want nil", err)
+		}
 		for _, s := range sessions(ctx, t, obs, "b") {
 			pids[s.pid] = true
 			if s.queryStart != nil {
 				starts[*s.queryStart] = true
 			}
 		}
+		fake.Advance(interval)
 	}
 	if len(starts) < polls || len(pids) != 1 {
 		t.Fatalf("standby b: saw %d attempts on %d backends, want at least %d attempts on 1 backend", len(starts), len(pids), polls)
@@ -68,6 +66,10 @@ func TestStandbyKeepsOneSession(t *testing.T) {
 	}
 
 	leader.Resign()
+	if err := fake.Wait(ctx, 1); err != nil {
+		t.Fatalf("standby b: waiting for its next attempt = got error %v, want nil", err)
+	}
+	fake.Advance(interval)
 	var term *Term
 	select {
 	case r := <-won:
@@ -79,17 +81,15 @@ func TestStandbyKeepsOneSession(t *testing.T) {
 		t.Fatal("Campaign(b) did not win the lock within 10s of a resigning")
 	}
 	defer term.Resign()
-	var holder int32
-	err = obs.QueryRow(ctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objid = ($1::bigint & x'ffffffff'::bigint)::oid AND granted`, LockID).Scan(&holder)
-	if err != nil || holder != standbyPID {
-		t.Fatalf("leader lock holder = got pid %d (%v), want the standby's session %d", holder, err, standbyPID)
+	if got := holder(ctx, t, obs); got != standbyPID {
+		t.Fatalf("leader lock holder = got pid %d, want the standby's session %d", got, standbyPID)
 	}
 	if err := term.Err(); err != nil {
 		t.Fatalf("term.Err() = got %v, want nil while b leads", err)
 	}
 
 	cctx, ccancel := context.WithCancel(ctx)
-	lost := campaign(cctx, elector("c"))
+	lost := campaign(cctx, elector(t, dsn, "c", nil))
 	waitSessions(ctx, t, obs, "c", 1)
 	ccancel()
 	if r := <-lost; !errors.Is(r.err, context.Canceled) {
@@ -139,15 +139,116 @@ func sessions(ctx context.Context, t *testing.T, obs *pgx.Conn, name string) []s
 // backends.
 func waitSessions(ctx context.Context, t *testing.T, obs *pgx.Conn, name string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got := len(sessions(ctx, t, obs, name))
-		if got == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sessions of %s = got %d, want %d", name, got, n)
-		}
-		time.Sleep(10 * time.Millisecond)
+	testenv.Eventually(t, 10*time.Second, fmt.Sprintf("elector %s to have %d sessions", name, n), func() bool {
+		return len(sessions(ctx, t, obs, name)) == n
+	})
+}
+
+// elector returns an Elector named name on c (nil: the wall clock) that
+// tries every interval; the database keeps its idle session for 5s.
+func elector(t *testing.T, dsn, name string, c clock.Clock) *Elector {
+	t.Helper()
+	e, err := New(Config{DSN: dsn, Name: name, Interval: interval, SessionTimeout: 5 * time.Second, Clock: c})
+	if err != nil {
+		t.Fatalf("New(%s) = got error %v, want nil", name, err)
 	}
+	return e
+}
+
+// observer returns a session of its own on dsn, closed when the test ends.
+func observer(ctx context.Context, t *testing.T, dsn string) *pgx.Conn {
+	t.Helper()
+	obs, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("pgx.Connect = got error %v, want nil", err)
+	}
+	t.Cleanup(func() { obs.Close(context.Background()) })
+	return obs
+}
+
+// holder returns the backend that holds the leader lock, 0 if none does.
+func holder(ctx context.Context, t *testing.T, obs *pgx.Conn) int32 {
+	t.Helper()
+	var pid int32
+	err := obs.QueryRow(ctx, `SELECT coalesce(max(pid), 0) FROM pg_locks WHERE locktype = 'advisory' AND objid = ($1::bigint & x'ffffffff'::bigint)::oid AND granted`, LockID).Scan(&pid)
+	if err != nil {
+		t.Fatalf("query pg_locks = got error %v, want nil", err)
+	}
+	return pid
+}
+
+// TestLeaderChecksEveryIntervalAndStepsDown: the leader checks its session
+// at each interval of its clock and keeps the term while it holds the lock;
+// once its session is gone the next check ends the term, and Resign of an
+// ended term returns.
+func TestLeaderChecksEveryIntervalAndStepsDown(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	obs := observer(ctx, t, dsn)
+	fake := clock.NewFake(time.Unix(0, 0))
+	term, err := elector(t, dsn, "a", fake).Campaign(ctx)
+	if err != nil {
+		t.Fatalf("Campaign(a) = got error %v, want a term", err)
+	}
+	defer term.Resign()
+	s := sessions(ctx, t, obs, "a")
+	if len(s) != 1 || s[0].queryStart == nil {
+		t.Fatalf("sessions of a = got %+v, want one that has run its lock attempt", s)
+	}
+	leader, attempt := s[0].pid, *s[0].queryStart
+
+	if err := fake.Wait(ctx, 1); err != nil {
+		t.Fatalf("waiting for the leader's check ticker = got error %v, want nil", err)
+	}
+	fake.Advance(interval)
+	testenv.Eventually(t, 10*time.Second, "the leader's first check", func() bool {
+		s := sessions(ctx, t, obs, "a")
+		return len(s) == 1 && s[0].queryStart != nil && s[0].queryStart.After(attempt)
+	})
+	if err := term.Err(); err != nil {
+		t.Fatalf("term.Err() after a check that holds = got %v, want nil", err)
+	}
+	if got := holder(ctx, t, obs); got != leader {
+		t.Fatalf("leader lock holder = got pid %d, want the leader's session %d", got, leader)
+	}
+
+	if _, err := obs.Exec(ctx, `SELECT pg_terminate_backend($1)`, leader); err != nil {
+		t.Fatalf("pg_terminate_backend = got error %v, want nil", err)
+	}
+	fake.Advance(interval)
+	select {
+	case <-term.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the term did not end at the first check after its session was terminated")
+	}
+	if err := term.Err(); err == nil || !strings.Contains(err.Error(), "leader session lost") {
+		t.Fatalf("term.Err() = got %v, want leader session lost", err)
+	}
+}
+
+// TestResignReleasesTheLock: Resign ends the term, says so, and frees the
+// lock at once for another campaign.
+func TestResignReleasesTheLock(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	obs := observer(ctx, t, dsn)
+	term, err := elector(t, dsn, "a", clock.NewFake(time.Unix(0, 0))).Campaign(ctx)
+	if err != nil {
+		t.Fatalf("Campaign(a) = got error %v, want a term", err)
+	}
+	term.Resign()
+	if err := term.Err(); err == nil || err.Error() != "resigned" {
+		t.Fatalf("term.Err() after Resign = got %v, want resigned", err)
+	}
+	waitSessions(ctx, t, obs, "a", 0)
+	if got := holder(ctx, t, obs); got != 0 {
+		t.Fatalf("leader lock holder after Resign = got pid %d, want none", got)
+	}
+	next, err := elector(t, dsn, "b", nil).Campaign(ctx)
+	if err != nil {
+		t.Fatalf("Campaign(b) after a resigned = got error %v, want a term", err)
+	}
+	next.Resign()
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/repool/repool/internal/pool"
 	"github.com/repool/repool/internal/store"
+	"github.com/repool/repool/internal/testenv"
 )
 
 type memJournal struct {
@@ -17,12 +18,10 @@ type memJournal struct {
 	commits int
 	rows    map[uint64]store.LeaseRow
 	fail    error
-	slow    time.Duration
 	gate    chan struct{} // when set, commits wait for it to close
 }
 
 func (m *memJournal) WriteLeases(_ context.Context, _ string, put []store.LeaseRow, del []uint64) error {
-	time.Sleep(m.slow)
 	if m.gate != nil {
 		<-m.gate
 	}
@@ -41,28 +40,43 @@ func (m *memJournal) WriteLeases(_ context.Context, _ string, put []store.LeaseR
 	return nil
 }
 
+// TestGroupCommit: changes that arrive while a commit is in flight are
+// written together in the next one.
 func TestGroupCommit(t *testing.T) {
-	st := &memJournal{rows: map[uint64]store.LeaseRow{}, slow: 5 * time.Millisecond}
-	w, _ := New(st, time.Second, nil)
+	gate, entered := make(chan struct{}), make(chan struct{})
+	st := &memJournal{rows: map[uint64]store.LeaseRow{}, gate: gate}
+	var first sync.Once
+	w, _ := New(storeFunc(func(ctx context.Context, tenant string, put []store.LeaseRow, del []uint64) error {
+		first.Do(func() { close(entered) })
+		return st.WriteLeases(ctx, tenant, put, del)
+	}), time.Second, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	w.Start(ctx)
 	var wg sync.WaitGroup
-	for i := 1; i <= 200; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			if err := w.Leased(context.Background(), "t", pool.Lease{ID: uint64(i), Resource: "r", Context: "c", Token: uint64(i), ExpiresAt: time.Unix(0, 1)}); err != nil {
-				t.Error(err)
-			}
-		}(i)
+	lease := func(i int) {
+		if err := w.Leased(context.Background(), "t", pool.Lease{ID: uint64(i), Resource: "r", Context: "c", Token: uint64(i), ExpiresAt: time.Unix(0, 1)}); err != nil {
+			t.Error(err)
+		}
 	}
+	wg.Go(func() { lease(1) })
+	// The first commit waits at the gate while the other 199 queue.
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first lease's commit did not start within 10s")
+	}
+	for i := 2; i <= 200; i++ {
+		wg.Go(func() { lease(i) })
+	}
+	testenv.Eventually(t, 10*time.Second, "199 leases to queue behind the first commit", func() bool { return len(w.ops) == 199 })
+	close(gate)
 	wg.Wait()
 	if len(st.rows) != 200 {
 		t.Fatalf("journaled %d leases, want 200", len(st.rows))
 	}
-	if st.commits >= 200 {
-		t.Fatalf("%d commits for 200 concurrent leases, want them batched", st.commits)
+	if st.commits != 2 {
+		t.Fatalf("%d commits for 200 leases, 199 of them queued behind the first commit, want 2", st.commits)
 	}
 	if err := w.Ended(context.Background(), "t", 7); err != nil {
 		t.Fatal(err)
@@ -123,7 +137,7 @@ func TestStopWithAFullQueue(t *testing.T) {
 	for i := range senders {
 		go func() { errs <- w.Leased(context.Background(), "t", pool.Lease{ID: uint64(i + 1)}) }()
 	}
-	time.Sleep(50 * time.Millisecond) // let the queue fill behind the blocked commit
+	testenv.Eventually(t, 10*time.Second, "the queue to fill behind the blocked commit", func() bool { return len(w.ops) == cap(w.ops) })
 	cancel()
 	close(block)
 	stopped := make(chan struct{})
@@ -157,9 +171,10 @@ func TestMultiTenantBatch(t *testing.T) {
 		mu          sync.Mutex
 		inFlight    int
 		maxInFlight int
+		reached     bool                    // inFlight has reached tenantsInFlight: full is closed
 		writes      = map[string][]uint64{} // tenant → leases of each WriteLeases, in order
 	)
-	entered, release := make(chan struct{}), make(chan struct{})
+	entered, release, full := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	st := storeFunc(func(_ context.Context, tenant string, put []store.LeaseRow, _ []uint64) error {
 		if tenant == "blocker" { // holds the first batch while the next one queues
 			close(entered)
@@ -169,8 +184,18 @@ func TestMultiTenantBatch(t *testing.T) {
 		mu.Lock()
 		inFlight++
 		maxInFlight = max(maxInFlight, inFlight)
+		if inFlight == tenantsInFlight && !reached {
+			reached = true
+			close(full)
+		}
 		mu.Unlock()
-		time.Sleep(20 * time.Millisecond)
+		// The first writes wait until as many as may run at once do: a
+		// writer that runs fewer at once fails here, not by timing.
+		select {
+		case <-full:
+		case <-time.After(10 * time.Second):
+			t.Errorf("WriteLeases(%s): %d tenants written at once after 10s, want %d", tenant, inFlight, tenantsInFlight)
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		inFlight--
@@ -206,11 +231,7 @@ func TestMultiTenantBatch(t *testing.T) {
 			}()
 		}
 	}
-	for deadline := time.Now().Add(10 * time.Second); len(w.ops) < tenants*leasesEach; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("queued changes = got %d, want %d", len(w.ops), tenants*leasesEach)
-		}
-	}
+	testenv.Eventually(t, 10*time.Second, fmt.Sprintf("%d changes to queue", tenants*leasesEach), func() bool { return len(w.ops) == tenants*leasesEach })
 	close(release)
 	if err := <-blocked; err != nil {
 		t.Fatalf("Leased(blocker) = got %v, want nil", err)
@@ -227,8 +248,8 @@ func TestMultiTenantBatch(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if maxInFlight < 2 || maxInFlight > tenantsInFlight {
-		t.Errorf("tenants written at once = got %d, want 2..%d", maxInFlight, tenantsInFlight)
+	if maxInFlight != tenantsInFlight {
+		t.Errorf("tenants written at once = got %d, want %d", maxInFlight, tenantsInFlight)
 	}
 	for i := range tenants {
 		tenant := fmt.Sprintf("t%d", i)

@@ -5,20 +5,19 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"net/http"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/repool/repool/internal/lb/golden"
 	"github.com/repool/repool/internal/lb/haproxy"
 	"github.com/repool/repool/internal/lb/haproxy/haproxytest"
 	"github.com/repool/repool/internal/lb/inventory"
 	"github.com/repool/repool/internal/tlsconf/tlstest"
 )
-
-var update = flag.Bool("update", false, "rewrite the checked-in haproxy/haproxy.cfg and keepalived/*.conf from a fresh render")
 
 const exampleInventory = "../../haproxy/inventory.yaml"
 
@@ -56,19 +55,7 @@ func TestCheckedInConfigs(t *testing.T) {
 				t.Fatal(err)
 			}
 			got = bytes.ReplaceAll(got, []byte(tlsDir), []byte(exampleTLSDir))
-			path := filepath.Join("../..", tt.file)
-			if *update {
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("read %s (go test ./internal/lb -update writes it): %v", tt.file, err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("%s is stale: Command(%q) = got\n%s\nwant the checked-in file to match; run go test ./internal/lb -update", tt.file, tt.args, got)
-			}
+			golden.Check(t, filepath.Join("../..", tt.file), got, fmt.Sprintf("Command(%q)", tt.args))
 		})
 	}
 }
@@ -226,12 +213,7 @@ func TestRenderOut(t *testing.T) {
 // TestRuntimeCommands runs status, drain, maint and ready against a real
 // HAProxy in front of fake servers.
 func TestRuntimeCommands(t *testing.T) {
-	active := haproxytest.NewServer(t, "active", http.StatusOK)
-	standby := haproxytest.NewServer(t, "standby", http.StatusNotFound)
-	broken := haproxytest.NewServer(t, "broken", http.StatusServiceUnavailable)
-	dir := t.TempDir()
-	inv := haproxytest.LoopbackInventory(t, dir, active, standby, broken)
-	p := haproxytest.Start(t, inv, dir)
+	p := haproxytest.StartTrio(t)
 	haproxytest.WaitStatus(t, p.Runtime, map[string]string{"active": "UP", "standby": "NOLB", "broken": "DOWN"})
 
 	stdout, _, err := run(t, "haproxy", "status", "--socket", p.Socket)

@@ -236,7 +236,8 @@ func (c *Cluster) start(ctx context.Context, bin, data string, cred *syscall.Cre
 }
 
 // waitReady polls until the server accepts a connection, exits, or
-// readyTimeout or ctx ends.
+// readyTimeout or ctx ends. The polls and the bound are on real time, not
+// an injected clock: they wait on another process, which no fake moves.
 func (c *Cluster) waitReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
@@ -336,7 +337,8 @@ func newServer(cmd *exec.Cmd) *server {
 }
 
 // stop asks for an immediate shutdown (SIGQUIT) and waits up to
-// stopTimeout for the exit, then kills.
+// stopTimeout for the exit, then kills. The grace is real time: it is
+// another process's.
 func (s *server) stop() {
 	select {
 	case <-s.done:

@@ -33,7 +33,7 @@ func newHA(s *Server, cfg Config, raw store.Store) (*haState, error) {
 	if !ok {
 		return nil, errors.New("ha: the store does not support high availability (use postgres://)")
 	}
-	el, err := ha.New(ha.Config{DSN: st.DSN(), Name: cfg.HAName, Interval: cfg.HAInterval, SessionTimeout: cfg.HASessionTimeout, Log: s.log})
+	el, err := ha.New(ha.Config{DSN: st.DSN(), Name: cfg.HAName, Interval: cfg.HAInterval, SessionTimeout: cfg.HASessionTimeout, Clock: s.clock, Log: s.log})
 	if err != nil {
 		return nil, err
 	}

@@ -136,11 +136,11 @@ func TestHAFailoverKeepsLeasesAndFencesTokens(t *testing.T) {
 // (it renews), and does not lease the capacity-1 resource again once the
 // stale one has expired.
 func TestFailoverKeepsALiveLeaseBesideStaleJournalRows(t *testing.T) {
-	// The servers' time is a fake they share, so that the stale lease can
-	// expire without the test waiting for it; the election runs on real
-	// time.
+	// The pools' time is a fake the servers share, so that the stale lease
+	// can expire without the test waiting for it; the election runs on
+	// real time.
 	fake := clock.NewFake(time.Now())
-	dsn, a, b := haPairWith(t, Options{Clock: fake})
+	dsn, a, b := haPairWith(t, Options{PoolClock: fake})
 	ctx := withKey(a.key)
 	register := func() {
 		t.Helper()

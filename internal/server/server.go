@@ -57,11 +57,16 @@ type Options struct {
 	// Out receives the first-start banner (demo key, operator token).
 	// Default discards it.
 	Out io.Writer
-	// Clock tells the time. Default the wall clock, as clock.Anchored reads
-	// it, and for the pools a clock.Coarse with a millisecond resolution:
-	// Report and Acquire read the time on every call, and a vDSO clock read
-	// is a tenth of a Report's cost.
+	// Clock tells the time and schedules the server's loops and waits (the
+	// tick, the report flush, the compaction, the HA elector, the TLS
+	// reload, the shutdown grace). Default the wall clock, as
+	// clock.Anchored reads it.
 	Clock clock.Clock
+	// PoolClock is the pools' time: lease expiry, decay, cooldowns.
+	// Default Clock if set, else a clock.Coarse with a millisecond
+	// resolution: Report and Acquire read the time on every call, and a
+	// vDSO clock read is a tenth of a Report's cost.
+	PoolClock clock.Clock
 }
 
 // Server is a running repool server. Create it with New, run it with Run.
@@ -127,6 +132,9 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	if opts.Clock == nil {
 		s.clock = clock.NewAnchored(0)
 		s.poolClock = clock.NewCoarse(s.life, time.Millisecond)
+	}
+	if opts.PoolClock != nil {
+		s.poolClock = opts.PoolClock
 	}
 	defer func() {
 		if err != nil {
@@ -412,7 +420,9 @@ func (s *Server) demoLimits(ctx context.Context, tenant string) error {
 func (s *Server) listen() error {
 	var err error
 	if s.cfg.TLSCert != "" {
-		if s.tls, err = tlsconf.NewServer(s.cfg.TLSFiles()); err != nil {
+		files := s.cfg.TLSFiles()
+		files.Clock = s.clock // the certificate files' reload checks
+		if s.tls, err = tlsconf.NewServer(files); err != nil {
 			return err
 		}
 	}

@@ -48,15 +48,17 @@ func serve(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
+	// SIGHUP re-reads the TLS files (they are also watched for changes).
+	// It is caught before the banner says the server is up, so that a
+	// SIGHUP sent on seeing it never kills the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	security := "plaintext"
 	if s.TLS() {
 		security = "TLS"
 	}
 	fmt.Fprintf(env.Stdout, "repool server: gRPC on %s, HTTP on %s (health /healthz, /readyz, /readyz/active; metrics /metrics; control plane /api/v1/), %s\n", s.GRPCAddr(), s.HTTPAddr(), security)
-	// SIGHUP re-reads the TLS files (they are also watched for changes).
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	go func() {
 		for {
 			select {

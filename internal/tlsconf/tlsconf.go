@@ -16,14 +16,18 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/repool/repool/internal/clock"
 )
 
 // Files names a server's TLS material: CertFile and KeyFile (PEM) are its
 // certificate chain and key; ClientCAFile, when set, is the CA (PEM,
 // one or more certificates) that clients' certificates must be signed by
-// (mutual TLS).
+// (mutual TLS). Clock paces Server.Watch's checks of the files; nil means
+// the wall clock.
 type Files struct {
 	CertFile, KeyFile, ClientCAFile string
+	Clock                           clock.Clock
 }
 
 // Enabled reports whether f asks for TLS.
@@ -73,6 +77,9 @@ func NewServer(f Files) (*Server, error) {
 	}
 	if f.CertFile == "" {
 		return nil, errors.New("tls: no certificate configured")
+	}
+	if f.Clock == nil {
+		f.Clock = clock.Real{}
 	}
 	s := &Server{files: f}
 	m, err := load(f)
@@ -195,22 +202,14 @@ func (s *Server) NotAfter() time.Time { return s.cur.Load().notAfter }
 // outcome of each reload (nil: the new material is in use). A file being
 // rewritten is retried at the next check while its stamp keeps changing.
 func (s *Server) Watch(ctx context.Context, interval time.Duration, report func(error)) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
 	tried := s.cur.Load().stamp
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	clock.Every(ctx, s.files.Clock, interval, func(context.Context) bool {
+		if st := s.files.stamp(); st != "" && st != tried {
+			tried = st
+			report(s.Reload())
 		}
-		st := s.files.stamp()
-		if st == "" || st == tried {
-			continue
-		}
-		tried = st
-		report(s.Reload())
-	}
+		return true
+	})
 }
 
 // ErrNoClientCert fails a client's handshake with a server that asks for a

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
+	"github.com/repool/repool/internal/testenv"
 )
 
 // Kinds of slow connection.
@@ -182,7 +183,7 @@ func attackSlowConnections(t *testing.T, bins binaries) {
 	}
 	h.open(t, srv.grpcAddr, silentTCP, 150)
 	h.open(t, srv.grpcAddr, idleH2, 150)
-	waitFor(t, 5*time.Second, "the processes to hold the connections", func() bool {
+	testenv.Eventually(t, 5*time.Second, "the processes to hold the connections", func() bool {
 		return srv.fds(t) >= baseSrv+550 && sc.fds(t) >= baseSc+280
 	})
 	for _, c := range calls {
@@ -201,7 +202,7 @@ func attackSlowConnections(t *testing.T, bins binaries) {
 	if srvFds > baseSrv+600+20 || scFds > baseSc+300+20 {
 		t.Errorf("descriptors = got server %d, sidecar %d; want at most one per connection (server %d, sidecar %d)", srvFds, scFds, baseSrv+620, baseSc+320)
 	}
-	waitFor(t, 30*time.Second, "the deadlines to close every slow connection", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the deadlines to close every slow connection", func() bool {
 		return srv.fds(t) <= baseSrv+10 && sc.fds(t) <= baseSc+10
 	})
 	t.Logf("every slow connection closed by its deadline %v after it was opened", time.Since(opened).Round(100*time.Millisecond))
@@ -419,7 +420,7 @@ func attackGRPCStreamsAndPings(t *testing.T, bins binaries) {
 			if pinger.fr.WritePing(false, data) != nil {
 				return
 			}
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(10 * time.Millisecond) // the attack's ping rate, which the server measures in real time
 		}
 	}()
 	start := time.Now()

@@ -105,16 +105,6 @@ func (p *proc) fds(t *testing.T) int {
 	return len(entries)
 }
 
-// waitFor polls cond every 20ms until it holds, failing after limit.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(limit); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", limit, what)
-		}
-	}
-}
-
 // server is a running cmd/server with the secrets of its first start.
 type server struct {
 	*proc
@@ -152,7 +142,7 @@ func startServer(t *testing.T, bins binaries, httpHost string, flags ...string) 
 	args := append([]string{"run", "--grpc-addr", s.grpcAddr, "--http-addr", s.httpAddr, "--store", s.store,
 		"--checkpoint-interval", "1h", "--log-level", "warn"}, flags...)
 	s.proc = run(t, "server", bins.server, args...)
-	waitFor(t, 30*time.Second, "the server to be ready", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the server to be ready", func() bool {
 		if s.exited() {
 			t.Fatalf("the server exited:\n%s", s.out.String())
 		}
@@ -272,7 +262,7 @@ func startSidecar(t *testing.T, bins binaries, srv *server, extraYAML string) *s
 	}
 	sc := &sidecar{proc: run(t, "sidecar", bins.sidecar, "--config", path), addr: listen, base: "http://" + listen + "/v1/providers/default"}
 	if strings.HasPrefix(listen, "unix:") {
-		waitFor(t, 30*time.Second, "the sidecar's socket", func() bool {
+		testenv.Eventually(t, 30*time.Second, "the sidecar's socket", func() bool {
 			if sc.exited() {
 				t.Fatalf("the sidecar exited:\n%s", sc.out.String())
 			}
@@ -281,7 +271,7 @@ func startSidecar(t *testing.T, bins binaries, srv *server, extraYAML string) *s
 		})
 		return sc
 	}
-	waitFor(t, 30*time.Second, "the sidecar to answer /healthz", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the sidecar to answer /healthz", func() bool {
 		if sc.exited() {
 			t.Fatalf("the sidecar exited:\n%s", sc.out.String())
 		}

@@ -183,25 +183,27 @@ func (h *harness) ready(s *server) {
 	if h.ha {
 		path = "/readyz/active"
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	ready := false
+	defer func() {
+		if !ready { // Eventually gave up
+			h.t.Logf("server output:\n%s", s.out.String())
+		}
+	}()
+	testenv.Eventually(h.t, 30*time.Second, "the server to answer GET "+path+" with 200", func() bool {
 		select {
 		case <-s.done:
 			h.t.Fatalf("server exited before it was ready:\n%s", s.out.String())
 		default:
 		}
-		if resp, err := http.Get("http://" + h.httpAddr + path); err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+		resp, err := http.Get("http://" + h.httpAddr + path)
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("server not ready within 30s:\n%s", s.out.String())
-		}
-		time.Sleep(20 * time.Millisecond) // polling a real process: no clock to fake
-	}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	ready = true
 }
 
 func (h *harness) run(kills int) {
@@ -247,7 +249,7 @@ func (h *harness) run(kills int) {
 		s = h.start()
 		if h.rng.IntN(5) == 0 {
 			// Killed again during its start: restore, epoch bump, listeners.
-			time.Sleep(time.Duration(h.rng.Int64N(int64(300 * time.Millisecond))))
+			time.Sleep(time.Duration(h.rng.Int64N(int64(300 * time.Millisecond)))) // a kill at a random moment of another process's start
 			s.kill()
 			h.l.counts.Kills++
 			h.l.counts.KillsBeforeReady++

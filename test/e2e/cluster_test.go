@@ -22,6 +22,7 @@ import (
 
 	"github.com/repool/repool/internal/lb/haproxy/haproxytest"
 	"github.com/repool/repool/internal/pgcluster"
+	"github.com/repool/repool/internal/testenv"
 )
 
 // Tools the test runs. scripts/test installs them.
@@ -173,7 +174,7 @@ func (c *cluster) postgres() {
 
 	admin := fmt.Sprintf("postgres://postgres@%s:%d/postgres?sslmode=%s&connect_timeout=2", hostDB.addr, pgPort, sslmode)
 	var conn *pgx.Conn
-	waitFor(c.tb, 30*time.Second, "PostgreSQL to accept connections", func() bool {
+	testenv.Eventually(c.tb, 30*time.Second, "PostgreSQL to accept connections", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		conn, err = pgx.Connect(ctx, admin)
@@ -222,7 +223,7 @@ var demoKeyRE = regexp.MustCompile(`demo API key:\s+(rpk_\S+)`)
 // waitDemoKey reads the demo API key the first server printed.
 func (c *cluster) waitDemoKey(s *server) {
 	c.tb.Helper()
-	waitFor(c.tb, 30*time.Second, "server "+s.host.name+" to print the demo API key", func() bool {
+	testenv.Eventually(c.tb, 30*time.Second, "server "+s.host.name+" to print the demo API key", func() bool {
 		if m := demoKeyRE.FindStringSubmatch(s.p.output()); m != nil {
 			c.apiKey = m[1]
 			return true
@@ -283,7 +284,7 @@ func (c *cluster) active() []*server {
 func (c *cluster) waitActive(timeout time.Duration, except *server) *server {
 	c.tb.Helper()
 	var got *server
-	waitFor(c.tb, timeout, "one active server", func() bool {
+	testenv.Eventually(c.tb, timeout, "one active server", func() bool {
 		a := c.active()
 		if len(a) == 1 && a[0] != except {
 			got = a[0]
@@ -375,7 +376,7 @@ func (c *cluster) startHAProxy(l *lb) {
 	c.tb.Helper()
 	l.haproxy = c.ps.start("haproxy-"+l.host.name, l.host.ns(), nil, haproxyBin, "-f", l.haproxyCfg, "-db")
 	url := fmt.Sprintf("http://%s:8404/lb-health", l.host.addr)
-	waitFor(c.tb, 15*time.Second, "HAProxy on "+l.host.name+" to answer "+url, func() bool {
+	testenv.Eventually(c.tb, 15*time.Second, "HAProxy on "+l.host.name+" to answer "+url, func() bool {
 		resp, err := probe.Get(url)
 		if err != nil {
 			return false
@@ -443,7 +444,7 @@ providers:
 		c.tb.Fatal(err)
 	}
 	c.sidecar = c.ps.start("sidecar", hostClient.ns(), nil, c.sidecarBin, "--config", path)
-	waitFor(c.tb, 15*time.Second, "the sidecar to answer /healthz", func() bool {
+	testenv.Eventually(c.tb, 15*time.Second, "the sidecar to answer /healthz", func() bool {
 		resp, err := probe.Get(sidecarURL("/healthz"))
 		if err != nil {
 			return false
@@ -467,20 +468,6 @@ func (c *cluster) dump() {
 	}
 	extra = append(extra, filepath.Join(c.dir, "inventory.yaml"), filepath.Join(c.dir, "sidecar.yaml"))
 	c.ps.dump(extra...)
-}
-
-// waitFor polls cond every 20 ms until it holds or timeout passes, which
-// fails tb. Waiting is not a timing assertion: timings are measured and
-// reported separately.
-func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("waited %v for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // sidecarCounters returns the sidecar's retry, budget, breaker and

@@ -219,7 +219,7 @@ func (b *backend) iteration(rng *rand.Rand) {
 	b.leases = append(b.leases, l)
 	b.mu.Unlock()
 
-	time.Sleep(time.Duration(rng.Int64N(int64(maxHold))))
+	time.Sleep(time.Duration(rng.Int64N(int64(maxHold)))) // holding the lease: work against real servers' lease clocks
 	outcome := "SUCCESS"
 	if rng.IntN(10) == 0 {
 		outcome = "FAILURE"

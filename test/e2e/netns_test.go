@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/repool/repool/internal/testenv"
 )
 
 // Names and addresses of the topology. Everything the test creates in the
@@ -84,18 +86,15 @@ func lockRun(tb testing.TB) *os.File {
 	if err != nil {
 		tb.Fatalf("open lock file: %v", err)
 	}
-	deadline := time.Now().Add(5 * time.Minute)
-	for {
+	testenv.Eventually(tb, 5*time.Minute, "the lock "+path+" (another e2e run holds it)", func() bool {
 		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return f
-		}
-		if err != syscall.EWOULDBLOCK || time.Now().After(deadline) {
+		if err != nil && err != syscall.EWOULDBLOCK {
 			f.Close()
-			tb.Fatalf("flock %s = got error %v, want the lock (another e2e run holds it)", path, err)
+			tb.Fatalf("flock %s = got error %v, want the lock", path, err)
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return err == nil
+	})
+	return f
 }
 
 // removeLeftovers removes what a previous run that crashed left behind:
@@ -148,7 +147,7 @@ func killNamespace(ns string) {
 				syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // killed processes exit in their own time
 	}
 }
 

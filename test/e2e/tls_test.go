@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/repool/repool/internal/testenv"
 	"github.com/repool/repool/internal/tlsconf/tlstest"
 )
 
@@ -97,7 +98,7 @@ func (c *cluster) capture(hosts ...host) *capture {
 		cp.files, cp.procs = append(cp.files, file), append(cp.procs, p)
 	}
 	for _, f := range cp.files {
-		waitFor(c.tb, 10*time.Second, "tcpdump to open "+f, func() bool { _, err := os.Stat(f); return err == nil })
+		testenv.Eventually(c.tb, 10*time.Second, "tcpdump to open "+f, func() bool { _, err := os.Stat(f); return err == nil })
 	}
 	return cp
 }
@@ -126,7 +127,7 @@ func (cp *capture) check(tb testing.TB, secrets []secret) (seen map[string][]str
 		p.signal(syscall.SIGTERM)
 	}
 	for _, p := range cp.procs {
-		waitFor(tb, 10*time.Second, "tcpdump to exit", p.exited)
+		testenv.Eventually(tb, 10*time.Second, "tcpdump to exit", p.exited)
 	}
 	seen = map[string][]string{}
 	for _, f := range cp.files {

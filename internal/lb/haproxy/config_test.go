@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,11 +12,10 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/repool/repool/internal/lb/golden"
 	"github.com/repool/repool/internal/lb/inventory"
 	"github.com/repool/repool/internal/tlsconf/tlstest"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files (haproxy/haproxy.cfg, testdata/*.golden) from the renderer's output")
 
 // examplePath is the inventory checked in for operators.
 const examplePath = "../../../haproxy/inventory.yaml"
@@ -89,19 +88,7 @@ func TestRenderGolden(t *testing.T) {
 				t.Fatalf("Render(example, %+v) = got error %v, want nil", tt.opts, err)
 			}
 			got := restoreTLSDir(inv, rendered)
-			golden := filepath.FromSlash(tt.golden)
-			if *update {
-				if err := os.WriteFile(golden, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("read golden file (run go test -update to create it): %v", err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("Render(example, %+v) = got\n%s\nwant (%s)\n%s", tt.opts, got, golden, want)
-			}
+			golden.Check(t, filepath.FromSlash(tt.golden), got, fmt.Sprintf("Render(example, %+v)", tt.opts))
 			checkConfig(t, rendered)
 		})
 	}

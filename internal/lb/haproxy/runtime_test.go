@@ -20,12 +20,8 @@ import (
 // fake servers (200 active, 404 standby, 503 not ready) and drives it through
 // the runtime API.
 func TestRuntime(t *testing.T) {
-	active := haproxytest.NewServer(t, "active", http.StatusOK)
-	standby := haproxytest.NewServer(t, "standby", http.StatusNotFound)
-	broken := haproxytest.NewServer(t, "broken", http.StatusServiceUnavailable)
-	dir := t.TempDir()
-	inv := haproxytest.LoopbackInventory(t, dir, active, standby, broken)
-	rt := haproxytest.Start(t, inv, dir).Runtime
+	trio := haproxytest.StartTrio(t)
+	active, standby, inv, rt := trio.Active, trio.Standby, trio.Inv, trio.Runtime
 
 	t.Run("health check states", func(t *testing.T) {
 		haproxytest.WaitStatus(t, rt, map[string]string{"active": "UP", "standby": "NOLB", "broken": "DOWN"})

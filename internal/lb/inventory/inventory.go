@@ -23,6 +23,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"time"
@@ -315,71 +316,48 @@ func Parse(r io.Reader) (*Inventory, error) {
 // setDefaults fills every zero field that has a default. It is the only
 // place defaults are applied.
 func (inv *Inventory) setDefaults() {
-	if inv.VIP.GRPCPort == 0 {
-		inv.VIP.GRPCPort = DefaultGRPCPort
-	}
+	orDefault(&inv.VIP.GRPCPort, DefaultGRPCPort)
 	for i := range inv.LBHosts {
 		h := &inv.LBHosts[i]
-		if h.Interface == "" {
-			h.Interface = inv.VIP.Interface
+		def := LBHost{Interface: inv.VIP.Interface, StatsSocket: DefaultStatsSocket, MonitorPort: DefaultMonitorPort}
+		if h.Name != "" {
+			def.NotifyLog = "/var/log/keepalived-repool-" + h.Name + ".log"
 		}
-		if h.StatsSocket == "" {
-			h.StatsSocket = DefaultStatsSocket
-		}
-		if h.MonitorPort == 0 {
-			h.MonitorPort = DefaultMonitorPort
-		}
-		if h.NotifyLog == "" && h.Name != "" {
-			h.NotifyLog = "/var/log/keepalived-repool-" + h.Name + ".log"
-		}
+		fillZero(h, def)
 	}
 	for i := range inv.Servers {
-		s := &inv.Servers[i]
-		if s.GRPCPort == 0 {
-			s.GRPCPort = DefaultGRPCPort
-		}
-		if s.HTTPPort == 0 {
-			s.HTTPPort = DefaultHTTPPort
-		}
+		fillZero(&inv.Servers[i], Server{GRPCPort: DefaultGRPCPort, HTTPPort: DefaultHTTPPort})
 	}
-	setDur(&inv.Checks.Inter, DefaultCheckInter)
-	setInt(&inv.Checks.Fall, DefaultCheckFall)
-	setInt(&inv.Checks.Rise, DefaultCheckRise)
-	setDur(&inv.Timeouts.Connect, DefaultConnectTimeout)
-	setDur(&inv.Timeouts.Client, DefaultClientTimeout)
-	setDur(&inv.Timeouts.Server, DefaultServerTimeout)
-	setDur(&inv.Timeouts.Tunnel, DefaultTunnelTimeout)
-	setDur(&inv.Timeouts.HTTPRequest, DefaultRequestTimeout)
-	setDur(&inv.Timeouts.Check, DefaultCheckTimeout)
-	if inv.HAProxy.User == "" {
-		inv.HAProxy.User = DefaultHAProxyUser
-	}
-	if inv.HAProxy.Group == "" {
-		inv.HAProxy.Group = DefaultHAProxyUser
-	}
-	setInt(&inv.HAProxy.MaxConn, DefaultMaxConn)
-	setInt(&inv.HAProxy.FrontendMaxConn, min(DefaultFrontendConn, inv.HAProxy.MaxConn))
-	setInt(&inv.Keepalived.TrackInterval, DefaultTrackInterval)
-	setInt(&inv.Keepalived.TrackFall, DefaultTrackFall)
-	setInt(&inv.Keepalived.TrackRise, DefaultTrackRise)
-	setInt(&inv.Keepalived.AdvertInterval, DefaultAdvertInterval)
-	if inv.Keepalived.NotifyScript == "" {
-		inv.Keepalived.NotifyScript = DefaultNotifyScript
-	}
-	if inv.Keepalived.ScriptUser == "" {
-		inv.Keepalived.ScriptUser = DefaultScriptUser
+	fillZero(&inv.Checks, Checks{Inter: DefaultCheckInter, Fall: DefaultCheckFall, Rise: DefaultCheckRise})
+	fillZero(&inv.Timeouts, Timeouts{
+		Connect: DefaultConnectTimeout, Client: DefaultClientTimeout, Server: DefaultServerTimeout,
+		Tunnel: DefaultTunnelTimeout, HTTPRequest: DefaultRequestTimeout, Check: DefaultCheckTimeout,
+	})
+	fillZero(&inv.HAProxy, HAProxy{User: DefaultHAProxyUser, Group: DefaultHAProxyUser, MaxConn: DefaultMaxConn})
+	orDefault(&inv.HAProxy.FrontendMaxConn, min(DefaultFrontendConn, inv.HAProxy.MaxConn))
+	fillZero(&inv.Keepalived, Keepalived{
+		TrackInterval: DefaultTrackInterval, TrackFall: DefaultTrackFall, TrackRise: DefaultTrackRise,
+		AdvertInterval: DefaultAdvertInterval, NotifyScript: DefaultNotifyScript, ScriptUser: DefaultScriptUser,
+	})
+}
+
+// orDefault sets *v to def if it is the zero value.
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
 	}
 }
 
-func setDur(d *time.Duration, def time.Duration) {
-	if *d == 0 {
-		*d = def
-	}
-}
-
-func setInt(n *int, def int) {
-	if *n == 0 {
-		*n = def
+// fillZero sets each exported field of the struct *v that is the zero
+// value to the field of def: def holds a section's defaults, and a field
+// without one is zero in def, which leaves it alone.
+func fillZero[T any](v *T, def T) {
+	dst, src := reflect.ValueOf(v).Elem(), reflect.ValueOf(def)
+	for i := range dst.NumField() {
+		if f := dst.Field(i); f.CanSet() && f.IsZero() {
+			f.Set(src.Field(i))
+		}
 	}
 }
 

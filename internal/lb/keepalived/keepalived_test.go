@@ -3,7 +3,7 @@ package keepalived
 import (
 	"bytes"
 	"errors"
-	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,10 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/repool/repool/internal/lb/golden"
 	"github.com/repool/repool/internal/lb/inventory"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files keepalived/keepalived-<host>.conf from the renderer's output")
 
 // Paths relative to this package.
 const (
@@ -45,19 +44,7 @@ func TestRenderGolden(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Render(example, %s) = got error %v, want nil", host, err)
 			}
-			golden := filepath.Join(checkedIn, "keepalived-"+host+".conf")
-			if *update {
-				if err := os.WriteFile(golden, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("read golden file (run go test -update to create it): %v", err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("Render(example, %s) = got\n%s\nwant (%s)\n%s", host, got, golden, want)
-			}
+			golden.Check(t, filepath.Join(checkedIn, "keepalived-"+host+".conf"), got, fmt.Sprintf("Render(example, %s)", host))
 			self, _ := inv.Host(host)
 			checkConfig(t, got, self.Interface)
 		})

@@ -234,37 +234,67 @@ func start(tb testing.TB, inv *inventory.Inventory, dir string) (_ *Process, inU
 		cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-exited:
-		case <-time.After(5 * time.Second):
+		case <-time.After(5 * time.Second): // another process's grace: real time
 			cmd.Process.Kill()
 			<-exited
 		}
 	}
 	tb.Cleanup(stop)
 
-	deadline := time.Now().Add(WaitFor)
-	for {
+	// HAProxy is another process: its start is waited for on real time.
+	var exit error
+	waited := false
+	defer func() {
+		if !waited { // Eventually gave up
+			tb.Logf("haproxytest: haproxy's output:\n%s", p.Output())
+		}
+	}()
+	testenv.Eventually(tb, WaitFor, "haproxy's stats socket "+p.Socket+" to answer", func() bool {
 		select {
-		case err := <-exited:
+		case exit = <-exited:
 			stopped = true
-			tb.Logf("haproxytest: haproxy exited early (%v):\n%s", err, p.Output())
-			return nil, strings.Contains(p.Output(), "Address already in use")
+			return true
 		default:
 		}
-		if _, err := os.Stat(p.Socket); err == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			rt, err := haproxy.Dial(ctx, p.Socket)
-			cancel()
-			if err == nil {
-				p.Runtime = rt
-				tb.Cleanup(func() { rt.Close() })
-				return p, false
-			}
+		if _, err := os.Stat(p.Socket); err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("haproxytest: stats socket %s not answering after %s:\n%s", p.Socket, WaitFor, p.Output())
-		}
-		time.Sleep(20 * time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		rt, err := haproxy.Dial(ctx, p.Socket)
+		p.Runtime = rt
+		return err == nil
+	})
+	waited = true
+	if stopped {
+		tb.Logf("haproxytest: haproxy exited early (%v):\n%s", exit, p.Output())
+		return nil, strings.Contains(p.Output(), "Address already in use")
 	}
+	tb.Cleanup(func() { p.Runtime.Close() })
+	return p, false
+}
+
+// Trio is a running HAProxy in front of three fake servers whose health
+// checks answer 200 (Active), 404 (Standby) and 503 (Broken).
+type Trio struct {
+	Active, Standby, Broken *Server
+	Inv                     *inventory.Inventory // its LoopbackInventory
+	*Process
+}
+
+// StartTrio starts the three servers and HAProxy (Start) in front of them;
+// tb.Cleanup stops them.
+func StartTrio(tb testing.TB) *Trio {
+	tb.Helper()
+	t := &Trio{
+		Active:  NewServer(tb, "active", http.StatusOK),
+		Standby: NewServer(tb, "standby", http.StatusNotFound),
+		Broken:  NewServer(tb, "broken", http.StatusServiceUnavailable),
+	}
+	dir := tb.TempDir()
+	t.Inv = LoopbackInventory(tb, dir, t.Active, t.Standby, t.Broken)
+	t.Process = Start(tb, t.Inv, dir)
+	return t
 }
 
 // WaitStatus polls rt until every named server is listed and matches its
@@ -273,12 +303,18 @@ func start(tb testing.TB, inv *inventory.Inventory, dir string) (_ *Process, inU
 // deadline like a wrong state.
 func WaitStatus(tb testing.TB, rt *haproxy.Runtime, want map[string]string) {
 	tb.Helper()
-	deadline := time.Now().Add(WaitFor)
-	for {
+	var last []haproxy.ServerStatus
+	defer func() {
+		if tb.Failed() {
+			tb.Logf("haproxytest: last Servers() = %+v", last)
+		}
+	}()
+	testenv.Eventually(tb, WaitFor, fmt.Sprintf("HAProxy's servers to be %v", want), func() bool {
 		servers, err := rt.Servers()
 		if err != nil {
 			tb.Fatalf("haproxytest: Servers() = got error %v, want nil", err)
 		}
+		last = servers
 		matched := 0
 		for _, s := range servers {
 			w, care := want[s.Name]
@@ -293,14 +329,8 @@ func WaitStatus(tb testing.TB, rt *haproxy.Runtime, want map[string]string) {
 				matched++
 			}
 		}
-		if matched == len(want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("haproxytest: Servers() = got %+v, want %v within %s", servers, want, WaitFor)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return matched == len(want)
+	})
 }
 
 // Get sends one h2c request to HAProxy's gRPC frontend on the VIP and
