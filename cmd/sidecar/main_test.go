@@ -25,15 +25,6 @@ func TestMain(m *testing.M) {
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
 func writeConfig(t *testing.T, path, content string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
@@ -83,7 +74,7 @@ func TestSIGHUPReloadsTheFile(t *testing.T) {
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the rejected reload to be logged", func() bool { return strings.Contains(logs.String(), "configuration reload rejected") })
+	testenv.Eventually(t, 10*time.Second, "the rejected reload to be logged", func() bool { return strings.Contains(logs.String(), "configuration reload rejected") })
 	if got := status(t, base+"a/acquire"); got != 200 {
 		t.Fatalf("acquire on a after a rejected reload = %d, want 200", got)
 	}
@@ -93,7 +84,7 @@ func TestSIGHUPReloadsTheFile(t *testing.T) {
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "provider b after SIGHUP", func() bool { _, ok := s.Config().Providers["b"]; return ok })
+	testenv.Eventually(t, 10*time.Second, "provider b after SIGHUP", func() bool { _, ok := s.Config().Providers["b"]; return ok })
 	if got := status(t, base+"b/acquire"); got != 200 {
 		t.Fatalf("acquire on b = %d, want 200", got)
 	}

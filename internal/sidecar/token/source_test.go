@@ -51,16 +51,6 @@ func newSource(t *testing.T, cfg Config) *Source {
 	return s
 }
 
-// eventually polls cond for up to 5s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(2 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-	}
-}
-
 func TestColdConcurrentCallsIssueOneToken(t *testing.T) {
 	// IssueToken answers as soon as it can: callers that arrive while the
 	// flight ends must take its token too (TestSingleFlightUnderStress
@@ -187,9 +177,9 @@ func TestRefreshAheadMeansNoWaitAtExpiry(t *testing.T) {
 	if err != nil || got.Value != first.Value {
 		t.Fatalf("Token() past the refresh point while refreshing = got %v, %v; want the current token at once", got, err)
 	}
-	eventually(t, "the refresh-ahead calls IssueToken", func() bool { return fake.Calls("IssueToken") == 2 })
+	testenv.Eventually(t, 5*time.Second, "the refresh-ahead calls IssueToken", func() bool { return fake.Calls("IssueToken") == 2 })
 	close(gate)
-	eventually(t, "the refreshed token is held", func() bool {
+	testenv.Eventually(t, 5*time.Second, "the refreshed token is held", func() bool {
 		t, _ := s.Token(context.Background())
 		return t != nil && t.Value != first.Value
 	})
