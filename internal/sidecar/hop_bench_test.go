@@ -65,6 +65,8 @@ backend servers
 		cmd.Process.Kill()
 		<-exited
 	})
+	// Real time: polls another process until it listens, keeping its
+	// output for the failure (testenv.Eventually would not).
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if c, err := net.Dial("tcp", addr); err == nil {
 			c.Close()

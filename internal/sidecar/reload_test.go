@@ -331,16 +331,14 @@ func (es *eventStream) ended(t *testing.T) error {
 func (es *eventStream) stillOpen(t *testing.T) {
 	t.Helper()
 	want := es.keepalives.Load() + 3
-	for deadline := time.Now().Add(5 * time.Second); es.keepalives.Load() < want; time.Sleep(time.Millisecond) {
+	testenv.Eventually(t, 5*time.Second, "three more keepalives on the event stream", func() bool {
 		select {
 		case <-es.done:
 			t.Fatalf("event stream ended with %v, want it still open", es.err)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("no keepalive on the event stream for 5s, want it still open")
-		}
-	}
+		return es.keepalives.Load() >= want
+	})
 }
 
 // TestStuckEventClientDoesNotPinARemovedProvider: a client that opens an
@@ -371,7 +369,7 @@ func TestStuckEventClientDoesNotPinARemovedProvider(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 5*time.Second, "the events handler to run", func() bool { return eventsHandlers() == 1 && flood.Calls("SubscribeEvents") == 1 })
-	time.Sleep(200 * time.Millisecond) // let the buffers fill
+	time.Sleep(200 * time.Millisecond) // real time: the kernel's socket buffers fill, no event says when
 	l.set(config.Config{Providers: map[string]config.Provider{"q": fast(other)}}, nil)
 	if err := h.s.Reload(); err != nil {
 		t.Fatal(err)

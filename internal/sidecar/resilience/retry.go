@@ -95,8 +95,8 @@ type RetrierConfig struct {
 	Policy RetryPolicy
 	// Budget bounds the retries. Required; share one per provider.
 	Budget *Budget
-	// Clock measures elapsed time for MaxElapsed. Default the wall clock.
-	// Waits between attempts always use real timers.
+	// Clock measures elapsed time for MaxElapsed and schedules the waits
+	// between attempts. Default the wall clock.
 	Clock clock.Clock
 	// Metrics counts retries and budget refusals. Default: metrics that are
 	// not registered anywhere.
@@ -147,7 +147,7 @@ func (r *Retrier) Do(ctx context.Context, op func(context.Context) error) error 
 		return err
 	}
 	b := r.backOff(ctx)
-	var timer *time.Timer
+	var timer clock.Timer
 	defer func() {
 		if timer != nil {
 			timer.Stop()
@@ -163,14 +163,14 @@ func (r *Retrier) Do(ctx context.Context, op func(context.Context) error) error 
 			return fmt.Errorf("%w: %w", ErrBudgetSpent, err)
 		}
 		if timer == nil {
-			timer = time.NewTimer(wait)
+			timer = r.clock.NewTimer(wait)
 		} else {
 			timer.Reset(wait)
 		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w (waiting to retry after: %v)", ctx.Err(), err)
-		case <-timer.C:
+		case <-timer.Chan():
 		}
 		r.retries.Inc()
 		if err = op(ctx); !Retryable(err) {

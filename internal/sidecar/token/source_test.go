@@ -347,7 +347,7 @@ func TestSkewLongerThanTheLifetime(t *testing.T) {
 	if left := time.Until(tok.usableUntil); left < 25*time.Second || left > 31*time.Second {
 		t.Fatalf("token usable for %v more, want about half its 1m lifetime", left)
 	}
-	time.Sleep(200 * time.Millisecond) // a loop would issue hundreds meanwhile
+	time.Sleep(200 * time.Millisecond) // real time: nothing to wait for; a loop would issue hundreds meanwhile
 	if n := fake.Calls("IssueToken"); n != 1 {
 		t.Fatalf("IssueToken calls = %d, want 1", n)
 	}
@@ -392,7 +392,7 @@ func TestTokenExpiredOnArrival(t *testing.T) {
 	if tok, err := s.Token(context.Background()); err == nil || !strings.Contains(err.Error(), "clocks") {
 		t.Fatalf("Token() = %v, %v; want an error that names the clocks", tok, err)
 	}
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // real time: nothing to wait for; a loop on IssueToken would show meanwhile
 	if n := fake.Calls("IssueToken"); n > 2 {
 		t.Fatalf("IssueToken calls in 200ms = %d, want at most 2", n)
 	}
