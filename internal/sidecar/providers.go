@@ -10,11 +10,9 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/status"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
 	"github.com/repool/repool/internal/sidecar/config"
@@ -216,12 +214,13 @@ func (s *Sidecar) Apply(cfg config.Config) error {
 		if oe != nil && oe.up == e.up {
 			prev = oe.guard // keeps what a policy change leaves alone
 		}
+		health := healthpb.NewHealthClient(e.up.conn)
 		e.guard = resilience.NewGuard(resilience.GuardConfig{
-			Provider: name, Policy: pc.Resilience(), Clock: s.clock, Metrics: s.resMetrics,
-			Notify: s.transitions, Probe: healthProbe(e.up.conn)}, prev)
+			Provider: name, Policy: pc.Resilience(), Clock: s.clock, Metrics: s.resMetrics, Notify: s.transitions,
+			Probe: func(ctx context.Context) error { return provider.CheckHealth(ctx, health) }}, prev)
 		prov, err := provider.New(provider.Config{
 			Name: name, Timeout: pc.Timeout, Pool: repoolv1.NewPoolServiceClient(e.up.conn), Tokens: e.up.tokens,
-			Health:  healthpb.NewHealthClient(e.up.conn),
+			Health:  health,
 			Breaker: e.guard.Breaker, Retrier: e.guard.Retrier, Metrics: s.provMetrics,
 		})
 		if err != nil {
@@ -309,27 +308,6 @@ func (l lookup) Breakers() []resilience.Status {
 		out = append(out, e.guard.Breaker.Status())
 	}
 	return out
-}
-
-// healthProbe is a half-open breaker's probe: the standard gRPC health check
-// of the provider's server behind its VIP, which needs no token. Anything
-// but SERVING (a standby answers NOT_SERVING) is a failure; a server without
-// the health service (UNIMPLEMENTED) answered, which is all a probe asks.
-func healthProbe(conn *grpc.ClientConn) func(context.Context) error {
-	client := healthpb.NewHealthClient(conn)
-	return func(ctx context.Context) error {
-		resp, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
-		if status.Code(err) == codes.Unimplemented {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if st := resp.GetStatus(); st != healthpb.HealthCheckResponse_SERVING {
-			return status.Errorf(codes.Unavailable, "the provider's health check answered %v", st)
-		}
-		return nil
-	}
 }
 
 // Names returns the names of the providers in effect, sorted.

@@ -3,10 +3,10 @@ package resilience
 import (
 	"context"
 	"fmt"
-	"reflect"
 	"time"
 
 	"github.com/repool/repool/internal/clock"
+	"github.com/repool/repool/internal/sidecar/defaults"
 )
 
 // Policy is one provider's whole resilience policy, as data: the timeout of
@@ -31,13 +31,7 @@ const DefaultTimeout = 3 * time.Second
 
 // WithDefaults returns p with defaults in place of zero values.
 func (p Policy) WithDefaults() Policy {
-	if p.Timeout == 0 {
-		p.Timeout = DefaultTimeout
-	}
-	p.Retry = p.Retry.WithDefaults()
-	p.RetryBudget = p.RetryBudget.WithDefaults()
-	p.Breaker = p.Breaker.WithDefaults()
-	return p
+	return defaults.Fill(p, Policy{Timeout: DefaultTimeout, Retry: retryDefaults, RetryBudget: budgetDefaults, Breaker: breakerDefaults})
 }
 
 // Validate names the first bad field by its YAML path below the policy
@@ -62,23 +56,7 @@ func (p Policy) Validate() error {
 // Overlay returns p with every field that o sets (not zero) taken from o,
 // field by field: Overlay of {retry: {max_retries: 2}} over a policy keeps
 // that policy's other retry fields.
-func (p Policy) Overlay(o Policy) Policy {
-	overlay(reflect.ValueOf(&p).Elem(), reflect.ValueOf(o))
-	return p
-}
-
-// overlay sets every leaf field of dst that src sets.
-func overlay(dst, src reflect.Value) {
-	for i := range dst.NumField() {
-		d, s := dst.Field(i), src.Field(i)
-		switch {
-		case d.Kind() == reflect.Struct:
-			overlay(d, s)
-		case !s.IsZero():
-			d.Set(s)
-		}
-	}
-}
+func (p Policy) Overlay(o Policy) Policy { return defaults.Fill(o, p) }
 
 // GuardConfig configures NewGuard.
 type GuardConfig struct {
