@@ -32,6 +32,7 @@ func TestEventStreamOutlivesTheDeadlines(t *testing.T) {
 	fake := fakeserver.Start(t, fakeserver.Config{})
 	h := start(t, shortDeadlines(fake), sidecar.Options{Keepalive: 10 * time.Millisecond})
 	es := openEvents(t, h, "p")
+	// Real time: the deadlines are the connection's, on the wall clock.
 	for opened := time.Now(); time.Since(opened) < 1500*time.Millisecond; time.Sleep(10 * time.Millisecond) {
 		select { // until every deadline of the configuration has passed twice
 		case <-es.done:
@@ -59,7 +60,7 @@ func TestSlowRequestsAreCutOff(t *testing.T) {
 				if _, err := c.Write([]byte{b}); err != nil {
 					return
 				}
-				time.Sleep(20 * time.Millisecond)
+				time.Sleep(20 * time.Millisecond) // real time: a client that trickles against the connection's wall-clock deadlines
 			}
 		}, "", 2 * time.Second},
 		{"a body byte by byte", func(c net.Conn) {
@@ -68,7 +69,7 @@ func TestSlowRequestsAreCutOff(t *testing.T) {
 				if _, err := c.Write([]byte(" ")); err != nil {
 					return
 				}
-				time.Sleep(20 * time.Millisecond)
+				time.Sleep(20 * time.Millisecond) // real time: a client that trickles against the connection's wall-clock deadlines
 			}
 		}, "HTTP/1.1 408", 2 * time.Second},
 		{"nothing at all", func(net.Conn) {}, "", 2 * time.Second},

@@ -23,12 +23,24 @@ var demoKeyRE = regexp.MustCompile(`demo API key:\s+(\S+)`)
 // and the demo tenant's API key.
 func realServer(tb testing.TB) (grpcAddr, apiKey string) {
 	tb.Helper()
-	var out bytes.Buffer
-	s, err := server.New(context.Background(), server.Config{
-		Store:    "sqlite:" + filepath.Join(tb.TempDir(), "repool.db"),
+	return runServer(tb, serverConfig(tb.TempDir()))
+}
+
+// serverConfig is the configuration of realServer, its store in dir.
+func serverConfig(dir string) server.Config {
+	return server.Config{
+		Store:    "sqlite:" + filepath.Join(dir, "repool.db"),
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
 		RatePerSecond: 1e6, Burst: 1e6, CheckpointInterval: time.Hour,
-	}, server.Options{Out: &out})
+	}
+}
+
+// runServer runs the real server of cfg until the test ends, and returns
+// its gRPC address and the demo tenant's API key.
+func runServer(tb testing.TB, cfg server.Config) (grpcAddr, apiKey string) {
+	tb.Helper()
+	var out bytes.Buffer
+	s, err := server.New(context.Background(), cfg, server.Options{Out: &out})
 	if err != nil {
 		tb.Fatalf("server.New() = %v", err)
 	}

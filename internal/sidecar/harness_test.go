@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/repool/repool/internal/clock"
 	"github.com/repool/repool/internal/sidecar"
 	"github.com/repool/repool/internal/sidecar/config"
 	"github.com/repool/repool/internal/sidecar/fakeserver"
@@ -222,3 +223,13 @@ func fast(fake *fakeserver.Server) config.Provider {
 func one(p string, pc config.Provider) config.Config {
 	return config.Config{Providers: map[string]config.Provider{p: pc}}
 }
+
+// frozenClock reads one instant and schedules on the wall clock: what
+// measures time by reading it (a retry budget's window) stands still,
+// while timers (a retrier's waits) fire.
+type frozenClock struct {
+	clock.Real
+	at time.Time
+}
+
+func (c frozenClock) Now() time.Time { return c.at }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
@@ -65,6 +66,8 @@ backend servers
 		cmd.Process.Kill()
 		<-exited
 	})
+	// Real time: polls another process until it listens, keeping its
+	// output for the failure (testenv.Eventually would not).
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if c, err := net.Dial("tcp", addr); err == nil {
 			c.Close()
@@ -133,49 +136,18 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 	return sorted[min(len(sorted)-1, int(p*float64(len(sorted))))]
 }
 
-// BenchmarkHop measures what a hop costs a backend: one Acquire+Release
-// against the real server directly over gRPC, through HAProxy (h2c, a real
-// haproxy process), and through the sidecar's HTTP/JSON API, interleaved in
-// the same run. It reports the latency the sidecar and HAProxy add over the
-// direct call at p50 and p99, and their ratio. Target: the sidecar adds no
-// more than HAProxy at p50.
-func BenchmarkHop(b *testing.B) {
-	addr, key := realServer(b)
-	hp := haproxy(b, addr, 30*time.Second)
+// roundPath is one way to run an Acquire+Release round.
+type roundPath struct {
+	name  string
+	round func() error
+}
 
-	dial := func(target string) repoolv1.PoolServiceClient {
-		conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { conn.Close() })
-		return repoolv1.NewPoolServiceClient(conn)
-	}
-	direct, viaHAProxy := dial(addr), dial(hp)
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Close()
-	tok, err := repoolv1.NewAuthServiceClient(conn).IssueToken(metadata.AppendToOutgoingContext(context.Background(), "x-api-key", key), &repoolv1.IssueTokenRequest{})
-	if err != nil {
-		b.Fatalf("IssueToken() = %v", err)
-	}
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+tok.GetToken())
-	if _, err := direct.Register(ctx, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "hop-1", Capacity: 100}}}); err != nil {
-		b.Fatalf("Register() = %v", err)
-	}
-	h := start(b, config.Config{Providers: map[string]config.Provider{"demo": {Endpoint: addr, APIKey: key}}}, sidecar.Options{})
-
-	paths := []struct {
-		name  string
-		round func() error
-	}{
-		{"direct", func() error { return grpcRound(ctx, direct) }},
-		{"haproxy", func() error { return grpcRound(ctx, viaHAProxy) }},
-		{"sidecar", func() error { return sidecarRound(h.client, h.base+"/v1/providers/demo") }},
-	}
-	for range 200 { // warm up connections, tokens and caches
+// interleave warms the paths up (connections, tokens and caches: 200
+// rounds each), then runs one round of each path per b.Loop iteration,
+// rotating the order so that none always goes first. It returns each
+// path's p50 and p99, and the rounds per path.
+func interleave(b *testing.B, paths []roundPath) (p50, p99 []time.Duration, rounds int) {
+	for range 200 {
 		for _, p := range paths {
 			if err := p.round(); err != nil {
 				b.Fatalf("%s: %v", p.name, err)
@@ -185,7 +157,7 @@ func BenchmarkHop(b *testing.B) {
 	samples := make([][]time.Duration, len(paths))
 	i := 0
 	for b.Loop() {
-		for k := range paths { // rotate the order so that none always goes first
+		for k := range paths {
 			j := (i + k) % len(paths)
 			start := time.Now()
 			if err := paths[j].round(); err != nil {
@@ -196,11 +168,60 @@ func BenchmarkHop(b *testing.B) {
 		i++
 	}
 	b.StopTimer()
-	var p50, p99 [3]time.Duration
+	p50, p99 = make([]time.Duration, len(paths)), make([]time.Duration, len(paths))
 	for j := range paths {
 		slices.Sort(samples[j])
 		p50[j], p99[j] = percentile(samples[j], 0.50), percentile(samples[j], 0.99)
 	}
+	return p50, p99, len(samples[0])
+}
+
+// poolClient dials addr with creds, takes a token for key and registers
+// the resource hop-1 with capacity; it returns the client and a context
+// that carries the token.
+func poolClient(b *testing.B, addr, key string, creds credentials.TransportCredentials, capacity int32) (repoolv1.PoolServiceClient, context.Context) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { conn.Close() })
+	tok, err := repoolv1.NewAuthServiceClient(conn).IssueToken(metadata.AppendToOutgoingContext(context.Background(), "x-api-key", key), &repoolv1.IssueTokenRequest{})
+	if err != nil {
+		b.Fatalf("IssueToken(%s) = %v", addr, err)
+	}
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+tok.GetToken())
+	pool := repoolv1.NewPoolServiceClient(conn)
+	if _, err := pool.Register(ctx, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "hop-1", Capacity: capacity}}}); err != nil {
+		b.Fatalf("Register(%s) = %v", addr, err)
+	}
+	return pool, ctx
+}
+
+// BenchmarkHop measures what a hop costs a backend: one Acquire+Release
+// against the real server directly over gRPC, through HAProxy (h2c, a real
+// haproxy process), and through the sidecar's HTTP/JSON API, interleaved in
+// the same run. It reports the latency the sidecar and HAProxy add over the
+// direct call at p50 and p99, and their ratio. Target: the sidecar adds no
+// more than HAProxy at p50.
+func BenchmarkHop(b *testing.B) {
+	addr, key := realServer(b)
+	hp := haproxy(b, addr, 30*time.Second)
+
+	direct, ctx := poolClient(b, addr, key, insecure.NewCredentials(), 100)
+	conn, err := grpc.NewClient(hp, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { conn.Close() })
+	viaHAProxy := repoolv1.NewPoolServiceClient(conn)
+	h := start(b, config.Config{Providers: map[string]config.Provider{"demo": {Endpoint: addr, APIKey: key}}}, sidecar.Options{})
+
+	paths := []roundPath{
+		{"direct", func() error { return grpcRound(ctx, direct) }},
+		{"haproxy", func() error { return grpcRound(ctx, viaHAProxy) }},
+		{"sidecar", func() error { return sidecarRound(h.client, h.base+"/v1/providers/demo") }},
+	}
+	p50, p99, rounds := interleave(b, paths)
 	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 	sidecar50, sidecar99 := us(p50[2]-p50[0]), us(p99[2]-p99[0])
 	haproxy50, haproxy99 := us(p50[1]-p50[0]), us(p99[1]-p99[0])
@@ -208,7 +229,7 @@ func BenchmarkHop(b *testing.B) {
 	b.ReportMetric(haproxy50, "haproxy-added-p50-µs")
 	b.ReportMetric(sidecar99, "sidecar-added-p99-µs")
 	b.ReportMetric(haproxy99, "haproxy-added-p99-µs")
-	fmt.Printf("\nBenchmarkHop: %d rounds of Acquire+Release per path\n", len(samples[0]))
+	fmt.Printf("\nBenchmarkHop: %d rounds of Acquire+Release per path\n", rounds)
 	fmt.Printf("  %-8s %10s %10s\n", "path", "p50", "p99")
 	for j, p := range paths {
 		fmt.Printf("  %-8s %10v %10v\n", p.name, p50[j].Round(time.Microsecond), p99[j].Round(time.Microsecond))

@@ -10,11 +10,9 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/status"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
 	"github.com/repool/repool/internal/sidecar/config"
@@ -30,11 +28,10 @@ type providerSet map[string]*entry
 
 // entry is one provider with the parts a reload may keep.
 type entry struct {
-	cfg     config.Provider
-	prov    *provider.Provider
-	up      *upstream
-	breaker *resilience.Breaker
-	budget  *resilience.Budget
+	cfg   config.Provider
+	prov  *provider.Provider
+	up    *upstream
+	guard *resilience.Guard
 }
 
 // upstream is a provider's connection and token source. It is shared by
@@ -213,25 +210,18 @@ func (s *Sidecar) Apply(cfg config.Config) error {
 			built = append(built, u)
 			e.up = u
 		}
-		sameUp := oe != nil && oe.up == e.up
-		if sameUp && oe.cfg.Breaker == pc.Breaker && oe.cfg.Timeout == pc.Timeout { // the timeout bounds its probes
-			e.breaker = oe.breaker
-		} else {
-			e.breaker = resilience.NewBreaker(resilience.BreakerConfig{
-				Provider: name, Policy: pc.Breaker, Metrics: s.resMetrics, Notify: s.transitions,
-				Probe: healthProbe(e.up.conn), ProbeTimeout: pc.Timeout})
+		var prev *resilience.Guard
+		if oe != nil && oe.up == e.up {
+			prev = oe.guard // keeps what a policy change leaves alone
 		}
-		if sameUp && oe.cfg.RetryBudget == pc.RetryBudget {
-			e.budget = oe.budget
-		} else {
-			e.budget = resilience.NewBudget(pc.RetryBudget, s.clock)
-		}
+		health := healthpb.NewHealthClient(e.up.conn)
+		e.guard = resilience.NewGuard(resilience.GuardConfig{
+			Provider: name, Policy: pc.Resilience(), Clock: s.clock, Metrics: s.resMetrics, Notify: s.transitions,
+			Probe: func(ctx context.Context) error { return provider.CheckHealth(ctx, health) }}, prev)
 		prov, err := provider.New(provider.Config{
 			Name: name, Timeout: pc.Timeout, Pool: repoolv1.NewPoolServiceClient(e.up.conn), Tokens: e.up.tokens,
-			Health:  healthpb.NewHealthClient(e.up.conn),
-			Breaker: e.breaker, Metrics: s.provMetrics,
-			Retrier: resilience.NewRetrier(resilience.RetrierConfig{
-				Provider: name, Policy: pc.Retry, Budget: e.budget, Clock: s.clock, Metrics: s.resMetrics}),
+			Health:  health,
+			Breaker: e.guard.Breaker, Retrier: e.guard.Retrier, Metrics: s.provMetrics,
 		})
 		if err != nil {
 			return fail(err)
@@ -255,6 +245,9 @@ func (s *Sidecar) Apply(cfg config.Config) error {
 	slices.Sort(removed)
 	if len(old) > 0 {
 		s.warnRestartOnly(cfg)
+	}
+	if unused := cfg.Unused(); len(unused) > 0 {
+		s.log.Warn("policies that no provider uses", "policies", unused)
 	}
 	s.set.Store(&next)
 	s.cfg = cfg
@@ -312,30 +305,9 @@ func (l lookup) Breakers() []resilience.Status {
 	set := *l.s.set.Load()
 	out := make([]resilience.Status, 0, len(set))
 	for _, e := range set {
-		out = append(out, e.breaker.Status())
+		out = append(out, e.guard.Breaker.Status())
 	}
 	return out
-}
-
-// healthProbe is a half-open breaker's probe: the standard gRPC health check
-// of the provider's server behind its VIP, which needs no token. Anything
-// but SERVING (a standby answers NOT_SERVING) is a failure; a server without
-// the health service (UNIMPLEMENTED) answered, which is all a probe asks.
-func healthProbe(conn *grpc.ClientConn) func(context.Context) error {
-	client := healthpb.NewHealthClient(conn)
-	return func(ctx context.Context) error {
-		resp, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
-		if status.Code(err) == codes.Unimplemented {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if st := resp.GetStatus(); st != healthpb.HealthCheckResponse_SERVING {
-			return status.Errorf(codes.Unavailable, "the provider's health check answered %v", st)
-		}
-		return nil
-	}
 }
 
 // Names returns the names of the providers in effect, sorted.

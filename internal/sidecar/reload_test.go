@@ -26,6 +26,7 @@ import (
 	"github.com/repool/repool/internal/sidecar"
 	"github.com/repool/repool/internal/sidecar/config"
 	"github.com/repool/repool/internal/sidecar/fakeserver"
+	"github.com/repool/repool/internal/sidecar/resilience"
 	"github.com/repool/repool/internal/sidecar/token"
 	"github.com/repool/repool/internal/testenv"
 )
@@ -113,7 +114,7 @@ func TestReload(t *testing.T) {
 		pc.Timeout = 1500 * time.Millisecond
 		l.set(config.Config{Providers: map[string]config.Provider{"b": pc}}, nil)
 		sig <- syscall.SIGHUP // the Run loop's reload, as on a real SIGHUP
-		waitFor(t, "the reload through the signal channel", func() bool {
+		testenv.Eventually(t, 5*time.Second, "the reload through the signal channel", func() bool {
 			return h.s.Config().Providers["b"].Breaker.MinRequests == 7
 		})
 		if r := h.acquire("b"); r.status != 200 {
@@ -123,15 +124,42 @@ func TestReload(t *testing.T) {
 			t.Fatalf("IssueToken calls after a policy-only reload = got %d more, want none", got-issued)
 		}
 	})
-}
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	t.Run("a provider switched to a named policy, then the policy changed", func(t *testing.T) {
+		issued := b.Calls("IssueToken")
+		pc := fast(b)
+		pc.Policy = "outage"
+		pc.Retry = resilience.RetryPolicy{} // the policy's
+		pc.Breaker.MinRequests = 0          // the policy's; the provider's other breaker fields stay
+		policies := map[string]resilience.Policy{}
+		for _, minRequests := range []uint32{9, 11} {
+			policies["outage"] = resilience.Policy{Breaker: resilience.BreakerPolicy{MinRequests: minRequests, OpenTimeout: time.Minute}}
+			l.set(config.Config{Providers: map[string]config.Provider{"b": pc}, Policies: policies}, nil)
+			if err := h.s.Reload(); err != nil {
+				t.Fatalf("Reload() = %v", err)
+			}
+			got := h.s.Config().Providers["b"]
+			if got.Breaker.MinRequests != minRequests || got.Breaker.ConsecutiveFailures != -1 {
+				t.Fatalf("breaker after the reload = %+v, want the policy's min_requests %d and the provider's consecutive_failures -1", got.Breaker, minRequests)
+			}
+			if got.Retry != (resilience.RetryPolicy{}).WithDefaults() {
+				t.Fatalf("retry after the reload = %+v, want the policy's (the defaults)", got.Retry)
+			}
+			if r := h.acquire("b"); r.status != 200 {
+				t.Fatalf("acquire over policy %q = %d %s, want 200", pc.Policy, r.status, r.raw)
+			}
 		}
-	}
+		l.set(config.Config{Providers: map[string]config.Provider{"b": pc}, Policies: map[string]resilience.Policy{}}, nil)
+		if err := h.s.Reload(); err == nil || !strings.Contains(err.Error(), `providers.b.policy "outage": no such policy`) {
+			t.Fatalf("Reload() without the policy = %v, want providers.b.policy \"outage\": no such policy", err)
+		}
+		if r := h.acquire("b"); r.status != 200 {
+			t.Fatalf("acquire after the rejected reload = %d %s, want 200", r.status, r.raw)
+		}
+		if got := b.Calls("IssueToken"); got != issued {
+			t.Fatalf("IssueToken calls after policy-only reloads = got %d more, want none", got-issued)
+		}
+	})
 }
 
 func TestListenIsLoopbackOnly(t *testing.T) {
@@ -303,16 +331,14 @@ func (es *eventStream) ended(t *testing.T) error {
 func (es *eventStream) stillOpen(t *testing.T) {
 	t.Helper()
 	want := es.keepalives.Load() + 3
-	for deadline := time.Now().Add(5 * time.Second); es.keepalives.Load() < want; time.Sleep(time.Millisecond) {
+	testenv.Eventually(t, 5*time.Second, "three more keepalives on the event stream", func() bool {
 		select {
 		case <-es.done:
 			t.Fatalf("event stream ended with %v, want it still open", es.err)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("no keepalive on the event stream for 5s, want it still open")
-		}
-	}
+		return es.keepalives.Load() >= want
+	})
 }
 
 // TestStuckEventClientDoesNotPinARemovedProvider: a client that opens an
@@ -342,13 +368,13 @@ func TestStuckEventClientDoesNotPinARemovedProvider(t *testing.T) {
 	if _, err := io.WriteString(c, "GET /v1/providers/p/events HTTP/1.1\r\nHost: localhost\r\n\r\n"); err != nil { // never read
 		t.Fatal(err)
 	}
-	waitFor(t, "the events handler to run", func() bool { return eventsHandlers() == 1 && flood.Calls("SubscribeEvents") == 1 })
-	time.Sleep(200 * time.Millisecond) // let the buffers fill
+	testenv.Eventually(t, 5*time.Second, "the events handler to run", func() bool { return eventsHandlers() == 1 && flood.Calls("SubscribeEvents") == 1 })
+	time.Sleep(200 * time.Millisecond) // real time: the kernel's socket buffers fill, no event says when
 	l.set(config.Config{Providers: map[string]config.Provider{"q": fast(other)}}, nil)
 	if err := h.s.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the events handler of the removed provider to end", func() bool { return eventsHandlers() == 0 })
+	testenv.Eventually(t, 5*time.Second, "the events handler of the removed provider to end", func() bool { return eventsHandlers() == 0 })
 }
 
 // eventsHandlers counts the goroutines running the events handler.

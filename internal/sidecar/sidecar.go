@@ -45,8 +45,10 @@ type Options struct {
 	// Registry receives the metrics and is served on /metrics. Default a
 	// new registry with the Go and process collectors.
 	Registry *prometheus.Registry
-	// Clock tells the time for tokens and retry budgets. Default the wall
-	// clock. (Circuit breakers read the wall clock themselves.)
+	// Clock tells the time and schedules the waits of tokens (refreshes),
+	// retriers (backoff), retry budgets and event streams (keep-alives).
+	// Default the wall clock. (Circuit breakers read the wall clock
+	// themselves: gobreaker reads time.Now.)
 	Clock clock.Clock
 	// Loader loads the configuration again for Reload; nil means Reload
 	// fails.
@@ -152,6 +154,7 @@ func New(cfg config.Config, opts Options) (_ *Sidecar, err error) {
 		MaxBodyBytes:   cfg.MaxBodyBytes,
 		Stopping:       s.stopping,
 		Keepalive:      opts.Keepalive,
+		Clock:          opts.Clock,
 		Log:            opts.Log,
 		AllowedHosts:   hosts,
 		AllowedOrigins: origins,

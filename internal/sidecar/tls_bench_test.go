@@ -5,16 +5,13 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
 	"github.com/repool/repool/internal/sidecar"
@@ -37,69 +34,27 @@ func BenchmarkTLSCost(b *testing.B) {
 	tlsCreds := credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: "repool.test"})
 
 	type target struct {
-		name string
 		pool repoolv1.PoolServiceClient
 		ctx  context.Context
 	}
-	dial := func(name, addr, key string, creds credentials.TransportCredentials) target {
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { conn.Close() })
-		tok, err := repoolv1.NewAuthServiceClient(conn).IssueToken(metadata.AppendToOutgoingContext(context.Background(), "x-api-key", key), &repoolv1.IssueTokenRequest{})
-		if err != nil {
-			b.Fatalf("IssueToken(%s) = %v", name, err)
-		}
-		ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+tok.GetToken())
-		p := repoolv1.NewPoolServiceClient(conn)
-		if _, err := p.Register(ctx, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "hop-1", Capacity: 1000}}}); err != nil {
-			b.Fatalf("Register(%s) = %v", name, err)
-		}
-		return target{name, p, ctx}
-	}
-	plain, secure := dial("plaintext", plainAddr, plainKey, insecure.NewCredentials()), dial("TLS", tlsAddr, tlsKey, tlsCreds)
+	var plain, secure target
+	plain.pool, plain.ctx = poolClient(b, plainAddr, plainKey, insecure.NewCredentials(), 1000)
+	secure.pool, secure.ctx = poolClient(b, tlsAddr, tlsKey, tlsCreds, 1000)
 	h := start(b, config.Config{Providers: map[string]config.Provider{
 		"plain":  {Endpoint: plainAddr, APIKey: plainKey},
 		"secure": tlsProvider(tlsAddr, tlsKey, ca, "repool.test", nil),
 	}}, sidecar.Options{})
 
-	paths := []struct {
-		name  string
-		round func() error
-	}{
+	paths := []roundPath{
 		{"gRPC plaintext", func() error { return grpcRound(plain.ctx, plain.pool) }},
 		{"gRPC TLS", func() error { return grpcRound(secure.ctx, secure.pool) }},
 		{"sidecar plaintext", func() error { return sidecarRound(h.client, h.base+"/v1/providers/plain") }},
 		{"sidecar TLS", func() error { return sidecarRound(h.client, h.base+"/v1/providers/secure") }},
 	}
-	for range 200 {
-		for _, p := range paths {
-			if err := p.round(); err != nil {
-				b.Fatalf("%s: %v", p.name, err)
-			}
-		}
-	}
-	samples := make([][]time.Duration, len(paths))
-	i := 0
-	for b.Loop() {
-		for k := range paths {
-			j := (i + k) % len(paths)
-			t0 := time.Now()
-			if err := paths[j].round(); err != nil {
-				b.Fatalf("%s: %v", paths[j].name, err)
-			}
-			samples[j] = append(samples[j], time.Since(t0))
-		}
-		i++
-	}
-	b.StopTimer()
-	var p50, p99 [4]time.Duration
-	fmt.Printf("\nBenchmarkTLSCost: %d rounds of Acquire+Release per path, interleaved\n", len(samples[0]))
+	p50, p99, rounds := interleave(b, paths)
+	fmt.Printf("\nBenchmarkTLSCost: %d rounds of Acquire+Release per path, interleaved\n", rounds)
 	fmt.Printf("  %-18s %10s %10s\n", "path", "p50", "p99")
 	for j, p := range paths {
-		slices.Sort(samples[j])
-		p50[j], p99[j] = percentile(samples[j], 0.50), percentile(samples[j], 0.99)
 		fmt.Printf("  %-18s %10v %10v\n", p.name, p50[j].Round(time.Microsecond), p99[j].Round(time.Microsecond))
 	}
 	ratio := func(a, c time.Duration) float64 { return float64(a) / float64(c) }

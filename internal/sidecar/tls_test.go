@@ -1,13 +1,9 @@
 package sidecar_test
 
 import (
-	"bytes"
-	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/repool/repool/internal/server"
 	"github.com/repool/repool/internal/sidecar"
 	"github.com/repool/repool/internal/sidecar/config"
 	"github.com/repool/repool/internal/sidecar/resilience"
@@ -20,36 +16,12 @@ import (
 func tlsServer(tb testing.TB, ca, clients *tlstest.CA) (grpcAddr, apiKey string) {
 	tb.Helper()
 	dir := tb.TempDir()
-	cfg := server.Config{
-		Store:    "sqlite:" + filepath.Join(dir, "repool.db"),
-		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		RatePerSecond: 1e6, Burst: 1e6, CheckpointInterval: time.Hour,
-	}
+	cfg := serverConfig(dir)
 	cfg.TLSCert, cfg.TLSKey = ca.Issue("server", "repool.test", "127.0.0.1").Write(tb, dir, "server")
 	if clients != nil {
 		cfg.TLSClientCA = clients.WriteCA(dir, "clients.crt")
 	}
-	var out bytes.Buffer
-	s, err := server.New(context.Background(), cfg, server.Options{Out: &out})
-	if err != nil {
-		tb.Fatalf("server.New() = %v", err)
-	}
-	m := demoKeyRE.FindStringSubmatch(out.String())
-	if m == nil {
-		tb.Fatalf("the server's first start printed no demo API key:\n%s", out.String())
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	tb.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			tb.Errorf("the server did not stop within 20s")
-		}
-	})
-	return s.GRPCAddr(), m[1]
+	return runServer(tb, cfg)
 }
 
 // tlsProvider is a provider over TLS trusting ca, with quick retries (so

@@ -33,13 +33,20 @@
 //	    tls: {ca_file: /etc/repool/tls/ca.crt, server_name: repool.internal,
 //	          cert_file: "", key_file: ""}  # client certificate for mutual TLS
 //	    insecure: false             # plaintext to a non-loopback endpoint
-//	    timeout: 3s                 # one logical call, retries included
 //	    token: {skew: 30s, refresh_at: 0.8, issue_timeout: 5s}
+//	    policy: hard-outage         # a named policy below; default "default"
+//	    timeout: 3s                 # the provider's own policy fields, each
+//	    retry: {max_retries: 3}     # over the named policy's (see Policies)
+//	policies:                       # named resilience policies
+//	  hard-outage:
+//	    timeout: 3s                 # one logical call, retries included
 //	    retry: {max_retries: 3, initial_interval: 50ms, multiplier: 2,
 //	            max_interval: 1s, randomization_factor: 1, max_elapsed: 2s}
 //	    retry_budget: {ratio: 0.2, min_per_second: 10, window: 10s}
 //	    breaker: {failure_ratio: 0.5, min_requests: 20, window: 10s,
-//	              buckets: 10, open_timeout: 5s, half_open_probes: 3}
+//	              buckets: 10, open_timeout: 5s, half_open_probes: 3,
+//	              consecutive_failures: 5, consecutive_timeouts: 3,
+//	              max_in_flight: 8}
 //
 // Without a file, one provider named "default" is built from
 // REPOOL_ENDPOINT (default 127.0.0.1:9090) and REPOOL_API_KEY.
@@ -72,6 +79,10 @@ import (
 
 // DefaultProvider is the name of the provider of the no-file mode.
 const DefaultProvider = "default"
+
+// DefaultPolicy is the name of the policy of providers that name none. It
+// is built in (every field its default) unless policies: defines it.
+const DefaultPolicy = "default"
 
 // Config is the sidecar's configuration. The zero value of every field
 // means its default (WithDefaults).
@@ -114,6 +125,13 @@ type Config struct {
 	// Providers are the reputation clusters, by name (the {p} of the URLs:
 	// lower-case letters, digits, '-' and '_'). At least one.
 	Providers map[string]Provider `yaml:"providers"`
+	// Policies are named resilience policies (timeout, retry, retry_budget,
+	// breaker) that providers refer to by name (Provider.Policy), named
+	// like providers. "default", built in with every field its default, is
+	// the policy of a provider that names none; defining it here changes it
+	// for all of them. A policy no provider uses is allowed (one to switch
+	// to by a reload) and reported by Unused.
+	Policies map[string]resilience.Policy `yaml:"policies"`
 }
 
 // Redis configures the shared token cache: token.Redis (addr, key_prefix,
@@ -146,16 +164,64 @@ type Provider struct {
 	APIKey     string `yaml:"api_key"`
 	APIKeyEnv  string `yaml:"api_key_env"`
 	APIKeyFile string `yaml:"api_key_file"`
-	// Timeout bounds one logical call, retries included. Default 3s.
-	Timeout time.Duration `yaml:"timeout"`
 	// Token is the token cache policy.
 	Token token.Policy `yaml:"token"`
+	// Policy names the provider's resilience policy in Config.Policies.
+	// Default "default".
+	Policy string `yaml:"policy"`
+	// Timeout, Retry, RetryBudget and Breaker are the provider's own
+	// resilience settings (resilience.Policy's fields, the same keys): each
+	// field set here overrides that field of the named policy, one by one;
+	// a field left out (zero) is the policy's. WithDefaults resolves them:
+	// afterwards they hold the provider's whole policy (Resilience).
+	//
+	// Timeout bounds one logical call, retries included. Default 3s.
+	Timeout time.Duration `yaml:"timeout"`
 	// Retry is the retry policy for transient failures.
 	Retry resilience.RetryPolicy `yaml:"retry"`
 	// RetryBudget bounds the retries.
 	RetryBudget resilience.BudgetPolicy `yaml:"retry_budget"`
 	// Breaker is the circuit breaker policy.
 	Breaker resilience.BreakerPolicy `yaml:"breaker"`
+}
+
+// Resilience returns the provider's own resilience fields as a policy:
+// after WithDefaults, its whole resolved policy.
+func (p Provider) Resilience() resilience.Policy {
+	return resilience.Policy{Timeout: p.Timeout, Retry: p.Retry, RetryBudget: p.RetryBudget, Breaker: p.Breaker}
+}
+
+// policyName returns the name of the provider's policy.
+func (p Provider) policyName() string {
+	if p.Policy == "" {
+		return DefaultPolicy
+	}
+	return p.Policy
+}
+
+// resolvePolicy returns p with its resilience fields laid over the policy named
+// (every field left out is the policy's), defaults applied. An unknown
+// name (Validate refuses it) resolves over the built-in default.
+func (c Config) resolvePolicy(p Provider) Provider {
+	r := c.Policies[p.policyName()].Overlay(p.Resilience()).WithDefaults()
+	p.Timeout, p.Retry, p.RetryBudget, p.Breaker = r.Timeout, r.Retry, r.RetryBudget, r.Breaker
+	return p
+}
+
+// Unused returns the names of the policies that no provider uses, sorted.
+func (c Config) Unused() []string {
+	used := map[string]bool{}
+	for _, p := range c.Providers {
+		used[p.policyName()] = true
+	}
+	var unused []string
+	for name := range c.Policies {
+		if !used[name] {
+			unused = append(unused, name)
+		}
+	}
+	sort.Strings(unused)
+	return unused
 }
 
 // TLS is a provider's TLS settings. Any field set turns TLS on.
@@ -231,14 +297,8 @@ func (c Config) WithDefaults() Config {
 			p.Endpoint, p.TLS.Enabled = e, true
 		}
 		p.Endpoint = plainEndpoint(p.Endpoint)
-		if p.Timeout == 0 {
-			p.Timeout = 3 * time.Second
-		}
 		p.Token = p.Token.WithDefaults()
-		p.Retry = p.Retry.WithDefaults()
-		p.RetryBudget = p.RetryBudget.WithDefaults()
-		p.Breaker = p.Breaker.WithDefaults()
-		providers[name] = p
+		providers[name] = c.resolvePolicy(p)
 	}
 	c.Providers = providers
 	return c
@@ -283,8 +343,14 @@ func (c Config) Validate() error {
 	if len(c.Providers) == 0 {
 		return errors.New("config: providers: want at least one provider")
 	}
+	if err := c.checkPolicies(); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
 	for _, name := range c.Names() {
 		p := c.Providers[name]
+		if _, ok := c.Policies[p.policyName()]; !ok && p.policyName() != DefaultPolicy {
+			return fmt.Errorf("config: providers.%s.policy %q: no such policy; want one of %s", name, p.Policy, strings.Join(c.policyNames(), ", "))
+		}
 		if err := p.validate(name); err != nil {
 			return fmt.Errorf("config: %w", err)
 		}
@@ -293,6 +359,31 @@ func (c Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// checkPolicies checks every named policy on its own, in name order.
+func (c Config) checkPolicies() error {
+	for _, name := range c.policyNames() {
+		if !providerName.MatchString(name) {
+			return fmt.Errorf("policies: policy name %q: want 1 to 63 of a-z, 0-9, '-' and '_', starting with a letter or digit", name)
+		}
+		if err := c.Policies[name].Validate(); err != nil {
+			return fmt.Errorf("policies.%s.%w", name, err)
+		}
+	}
+	return nil
+}
+
+// policyNames returns the policies' names, "default" included, sorted.
+func (c Config) policyNames() []string {
+	names := []string{DefaultPolicy}
+	for n := range c.Policies {
+		if n != DefaultPolicy {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	return names
 }
 
 // checkCallers checks allowed_hosts, allowed_origins and unix_socket_group.
@@ -372,20 +463,18 @@ func (p Provider) validate(name string) error {
 		return fmt.Errorf("%s.api_key: not resolved (api_key_env and api_key_file are read by config.Load)", field)
 	case strings.ContainsAny(p.APIKey, " \t\r\n"):
 		return fmt.Errorf("%s.api_key: contains white space", field)
-	case p.Timeout < time.Millisecond:
-		return fmt.Errorf("%s.timeout %v: want at least 1ms", field, p.Timeout)
 	}
 	if err := p.Token.Validate(); err != nil {
 		return fmt.Errorf("%s.token.%w", field, err)
 	}
-	if err := p.Retry.Validate(); err != nil {
-		return fmt.Errorf("%s.retry.%w", field, err)
-	}
-	if err := p.RetryBudget.Validate(); err != nil {
-		return fmt.Errorf("%s.retry_budget.%w", field, err)
-	}
-	if err := p.Breaker.Validate(); err != nil {
-		return fmt.Errorf("%s.breaker.%w", field, err)
+	// Each named policy is valid on its own (checkPolicies): what fails
+	// here is the provider's own field, or how it combines with the
+	// policy's.
+	if err := p.Resilience().Validate(); err != nil {
+		if p.Policy != "" {
+			return fmt.Errorf("%s.%w (over policy %q)", field, err, p.Policy)
+		}
+		return fmt.Errorf("%s.%w", field, err)
 	}
 	return nil
 }

@@ -32,6 +32,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
+	"github.com/repool/repool/internal/clock"
 	"github.com/repool/repool/internal/sidecar/provider"
 	"github.com/repool/repool/internal/sidecar/resilience"
 )
@@ -70,6 +71,8 @@ type Config struct {
 	// Keepalive is the interval of comment lines on idle event streams.
 	// Default 15s.
 	Keepalive time.Duration
+	// Clock schedules the keep-alive comments. Default the wall clock.
+	Clock clock.Clock
 	// Log receives request failures. Default discards them.
 	Log *slog.Logger
 	// AllowedHosts are the Host names (or addresses) accepted besides
@@ -87,6 +90,7 @@ type API struct {
 	maxBody   int64
 	stopping  context.Context
 	keepalive time.Duration
+	clock     clock.Clock
 	log       *slog.Logger
 	guard     guard
 	mux       *http.ServeMux
@@ -108,8 +112,11 @@ func New(cfg Config) (*API, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
 	a := &API{providers: cfg.Providers, maxBody: cfg.MaxBodyBytes, stopping: cfg.Stopping,
-		keepalive: cfg.Keepalive, log: cfg.Log, guard: newGuard(cfg.AllowedHosts, cfg.AllowedOrigins), mux: http.NewServeMux()}
+		keepalive: cfg.Keepalive, clock: cfg.Clock, log: cfg.Log, guard: newGuard(cfg.AllowedHosts, cfg.AllowedOrigins), mux: http.NewServeMux()}
 
 	routes := []struct {
 		method, path string

@@ -6,10 +6,13 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
+	"github.com/repool/repool/internal/clock"
+	"github.com/repool/repool/internal/sidecar/provider"
 )
 
 // eventName is the SSE event name of a kind: "registered", "blocked",
@@ -94,98 +97,124 @@ func (a *API) events(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	_, ok = w.(http.Flusher)
-	if !ok {
+	if _, ok := w.(http.Flusher); !ok {
 		writeAnswer(w, answer{status: http.StatusInternalServerError, code: codeInternal, msg: "this connection cannot stream"})
 		return
 	}
-	// The stream outlives the server's write_timeout: each send below sets
-	// a write deadline of its own. (read_timeout ends once the request has
-	// been read: the server clears it.)
-	rc := http.NewResponseController(w)
-
-	// The stream ends with the request, the provider's removal or the
-	// sidecar's shutdown.
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	unwatch := context.AfterFunc(a.stopping, cancel)
-	defer unwatch()
-	watched := make(chan struct{})
-	go func() { // ends with ctx at the latest
-		defer close(watched)
-		select {
-		case <-h.Retired:
-			cancel()
-		case <-ctx.Done():
-		}
-		// Interrupt soon a write that waits for a client that stopped
-		// reading, leaving the end of the body time to go out.
-		_ = rc.SetWriteDeadline(time.Now().Add(streamEndGrace))
-	}()
-	// The deadline is set before the handler returns, never on the
-	// connection's next request (the server clears it after this one).
-	defer func() { cancel(); <-watched }()
-
-	stream, err := h.Provider.Subscribe(ctx, req)
+	s := a.newEventStream(w, r, h.Retired)
+	defer s.close()
+	sub, err := h.Provider.Subscribe(s.ctx, req)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
 	}
-	type result struct {
-		ev  *repoolv1.Event
-		err error
-	}
-	recv := make(chan result)
-	done := make(chan struct{})
-	go func() { // ends when the stream does; the handler waits for it
-		defer close(done)
-		for {
-			ev, err := stream.Recv()
-			select {
-			case recv <- result{ev, err}:
-			case <-ctx.Done():
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	defer func() { cancel(); <-done }()
+	s.serve(sub)
+}
 
-	hd := w.Header()
+// eventStream is one request's event stream. It has one lifetime: ctx,
+// which ends with the request, the provider's removal or the sidecar's
+// shutdown, and close, which ends ctx and returns once every goroutine the
+// stream started has returned.
+type eventStream struct {
+	w         http.ResponseWriter
+	rc        *http.ResponseController
+	clock     clock.Clock
+	keepalive time.Duration
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the goroutines started by spawn
+}
+
+// newEventStream starts the lifetime of a stream on w. retired is closed
+// when the provider is removed.
+func (a *API) newEventStream(w http.ResponseWriter, r *http.Request, retired <-chan struct{}) *eventStream {
+	// The stream outlives the server's write_timeout: each send sets a
+	// write deadline of its own. (read_timeout ends once the request has
+	// been read: the server clears it.)
+	s := &eventStream{w: w, rc: http.NewResponseController(w), clock: a.clock, keepalive: a.keepalive}
+	s.ctx, s.cancel = context.WithCancel(r.Context())
+	s.spawn(func() {
+		select {
+		case <-retired:
+		case <-a.stopping.Done():
+		case <-s.ctx.Done():
+		}
+		s.cancel()
+		// Interrupt soon a write that waits for a client that stopped
+		// reading, leaving the end of the body time to go out. The
+		// deadline is the connection's, on the wall clock; it is set
+		// before close returns, never on the connection's next request
+		// (the server clears it after this one).
+		_ = s.rc.SetWriteDeadline(time.Now().Add(streamEndGrace))
+	})
+	return s
+}
+
+// spawn runs f in a goroutine that close waits for; f must return once
+// s.ctx ends.
+func (s *eventStream) spawn(f func()) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+}
+
+// close ends the stream's lifetime and waits for its goroutines.
+func (s *eventStream) close() {
+	s.cancel()
+	s.wg.Wait()
+}
+
+// eventOrError is what the subscription's receiver hands the writer.
+type eventOrError struct {
+	ev  *repoolv1.Event
+	err error
+}
+
+// receive hands every event of sub, and then its error, to recv, until
+// the stream ends.
+func (s *eventStream) receive(sub *provider.EventStream, recv chan<- eventOrError) {
+	for {
+		ev, err := sub.Recv()
+		select {
+		case recv <- eventOrError{ev, err}:
+		case <-s.ctx.Done():
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// serve writes the stream's head, then its events and keep-alive comments,
+// until the subscription fails, the client stops taking them or the
+// stream ends.
+func (s *eventStream) serve(sub *provider.EventStream) {
+	recv := make(chan eventOrError)
+	s.spawn(func() { s.receive(sub, recv) })
+	hd := s.w.Header()
 	hd.Set("Content-Type", "text/event-stream")
 	hd.Set("Cache-Control", "no-store")
 	hd.Set("X-Accel-Buffering", "no")
-	// send writes and flushes one message, and reports whether the client
-	// took it in time.
-	send := func(format string, args ...any) bool {
-		if ctx.Err() != nil {
-			return false
-		}
-		_ = rc.SetWriteDeadline(time.Now().Add(eventWriteTimeout))
-		if _, err := fmt.Fprintf(w, format, args...); err != nil {
-			return false
-		}
-		return rc.Flush() == nil
-	}
-	w.WriteHeader(http.StatusOK)
-	if !send(": subscribed\n\n") {
+	s.w.WriteHeader(http.StatusOK)
+	if !s.send(": subscribed\n\n") {
 		return
 	}
-
-	tick := time.NewTicker(a.keepalive)
+	tick := s.clock.NewTicker(s.keepalive)
 	defer tick.Stop()
 	for {
 		ok := true
 		select {
-		case <-ctx.Done():
+		case <-s.ctx.Done():
 			return
-		case <-tick.C:
-			ok = send(": keepalive\n\n")
+		case <-tick.Chan():
+			ok = s.send(": keepalive\n\n")
 		case res := <-recv:
 			if res.err != nil {
-				send("event: error\ndata: %s\n\n", mustMarshalError(classify(res.err)))
+				s.send("event: error\ndata: %s\n\n", mustMarshalError(classify(res.err)))
 				return
 			}
 			raw, err := marshal.Marshal(res.ev) // like every other answer
@@ -193,15 +222,28 @@ func (a *API) events(w http.ResponseWriter, r *http.Request) {
 				continue // cannot happen for a decoded message
 			}
 			if name := eventName(res.ev); name == "gap" {
-				ok = send("event: gap\ndata: %s\n\n", raw)
+				ok = s.send("event: gap\ndata: %s\n\n", raw)
 			} else {
-				ok = send("id: %d\nevent: %s\ndata: %s\n\n", res.ev.GetSeq(), name, raw)
+				ok = s.send("id: %d\nevent: %s\ndata: %s\n\n", res.ev.GetSeq(), name, raw)
 			}
 		}
 		if !ok {
 			return
 		}
 	}
+}
+
+// send writes and flushes one message, and reports whether the client took
+// it in time (a write deadline on the connection, hence the wall clock).
+func (s *eventStream) send(format string, args ...any) bool {
+	if s.ctx.Err() != nil {
+		return false
+	}
+	_ = s.rc.SetWriteDeadline(time.Now().Add(eventWriteTimeout))
+	if _, err := fmt.Fprintf(s.w, format, args...); err != nil {
+		return false
+	}
+	return s.rc.Flush() == nil
 }
 
 // eventWriteTimeout bounds each write of an event stream: a client that

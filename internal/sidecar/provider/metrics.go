@@ -5,6 +5,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
+
+	"github.com/repool/repool/internal/sidecar/perprovider"
 )
 
 // numCodes is the number of gRPC codes (OK to UNAUTHENTICATED).
@@ -17,13 +19,7 @@ type Metrics struct {
 	duration  *prometheus.HistogramVec
 	fastFails *prometheus.CounterVec
 
-	all []vec // every vector above: registered, and forgotten
-}
-
-// vec is a metric vector labelled by provider.
-type vec interface {
-	prometheus.Collector
-	DeletePartialMatch(prometheus.Labels) int
+	perprovider.Vecs // every vector above: registered, and forgotten (Forget)
 }
 
 // NewMetrics creates the metrics and registers them on reg unless reg is
@@ -44,21 +40,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Calls failed fast, by reason: circuit-open (rejected without a network call), timeout, upstream (5xx-class answer after retries).",
 		}, []string{"provider", "reason"}),
 	}
-	m.all = []vec{m.calls, m.duration, m.fastFails}
-	if reg != nil {
-		for _, v := range m.all {
-			reg.MustRegister(v)
-		}
-	}
+	m.Vecs = perprovider.Vecs{m.calls, m.duration, m.fastFails}
+	m.Register(reg)
 	return m
-}
-
-// Forget drops the series of a provider that was removed.
-func (m *Metrics) Forget(provider string) {
-	l := prometheus.Labels{"provider": provider}
-	for _, v := range m.all {
-		v.DeletePartialMatch(l)
-	}
 }
 
 // series are one provider's metric children, resolved on first use so that

@@ -71,8 +71,8 @@ type Call func(ctx context.Context, pool repoolv1.PoolServiceClient, opts ...grp
 
 // Config configures New. Every field but Health is required.
 type Config struct {
-	// Health is the upstream's gRPC health service, which Ready asks;
-	// nil means Ready checks the token only.
+	// Health is the upstream's gRPC health service, which Ready asks
+	// (CheckHealth); nil means Ready checks the token only.
 	Health healthpb.HealthClient
 	// Name is the provider's name in URLs, metrics and logs.
 	Name string
@@ -300,10 +300,10 @@ func (s *EventStream) Recv() (*repoolv1.Event, error) {
 }
 
 // Ready returns nil when the provider can serve calls: the sidecar holds a
-// valid token for it (its API key is accepted) and the upstream answers its
-// health check as serving. Otherwise the error says which, in words for an
-// operator. It bypasses the breaker and the retrier, and it is not counted
-// in the call metrics.
+// valid token for it (its API key is accepted) and its server passes
+// CheckHealth. Otherwise the error says which, in words for an operator.
+// It bypasses the breaker and the retrier, and it is not counted in the
+// call metrics.
 func (p *Provider) Ready(ctx context.Context) error {
 	if _, err := p.tokens.Token(ctx); err != nil {
 		switch {
@@ -317,16 +317,51 @@ func (p *Provider) Ready(ctx context.Context) error {
 	if p.health == nil {
 		return nil
 	}
-	resp, err := p.health.Check(ctx, &healthpb.HealthCheckRequest{})
+	err := CheckHealth(ctx, p.health)
+	var ns *notServingError
 	switch {
-	case err != nil && ctx.Err() != nil:
+	case err == nil, errors.As(err, &ns):
+		return err
+	case ctx.Err() != nil:
 		return errors.New("the provider's health check did not answer in time")
+	}
+	return fmt.Errorf("the provider's health check failed (%s)", codeWords(status.Code(err)))
+}
+
+// CheckHealth is a provider's one health check, both the half-open
+// breaker's probe and the second half of Ready: the standard gRPC health
+// check of the server behind the VIP, which needs no token. The rule:
+// SERVING passes, and so does a server without the health service
+// (UNIMPLEMENTED), which answered — all a check asks of a server that is
+// up (Ready has had a token from it already). Anything else fails: another
+// status (NOT_SERVING: a standby, or starting) as an UNAVAILABLE error, no
+// answer or any other error as itself.
+func CheckHealth(ctx context.Context, client healthpb.HealthClient) error {
+	resp, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+	switch {
+	case status.Code(err) == codes.Unimplemented:
+		return nil
 	case err != nil:
-		return fmt.Errorf("the provider's health check failed (%s)", codeWords(status.Code(err)))
+		return err
 	case resp.GetStatus() != healthpb.HealthCheckResponse_SERVING:
-		return fmt.Errorf("the provider answers %s (a standby, or starting)", resp.GetStatus())
+		return &notServingError{resp.GetStatus()}
 	}
 	return nil
+}
+
+// notServingError is a health check's answer other than SERVING.
+type notServingError struct {
+	st healthpb.HealthCheckResponse_ServingStatus
+}
+
+func (e *notServingError) Error() string {
+	return fmt.Sprintf("the provider answers %s (a standby, or starting)", e.st)
+}
+
+// GRPCStatus makes it an UNAVAILABLE status error, as the breaker counts
+// it.
+func (e *notServingError) GRPCStatus() *status.Status {
+	return status.New(codes.Unavailable, e.Error())
 }
 
 // codeWords names a gRPC code for a message.
@@ -336,8 +371,6 @@ func codeWords(c codes.Code) string {
 		return "unreachable or not accepting connections"
 	case codes.DeadlineExceeded:
 		return "no answer in time"
-	case codes.Unimplemented:
-		return "no health service at the endpoint"
 	case codes.Unauthenticated:
 		return "credentials refused"
 	}

@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sony/gobreaker/v2"
 	"google.golang.org/grpc/codes"
+
+	"github.com/repool/repool/internal/sidecar/defaults"
 )
 
 // ErrCircuitOpen is matched (errors.Is) by every rejection of an open or
@@ -80,35 +82,13 @@ type BreakerPolicy struct {
 }
 
 // WithDefaults returns p with defaults in place of zero values.
-func (p BreakerPolicy) WithDefaults() BreakerPolicy {
-	if p.FailureRatio == 0 {
-		p.FailureRatio = 0.5
-	}
-	if p.MinRequests == 0 {
-		p.MinRequests = 20
-	}
-	if p.Window == 0 {
-		p.Window = 10 * time.Second
-	}
-	if p.Buckets == 0 {
-		p.Buckets = 10
-	}
-	if p.OpenTimeout == 0 {
-		p.OpenTimeout = time.Second
-	}
-	if p.HalfOpenProbes == 0 {
-		p.HalfOpenProbes = 3
-	}
-	if p.ConsecutiveFailures == 0 {
-		p.ConsecutiveFailures = 5
-	}
-	if p.ConsecutiveTimeouts == 0 {
-		p.ConsecutiveTimeouts = 3
-	}
-	if p.MaxInFlight == 0 {
-		p.MaxInFlight = 8
-	}
-	return p
+func (p BreakerPolicy) WithDefaults() BreakerPolicy { return defaults.Fill(p, breakerDefaults) }
+
+// breakerDefaults are the defaults of BreakerPolicy's fields.
+var breakerDefaults = BreakerPolicy{
+	FailureRatio: 0.5, MinRequests: 20, Window: 10 * time.Second, Buckets: 10,
+	OpenTimeout: time.Second, HalfOpenProbes: 3,
+	ConsecutiveFailures: 5, ConsecutiveTimeouts: 3, MaxInFlight: 8,
 }
 
 // Validate names the first bad field (YAML name), after defaults.

@@ -122,7 +122,7 @@ func TestBreakerHalfOpen(t *testing.T) {
 		m := NewMetrics(nil)
 		b := NewBreaker(BreakerConfig{Provider: "p", Policy: policy, Metrics: m})
 		run(b, 5, grpcErr(codes.Unavailable))
-		time.Sleep(open + 10*time.Millisecond)
+		time.Sleep(open + 10*time.Millisecond) // real time: gobreaker reads time.Now for the open timeout
 		if got := b.State(); got != StateHalfOpen {
 			t.Fatalf("State() after the open timeout = got %v, want half-open", got)
 		}
@@ -139,7 +139,7 @@ func TestBreakerHalfOpen(t *testing.T) {
 	t.Run("a failed probe opens it again", func(t *testing.T) {
 		b := NewBreaker(BreakerConfig{Provider: "p", Policy: policy})
 		run(b, 5, grpcErr(codes.Unavailable))
-		time.Sleep(open + 10*time.Millisecond)
+		time.Sleep(open + 10*time.Millisecond) // real time: gobreaker reads time.Now for the open timeout
 		run(b, 1, grpcErr(codes.Unavailable))
 		if got := b.State(); got != StateOpen {
 			t.Fatalf("State() after a failed probe = got %v, want open", got)
@@ -151,7 +151,7 @@ func TestBreakerHalfOpen(t *testing.T) {
 	t.Run("only half_open_probes calls pass at once", func(t *testing.T) {
 		b := NewBreaker(BreakerConfig{Provider: "p", Policy: policy})
 		run(b, 5, grpcErr(codes.Unavailable))
-		time.Sleep(open + 10*time.Millisecond)
+		time.Sleep(open + 10*time.Millisecond) // real time: gobreaker reads time.Now for the open timeout
 		release := make(chan struct{})
 		started := make(chan struct{}, 3)
 		done := make(chan struct{})
@@ -306,7 +306,7 @@ func TestBreakerProbe(t *testing.T) {
 			return nil
 		}})
 		run(b, 5, grpcErr(codes.Unavailable))
-		time.Sleep(open + 10*time.Millisecond)
+		time.Sleep(open + 10*time.Millisecond) // real time: gobreaker reads time.Now for the open timeout
 		deadline := time.Now().Add(10 * time.Second)
 		for b.State() != StateClosed {
 			if called := run(b, 1, nil); called != 0 {
@@ -315,7 +315,7 @@ func TestBreakerProbe(t *testing.T) {
 			if time.Now().After(deadline) {
 				t.Fatalf("still %v after 10s of probing", b.State())
 			}
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Millisecond) // real time: the probes run on gobreaker's wall-clock state
 		}
 		if n := len(probes); n != 3 {
 			t.Fatalf("%d probes closed it, want 3", n)
@@ -331,7 +331,7 @@ func TestBreakerProbe(t *testing.T) {
 			return grpcErr(codes.DeadlineExceeded)
 		}, ProbeTimeout: 5 * time.Millisecond})
 		run(b, 5, grpcErr(codes.Unavailable))
-		time.Sleep(open + 10*time.Millisecond)
+		time.Sleep(open + 10*time.Millisecond) // real time: gobreaker reads time.Now for the open timeout
 		start := time.Now()
 		if err := b.Execute(func() error { t.Error("a caller probed"); return nil }); !errors.Is(err, ErrCircuitOpen) {
 			t.Fatalf("Execute() on a half-open breaker with a probe = %v, want ErrCircuitOpen", err)
@@ -359,7 +359,7 @@ func TestBreakerNotifiesWithoutBlocking(t *testing.T) {
 		t.Fatalf("transition = got %+v (reason %q), want closed → open with a reason", tr, tr.Reason())
 	}
 	// Nobody reads ch now: the next transitions must be dropped, not block.
-	time.Sleep(20 * time.Millisecond)
+	time.Sleep(20 * time.Millisecond) // real time: past gobreaker's wall-clock open timeout, so the calls below transition
 	done := make(chan struct{})
 	go func() { run(b, 3, nil); _ = b.State(); run(b, 1, nil); close(done) }()
 	select {

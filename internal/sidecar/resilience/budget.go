@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/repool/repool/internal/clock"
+	"github.com/repool/repool/internal/sidecar/defaults"
 )
 
 // budgetBuckets is the number of slices of a retry budget's window; counts
@@ -32,18 +33,10 @@ type BudgetPolicy struct {
 }
 
 // WithDefaults returns p with defaults in place of zero values.
-func (p BudgetPolicy) WithDefaults() BudgetPolicy {
-	if p.Ratio == 0 {
-		p.Ratio = 0.5
-	}
-	if p.MinPerSecond == 0 {
-		p.MinPerSecond = 10
-	}
-	if p.Window == 0 {
-		p.Window = 10 * time.Second
-	}
-	return p
-}
+func (p BudgetPolicy) WithDefaults() BudgetPolicy { return defaults.Fill(p, budgetDefaults) }
+
+// budgetDefaults are the defaults of BudgetPolicy's fields.
+var budgetDefaults = BudgetPolicy{Ratio: 0.5, MinPerSecond: 10, Window: 10 * time.Second}
 
 // Validate names the first bad field (YAML name), after defaults.
 func (p BudgetPolicy) Validate() error {

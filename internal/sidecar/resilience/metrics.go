@@ -1,6 +1,10 @@
 package resilience
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/repool/repool/internal/sidecar/perprovider"
+)
 
 // Metrics are the resilience layer's Prometheus metrics, labelled by
 // provider. Create them once per registry and share them between the
@@ -13,13 +17,7 @@ type Metrics struct {
 	budgetRefusals     *prometheus.CounterVec
 	bulkheadRejections *prometheus.CounterVec
 
-	all []vec // every vector above: registered, and forgotten
-}
-
-// vec is a metric vector labelled by provider.
-type vec interface {
-	prometheus.Collector
-	DeletePartialMatch(prometheus.Labels) int
+	perprovider.Vecs // every vector above: registered, and forgotten (Forget)
 }
 
 // NewMetrics creates the metrics and registers them on reg unless reg is
@@ -51,19 +49,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Attempts refused at once because max_in_flight attempts to the provider were already in flight.",
 		}, []string{"provider"}),
 	}
-	m.all = []vec{m.state, m.transitions, m.droppedEvents, m.retries, m.budgetRefusals, m.bulkheadRejections}
-	if reg != nil {
-		for _, v := range m.all {
-			reg.MustRegister(v)
-		}
-	}
+	m.Vecs = perprovider.Vecs{m.state, m.transitions, m.droppedEvents, m.retries, m.budgetRefusals, m.bulkheadRejections}
+	m.Register(reg)
 	return m
-}
-
-// Forget drops the series of a provider that was removed.
-func (m *Metrics) Forget(provider string) {
-	l := prometheus.Labels{"provider": provider}
-	for _, v := range m.all {
-		v.DeletePartialMatch(l)
-	}
 }

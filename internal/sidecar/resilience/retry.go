@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/repool/repool/internal/clock"
+	"github.com/repool/repool/internal/sidecar/defaults"
 )
 
 // ErrBudgetSpent is matched (errors.Is) by the error of a call whose retry
@@ -45,26 +46,12 @@ type RetryPolicy struct {
 }
 
 // WithDefaults returns p with defaults in place of zero values.
-func (p RetryPolicy) WithDefaults() RetryPolicy {
-	if p.MaxRetries == 0 {
-		p.MaxRetries = 5
-	}
-	if p.InitialInterval == 0 {
-		p.InitialInterval = 25 * time.Millisecond
-	}
-	if p.Multiplier == 0 {
-		p.Multiplier = 2
-	}
-	if p.MaxInterval == 0 {
-		p.MaxInterval = 250 * time.Millisecond
-	}
-	if p.RandomizationFactor == 0 {
-		p.RandomizationFactor = 1
-	}
-	if p.MaxElapsed == 0 {
-		p.MaxElapsed = 2 * time.Second
-	}
-	return p
+func (p RetryPolicy) WithDefaults() RetryPolicy { return defaults.Fill(p, retryDefaults) }
+
+// retryDefaults are the defaults of RetryPolicy's fields.
+var retryDefaults = RetryPolicy{
+	MaxRetries: 5, InitialInterval: 25 * time.Millisecond, Multiplier: 2,
+	MaxInterval: 250 * time.Millisecond, RandomizationFactor: 1, MaxElapsed: 2 * time.Second,
 }
 
 // Validate names the first bad field (YAML name), after defaults.
@@ -95,8 +82,8 @@ type RetrierConfig struct {
 	Policy RetryPolicy
 	// Budget bounds the retries. Required; share one per provider.
 	Budget *Budget
-	// Clock measures elapsed time for MaxElapsed. Default the wall clock.
-	// Waits between attempts always use real timers.
+	// Clock measures elapsed time for MaxElapsed and schedules the waits
+	// between attempts. Default the wall clock.
 	Clock clock.Clock
 	// Metrics counts retries and budget refusals. Default: metrics that are
 	// not registered anywhere.
@@ -147,7 +134,7 @@ func (r *Retrier) Do(ctx context.Context, op func(context.Context) error) error 
 		return err
 	}
 	b := r.backOff(ctx)
-	var timer *time.Timer
+	var timer clock.Timer
 	defer func() {
 		if timer != nil {
 			timer.Stop()
@@ -163,14 +150,14 @@ func (r *Retrier) Do(ctx context.Context, op func(context.Context) error) error 
 			return fmt.Errorf("%w: %w", ErrBudgetSpent, err)
 		}
 		if timer == nil {
-			timer = time.NewTimer(wait)
+			timer = r.clock.NewTimer(wait)
 		} else {
 			timer.Reset(wait)
 		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w (waiting to retry after: %v)", ctx.Err(), err)
-		case <-timer.C:
+		case <-timer.Chan():
 		}
 		r.retries.Inc()
 		if err = op(ctx); !Retryable(err) {

@@ -101,3 +101,43 @@ func TestRetrierBudget(t *testing.T) {
 		t.Fatalf("no call reported ErrBudgetSpent")
 	}
 }
+
+// TestRetrierWaitsOnItsClock: the wait between attempts is a timer of the
+// retrier's clock: with a fake, the retry happens when the fake passes the
+// wait, and not before.
+func TestRetrierWaitsOnItsClock(t *testing.T) {
+	clk := clock.NewFake(time.Now())
+	p := RetryPolicy{MaxRetries: 1, InitialInterval: time.Hour, MaxInterval: time.Hour, RandomizationFactor: -1, MaxElapsed: 2 * time.Hour}
+	r := NewRetrier(RetrierConfig{Provider: "p", Policy: p, Budget: NewBudget(BudgetPolicy{}, clk), Clock: clk})
+	attempts := make(chan struct{}, 2)
+	done := make(chan error, 1)
+	go func() {
+		done <- r.Do(context.Background(), func(context.Context) error {
+			attempts <- struct{}{}
+			if len(attempts) == 1 {
+				return grpcErr(codes.Unavailable)
+			}
+			return nil
+		})
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := clk.Wait(ctx, 1); err != nil {
+		t.Fatalf("no wait armed on the retrier's clock after a failure: %v", err)
+	}
+	clk.Advance(time.Hour - time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("Do() = %v before the fake clock passed the 1h wait", err)
+	default:
+	}
+	clk.Advance(time.Millisecond)
+	select {
+	case err := <-done:
+		if err != nil || len(attempts) != 2 {
+			t.Fatalf("Do() = %v after %d attempts, want success on the retry", err, len(attempts))
+		}
+	case <-ctx.Done():
+		t.Fatal("no retry after the fake clock passed the wait")
+	}
+}

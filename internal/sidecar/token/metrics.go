@@ -1,6 +1,10 @@
 package token
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/repool/repool/internal/sidecar/perprovider"
+)
 
 // Token tiers, the values of the tier label: where a token came from.
 const (
@@ -24,7 +28,7 @@ type Metrics struct {
 	refreshes   *prometheus.CounterVec
 	redisErrors *prometheus.CounterVec
 
-	all []*prometheus.CounterVec // every vector above: registered, and forgotten
+	perprovider.Vecs // every vector above: registered, and forgotten (Forget)
 }
 
 // NewMetrics creates the metrics and registers them on reg unless reg is
@@ -48,19 +52,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Failed operations on the shared token cache in Redis, by operation.",
 		}, []string{"provider", "op"}),
 	}
-	m.all = []*prometheus.CounterVec{m.lookups, m.issuances, m.refreshes, m.redisErrors}
-	if reg != nil {
-		for _, v := range m.all {
-			reg.MustRegister(v)
-		}
-	}
+	m.Vecs = perprovider.Vecs{m.lookups, m.issuances, m.refreshes, m.redisErrors}
+	m.Register(reg)
 	return m
-}
-
-// Forget drops the series of a provider that was removed.
-func (m *Metrics) Forget(provider string) {
-	l := prometheus.Labels{"provider": provider}
-	for _, v := range m.all {
-		v.DeletePartialMatch(l)
-	}
 }

@@ -10,9 +10,7 @@ import (
 func counterSum(t *testing.T, m *Metrics, name string) float64 {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	for _, v := range m.all {
-		reg.MustRegister(v)
-	}
+	m.Register(reg)
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatalf("Gather() = %v", err)

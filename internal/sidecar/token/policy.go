@@ -3,6 +3,8 @@ package token
 import (
 	"fmt"
 	"time"
+
+	"github.com/repool/repool/internal/sidecar/defaults"
 )
 
 // Policy configures how a provider's tokens are cached and refreshed. The
@@ -24,18 +26,10 @@ type Policy struct {
 }
 
 // WithDefaults returns p with defaults in place of zero values.
-func (p Policy) WithDefaults() Policy {
-	if p.Skew == 0 {
-		p.Skew = 30 * time.Second
-	}
-	if p.RefreshAt == 0 {
-		p.RefreshAt = 0.8
-	}
-	if p.IssueTimeout == 0 {
-		p.IssueTimeout = 5 * time.Second
-	}
-	return p
-}
+func (p Policy) WithDefaults() Policy { return defaults.Fill(p, policyDefaults) }
+
+// policyDefaults are the defaults of Policy's fields.
+var policyDefaults = Policy{Skew: 30 * time.Second, RefreshAt: 0.8, IssueTimeout: 5 * time.Second}
 
 // Validate names the first bad field (YAML name), after defaults.
 func (p Policy) Validate() error {

@@ -65,9 +65,8 @@ type Config struct {
 	Policy Policy
 	// Redis, when set, is the shared cache. The Source owns its client.
 	Redis *Redis
-	// Clock tells the time for token lifetimes. Default the wall clock.
-	// The background refresher sleeps on real timers for the durations this
-	// clock computes.
+	// Clock tells the time for token lifetimes and schedules the
+	// background refresher's waits. Default the wall clock.
 	Clock clock.Clock
 	// Log receives the source's logs. Default discards them.
 	Log *slog.Logger
@@ -392,7 +391,7 @@ func (s *Source) Do(ctx context.Context, call func(ctx context.Context, bearer s
 // new token or by a request that finds the token past its refresh point.
 func (s *Source) refresher() {
 	defer close(s.done)
-	timer := time.NewTimer(time.Hour)
+	timer := s.clock.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
 	for {
@@ -403,7 +402,7 @@ func (s *Source) refresher() {
 				at = next
 			}
 			timer.Reset(max(at.Sub(s.clock.Now()), 0))
-			fire = timer.C
+			fire = timer.Chan()
 		}
 		select {
 		case <-s.life.Done():

@@ -51,16 +51,6 @@ func newSource(t *testing.T, cfg Config) *Source {
 	return s
 }
 
-// eventually polls cond for up to 5s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(2 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-	}
-}
-
 func TestColdConcurrentCallsIssueOneToken(t *testing.T) {
 	// IssueToken answers as soon as it can: callers that arrive while the
 	// flight ends must take its token too (TestSingleFlightUnderStress
@@ -187,9 +177,9 @@ func TestRefreshAheadMeansNoWaitAtExpiry(t *testing.T) {
 	if err != nil || got.Value != first.Value {
 		t.Fatalf("Token() past the refresh point while refreshing = got %v, %v; want the current token at once", got, err)
 	}
-	eventually(t, "the refresh-ahead calls IssueToken", func() bool { return fake.Calls("IssueToken") == 2 })
+	testenv.Eventually(t, 5*time.Second, "the refresh-ahead calls IssueToken", func() bool { return fake.Calls("IssueToken") == 2 })
 	close(gate)
-	eventually(t, "the refreshed token is held", func() bool {
+	testenv.Eventually(t, 5*time.Second, "the refreshed token is held", func() bool {
 		t, _ := s.Token(context.Background())
 		return t != nil && t.Value != first.Value
 	})
@@ -357,7 +347,7 @@ func TestSkewLongerThanTheLifetime(t *testing.T) {
 	if left := time.Until(tok.usableUntil); left < 25*time.Second || left > 31*time.Second {
 		t.Fatalf("token usable for %v more, want about half its 1m lifetime", left)
 	}
-	time.Sleep(200 * time.Millisecond) // a loop would issue hundreds meanwhile
+	time.Sleep(200 * time.Millisecond) // real time: nothing to wait for; a loop would issue hundreds meanwhile
 	if n := fake.Calls("IssueToken"); n != 1 {
 		t.Fatalf("IssueToken calls = %d, want 1", n)
 	}
@@ -402,7 +392,7 @@ func TestTokenExpiredOnArrival(t *testing.T) {
 	if tok, err := s.Token(context.Background()); err == nil || !strings.Contains(err.Error(), "clocks") {
 		t.Fatalf("Token() = %v, %v; want an error that names the clocks", tok, err)
 	}
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // real time: nothing to wait for; a loop on IssueToken would show meanwhile
 	if n := fake.Calls("IssueToken"); n > 2 {
 		t.Fatalf("IssueToken calls in 200ms = %d, want at most 2", n)
 	}
