@@ -11,25 +11,14 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
-	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
+	"github.com/repool/repool/internal/cli"
 	"github.com/repool/repool/internal/servercmd"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := servercmd.Run(ctx, os.Args[1:], servercmd.Env{Getenv: os.Getenv, Stdout: os.Stdout, Stderr: os.Stderr})
-	stop()
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(0)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, servercmd.Prog+":", err)
-		os.Exit(1)
-	}
+	os.Exit(cli.Main(servercmd.Prog, os.Stderr, func(ctx context.Context) error {
+		return servercmd.Run(ctx, os.Args[1:], servercmd.Env{Getenv: os.Getenv, Stdout: os.Stdout, Stderr: os.Stderr})
+	}))
 }

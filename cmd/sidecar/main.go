@@ -12,25 +12,14 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
-	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
+	"github.com/repool/repool/internal/cli"
 	"github.com/repool/repool/internal/sidecar/sidecarcmd"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := sidecarcmd.Run(ctx, os.Args[1:], sidecarcmd.Env{Getenv: os.Getenv, Stdout: os.Stdout, Stderr: os.Stderr}, nil)
-	stop()
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(0)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, sidecarcmd.Prog+":", err)
-		os.Exit(1)
-	}
+	os.Exit(cli.Main(sidecarcmd.Prog, os.Stderr, func(ctx context.Context) error {
+		return sidecarcmd.Run(ctx, os.Args[1:], sidecarcmd.Env{Getenv: os.Getenv, Stdout: os.Stdout, Stderr: os.Stderr}, nil)
+	}))
 }

@@ -22,7 +22,7 @@ func IsHelp(arg string) bool {
 }
 
 // Parse runs parse, which parses fs (itself, or through a loader such as
-// server.Load), and routes what fs prints. After -h or --help it prints
+// servercmd.Load), and routes what fs prints. After -h or --help it prints
 // fs.Usage to stdout and returns flag.ErrHelp, which a main turns into exit
 // status 0. After a flag that fs refused it prints fs.Usage to stderr and
 // returns the refusal, for the main to print last. Other errors of parse

@@ -1,8 +1,12 @@
 package cli
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"flag"
+	"fmt"
+	"io"
 	"strings"
 	"testing"
 )
@@ -57,5 +61,28 @@ func TestIsHelp(t *testing.T) {
 		if got := IsHelp(arg); got != want {
 			t.Errorf("IsHelp(%q) = got %v, want %v", arg, got, want)
 		}
+	}
+}
+
+// TestExitStatus: a command that succeeds or showed help exits 0; one that
+// failed exits 1 with its error after the program's name.
+func TestExitStatus(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want int
+		out  string
+	}{
+		{nil, 0, ""},
+		{flag.ErrHelp, 0, ""},
+		{fmt.Errorf("parsing: %w", flag.ErrHelp), 0, ""},
+		{errors.New("store: refused"), 1, "prog: store: refused\n"},
+	} {
+		var stderr bytes.Buffer
+		if got := exitStatus("prog", &stderr, tt.err); got != tt.want || stderr.String() != tt.out {
+			t.Errorf("exitStatus(%v) = %d, %q; want %d, %q", tt.err, got, stderr.String(), tt.want, tt.out)
+		}
+	}
+	if got := Main("prog", io.Discard, func(ctx context.Context) error { return ctx.Err() }); got != 0 {
+		t.Errorf("Main of a command that ran = %d, want 0", got)
 	}
 }
