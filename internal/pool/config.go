@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/repool/repool/internal/clock"
+	"github.com/repool/repool/internal/defaults"
 )
 
 // Limits on request fields, enforced by every method. Resource ids,
@@ -102,45 +103,21 @@ type Gate interface {
 // that mirrors the pool's model, such as a simulation, reads the defaults
 // here rather than repeating them.
 func (c Config) WithDefaults() Config {
-	if c.HalfLife == 0 {
-		c.HalfLife = time.Hour
-	}
-	if c.PriorWeight == 0 {
-		c.PriorWeight = 2
-	}
-	if c.Leaders == 0 {
-		c.Leaders = 8
-	}
-	if c.Candidates == 0 {
-		c.Candidates = 8
-	}
-	if c.FailuresToQuarantine == 0 {
-		c.FailuresToQuarantine = 5
-	}
-	if c.FailuresToQuarantineWhole == 0 {
-		c.FailuresToQuarantineWhole = 20
-	}
-	if c.QuarantineBelow == 0 {
-		c.QuarantineBelow = 0.1
-	}
-	if c.QuarantineMinEvidence == 0 {
-		c.QuarantineMinEvidence = 10
-	}
-	if c.CooldownBase == 0 {
-		c.CooldownBase = 30 * time.Second
-	}
-	if c.CooldownMax == 0 {
-		c.CooldownMax = time.Hour
-	}
-	if c.CooldownJitter == 0 {
-		c.CooldownJitter = 0.2
-	}
-	if c.EventBuffer == 0 {
-		c.EventBuffer = 256
-	}
-	if c.EventHistory == 0 {
-		c.EventHistory = 4096
-	}
+	c = defaults.Fill(c, Config{
+		HalfLife:                  time.Hour,
+		PriorWeight:               2,
+		Leaders:                   8,
+		Candidates:                8,
+		FailuresToQuarantine:      5,
+		FailuresToQuarantineWhole: 20,
+		QuarantineBelow:           0.1,
+		QuarantineMinEvidence:     10,
+		CooldownBase:              30 * time.Second,
+		CooldownMax:               time.Hour,
+		CooldownJitter:            0.2,
+		EventBuffer:               256,
+		EventHistory:              4096,
+	})
 	if c.Clock == nil {
 		c.Clock = clock.NewAnchored(0)
 	}

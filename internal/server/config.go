@@ -11,6 +11,7 @@ import (
 
 	"github.com/repool/repool/internal/budget"
 	"github.com/repool/repool/internal/control"
+	"github.com/repool/repool/internal/defaults"
 	"github.com/repool/repool/internal/httpbounds"
 	"github.com/repool/repool/internal/ratelimit"
 	"github.com/repool/repool/internal/store"
@@ -163,83 +164,25 @@ func (c Config) checkPlaintext() error {
 
 // WithDefaults returns c with defaults in place of zero values.
 func (c Config) WithDefaults() Config {
-	def := func(s *string, v string) {
-		if *s == "" {
-			*s = v
-		}
-	}
-	def(&c.GRPCAddr, "127.0.0.1:9090")
-	def(&c.HTTPAddr, "127.0.0.1:8081")
-	def(&c.Store, "sqlite:./data/repool.db")
-	if c.CheckpointInterval == 0 {
-		c.CheckpointInterval = 10 * time.Second
-	}
-	if c.ReportFlush == 0 {
-		c.ReportFlush = time.Second
-	}
-	if c.TokenTTL == 0 {
-		c.TokenTTL = 15 * time.Minute
-	}
-	if c.OperatorTokenTTL == 0 {
-		c.OperatorTokenTTL = 24 * time.Hour
-	}
-	if c.GlobalResources == 0 {
-		c.GlobalResources = budget.DefaultResources
-	}
-	if c.GlobalCells == 0 {
-		c.GlobalCells = budget.DefaultCells
-	}
-	if c.DefaultTenantShare == 0 {
-		c.DefaultTenantShare = 25
-	}
-	if c.MaxKeysPerTenant == 0 {
-		c.MaxKeysPerTenant = control.DefaultMaxKeysPerTenant
-	}
-	if c.RatePerSecond == 0 {
-		c.RatePerSecond = ratelimit.DefaultRate
-	}
-	if c.Burst == 0 {
-		c.Burst = ratelimit.DefaultBurst
-	}
-	if c.MaxStreams == 0 {
-		c.MaxStreams = 8
-	}
-	if c.ShutdownGrace == 0 {
-		c.ShutdownGrace = 10 * time.Second
-	}
+	c = defaults.Fill(c, Config{
+		GRPCAddr: "127.0.0.1:9090", HTTPAddr: "127.0.0.1:8081", Store: "sqlite:./data/repool.db",
+		CheckpointInterval: 10 * time.Second, ReportFlush: time.Second,
+		TokenTTL: 15 * time.Minute, OperatorTokenTTL: 24 * time.Hour,
+		GlobalResources: budget.DefaultResources, GlobalCells: budget.DefaultCells, DefaultTenantShare: 25,
+		MaxKeysPerTenant: control.DefaultMaxKeysPerTenant,
+		RatePerSecond:    ratelimit.DefaultRate, Burst: ratelimit.DefaultBurst, MaxStreams: 8,
+		ShutdownGrace:      10 * time.Second,
+		GRPCMaxConnections: 4096, GRPCMaxConcurrentStreams: 256, GRPCMaxConnectionIdle: 5 * time.Minute,
+		GRPCHandshakeTimeout: 10 * time.Second, GRPCMaxHeaderBytes: 64 << 10,
+		GRPCKeepaliveTime: time.Minute, GRPCKeepaliveTimeout: 20 * time.Second, GRPCKeepaliveMinTime: 10 * time.Second,
+		HASessionTimeout: 2 * time.Second, HAInterval: 250 * time.Millisecond,
+		GCPercent: 400, LogLevel: "info",
+	})
 	c.Policy = tenants.PolicyDefaults(c.Policy)
-	defDur := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	defInt := func(n *int, v int) {
-		if *n == 0 {
-			*n = v
-		}
-	}
 	c.HTTP = c.HTTP.WithDefaults()
-	defInt(&c.GRPCMaxConnections, 4096)
-	defInt(&c.GRPCMaxConcurrentStreams, 256)
-	defDur(&c.GRPCMaxConnectionIdle, 5*time.Minute)
-	defDur(&c.GRPCHandshakeTimeout, 10*time.Second)
-	defInt(&c.GRPCMaxHeaderBytes, 64<<10)
-	defDur(&c.GRPCKeepaliveTime, time.Minute)
-	defDur(&c.GRPCKeepaliveTimeout, 20*time.Second)
-	defDur(&c.GRPCKeepaliveMinTime, 10*time.Second)
 	if c.HAName == "" {
 		c.HAName = c.GRPCAddr
 	}
-	if c.HASessionTimeout == 0 {
-		c.HASessionTimeout = 2 * time.Second
-	}
-	if c.HAInterval == 0 {
-		c.HAInterval = 250 * time.Millisecond
-	}
-	if c.GCPercent == 0 {
-		c.GCPercent = 400
-	}
-	def(&c.LogLevel, "info")
 	return c
 }
 

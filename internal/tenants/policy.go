@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/repool/repool/internal/defaults"
 	"github.com/repool/repool/internal/pool"
 	"github.com/repool/repool/internal/store"
 )
@@ -38,28 +39,11 @@ type Policy struct {
 // PolicyDefaults fills p's zero fields with the pool's defaults.
 func PolicyDefaults(p Policy) Policy {
 	d := pool.Config{}.WithDefaults()
-	if p.HalfLife == 0 {
-		p.HalfLife = d.HalfLife
-	}
-	if p.QuarantineAfter == 0 {
-		p.QuarantineAfter = d.FailuresToQuarantine
-	}
-	if p.QuarantineWholeAfter == 0 {
-		p.QuarantineWholeAfter = d.FailuresToQuarantineWhole
-	}
-	if p.QuarantineBelow == 0 {
-		p.QuarantineBelow = d.QuarantineBelow
-	}
-	if p.QuarantineMinEvidence == 0 {
-		p.QuarantineMinEvidence = d.QuarantineMinEvidence
-	}
-	if p.CooldownBase == 0 {
-		p.CooldownBase = d.CooldownBase
-	}
-	if p.CooldownMax == 0 {
-		p.CooldownMax = d.CooldownMax
-	}
-	return p
+	return defaults.Fill(p, Policy{
+		HalfLife: d.HalfLife, QuarantineAfter: d.FailuresToQuarantine, QuarantineWholeAfter: d.FailuresToQuarantineWhole,
+		QuarantineBelow: d.QuarantineBelow, QuarantineMinEvidence: d.QuarantineMinEvidence,
+		CooldownBase: d.CooldownBase, CooldownMax: d.CooldownMax,
+	})
 }
 
 // Validate names the first field out of its range, by its configuration

@@ -23,13 +23,13 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"reflect"
 	"regexp"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/repool/repool/internal/defaults"
 	"github.com/repool/repool/internal/yamlerr"
 )
 
@@ -323,19 +323,19 @@ func (inv *Inventory) setDefaults() {
 		if h.Name != "" {
 			def.NotifyLog = "/var/log/keepalived-repool-" + h.Name + ".log"
 		}
-		fillZero(h, def)
+		*h = defaults.Fill(*h, def)
 	}
 	for i := range inv.Servers {
-		fillZero(&inv.Servers[i], Server{GRPCPort: DefaultGRPCPort, HTTPPort: DefaultHTTPPort})
+		inv.Servers[i] = defaults.Fill(inv.Servers[i], Server{GRPCPort: DefaultGRPCPort, HTTPPort: DefaultHTTPPort})
 	}
-	fillZero(&inv.Checks, Checks{Inter: DefaultCheckInter, Fall: DefaultCheckFall, Rise: DefaultCheckRise})
-	fillZero(&inv.Timeouts, Timeouts{
+	inv.Checks = defaults.Fill(inv.Checks, Checks{Inter: DefaultCheckInter, Fall: DefaultCheckFall, Rise: DefaultCheckRise})
+	inv.Timeouts = defaults.Fill(inv.Timeouts, Timeouts{
 		Connect: DefaultConnectTimeout, Client: DefaultClientTimeout, Server: DefaultServerTimeout,
 		Tunnel: DefaultTunnelTimeout, HTTPRequest: DefaultRequestTimeout, Check: DefaultCheckTimeout,
 	})
-	fillZero(&inv.HAProxy, HAProxy{User: DefaultHAProxyUser, Group: DefaultHAProxyUser, MaxConn: DefaultMaxConn})
+	inv.HAProxy = defaults.Fill(inv.HAProxy, HAProxy{User: DefaultHAProxyUser, Group: DefaultHAProxyUser, MaxConn: DefaultMaxConn})
 	orDefault(&inv.HAProxy.FrontendMaxConn, min(DefaultFrontendConn, inv.HAProxy.MaxConn))
-	fillZero(&inv.Keepalived, Keepalived{
+	inv.Keepalived = defaults.Fill(inv.Keepalived, Keepalived{
 		TrackInterval: DefaultTrackInterval, TrackFall: DefaultTrackFall, TrackRise: DefaultTrackRise,
 		AdvertInterval: DefaultAdvertInterval, NotifyScript: DefaultNotifyScript, ScriptUser: DefaultScriptUser,
 	})
@@ -346,18 +346,6 @@ func orDefault[T comparable](v *T, def T) {
 	var zero T
 	if *v == zero {
 		*v = def
-	}
-}
-
-// fillZero sets each exported field of the struct *v that is the zero
-// value to the field of def: def holds a section's defaults, and a field
-// without one is zero in def, which leaves it alone.
-func fillZero[T any](v *T, def T) {
-	dst, src := reflect.ValueOf(v).Elem(), reflect.ValueOf(def)
-	for i := range dst.NumField() {
-		if f := dst.Field(i); f.CanSet() && f.IsZero() {
-			f.Set(src.Field(i))
-		}
 	}
 }
 

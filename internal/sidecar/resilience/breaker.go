@@ -11,7 +11,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 	"google.golang.org/grpc/codes"
 
-	"github.com/repool/repool/internal/sidecar/defaults"
+	"github.com/repool/repool/internal/defaults"
 )
 
 // ErrCircuitOpen is matched (errors.Is) by every rejection of an open or

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/repool/repool/internal/clock"
-	"github.com/repool/repool/internal/sidecar/defaults"
+	"github.com/repool/repool/internal/defaults"
 )
 
 // budgetBuckets is the number of slices of a retry budget's window; counts

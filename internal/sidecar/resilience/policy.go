@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/repool/repool/internal/clock"
-	"github.com/repool/repool/internal/sidecar/defaults"
+	"github.com/repool/repool/internal/defaults"
 )
 
 // Policy is one provider's whole resilience policy, as data: the timeout of

@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/repool/repool/internal/clock"
-	"github.com/repool/repool/internal/sidecar/defaults"
+	"github.com/repool/repool/internal/defaults"
 )
 
 // ErrBudgetSpent is matched (errors.Is) by the error of a call whose retry

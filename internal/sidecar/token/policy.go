@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/repool/repool/internal/sidecar/defaults"
+	"github.com/repool/repool/internal/defaults"
 )
 
 // Policy configures how a provider's tokens are cached and refreshed. The

@@ -1,7 +1,8 @@
 // Package defaults fills the zero fields of a configuration struct from
-// another value of it: the sidecar's policies keep their defaults as data
-// (a value of the policy type), and a named policy lies under a provider's
-// own keys the same way.
+// another value of it, so that a package keeps its defaults as data (a
+// value of its configuration type) instead of a chain of "if zero, set":
+// the pool's, the server's, the load balancers' inventory, the sidecar's
+// policies, and a named policy under a provider's own keys.
 package defaults
 
 import "reflect"
