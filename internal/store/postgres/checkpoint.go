@@ -33,7 +33,7 @@ func (s *Store) SaveCheckpoint(ctx context.Context, tenantID string, cp store.Ch
 		if err := s.checkFence(ctx, tx); err != nil {
 			return err
 		}
-		if err := liveTenant(ctx, tx, tenantID, "FOR SHARE"); err != nil {
+		if err := s.LiveTenant(ctx, conn{tx}, tenantID, forShare); err != nil {
 			return err
 		}
 		var gen int64
@@ -181,7 +181,7 @@ func (s *Store) LoadCheckpoint(ctx context.Context, tenantID string) (store.Pool
 	var st store.PoolState
 	err := s.inTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var err error
-		st, err = loadState(ctx, tx, tenantID)
+		st, err = s.loadState(ctx, tx, tenantID)
 		return err
 	})
 	if err != nil {
@@ -190,8 +190,8 @@ func (s *Store) LoadCheckpoint(ctx context.Context, tenantID string) (store.Pool
 	return st, nil
 }
 
-func loadState(ctx context.Context, tx pgx.Tx, tenantID string) (store.PoolState, error) {
-	if err := liveTenant(ctx, tx, tenantID, ""); err != nil {
+func (s *Store) loadState(ctx context.Context, tx pgx.Tx, tenantID string) (store.PoolState, error) {
+	if err := s.LiveTenant(ctx, conn{tx}, tenantID, ""); err != nil {
 		return store.PoolState{}, err
 	}
 	var (

@@ -28,6 +28,7 @@ import (
 	"github.com/pressly/goose/v3/lock"
 
 	"github.com/repool/repool/internal/store"
+	"github.com/repool/repool/internal/store/sqlstore"
 )
 
 // rollbackTimeout bounds a rollback after a failed transaction.
@@ -39,6 +40,8 @@ var migrations embed.FS
 // Store is the PostgreSQL store. It is safe for concurrent use. Close it
 // when done.
 type Store struct {
+	*sqlstore.Store // tenants, keys, limits, audit, signing key, epoch
+
 	pool  *pgxpool.Pool
 	opts  store.Options
 	dsn   string
@@ -73,6 +76,7 @@ func Open(ctx context.Context, dsn string, opts store.Options) (*Store, error) {
 		return nil, fmt.Errorf("postgres: open: %w", classify(err))
 	}
 	s := &Store{pool: pool, opts: opts, dsn: dsn}
+	s.Store = s.newSQL()
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: open: %w", classify(err))

@@ -45,7 +45,7 @@ func (s *Store) SaveCheckpoint(ctx context.Context, tenantID string, cp store.Ch
 		if err := s.checkFence(ctx, tx); err != nil {
 			return err
 		}
-		if err := liveTenant(ctx, tx, tenantID); err != nil {
+		if err := s.LiveTenant(ctx, conn{tx}, tenantID, ""); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, `
@@ -235,15 +235,15 @@ func (s *Store) LoadCheckpoint(ctx context.Context, tenantID string) (store.Pool
 		return store.PoolState{}, fmt.Errorf("load checkpoint of tenant %q: %w", tenantID, classify(err))
 	}
 	defer tx.Rollback()
-	st, err := loadState(ctx, tx, tenantID)
+	st, err := s.loadState(ctx, tx, tenantID)
 	if err != nil {
 		return store.PoolState{}, fmt.Errorf("load checkpoint of tenant %q: %w", tenantID, err)
 	}
 	return st, nil
 }
 
-func loadState(ctx context.Context, tx *sql.Tx, tenantID string) (store.PoolState, error) {
-	if err := liveTenant(ctx, tx, tenantID); err != nil {
+func (s *Store) loadState(ctx context.Context, tx *sql.Tx, tenantID string) (store.PoolState, error) {
+	if err := s.LiveTenant(ctx, conn{tx}, tenantID, ""); err != nil {
 		return store.PoolState{}, err
 	}
 	var (
