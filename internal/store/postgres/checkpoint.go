@@ -191,23 +191,10 @@ func (s *Store) LoadCheckpoint(ctx context.Context, tenantID string) (store.Pool
 }
 
 func (s *Store) loadState(ctx context.Context, tx pgx.Tx, tenantID string) (store.PoolState, error) {
-	if err := s.LiveTenant(ctx, conn{tx}, tenantID, ""); err != nil {
-		return store.PoolState{}, err
-	}
-	var (
-		st       store.PoolState
-		hwm, gen int64
-	)
-	err := tx.QueryRow(ctx, `SELECT fencing_hwm, gen FROM checkpoint_meta WHERE pool_id = $1`, tenantID).Scan(&hwm, &gen)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return st, nil
-	case err != nil:
-		return store.PoolState{}, classify(err)
-	case hwm < 0:
-		return store.PoolState{}, fmt.Errorf("%w: fencing high-water mark %d is negative", store.ErrCorrupt, hwm)
-	default:
-		st.HasCheckpoint, st.FencingHWM = true, uint64(hwm)
+	var gen int64
+	st, err := s.LoadMeta(ctx, conn{tx}, tenantID, ", gen", &gen)
+	if err != nil || !st.HasCheckpoint {
+		return st, err
 	}
 
 	rows, err := tx.Query(ctx, `

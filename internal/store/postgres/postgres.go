@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -110,25 +109,13 @@ func (s *Store) checkSchema(ctx context.Context) error {
 // migrate applies the embedded migrations through a database/sql view of
 // the pool (goose needs one), holding a session advisory lock.
 func (s *Store) migrate(ctx context.Context) error {
-	dir, err := fs.Sub(migrations, "migrations")
-	if err != nil {
-		return err
-	}
 	locker, err := lock.NewPostgresSessionLocker()
 	if err != nil {
 		return fmt.Errorf("migrations: %w", err)
 	}
 	db := stdlib.OpenDBFromPool(s.pool)
 	defer db.Close()
-	p, err := goose.NewProvider(goose.DialectPostgres, db, dir,
-		goose.WithDisableGlobalRegistry(true), goose.WithSessionLocker(locker))
-	if err != nil {
-		return fmt.Errorf("migrations: %w", err)
-	}
-	if _, err := p.Up(ctx); err != nil {
-		return fmt.Errorf("migrations: %w", classify(err))
-	}
-	return nil
+	return dialect.Migrate(ctx, db, goose.DialectPostgres, migrations, goose.WithSessionLocker(locker))
 }
 
 // Close closes every connection of the pool, waiting for acquired ones to

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"math"
 
@@ -243,22 +242,9 @@ func (s *Store) LoadCheckpoint(ctx context.Context, tenantID string) (store.Pool
 }
 
 func (s *Store) loadState(ctx context.Context, tx *sql.Tx, tenantID string) (store.PoolState, error) {
-	if err := s.LiveTenant(ctx, conn{tx}, tenantID, ""); err != nil {
+	st, err := s.LoadMeta(ctx, conn{tx}, tenantID, "")
+	if err != nil {
 		return store.PoolState{}, err
-	}
-	var (
-		st  store.PoolState
-		hwm int64
-	)
-	err := tx.QueryRowContext(ctx, `SELECT fencing_hwm FROM checkpoint_meta WHERE pool_id = ?`, tenantID).Scan(&hwm)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-	case err != nil:
-		return store.PoolState{}, classify(err)
-	case hwm < 0:
-		return store.PoolState{}, fmt.Errorf("%w: fencing high-water mark %d is negative", store.ErrCorrupt, hwm)
-	default:
-		st.HasCheckpoint, st.FencingHWM = true, uint64(hwm)
 	}
 
 	rows, err := tx.QueryContext(ctx, `

@@ -185,18 +185,7 @@ func openReadOnly(ctx context.Context, path, pragmas string, opts store.Options)
 
 // migrate applies the embedded migrations on the writer connection.
 func (s *Store) migrate(ctx context.Context) error {
-	dir, err := fs.Sub(migrations, "migrations")
-	if err != nil {
-		return err
-	}
-	p, err := goose.NewProvider(goose.DialectSQLite3, s.w, dir, goose.WithDisableGlobalRegistry(true))
-	if err != nil {
-		return fmt.Errorf("migrations: %w", err)
-	}
-	if _, err := p.Up(ctx); err != nil {
-		return fmt.Errorf("migrations: %w", classify(err))
-	}
-	return nil
+	return dialect.Migrate(ctx, s.w, goose.DialectSQLite3, migrations)
 }
 
 // Close closes the database handles and releases the lease log.
