@@ -70,6 +70,10 @@ func ParseURL(s string) (URL, error) {
 	return URL{}, fmt.Errorf("%w: store url: unknown scheme %q, %s", store.ErrInvalid, scheme, usage)
 }
 
+// SQLite returns the URL of the SQLite database file path (or
+// sqlite.Memory), as ParseURL("sqlite:"+path) does.
+func SQLite(path string) (URL, error) { return ParseURL("sqlite:" + path) }
+
 // validScheme reports whether s is a URL scheme (RFC 3986: a letter, then
 // letters, digits, '+', '-' or '.').
 func validScheme(s string) bool {
