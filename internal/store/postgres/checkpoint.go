@@ -4,38 +4,27 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/repool/repool/internal/store"
 	"github.com/repool/repool/internal/store/internal/labels"
+	"github.com/repool/repool/internal/store/sqlstore"
 )
 
 // SaveCheckpoint implements store.Store.
 //
-// The transaction first takes FOR SHARE on the tenant row (DeleteTenant
-// takes FOR UPDATE, so a checkpoint and a delete of the same tenant never
-// interleave) and then upserts the tenant's checkpoint_meta row, whose row
+// The transaction (sqlstore.CheckpointTx) first takes FOR SHARE on the
+// tenant row and then upserts the tenant's checkpoint_meta row, whose row
 // lock serializes checkpoints of the same tenant. A Full checkpoint moves
 // the tenant to a new generation: it deletes the old generation's rows and
 // COPYs the new ones (binary format, see copyReader). An incremental one works on the current generation:
 // it deletes Removed, upserts with unnest arrays, then checks that every
 // written cell's resource exists.
 func (s *Store) SaveCheckpoint(ctx context.Context, tenantID string, cp store.Checkpoint) error {
-	if err := store.ValidateTenantID(tenantID); err != nil {
-		return err
-	}
-	if err := cp.Validate(); err != nil {
-		return fmt.Errorf("save checkpoint of tenant %q: %w", tenantID, err)
-	}
-	now := s.opts.Now()
-	err := s.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		if err := s.checkFence(ctx, tx); err != nil {
-			return err
-		}
-		if err := s.LiveTenant(ctx, conn{tx}, tenantID, forShare); err != nil {
-			return err
-		}
+	return s.CheckpointTx(ctx, tenantID, cp, func(c sqlstore.Conn, now time.Time) error {
+		tx := txOf(c)
 		var gen int64
 		if err := tx.QueryRow(ctx, `
 INSERT INTO checkpoint_meta AS m (pool_id, fencing_hwm, gen, saved_at) VALUES ($1, $2, 1, $3)
@@ -49,10 +38,6 @@ RETURNING gen`, tenantID, int64(cp.FencingHWM), now, cp.Full).Scan(&gen); err !=
 		}
 		return saveIncremental(ctx, tx, tenantID, gen, cp)
 	})
-	if err != nil {
-		return fmt.Errorf("save checkpoint of tenant %q: %w", tenantID, err)
-	}
-	return nil
 }
 
 func saveFull(ctx context.Context, tx pgx.Tx, tenantID string, gen int64, cp store.Checkpoint) error {

@@ -50,6 +50,9 @@ func (s *Store) inSQLTx(ctx context.Context, fenced bool, fn func(sqlstore.Conn)
 	})
 }
 
+// txOf returns the transaction of a Conn that inSQLTx made.
+func txOf(c sqlstore.Conn) pgx.Tx { return c.(conn).q.(pgx.Tx) }
+
 // querier is what *pgxpool.Pool and pgx.Tx have in common.
 type querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)

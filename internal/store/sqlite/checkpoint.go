@@ -5,9 +5,11 @@ import (
 	"database/sql"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/repool/repool/internal/store"
 	"github.com/repool/repool/internal/store/internal/labels"
+	"github.com/repool/repool/internal/store/sqlstore"
 )
 
 // insertBatch is the number of rows per multi-row INSERT: fewer statement
@@ -33,20 +35,8 @@ const (
 
 // SaveCheckpoint implements store.Store.
 func (s *Store) SaveCheckpoint(ctx context.Context, tenantID string, cp store.Checkpoint) error {
-	if err := store.ValidateTenantID(tenantID); err != nil {
-		return err
-	}
-	if err := cp.Validate(); err != nil {
-		return fmt.Errorf("save checkpoint of tenant %q: %w", tenantID, err)
-	}
-	now := s.opts.Now()
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		if err := s.checkFence(ctx, tx); err != nil {
-			return err
-		}
-		if err := s.LiveTenant(ctx, conn{tx}, tenantID, ""); err != nil {
-			return err
-		}
+	return s.CheckpointTx(ctx, tenantID, cp, func(c sqlstore.Conn, now time.Time) error {
+		tx := txOf(c)
 		if _, err := tx.ExecContext(ctx, `
 INSERT INTO checkpoint_meta (pool_id, fencing_hwm, saved_at) VALUES (?, ?, ?)
 ON CONFLICT (pool_id) DO UPDATE SET fencing_hwm = max(fencing_hwm, excluded.fencing_hwm), saved_at = excluded.saved_at`,
@@ -73,10 +63,6 @@ ON CONFLICT (pool_id) DO UPDATE SET fencing_hwm = max(fencing_hwm, excluded.fenc
 		}
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("save checkpoint of tenant %q: %w", tenantID, err)
-	}
-	return nil
 }
 
 func deleteResources(ctx context.Context, tx *sql.Tx, tenantID string, ids []string) error {

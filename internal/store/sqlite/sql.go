@@ -52,6 +52,9 @@ func (s *Store) DeleteTenant(ctx context.Context, id string) error {
 	return nil
 }
 
+// txOf returns the transaction of a Conn that inSQLTx made.
+func txOf(c sqlstore.Conn) *sql.Tx { return c.(conn).q.(*sql.Tx) }
+
 // conn is a sqlstore.Conn on a database handle or a transaction.
 type conn struct{ q querier }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"time"
 
 	"github.com/pressly/goose/v3"
 
@@ -54,4 +55,30 @@ func (s *Store) LoadMeta(ctx context.Context, c Conn, tenantID, cols string, des
 		st.HasCheckpoint, st.FencingHWM = true, uint64(hwm)
 	}
 	return st, nil
+}
+
+// CheckpointTx is the frame of SaveCheckpoint that both dialects share:
+// it validates tenantID and cp, then, in a fenced transaction, takes the
+// tenant row ForShare (DeleteTenant takes it ForUpdate: a checkpoint and
+// a delete of the same tenant never interleave; store.ErrNotFound for a
+// deleted tenant) and calls write with the transaction and the time of
+// the save (the store's clock).
+func (s *Store) CheckpointTx(ctx context.Context, tenantID string, cp store.Checkpoint, write func(tx Conn, now time.Time) error) error {
+	if err := store.ValidateTenantID(tenantID); err != nil {
+		return err
+	}
+	if err := cp.Validate(); err != nil {
+		return fmt.Errorf("save checkpoint of tenant %q: %w", tenantID, err)
+	}
+	now := s.c.Options.Now()
+	err := s.c.InTx(ctx, true, func(tx Conn) error {
+		if err := s.LiveTenant(ctx, tx, tenantID, s.c.ForShare); err != nil {
+			return err
+		}
+		return write(tx, now)
+	})
+	if err != nil {
+		return fmt.Errorf("save checkpoint of tenant %q: %w", tenantID, err)
+	}
+	return nil
 }
