@@ -6,7 +6,6 @@ import (
 	"math"
 	"net"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/repool/repool/internal/budget"
@@ -15,6 +14,7 @@ import (
 	"github.com/repool/repool/internal/httpbounds"
 	"github.com/repool/repool/internal/ratelimit"
 	"github.com/repool/repool/internal/store"
+	"github.com/repool/repool/internal/store/open"
 	"github.com/repool/repool/internal/tenants"
 	"github.com/repool/repool/internal/tlsconf"
 )
@@ -197,7 +197,7 @@ func (c Config) Validate() error {
 	if err := c.Policy.Validate(); err != nil {
 		return err
 	}
-	if err := ValidStore(c.Store); err != nil {
+	if _, err := c.StoreURL(); err != nil {
 		return err
 	}
 	if err := c.TLSFiles().Validate("tls_"); err != nil {
@@ -251,7 +251,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: grpc_max_connections %d / grpc_max_concurrent_streams %d: want at least 1", c.GRPCMaxConnections, c.GRPCMaxConcurrentStreams)
 	case c.GRPCMaxHeaderBytes < 4096 || c.GRPCMaxHeaderBytes > 16<<20:
 		return fmt.Errorf("config: grpc_max_header_bytes %d: want 4096 to 16777216", c.GRPCMaxHeaderBytes)
-	case c.HA && !strings.HasPrefix(c.Store, "postgres"):
+	case c.HA && !isPostgres(c.Store):
 		return errors.New("config: ha needs a postgres:// store (the servers share it)")
 	case c.HAInterval < 0 || c.HASessionTimeout < 0:
 		return fmt.Errorf("config: ha_interval %v / ha_session_timeout %v: want positive durations", c.HAInterval, c.HASessionTimeout)
@@ -271,14 +271,21 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// ValidStore checks the scheme of Config.Store. The error quotes only the
-// scheme: the rest of a URL may hold a password.
-func ValidStore(url string) error {
-	if !strings.HasPrefix(url, "sqlite:") && !strings.HasPrefix(url, "postgres://") && !strings.HasPrefix(url, "postgresql://") {
-		scheme, _, _ := strings.Cut(url, ":")
-		return fmt.Errorf("config: store: scheme %q: want sqlite:PATH or postgres://...", scheme)
+// StoreURL parses Config.Store (internal/store/open owns the syntax). The
+// error quotes only the scheme or a SQLite path: the rest of a URL may
+// hold a password.
+func (c Config) StoreURL() (open.URL, error) {
+	u, err := open.ParseURL(c.Store)
+	if err != nil {
+		return open.URL{}, fmt.Errorf("config: store: %w", err)
 	}
-	return nil
+	return u, nil
+}
+
+// isPostgres reports whether store names a PostgreSQL database.
+func isPostgres(store string) bool {
+	u, err := open.ParseURL(store)
+	return err == nil && u.Kind == open.Postgres
 }
 
 // LimitRules returns the defaults and bounds of tenants' limits that this

@@ -15,10 +15,8 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"net/url"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -105,8 +103,9 @@ type Server struct {
 	httpLn      net.Listener
 	tls         *tlsconf.Server // nil: plaintext
 
-	rules   control.LimitRules // defaults and bounds of tenants' limits
-	tenants *tenants.Lifecycle // every tenant's pool and limits in force
+	storeURL open.URL           // Config.Store, parsed
+	rules    control.LimitRules // defaults and bounds of tenants' limits
+	tenants  *tenants.Lifecycle // every tenant's pool and limits in force
 }
 
 // New opens the store, binds the gRPC and HTTP listeners and restores every
@@ -161,11 +160,14 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	}, []string{"listener"})
 	s.reg.MustRegister(s.refusedConns)
 
-	dsn := cfg.Store
-	if cfg.HA {
-		dsn = haDSN(dsn, cfg.HASessionTimeout)
+	if s.storeURL, err = cfg.StoreURL(); err != nil {
+		return nil, err
 	}
-	raw, err := open.Store(ctx, dsn, store.Options{Clock: opts.Clock, SharedFiles: cfg.StoreSharedFiles, Fsync: cfg.StoreFsync})
+	u := s.storeURL
+	if cfg.HA {
+		u = haSessions(u, cfg.HASessionTimeout)
+	}
+	raw, err := u.Open(ctx, store.Options{Clock: opts.Clock, SharedFiles: cfg.StoreSharedFiles, Fsync: cfg.StoreFsync})
 	if err != nil {
 		return nil, fmt.Errorf("opening the store: %w", err)
 	}
@@ -273,7 +275,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	if s.ha != nil {
 		// A standby is ready (it answers health checks) but not active:
 		// Run campaigns for the leader lock.
-		s.log.Info("server ready as standby", "grpc", s.grpcLn.Addr().String(), "http", s.httpLn.Addr().String(), "store", redact(cfg.Store))
+		s.log.Info("server ready as standby", "grpc", s.grpcLn.Addr().String(), "http", s.httpLn.Addr().String(), "store", s.storeURL.Redacted())
 		s.ready.Store(true)
 	}
 	return s, nil
@@ -296,46 +298,25 @@ func (s *Server) becomeActive(ctx context.Context, epoch uint32) error {
 		return fmt.Errorf("restoring pools: %w", err)
 	}
 	s.log.Info("server active", "grpc", s.grpcLn.Addr().String(), "http", s.httpLn.Addr().String(),
-		"store", redact(s.cfg.Store), "epoch", epoch, "restore_failures", failed)
+		"store", s.storeURL.Redacted(), "epoch", epoch, "restore_failures", failed)
 	s.lead.Store(true)
 	s.ready.Store(true)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	return nil
 }
 
-// haDSN makes the store's sessions of an HA server die with the server: a
-// leader paused or cut off inside a fenced transaction holds the epoch row,
-// so its successor's epoch bump would wait for it. The database ends such a
-// session after timeout, and TCP keepalives notice a vanished host.
-func haDSN(dsn string, timeout time.Duration) string {
-	// Validate lets only postgres:// and postgresql:// URLs through with HA.
-	u, err := url.Parse(dsn)
-	if err != nil {
-		return dsn // opening the store reports it
-	}
-	q := u.Query()
-	for k, v := range map[string]string{
+// haSessions makes the store's sessions of an HA server die with the
+// server: a leader paused or cut off inside a fenced transaction holds the
+// epoch row, so its successor's epoch bump would wait for it. The database
+// ends such a session after timeout, and TCP keepalives notice a vanished
+// host. Settings the URL gives itself are kept.
+func haSessions(u open.URL, timeout time.Duration) open.URL {
+	return u.WithQueryDefaults(map[string]string{
 		"idle_in_transaction_session_timeout": strconv.FormatInt(timeout.Milliseconds(), 10),
 		"tcp_keepalives_idle":                 strconv.Itoa(max(1, int(timeout.Seconds()/2))),
 		"tcp_keepalives_interval":             "1",
 		"tcp_keepalives_count":                "2",
-	} {
-		if q.Get(k) == "" {
-			q.Set(k, v)
-		}
-	}
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
-// redact hides a DSN's password in logs.
-func redact(dsn string) string {
-	if i := strings.Index(dsn, "@"); i > 0 && strings.Contains(dsn[:i], ":") {
-		if j := strings.LastIndex(dsn[:i], ":"); j > strings.Index(dsn, "//")+1 {
-			return dsn[:j] + ":***" + dsn[i:]
-		}
-	}
-	return dsn
+	})
 }
 
 func (s *Server) active() error {
@@ -636,7 +617,7 @@ func (s *Server) watchClaim(ctx context.Context) error {
 		s.lost.Store(true)
 		s.lead.Store(false)
 		s.store.SetFence(math.MaxUint32) // every later write is refused
-		lost = fmt.Errorf("store %s: %w", redact(s.cfg.Store), err)
+		lost = fmt.Errorf("store %s: %w", s.storeURL.Redacted(), err)
 		return false
 	})
 	return lost

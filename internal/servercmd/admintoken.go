@@ -13,7 +13,6 @@ import (
 	"github.com/repool/repool/internal/control"
 	"github.com/repool/repool/internal/store"
 	"github.com/repool/repool/internal/store/open"
-	"github.com/repool/repool/internal/store/sqlite"
 	"github.com/repool/repool/internal/token"
 )
 
@@ -110,17 +109,21 @@ func checkTokenFlags(role, tenant string, ttl time.Duration) error {
 // openServerStore opens, read-only, a store that a server has made: a
 // new store would hold a new key, and the server would refuse the token.
 func openServerStore(ctx context.Context, url string) (store.Store, error) {
-	if path, ok := open.SQLitePath(url); ok {
-		if path == sqlite.Memory {
-			return nil, fmt.Errorf("store %s is private to one process; name the server's store (--store, REPOOL_STORE or --config)", url)
-		}
-		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("no store at %s; start the server first, or name its store (--store, REPOOL_STORE or --config)", path)
+	u, err := open.ParseURL(url)
+	if err != nil {
+		return nil, err
+	}
+	switch u.Kind {
+	case open.SQLiteMemory:
+		return nil, fmt.Errorf("store %s is private to one process; name the server's store (--store, REPOOL_STORE or --config)", url)
+	case open.SQLiteFile:
+		if _, err := os.Stat(u.Path); errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("no store at %s; start the server first, or name its store (--store, REPOOL_STORE or --config)", u.Path)
 		} else if err != nil {
 			return nil, err
 		}
 	}
-	return open.Store(ctx, url, store.Options{ReadOnly: true})
+	return u.Open(ctx, store.Options{ReadOnly: true})
 }
 
 // checkTenant refuses a tenant that does not exist or was deleted, and

@@ -195,7 +195,7 @@ func LoadStore(fs *flag.FlagSet, args []string, getenv func(string) string) (str
 		return "", err
 	}
 	cfg = cfg.WithDefaults()
-	if err := server.ValidStore(cfg.Store); err != nil {
+	if _, err := cfg.StoreURL(); err != nil {
 		return "", err
 	}
 	return cfg.Store, nil

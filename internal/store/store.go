@@ -2,8 +2,10 @@
 // are persisted (tenants, limits, API key digests, audit entries, server
 // secrets, the fencing epoch and per-tenant pool checkpoints) and the Store
 // interface that the SQLite (internal/store/sqlite) and PostgreSQL
-// (internal/store/postgres) implementations satisfy. internal/store/open picks
-// an implementation from a URL.
+// (internal/store/postgres) implementations satisfy. The SQL they share
+// (tenants, keys, limits, audit, signing key, epoch) is written once in
+// internal/store/sqlstore; internal/store/open parses the store URL and
+// opens the implementation it names.
 //
 // Every tenant-scoped read, write and delete is filtered by the tenant (pool)
 // id in SQL: no method ever touches another tenant's rows. The contract is

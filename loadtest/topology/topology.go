@@ -50,6 +50,7 @@ import (
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
 	"github.com/repool/repool/internal/clock"
+	"github.com/repool/repool/internal/store/open"
 )
 
 // Config configures Start.
@@ -184,7 +185,11 @@ func (t *Topology) startCluster(ctx context.Context, p string) error {
 		n.logPath = filepath.Join(t.cfg.Dir, n.name+".log")
 		n.store = dsn
 		if !ha {
-			n.store = "sqlite:" + filepath.Join(t.cfg.Dir, n.name+".db")
+			u, err := open.SQLite(filepath.Join(t.cfg.Dir, n.name+".db"))
+			if err != nil {
+				return err
+			}
+			n.store = u.String()
 		}
 		c.servers = append(c.servers, n)
 	}
@@ -212,7 +217,7 @@ func (t *Topology) startCluster(ctx context.Context, p string) error {
 		// start the first again.
 		first.proc.stop(syscall.SIGTERM, 10*time.Second)
 		for _, n := range c.servers[1:] {
-			if err := copyStore(strings.TrimPrefix(first.store, "sqlite:"), strings.TrimPrefix(n.store, "sqlite:")); err != nil {
+			if err := copyStore(sqlitePath(first.store), sqlitePath(n.store)); err != nil {
 				return err
 			}
 		}
@@ -495,4 +500,10 @@ func copyStore(from, to string) error {
 		}
 	}
 	return nil
+}
+
+// sqlitePath is the file of a SQLite store URL that the topology made.
+func sqlitePath(store string) string {
+	u, _ := open.ParseURL(store) // made by open.SQLite above
+	return u.Path
 }

@@ -64,25 +64,3 @@ func TestStoreHidesPassword(t *testing.T) {
 		t.Fatalf("Store(ctx, unreachable) = got error %q, want no password in it", err)
 	}
 }
-
-func TestSQLitePath(t *testing.T) {
-	tests := []struct {
-		name, url, wantPath string
-		wantOK              bool
-	}{
-		{"relative", "sqlite:./data/repool.db", "./data/repool.db", true},
-		{"absolute", "sqlite:/var/lib/repool.db", "/var/lib/repool.db", true},
-		{"double slash", "sqlite:///var/lib/repool.db", "/var/lib/repool.db", true},
-		{"memory", "sqlite::memory:", ":memory:", true},
-		{"postgres", "postgres://u@h/db", "", false},
-		{"bare path", "./data/repool.db", "", false},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			path, ok := SQLitePath(tc.url)
-			if path != tc.wantPath || ok != tc.wantOK {
-				t.Errorf("SQLitePath(%q) = got %q, %v, want %q, %v", tc.url, path, ok, tc.wantPath, tc.wantOK)
-			}
-		})
-	}
-}

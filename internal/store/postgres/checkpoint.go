@@ -4,38 +4,27 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/repool/repool/internal/store"
 	"github.com/repool/repool/internal/store/internal/labels"
+	"github.com/repool/repool/internal/store/sqlstore"
 )
 
 // SaveCheckpoint implements store.Store.
 //
-// The transaction first takes FOR SHARE on the tenant row (DeleteTenant
-// takes FOR UPDATE, so a checkpoint and a delete of the same tenant never
-// interleave) and then upserts the tenant's checkpoint_meta row, whose row
+// The transaction (sqlstore.CheckpointTx) first takes FOR SHARE on the
+// tenant row and then upserts the tenant's checkpoint_meta row, whose row
 // lock serializes checkpoints of the same tenant. A Full checkpoint moves
 // the tenant to a new generation: it deletes the old generation's rows and
 // COPYs the new ones (binary format, see copyReader). An incremental one works on the current generation:
 // it deletes Removed, upserts with unnest arrays, then checks that every
 // written cell's resource exists.
 func (s *Store) SaveCheckpoint(ctx context.Context, tenantID string, cp store.Checkpoint) error {
-	if err := store.ValidateTenantID(tenantID); err != nil {
-		return err
-	}
-	if err := cp.Validate(); err != nil {
-		return fmt.Errorf("save checkpoint of tenant %q: %w", tenantID, err)
-	}
-	now := s.opts.Now()
-	err := s.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		if err := s.checkFence(ctx, tx); err != nil {
-			return err
-		}
-		if err := liveTenant(ctx, tx, tenantID, "FOR SHARE"); err != nil {
-			return err
-		}
+	return s.CheckpointTx(ctx, tenantID, cp, func(c sqlstore.Conn, now time.Time) error {
+		tx := txOf(c)
 		var gen int64
 		if err := tx.QueryRow(ctx, `
 INSERT INTO checkpoint_meta AS m (pool_id, fencing_hwm, gen, saved_at) VALUES ($1, $2, 1, $3)
@@ -49,10 +38,6 @@ RETURNING gen`, tenantID, int64(cp.FencingHWM), now, cp.Full).Scan(&gen); err !=
 		}
 		return saveIncremental(ctx, tx, tenantID, gen, cp)
 	})
-	if err != nil {
-		return fmt.Errorf("save checkpoint of tenant %q: %w", tenantID, err)
-	}
-	return nil
 }
 
 func saveFull(ctx context.Context, tx pgx.Tx, tenantID string, gen int64, cp store.Checkpoint) error {
@@ -181,7 +166,7 @@ func (s *Store) LoadCheckpoint(ctx context.Context, tenantID string) (store.Pool
 	var st store.PoolState
 	err := s.inTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var err error
-		st, err = loadState(ctx, tx, tenantID)
+		st, err = s.loadState(ctx, tx, tenantID)
 		return err
 	})
 	if err != nil {
@@ -190,24 +175,11 @@ func (s *Store) LoadCheckpoint(ctx context.Context, tenantID string) (store.Pool
 	return st, nil
 }
 
-func loadState(ctx context.Context, tx pgx.Tx, tenantID string) (store.PoolState, error) {
-	if err := liveTenant(ctx, tx, tenantID, ""); err != nil {
-		return store.PoolState{}, err
-	}
-	var (
-		st       store.PoolState
-		hwm, gen int64
-	)
-	err := tx.QueryRow(ctx, `SELECT fencing_hwm, gen FROM checkpoint_meta WHERE pool_id = $1`, tenantID).Scan(&hwm, &gen)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return st, nil
-	case err != nil:
-		return store.PoolState{}, classify(err)
-	case hwm < 0:
-		return store.PoolState{}, fmt.Errorf("%w: fencing high-water mark %d is negative", store.ErrCorrupt, hwm)
-	default:
-		st.HasCheckpoint, st.FencingHWM = true, uint64(hwm)
+func (s *Store) loadState(ctx context.Context, tx pgx.Tx, tenantID string) (store.PoolState, error) {
+	var gen int64
+	st, err := s.LoadMeta(ctx, conn{tx}, tenantID, ", gen", &gen)
+	if err != nil || !st.HasCheckpoint {
+		return st, err
 	}
 
 	rows, err := tx.Query(ctx, `

@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -28,6 +27,7 @@ import (
 	"github.com/pressly/goose/v3/lock"
 
 	"github.com/repool/repool/internal/store"
+	"github.com/repool/repool/internal/store/sqlstore"
 )
 
 // rollbackTimeout bounds a rollback after a failed transaction.
@@ -39,6 +39,8 @@ var migrations embed.FS
 // Store is the PostgreSQL store. It is safe for concurrent use. Close it
 // when done.
 type Store struct {
+	*sqlstore.Store // tenants, keys, limits, audit, signing key, epoch
+
 	pool  *pgxpool.Pool
 	opts  store.Options
 	dsn   string
@@ -73,6 +75,7 @@ func Open(ctx context.Context, dsn string, opts store.Options) (*Store, error) {
 		return nil, fmt.Errorf("postgres: open: %w", classify(err))
 	}
 	s := &Store{pool: pool, opts: opts, dsn: dsn}
+	s.Store = s.newSQL()
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: open: %w", classify(err))
@@ -106,25 +109,13 @@ func (s *Store) checkSchema(ctx context.Context) error {
 // migrate applies the embedded migrations through a database/sql view of
 // the pool (goose needs one), holding a session advisory lock.
 func (s *Store) migrate(ctx context.Context) error {
-	dir, err := fs.Sub(migrations, "migrations")
-	if err != nil {
-		return err
-	}
 	locker, err := lock.NewPostgresSessionLocker()
 	if err != nil {
 		return fmt.Errorf("migrations: %w", err)
 	}
 	db := stdlib.OpenDBFromPool(s.pool)
 	defer db.Close()
-	p, err := goose.NewProvider(goose.DialectPostgres, db, dir,
-		goose.WithDisableGlobalRegistry(true), goose.WithSessionLocker(locker))
-	if err != nil {
-		return fmt.Errorf("migrations: %w", err)
-	}
-	if _, err := p.Up(ctx); err != nil {
-		return fmt.Errorf("migrations: %w", classify(err))
-	}
-	return nil
+	return dialect.Migrate(ctx, db, goose.DialectPostgres, migrations, goose.WithSessionLocker(locker))
 }
 
 // Close closes every connection of the pool, waiting for acquired ones to

@@ -23,33 +23,13 @@ type raw struct{ *Store }
 
 var _ storetest.Raw = raw{}
 
-// scopedTables returns the tables holding tenant rows and their tenant
-// column.
-func scopedTables() []struct{ table, column string } {
-	return []struct{ table, column string }{
-		{"tenant_limits", "tenant_id"},
-		{"api_keys", "tenant_id"},
-		{"audit_log", "tenant_id"},
-		{"checkpoint_meta", "pool_id"},
-		{"resources", "pool_id"},
-		{"cells", "pool_id"},
-	}
-}
-
 func (r raw) RowCounts(ctx context.Context, tenantID string) (map[string]int, error) {
-	out := make(map[string]int)
-	for _, st := range scopedTables() {
-		var n int
-		if err := r.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s WHERE %s = $1`, st.table, st.column), tenantID).Scan(&n); err != nil {
-			return nil, err
-		}
-		out[st.table] = n
-	}
-	return out, nil
+	return storetest.CountRows(ctx, tenantID, func(ctx context.Context, query, tenantID string) (n int, err error) {
+		err = r.pool.QueryRow(ctx, query, tenantID).Scan(&n)
+		return n, err
+	})
 }
 
-// Dump prints every row of every table in the public schema with
-// PostgreSQL's row-to-text cast (bytea as \x hex).
 func (r raw) Dump(ctx context.Context) (string, error) {
 	rows, err := r.pool.Query(ctx, `SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename`)
 	if err != nil {

@@ -3,12 +3,13 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/repool/repool/internal/store"
 	"github.com/repool/repool/internal/store/internal/labels"
+	"github.com/repool/repool/internal/store/sqlstore"
 )
 
 // insertBatch is the number of rows per multi-row INSERT: fewer statement
@@ -34,20 +35,8 @@ const (
 
 // SaveCheckpoint implements store.Store.
 func (s *Store) SaveCheckpoint(ctx context.Context, tenantID string, cp store.Checkpoint) error {
-	if err := store.ValidateTenantID(tenantID); err != nil {
-		return err
-	}
-	if err := cp.Validate(); err != nil {
-		return fmt.Errorf("save checkpoint of tenant %q: %w", tenantID, err)
-	}
-	now := s.opts.Now()
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		if err := s.checkFence(ctx, tx); err != nil {
-			return err
-		}
-		if err := liveTenant(ctx, tx, tenantID); err != nil {
-			return err
-		}
+	return s.CheckpointTx(ctx, tenantID, cp, func(c sqlstore.Conn, now time.Time) error {
+		tx := txOf(c)
 		if _, err := tx.ExecContext(ctx, `
 INSERT INTO checkpoint_meta (pool_id, fencing_hwm, saved_at) VALUES (?, ?, ?)
 ON CONFLICT (pool_id) DO UPDATE SET fencing_hwm = max(fencing_hwm, excluded.fencing_hwm), saved_at = excluded.saved_at`,
@@ -74,10 +63,6 @@ ON CONFLICT (pool_id) DO UPDATE SET fencing_hwm = max(fencing_hwm, excluded.fenc
 		}
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("save checkpoint of tenant %q: %w", tenantID, err)
-	}
-	return nil
 }
 
 func deleteResources(ctx context.Context, tx *sql.Tx, tenantID string, ids []string) error {
@@ -235,30 +220,17 @@ func (s *Store) LoadCheckpoint(ctx context.Context, tenantID string) (store.Pool
 		return store.PoolState{}, fmt.Errorf("load checkpoint of tenant %q: %w", tenantID, classify(err))
 	}
 	defer tx.Rollback()
-	st, err := loadState(ctx, tx, tenantID)
+	st, err := s.loadState(ctx, tx, tenantID)
 	if err != nil {
 		return store.PoolState{}, fmt.Errorf("load checkpoint of tenant %q: %w", tenantID, err)
 	}
 	return st, nil
 }
 
-func loadState(ctx context.Context, tx *sql.Tx, tenantID string) (store.PoolState, error) {
-	if err := liveTenant(ctx, tx, tenantID); err != nil {
+func (s *Store) loadState(ctx context.Context, tx *sql.Tx, tenantID string) (store.PoolState, error) {
+	st, err := s.LoadMeta(ctx, conn{tx}, tenantID, "")
+	if err != nil {
 		return store.PoolState{}, err
-	}
-	var (
-		st  store.PoolState
-		hwm int64
-	)
-	err := tx.QueryRowContext(ctx, `SELECT fencing_hwm FROM checkpoint_meta WHERE pool_id = ?`, tenantID).Scan(&hwm)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-	case err != nil:
-		return store.PoolState{}, classify(err)
-	case hwm < 0:
-		return store.PoolState{}, fmt.Errorf("%w: fencing high-water mark %d is negative", store.ErrCorrupt, hwm)
-	default:
-		st.HasCheckpoint, st.FencingHWM = true, uint64(hwm)
 	}
 
 	rows, err := tx.QueryContext(ctx, `

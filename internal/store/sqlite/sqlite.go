@@ -28,6 +28,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/repool/repool/internal/store"
+	"github.com/repool/repool/internal/store/sqlstore"
 )
 
 // Memory is the path that opens a private in-memory database.
@@ -43,6 +44,8 @@ var migrations embed.FS
 // Store is the SQLite store. It is safe for concurrent use. Close it when
 // done.
 type Store struct {
+	*sqlstore.Store // tenants, keys, limits, audit, signing key, epoch
+
 	w    *sql.DB // exactly one connection: every write
 	r    *sql.DB // read-only connections (== w for Memory)
 	opts store.Options
@@ -71,8 +74,8 @@ var _ store.Store = (*Store)(nil)
 // rejected with store.ErrInvalid; a database that cannot be opened returns
 // store.ErrUnavailable.
 func Open(ctx context.Context, path string, opts store.Options) (*Store, error) {
-	if path == "" || strings.ContainsRune(path, '?') {
-		return nil, fmt.Errorf("%w: sqlite path %q: want a file name without '?' or %q", store.ErrInvalid, path, Memory)
+	if err := CheckPath(path); err != nil {
+		return nil, err
 	}
 	pragmas := fmt.Sprintf("_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)", busyTimeout.Milliseconds())
 	if opts.ReadOnly {
@@ -115,6 +118,7 @@ func Open(ctx context.Context, path string, opts store.Options) (*Store, error) 
 	s.w.SetMaxIdleConns(1)
 	s.w.SetConnMaxLifetime(0)
 	s.w.SetConnMaxIdleTime(0)
+	s.Store = s.newSQL()
 
 	if err := s.migrate(ctx); err != nil {
 		s.Close()
@@ -133,6 +137,16 @@ func Open(ctx context.Context, path string, opts store.Options) (*Store, error) 
 		}
 	}
 	return s, nil
+}
+
+// CheckPath returns store.ErrInvalid unless path is a database file name
+// that Open takes (not empty, no '?': it would start the URI's parameters)
+// or Memory.
+func CheckPath(path string) error {
+	if path == "" || strings.ContainsRune(path, '?') {
+		return fmt.Errorf("%w: sqlite path %q: want a file name without '?' or %q", store.ErrInvalid, path, Memory)
+	}
+	return nil
 }
 
 // openReadOnly opens the existing database at path for store.Options
@@ -157,6 +171,7 @@ func openReadOnly(ctx context.Context, path, pragmas string, opts store.Options)
 	}
 	db.SetMaxOpenConns(max(4, runtime.GOMAXPROCS(0)))
 	s := &Store{w: db, r: db, opts: opts, logPath: abs + leaseLogSuffix}
+	s.Store = s.newSQL()
 	var n int
 	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM server_secrets`).Scan(&n); err != nil {
 		db.Close()
@@ -170,18 +185,7 @@ func openReadOnly(ctx context.Context, path, pragmas string, opts store.Options)
 
 // migrate applies the embedded migrations on the writer connection.
 func (s *Store) migrate(ctx context.Context) error {
-	dir, err := fs.Sub(migrations, "migrations")
-	if err != nil {
-		return err
-	}
-	p, err := goose.NewProvider(goose.DialectSQLite3, s.w, dir, goose.WithDisableGlobalRegistry(true))
-	if err != nil {
-		return fmt.Errorf("migrations: %w", err)
-	}
-	if _, err := p.Up(ctx); err != nil {
-		return fmt.Errorf("migrations: %w", classify(err))
-	}
-	return nil
+	return dialect.Migrate(ctx, s.w, goose.DialectSQLite3, migrations)
 }
 
 // Close closes the database handles and releases the lease log.
@@ -268,12 +272,4 @@ func fromMicros(v sql.NullInt64) time.Time {
 		return time.Time{}
 	}
 	return time.UnixMicro(v.Int64).UTC()
-}
-
-// nullMicros stores an optional time: NULL for the zero time.
-func nullMicros(t time.Time) sql.NullInt64 {
-	if t.IsZero() {
-		return sql.NullInt64{}
-	}
-	return sql.NullInt64{Int64: t.UnixMicro(), Valid: true}
 }

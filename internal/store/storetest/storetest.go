@@ -1118,3 +1118,24 @@ func testCheckpointConcurrent(t *testing.T, h *harness) {
 		}
 	}
 }
+
+// CountRows implements Raw.RowCounts for a SQL store: count runs a
+// "SELECT count(*)" query whose one parameter, $1, is tenantID.
+func CountRows(ctx context.Context, tenantID string, count func(ctx context.Context, query string, tenantID string) (int, error)) (map[string]int, error) {
+	out := make(map[string]int)
+	for _, st := range []struct{ table, column string }{
+		{"tenant_limits", "tenant_id"},
+		{"api_keys", "tenant_id"},
+		{"audit_log", "tenant_id"},
+		{"checkpoint_meta", "pool_id"},
+		{"resources", "pool_id"},
+		{"cells", "pool_id"},
+	} {
+		n, err := count(ctx, fmt.Sprintf(`SELECT count(*) FROM %s WHERE %s = $1`, st.table, st.column), tenantID)
+		if err != nil {
+			return nil, err
+		}
+		out[st.table] = n
+	}
+	return out, nil
+}

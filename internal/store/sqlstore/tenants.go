@@ -1,49 +1,40 @@
-package postgres
+package sqlstore
 
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math"
-	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/repool/repool/internal/store"
 )
 
 const tenantColumns = `id, name, status, created_at, deleted_at`
 
-func scanTenant(row pgx.Row) (store.Tenant, error) {
-	var (
-		t         store.Tenant
-		deletedAt *time.Time
-	)
-	if err := row.Scan(&t.ID, &t.Name, &t.Status, &t.CreatedAt, &deletedAt); err != nil {
+// tenantDest returns the scan destinations of tenantColumns into t.
+func (s *Store) tenantDest(t *store.Tenant) []any {
+	return []any{&t.ID, &t.Name, &t.Status, s.c.TimeDest(&t.CreatedAt), s.c.TimeDest(&t.DeletedAt)}
+}
+
+func (s *Store) scanTenant(row Row) (store.Tenant, error) {
+	var t store.Tenant
+	if err := row.Scan(s.tenantDest(&t)...); err != nil {
 		return store.Tenant{}, err
-	}
-	t.CreatedAt = t.CreatedAt.UTC()
-	if deletedAt != nil {
-		t.DeletedAt = deletedAt.UTC()
 	}
 	return t, nil
 }
 
-// querier is what pgxpool.Pool and pgx.Tx have in common.
-type querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-// liveTenant returns store.ErrNotFound unless tenant id exists and is not
-// deleted. lock is "" or a locking clause such as "FOR SHARE".
-func liveTenant(ctx context.Context, q querier, id, lock string) error {
+// LiveTenant returns store.ErrNotFound unless tenant id exists and is not
+// deleted. lock is "" or a locking clause (Dialect.ForShare, ForUpdate).
+func (s *Store) LiveTenant(ctx context.Context, c Conn, id, lock string) error {
 	var status store.Status
-	err := q.QueryRow(ctx, `SELECT status FROM tenants WHERE id = $1 `+lock, id).Scan(&status)
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && status == store.StatusDeleted) {
+	err := c.QueryRow(ctx, `SELECT status FROM tenants WHERE id = $1 `+lock, id).Scan(&status)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && status == store.StatusDeleted) {
 		return fmt.Errorf("tenant %q: %w", id, store.ErrNotFound)
 	}
-	return classify(err)
+	return s.classify(err)
 }
 
 // CreateTenant implements store.Store.
@@ -51,14 +42,14 @@ func (s *Store) CreateTenant(ctx context.Context, t store.Tenant) (store.Tenant,
 	if err := t.Validate(); err != nil {
 		return store.Tenant{}, err
 	}
-	out := store.Tenant{ID: t.ID, Name: t.Name, Status: store.StatusActive, CreatedAt: s.opts.Now()}
-	tag, err := s.pool.Exec(ctx,
+	out := store.Tenant{ID: t.ID, Name: t.Name, Status: store.StatusActive, CreatedAt: s.c.Options.Now()}
+	n, err := s.c.Write.Exec(ctx,
 		`INSERT INTO tenants (id, name, status, created_at) VALUES ($1, $2, $3, $4) ON CONFLICT (id) DO NOTHING`,
-		out.ID, out.Name, string(out.Status), out.CreatedAt)
+		out.ID, out.Name, string(out.Status), s.c.Time(out.CreatedAt))
 	if err != nil {
-		return store.Tenant{}, fmt.Errorf("create tenant %q: %w", t.ID, classify(err))
+		return store.Tenant{}, fmt.Errorf("create tenant %q: %w", t.ID, s.classify(err))
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		return store.Tenant{}, fmt.Errorf("create tenant %q: %w", t.ID, store.ErrExists)
 	}
 	return out, nil
@@ -69,12 +60,12 @@ func (s *Store) GetTenant(ctx context.Context, id string) (store.Tenant, error) 
 	if err := store.ValidateTenantID(id); err != nil {
 		return store.Tenant{}, err
 	}
-	t, err := scanTenant(s.pool.QueryRow(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE id = $1`, id))
-	if errors.Is(err, pgx.ErrNoRows) {
+	t, err := s.scanTenant(s.c.Read.QueryRow(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE id = $1`, id))
+	if errors.Is(err, sql.ErrNoRows) {
 		return store.Tenant{}, fmt.Errorf("tenant %q: %w", id, store.ErrNotFound)
 	}
 	if err != nil {
-		return store.Tenant{}, fmt.Errorf("get tenant %q: %w", id, classify(err))
+		return store.Tenant{}, fmt.Errorf("get tenant %q: %w", id, s.classify(err))
 	}
 	return t, nil
 }
@@ -85,13 +76,14 @@ func (s *Store) ListTenants(ctx context.Context, f store.TenantFilter) ([]store.
 	if f.IncludeDeleted {
 		q = `SELECT ` + tenantColumns + ` FROM tenants ORDER BY id`
 	}
-	rows, err := s.pool.Query(ctx, q)
+	out := []store.Tenant{}
+	err := s.c.Read.Query(ctx, func(row Row) error {
+		t, err := s.scanTenant(row)
+		out = append(out, t)
+		return err
+	}, q)
 	if err != nil {
-		return nil, fmt.Errorf("list tenants: %w", classify(err))
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Tenant, error) { return scanTenant(row) })
-	if err != nil {
-		return nil, fmt.Errorf("list tenants: %w", classify(err))
+		return nil, fmt.Errorf("list tenants: %w", s.classify(err))
 	}
 	return out, nil
 }
@@ -105,23 +97,23 @@ func (s *Store) SetTenantStatus(ctx context.Context, id string, from, to store.S
 		return store.Tenant{}, err
 	}
 	var out store.Tenant
-	err := s.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		t, err := scanTenant(tx.QueryRow(ctx,
+	err := s.c.InTx(ctx, false, func(tx Conn) error {
+		t, err := s.scanTenant(tx.QueryRow(ctx,
 			`UPDATE tenants SET status = $3 WHERE id = $1 AND status = $2 RETURNING `+tenantColumns, id, string(from), string(to)))
 		if err == nil {
 			out = t
 			return nil
 		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return classify(err)
+		if !errors.Is(err, sql.ErrNoRows) {
+			return s.classify(err)
 		}
 		var cur store.Status
 		err = tx.QueryRow(ctx, `SELECT status FROM tenants WHERE id = $1`, id).Scan(&cur)
-		if errors.Is(err, pgx.ErrNoRows) || (err == nil && cur == store.StatusDeleted) {
+		if errors.Is(err, sql.ErrNoRows) || (err == nil && cur == store.StatusDeleted) {
 			return fmt.Errorf("tenant %q: %w", id, store.ErrNotFound)
 		}
 		if err != nil {
-			return classify(err)
+			return s.classify(err)
 		}
 		return fmt.Errorf("tenant %q is %s, not %s: %w", id, cur, from, store.ErrConflict)
 	})
@@ -136,14 +128,14 @@ func (s *Store) DeleteTenant(ctx context.Context, id string) error {
 	if err := store.ValidateTenantID(id); err != nil {
 		return err
 	}
-	now := s.opts.Now()
-	err := s.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		// The row lock waits for checkpoints and key, limit and audit
-		// writers of this tenant (they hold FOR SHARE) and stops new ones.
-		if err := liveTenant(ctx, tx, id, "FOR UPDATE"); err != nil {
+	now := s.c.Options.Now()
+	err := s.c.InTx(ctx, false, func(tx Conn) error {
+		// ForUpdate waits for checkpoints and key, limit and audit
+		// writers of this tenant (they hold ForShare) and stops new ones.
+		if err := s.LiveTenant(ctx, tx, id, s.c.ForUpdate); err != nil {
 			return err
 		}
-		b := &pgx.Batch{}
+		var stmts []Stmt
 		for _, q := range []string{
 			`DELETE FROM cells WHERE pool_id = $1`,
 			`DELETE FROM resources WHERE pool_id = $1`,
@@ -153,10 +145,10 @@ func (s *Store) DeleteTenant(ctx context.Context, id string) error {
 			`DELETE FROM audit_log WHERE tenant_id = $1`,
 			`DELETE FROM tenant_limits WHERE tenant_id = $1`,
 		} {
-			b.Queue(q, id)
+			stmts = append(stmts, Stmt{q, []any{id}})
 		}
-		b.Queue(`UPDATE tenants SET status = 'deleted', deleted_at = $2 WHERE id = $1`, id, now)
-		return classify(tx.SendBatch(ctx, b).Close())
+		stmts = append(stmts, Stmt{`UPDATE tenants SET status = 'deleted', deleted_at = $2 WHERE id = $1`, []any{id, s.c.Time(now)}})
+		return s.classify(tx.ExecAll(ctx, stmts))
 	})
 	if err != nil {
 		return fmt.Errorf("delete tenant %q: %w", id, err)
@@ -172,7 +164,9 @@ func (s *Store) PutLimits(ctx context.Context, tenantID string, l store.Limits) 
 	if err := l.Validate(); err != nil {
 		return err
 	}
-	tag, err := s.pool.Exec(ctx, `
+	// The SELECT's WHERE also keeps SQLite from reading ON CONFLICT as a
+	// join constraint.
+	n, err := s.c.Write.Exec(ctx, `
 INSERT INTO tenant_limits (tenant_id, rate_per_second, burst, reserved_resources, max_resources,
                            reserved_cells, max_cells, max_streams, max_leases,
                            admin_rate_per_second, admin_burst, admin_max_resources, admin_max_cells,
@@ -182,7 +176,7 @@ INSERT INTO tenant_limits (tenant_id, rate_per_second, burst, reserved_resources
                            policy_cooldown_base_seconds, policy_cooldown_max_seconds)
 SELECT id, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
        $16, $17, $18, $19, $20, $21, $22
-FROM tenants WHERE id = $1 AND status <> 'deleted' FOR SHARE
+FROM tenants WHERE id = $1 AND status <> 'deleted' `+s.c.ForShare+`
 ON CONFLICT (tenant_id) DO UPDATE SET
     rate_per_second = excluded.rate_per_second, burst = excluded.burst,
     reserved_resources = excluded.reserved_resources, max_resources = excluded.max_resources,
@@ -206,9 +200,9 @@ ON CONFLICT (tenant_id) DO UPDATE SET
 		l.Policy.QuarantineBelow, l.Policy.QuarantineMinEvidence,
 		l.Policy.CooldownBaseSeconds, l.Policy.CooldownMaxSeconds)
 	if err != nil {
-		return fmt.Errorf("put limits of tenant %q: %w", tenantID, classify(err))
+		return fmt.Errorf("put limits of tenant %q: %w", tenantID, s.classify(err))
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		return fmt.Errorf("put limits: tenant %q: %w", tenantID, store.ErrNotFound)
 	}
 	return nil
@@ -223,7 +217,7 @@ func (s *Store) GetLimits(ctx context.Context, tenantID string) (store.Limits, e
 		l      store.Limits
 		status store.Status
 	)
-	err := s.pool.QueryRow(ctx, `
+	err := s.c.Read.QueryRow(ctx, `
 SELECT t.status, l.rate_per_second, l.burst, l.reserved_resources, l.max_resources,
        l.reserved_cells, l.max_cells, l.max_streams, l.max_leases,
        l.admin_rate_per_second, l.admin_burst, l.admin_max_resources, l.admin_max_cells,
@@ -239,140 +233,13 @@ WHERE t.id = $1`, tenantID).Scan(&status, &l.RatePerSecond, &l.Burst, &l.Reserve
 		&l.Policy.HalfLifeSeconds, &l.Policy.QuarantineAfter, &l.Policy.QuarantineWholeAfter,
 		&l.Policy.QuarantineBelow, &l.Policy.QuarantineMinEvidence,
 		&l.Policy.CooldownBaseSeconds, &l.Policy.CooldownMaxSeconds)
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && status == store.StatusDeleted) {
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && status == store.StatusDeleted) {
 		return store.Limits{}, fmt.Errorf("tenant %q: %w", tenantID, store.ErrNotFound)
 	}
 	if err != nil {
-		return store.Limits{}, fmt.Errorf("get limits of tenant %q: %w", tenantID, classify(err))
+		return store.Limits{}, fmt.Errorf("get limits of tenant %q: %w", tenantID, s.classify(err))
 	}
 	return l, nil
-}
-
-const keyColumns = `k.id, k.tenant_id, k.name, k.prefix, k.digest, k.created_at, k.revoked_at`
-
-func scanKey(row pgx.Row, extra ...any) (store.Key, error) {
-	var (
-		k       store.Key
-		revoked *time.Time
-	)
-	dest := append([]any{&k.ID, &k.TenantID, &k.Name, &k.Prefix, &k.Digest, &k.CreatedAt, &revoked}, extra...)
-	if err := row.Scan(dest...); err != nil {
-		return store.Key{}, err
-	}
-	k.CreatedAt = k.CreatedAt.UTC()
-	if revoked != nil {
-		k.RevokedAt = revoked.UTC()
-	}
-	return k, nil
-}
-
-// CreateKey implements store.Store.
-func (s *Store) CreateKey(ctx context.Context, k store.Key) (store.Key, error) {
-	if err := k.Validate(); err != nil {
-		return store.Key{}, err
-	}
-	k.CreatedAt = s.opts.Stamp(k.CreatedAt)
-	k.RevokedAt = time.Time{}
-	k.Digest = append([]byte(nil), k.Digest...)
-	tag, err := s.pool.Exec(ctx, `
-INSERT INTO api_keys (id, tenant_id, name, prefix, digest, created_at)
-SELECT $1, id, $3, $4, $5, $6 FROM tenants WHERE id = $2 AND status <> 'deleted' FOR SHARE`,
-		k.ID, k.TenantID, k.Name, k.Prefix, k.Digest, k.CreatedAt)
-	if isUnique(err) {
-		return store.Key{}, fmt.Errorf("create key %q: id or digest: %w", k.ID, store.ErrExists)
-	}
-	if err != nil {
-		return store.Key{}, fmt.Errorf("create key %q: %w", k.ID, classify(err))
-	}
-	if tag.RowsAffected() == 0 {
-		return store.Key{}, fmt.Errorf("create key %q: tenant %q: %w", k.ID, k.TenantID, store.ErrNotFound)
-	}
-	return k, nil
-}
-
-// GetKey implements store.Store.
-func (s *Store) GetKey(ctx context.Context, tenantID, keyID string) (store.Key, error) {
-	if err := store.ValidateTenantID(tenantID); err != nil {
-		return store.Key{}, err
-	}
-	if err := store.ValidateKeyID(keyID); err != nil {
-		return store.Key{}, err
-	}
-	k, err := scanKey(s.pool.QueryRow(ctx,
-		`SELECT `+keyColumns+` FROM api_keys k WHERE k.tenant_id = $1 AND k.id = $2`, tenantID, keyID))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return store.Key{}, fmt.Errorf("key %q of tenant %q: %w", keyID, tenantID, store.ErrNotFound)
-	}
-	if err != nil {
-		return store.Key{}, fmt.Errorf("get key %q: %w", keyID, classify(err))
-	}
-	return k, nil
-}
-
-// ListKeys implements store.Store.
-func (s *Store) ListKeys(ctx context.Context, tenantID string) ([]store.Key, error) {
-	if err := store.ValidateTenantID(tenantID); err != nil {
-		return nil, err
-	}
-	if err := liveTenant(ctx, s.pool, tenantID, ""); err != nil {
-		return nil, fmt.Errorf("list keys: %w", err)
-	}
-	rows, err := s.pool.Query(ctx,
-		`SELECT `+keyColumns+` FROM api_keys k WHERE k.tenant_id = $1 ORDER BY k.created_at, k.id`, tenantID)
-	if err != nil {
-		return nil, fmt.Errorf("list keys of tenant %q: %w", tenantID, classify(err))
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Key, error) { return scanKey(row) })
-	if err != nil {
-		return nil, fmt.Errorf("list keys of tenant %q: %w", tenantID, classify(err))
-	}
-	return out, nil
-}
-
-// RevokeKey implements store.Store.
-func (s *Store) RevokeKey(ctx context.Context, tenantID, keyID string) error {
-	if err := store.ValidateTenantID(tenantID); err != nil {
-		return err
-	}
-	if err := store.ValidateKeyID(keyID); err != nil {
-		return err
-	}
-	tag, err := s.pool.Exec(ctx,
-		`UPDATE api_keys SET revoked_at = COALESCE(revoked_at, $3) WHERE tenant_id = $1 AND id = $2`,
-		tenantID, keyID, s.opts.Now())
-	if err != nil {
-		return fmt.Errorf("revoke key %q: %w", keyID, classify(err))
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("revoke key %q of tenant %q: %w", keyID, tenantID, store.ErrNotFound)
-	}
-	return nil
-}
-
-// LookupKey implements store.Store.
-func (s *Store) LookupKey(ctx context.Context, digest []byte) (store.Key, store.Tenant, error) {
-	if len(digest) != store.DigestLen {
-		return store.Key{}, store.Tenant{}, fmt.Errorf("%w: lookup key: digest is %d bytes, want %d", store.ErrInvalid, len(digest), store.DigestLen)
-	}
-	var (
-		t         store.Tenant
-		deletedAt *time.Time
-	)
-	k, err := scanKey(s.pool.QueryRow(ctx, `
-SELECT `+keyColumns+`, t.id, t.name, t.status, t.created_at, t.deleted_at
-FROM api_keys k JOIN tenants t ON t.id = k.tenant_id
-WHERE k.digest = $1`, digest), &t.ID, &t.Name, &t.Status, &t.CreatedAt, &deletedAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return store.Key{}, store.Tenant{}, fmt.Errorf("lookup key: %w", store.ErrNotFound)
-	}
-	if err != nil {
-		return store.Key{}, store.Tenant{}, fmt.Errorf("lookup key: %w", classify(err))
-	}
-	t.CreatedAt = t.CreatedAt.UTC()
-	if deletedAt != nil {
-		t.DeletedAt = deletedAt.UTC()
-	}
-	return k, t, nil
 }
 
 // AppendAudit implements store.Store.
@@ -380,21 +247,18 @@ func (s *Store) AppendAudit(ctx context.Context, e store.AuditEntry) (store.Audi
 	if err := e.Validate(); err != nil {
 		return store.AuditEntry{}, err
 	}
-	e.At = s.opts.Stamp(e.At)
-	err := s.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		if err := s.checkFence(ctx, tx); err != nil {
-			return err
-		}
+	e.At = s.c.Options.Stamp(e.At)
+	err := s.c.InTx(ctx, true, func(tx Conn) error {
 		return tx.QueryRow(ctx, `
 INSERT INTO audit_log (tenant_id, at, actor, action, target, detail)
-SELECT id, $2, $3, $4, $5, $6 FROM tenants WHERE id = $1 AND status <> 'deleted' FOR SHARE
-RETURNING id`, e.TenantID, e.At, e.Actor, e.Action, e.Target, e.Detail).Scan(&e.ID)
+SELECT id, $2, $3, $4, $5, $6 FROM tenants WHERE id = $1 AND status <> 'deleted' `+s.c.ForShare+`
+RETURNING id`, e.TenantID, s.c.Time(e.At), e.Actor, e.Action, e.Target, e.Detail).Scan(&e.ID)
 	})
-	if errors.Is(err, pgx.ErrNoRows) {
+	if errors.Is(err, sql.ErrNoRows) {
 		return store.AuditEntry{}, fmt.Errorf("append audit: tenant %q: %w", e.TenantID, store.ErrNotFound)
 	}
 	if err != nil {
-		return store.AuditEntry{}, fmt.Errorf("append audit: %w", classify(err))
+		return store.AuditEntry{}, fmt.Errorf("append audit: %w", s.classify(err))
 	}
 	return e, nil
 }
@@ -408,23 +272,20 @@ func (s *Store) ListAudit(ctx context.Context, tenantID string, limit int, befor
 	if beforeID <= 0 {
 		beforeID = math.MaxInt64
 	}
-	if err := liveTenant(ctx, s.pool, tenantID, ""); err != nil {
+	if err := s.LiveTenant(ctx, s.c.Read, tenantID, ""); err != nil {
 		return nil, fmt.Errorf("list audit: %w", err)
 	}
-	rows, err := s.pool.Query(ctx, `
+	out := []store.AuditEntry{}
+	err := s.c.Read.Query(ctx, func(row Row) error {
+		var e store.AuditEntry
+		err := row.Scan(&e.ID, &e.TenantID, s.c.TimeDest(&e.At), &e.Actor, &e.Action, &e.Target, &e.Detail)
+		out = append(out, e)
+		return err
+	}, `
 SELECT id, tenant_id, at, actor, action, target, detail FROM audit_log
 WHERE tenant_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3`, tenantID, beforeID, limit)
 	if err != nil {
-		return nil, fmt.Errorf("list audit of tenant %q: %w", tenantID, classify(err))
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.AuditEntry, error) {
-		var e store.AuditEntry
-		err := row.Scan(&e.ID, &e.TenantID, &e.At, &e.Actor, &e.Action, &e.Target, &e.Detail)
-		e.At = e.At.UTC()
-		return e, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list audit of tenant %q: %w", tenantID, classify(err))
+		return nil, fmt.Errorf("list audit of tenant %q: %w", tenantID, s.classify(err))
 	}
 	return out, nil
 }
@@ -434,14 +295,14 @@ const signingKeyName = "signing_key"
 // SigningKey implements store.Store.
 func (s *Store) SigningKey(ctx context.Context) ([]byte, error) {
 	var key []byte
-	err := s.pool.QueryRow(ctx, `SELECT value FROM server_secrets WHERE name = $1`, signingKeyName).Scan(&key)
+	err := s.c.Read.QueryRow(ctx, `SELECT value FROM server_secrets WHERE name = $1`, signingKeyName).Scan(&key)
 	if err == nil {
 		return key, nil
 	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("signing key: %w", classify(err))
+	if !errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("signing key: %w", s.classify(err))
 	}
-	if s.opts.ReadOnly {
+	if s.c.Options.ReadOnly {
 		return nil, fmt.Errorf("signing key: %w: the store has none yet, and a read-only store creates none", store.ErrNotFound)
 	}
 	fresh := make([]byte, 32)
@@ -450,12 +311,12 @@ func (s *Store) SigningKey(ctx context.Context) ([]byte, error) {
 	}
 	// Whoever inserts first wins; a concurrent inserter waits for the
 	// winner's commit, inserts nothing, and reads the winner back.
-	if _, err := s.pool.Exec(ctx,
+	if _, err := s.c.Write.Exec(ctx,
 		`INSERT INTO server_secrets (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING`, signingKeyName, fresh); err != nil {
-		return nil, fmt.Errorf("signing key: %w", classify(err))
+		return nil, fmt.Errorf("signing key: %w", s.classify(err))
 	}
-	if err := s.pool.QueryRow(ctx, `SELECT value FROM server_secrets WHERE name = $1`, signingKeyName).Scan(&key); err != nil {
-		return nil, fmt.Errorf("signing key: %w", classify(err))
+	if err := s.c.Write.QueryRow(ctx, `SELECT value FROM server_secrets WHERE name = $1`, signingKeyName).Scan(&key); err != nil {
+		return nil, fmt.Errorf("signing key: %w", s.classify(err))
 	}
 	return key, nil
 }
@@ -463,15 +324,15 @@ func (s *Store) SigningKey(ctx context.Context) ([]byte, error) {
 // BumpEpoch implements store.Store.
 func (s *Store) BumpEpoch(ctx context.Context) (uint32, error) {
 	var v int64
-	err := s.pool.QueryRow(ctx, `
+	err := s.c.Write.QueryRow(ctx, `
 INSERT INTO server_counters AS c (name, value) VALUES ('epoch', 1)
 ON CONFLICT (name) DO UPDATE SET value = c.value + 1 WHERE c.value < $1
 RETURNING value`, int64(math.MaxUint32)).Scan(&v)
-	if errors.Is(err, pgx.ErrNoRows) {
+	if errors.Is(err, sql.ErrNoRows) {
 		return 0, fmt.Errorf("bump epoch: %w: epoch counter exhausted", store.ErrConflict)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("bump epoch: %w", classify(err))
+		return 0, fmt.Errorf("bump epoch: %w", s.classify(err))
 	}
 	return uint32(v), nil
 }
