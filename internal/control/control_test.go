@@ -15,6 +15,7 @@ import (
 
 	"github.com/repool/repool/internal/auth"
 	"github.com/repool/repool/internal/store"
+	"github.com/repool/repool/internal/tenants"
 	"github.com/repool/repool/internal/token"
 )
 
@@ -543,7 +544,7 @@ func TestApplyLimitsRefusal(t *testing.T) {
 		message  string
 		leakText string
 	}{
-		{"invalid limits", fmt.Errorf("%w: max_streams 500 exceeds the server's 100", ErrInvalidLimits), 400, codeInvalidArgument, "max_streams 500 exceeds the server's 100", ""},
+		{"invalid limits", fmt.Errorf("%w: max_streams 500 exceeds the server's 100", tenants.ErrInvalidLimits), 400, codeInvalidArgument, "max_streams 500 exceeds the server's 100", ""},
 		{"other failure", errors.New("budget ledger at 10.1.2.3 exploded"), 500, codeInternal, "internal error", "10.1.2.3"},
 	}
 	for _, tt := range tests {

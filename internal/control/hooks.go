@@ -1,19 +1,11 @@
 package control
 
 import (
-	"errors"
-
 	"github.com/repool/repool/internal/store"
 )
 
-// ErrInvalidLimits is wrapped by Hooks.ApplyLimits when it refuses limits
-// (for example a reservation the global budget cannot hold). The request is
-// answered 400 with the error's message, so that message is written for the
-// client and holds nothing secret.
-var ErrInvalidLimits = errors.New("invalid limits")
-
 // Hooks keep the server's in-memory state in step with the control plane.
-// The server implements them; the API calls them synchronously, one change
+// tenants.Lifecycle implements them; the API calls them synchronously, one change
 // at a time for status changes, deletes and limits, in the order the store
 // applied the changes. Implementations must be safe for concurrent use,
 // return quickly and never call back into the API.
@@ -21,8 +13,12 @@ type Hooks interface {
 	// ApplyLimits validates and applies a tenant's new limits live (rate
 	// limits, budgets, stream and lease caps, and store.Limits.Policy, the
 	// quarantine and decay policy of its pool). It is all or nothing: an
-	// error means nothing was applied. An error wrapping ErrInvalidLimits
-	// refuses the request with 400; any other error is a 500. It is called
+	// error means nothing was applied. An error wrapping
+	// tenants.ErrInvalidLimits (the refusal of the package that owns
+	// tenants' limits; for example a reservation the global budget cannot
+	// hold) is answered 400 with its message, so that message is written
+	// for the client and holds nothing secret; any other error is a 500.
+	// It is called
 	// before the limits are stored, and called again with the previous
 	// limits if storing them fails.
 	ApplyLimits(tenant string, l store.Limits) error

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/repool/repool/internal/store"
+	"github.com/repool/repool/internal/tenants"
 )
 
 // Ranges of the limits, besides those of reservations and resource and
@@ -227,29 +228,29 @@ func (r LimitRules) Effective(l store.Limits) store.Limits {
 	return out
 }
 
-// Check reports, as an error wrapping ErrInvalidLimits, the first field of
+// Check reports, as an error wrapping tenants.ErrInvalidLimits, the first field of
 // stored limits l that is out of range, a reservation above the ceiling
 // in force, or a policy field out of range. The server checks stored limits with it at start-up.
 func (r LimitRules) Check(l store.Limits) error {
 	for _, f := range limitFields {
 		if v, ok := f.op(&l).get(); ok {
 			if err := r.check(f, f.name, v, num(v)); err != nil {
-				return fmt.Errorf("%w: %s", ErrInvalidLimits, err.(*apiError).msg)
+				return fmt.Errorf("%w: %s", tenants.ErrInvalidLimits, err.(*apiError).msg)
 			}
 		}
 		if f.admin != nil {
 			if v, ok := f.admin(&l.Admin).get(); ok {
 				if err := r.check(f, "tenant_admin."+f.name, v, num(v)); err != nil {
-					return fmt.Errorf("%w: %s", ErrInvalidLimits, err.(*apiError).msg)
+					return fmt.Errorf("%w: %s", tenants.ErrInvalidLimits, err.(*apiError).msg)
 				}
 			}
 		}
 	}
 	if err := r.checkReservations(l); err != nil {
-		return fmt.Errorf("%w: %s", ErrInvalidLimits, err.(*apiError).msg)
+		return fmt.Errorf("%w: %s", tenants.ErrInvalidLimits, err.(*apiError).msg)
 	}
 	if err := r.checkPolicy(l.Policy); err != nil {
-		return fmt.Errorf("%w: policy: %s", ErrInvalidLimits, err.(*apiError).msg)
+		return fmt.Errorf("%w: policy: %s", tenants.ErrInvalidLimits, err.(*apiError).msg)
 	}
 	return nil
 }
@@ -494,8 +495,8 @@ func (a *API) updateLimits(ctx context.Context, c caller, id, what, action strin
 		return store.Limits{}, err
 	}
 	if err := a.cfg.Hooks.ApplyLimits(id, merged); err != nil {
-		if errors.Is(err, ErrInvalidLimits) {
-			return store.Limits{}, invalidArgument("%s", strings.TrimPrefix(err.Error(), ErrInvalidLimits.Error()+": "))
+		if errors.Is(err, tenants.ErrInvalidLimits) {
+			return store.Limits{}, invalidArgument("%s", strings.TrimPrefix(err.Error(), tenants.ErrInvalidLimits.Error()+": "))
 		}
 		return store.Limits{}, fmt.Errorf("apply %s: %w", what, err)
 	}

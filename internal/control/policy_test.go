@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/repool/repool/internal/store"
+	"github.com/repool/repool/internal/tenants"
 )
 
 func TestPutPolicy(t *testing.T) {
@@ -89,7 +90,7 @@ func TestPutPolicyRefusedByTheServer(t *testing.T) {
 	h.createTenant("a")
 	op := h.token(RoleOperator, "")
 	h.hooks.applyLimits = func(string, store.Limits) error {
-		return fmt.Errorf("%w: half_life 1m0s: not today", ErrInvalidLimits)
+		return fmt.Errorf("%w: half_life 1m0s: not today", tenants.ErrInvalidLimits)
 	}
 	before := h.snapshot()
 	r := h.do("PUT", "/api/v1/tenants/a/policy", op, `{"half_life_seconds":60}`)

@@ -222,7 +222,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 		return nil, err
 	}
 	if s.tenants, err = tenants.NewLifecycle(tenants.LifecycleConfig{
-		Pools: s.pools, Rules: s.rules, Policy: cfg.Policy, Budget: budgets, Limiter: limiter,
+		Pools: s.pools, Rules: s.rules, Defaults: s.rules.Defaults, Policy: cfg.Policy, Budget: budgets, Limiter: limiter,
 		Credentials: authn, Checkpoints: s.cp, Watcher: s.audit,
 		Epoch: s.epoch.Load, Clock: s.poolClock, Life: s.life, Log: opts.Log,
 	}); err != nil {

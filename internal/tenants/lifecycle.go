@@ -10,14 +10,27 @@ import (
 
 	"github.com/repool/repool/internal/budget"
 	"github.com/repool/repool/internal/clock"
-	"github.com/repool/repool/internal/control"
 	"github.com/repool/repool/internal/pool"
 	"github.com/repool/repool/internal/ratelimit"
 	"github.com/repool/repool/internal/store"
 )
 
-// ErrSuspended ends a tenant's event streams when it is suspended.
-var ErrSuspended = errors.New("tenant suspended")
+// Errors of a Lifecycle.
+var (
+	// ErrSuspended ends a tenant's event streams when it is suspended.
+	ErrSuspended = errors.New("tenant suspended")
+	// ErrInvalidLimits: limits or a policy refused as the caller's fault
+	// (out of the ranges, reservations beyond the budget); nothing was
+	// applied. The control plane answers it 400.
+	ErrInvalidLimits = errors.New("invalid limits")
+)
+
+// Rules are the server's side of tenants' limits (control.LimitRules):
+// the limits in force for stored limits, and a check of their ranges.
+type Rules interface {
+	Effective(l store.Limits) store.Limits
+	Check(l store.Limits) error
+}
 
 // Credentials drops what it caches of a tenant's credentials
 // (auth.Authenticator does).
@@ -43,10 +56,12 @@ type LifecycleConfig struct {
 	// Pools is the registry the lifecycle's pools live in; make it with
 	// NewRegistry(lifecycle.NewPool).
 	Pools *Registry
-	// Rules are the defaults and bounds of tenants' limits; Policy the
-	// server-wide quarantine and decay policy.
-	Rules  control.LimitRules
-	Policy Policy
+	// Rules are the bounds of tenants' limits, Defaults the limits of a
+	// tenant that stored none (every field set), Policy the server-wide
+	// quarantine and decay policy.
+	Rules    Rules
+	Defaults store.Limits
+	Policy   Policy
 	// Budget, Limiter: the per-tenant state budgets and request limits the
 	// limits in force are applied to.
 	Budget  *budget.Budget
@@ -69,7 +84,7 @@ type LifecycleConfig struct {
 // budget), the limits in force (rates, budgets, stream and lease caps, the
 // quarantine and decay policy) and what follows a suspension, a
 // reactivation, a deletion and a key revocation. It implements the control
-// plane's Hooks. Safe for concurrent use.
+// plane's Hooks (control.Hooks). Safe for concurrent use.
 type Lifecycle struct {
 	cfg LifecycleConfig
 
@@ -77,15 +92,16 @@ type Lifecycle struct {
 	limits map[string]store.Limits // per tenant with stored limits: those in force (LimitRules.Effective)
 }
 
-var _ control.Hooks = (*Lifecycle)(nil)
-
 // NewLifecycle returns a Lifecycle with no tenant's limits yet (LoadLimits
 // reads them).
 func NewLifecycle(cfg LifecycleConfig) (*Lifecycle, error) {
 	switch {
-	case cfg.Pools == nil, cfg.Budget == nil, cfg.Limiter == nil, cfg.Credentials == nil, cfg.Checkpoints == nil,
+	case cfg.Pools == nil, cfg.Rules == nil, cfg.Budget == nil, cfg.Limiter == nil, cfg.Credentials == nil, cfg.Checkpoints == nil,
 		cfg.Watcher == nil, cfg.Epoch == nil, cfg.Clock == nil, cfg.Life == nil:
 		return nil, errors.New("tenants: lifecycle: every dependency is required")
+	case cfg.Defaults.RatePerSecond == nil, cfg.Defaults.Burst == nil, cfg.Defaults.MaxStreams == nil, cfg.Defaults.MaxLeases == nil,
+		cfg.Defaults.ReservedResources == nil, cfg.Defaults.MaxResources == nil, cfg.Defaults.ReservedCells == nil, cfg.Defaults.MaxCells == nil:
+		return nil, errors.New("tenants: lifecycle: Defaults must set every limit")
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -121,7 +137,7 @@ func (lc *Lifecycle) Limits(tenant string) store.Limits {
 	l, ok := lc.limits[tenant]
 	lc.mu.RUnlock()
 	if !ok {
-		return lc.cfg.Rules.Defaults
+		return lc.cfg.Defaults
 	}
 	return l
 }
@@ -170,11 +186,11 @@ func (lc *Lifecycle) LoadLimits(ctx context.Context, st LimitsStore) error {
 // of the operator's (or the default) and the tenant-admin's of each; and
 // its quarantine and decay policy, over the server-wide one, to its pool.
 // Limits the budget or the policy's ranges refuse are an error wrapping
-// control.ErrInvalidLimits, and nothing is applied.
+// ErrInvalidLimits, and nothing is applied.
 func (lc *Lifecycle) ApplyLimits(tenant string, l store.Limits) error {
 	policy := lc.cfg.Policy.ForTenant(l.Policy)
 	if err := policy.Validate(); err != nil {
-		return fmt.Errorf("%w: %s", control.ErrInvalidLimits, strings.TrimPrefix(err.Error(), "config: "))
+		return fmt.Errorf("%w: %s", ErrInvalidLimits, strings.TrimPrefix(err.Error(), "config: "))
 	}
 	eff := lc.cfg.Rules.Effective(l)
 	eff.Policy = l.Policy // the tenant's own values, for pools created later
@@ -185,10 +201,10 @@ func (lc *Lifecycle) ApplyLimits(tenant string, l store.Limits) error {
 		// The budget's words ("resources reservations would total ..."),
 		// without its sentinel's.
 		msg := strings.TrimPrefix(err.Error(), budget.ErrInvalidArgument.Error()+": ")
-		return fmt.Errorf("%w: %s", control.ErrInvalidLimits, msg)
+		return fmt.Errorf("%w: %s", ErrInvalidLimits, msg)
 	}
 	if err := lc.cfg.Limiter.Set(tenant, *eff.RatePerSecond, int(*eff.Burst)); err != nil {
-		return fmt.Errorf("%w: %v", control.ErrInvalidLimits, err)
+		return fmt.Errorf("%w: %v", ErrInvalidLimits, err)
 	}
 	lc.mu.Lock()
 	lc.limits[tenant] = eff

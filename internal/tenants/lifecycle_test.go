@@ -10,7 +10,6 @@ import (
 
 	"github.com/repool/repool/internal/budget"
 	"github.com/repool/repool/internal/clock"
-	"github.com/repool/repool/internal/control"
 	"github.com/repool/repool/internal/pool"
 	"github.com/repool/repool/internal/ratelimit"
 	"github.com/repool/repool/internal/store"
@@ -43,6 +42,29 @@ func (r *recorder) seen() (invalidated, forgot, watch []string) {
 
 func i64(v int64) *int64 { return &v }
 
+// fillRules puts the defaults in a limit's unset fields and checks
+// nothing: the ranges are control.LimitRules' (tested there); the budget's
+// refusals are what these tests see.
+type fillRules struct{ d store.Limits }
+
+func (r fillRules) Effective(l store.Limits) store.Limits {
+	out := r.d
+	for _, f := range []struct{ dst, src **int64 }{
+		{&out.Burst, &l.Burst}, {&out.ReservedResources, &l.ReservedResources}, {&out.MaxResources, &l.MaxResources},
+		{&out.ReservedCells, &l.ReservedCells}, {&out.MaxCells, &l.MaxCells}, {&out.MaxStreams, &l.MaxStreams}, {&out.MaxLeases, &l.MaxLeases},
+	} {
+		if *f.src != nil {
+			*f.dst = *f.src
+		}
+	}
+	if l.RatePerSecond != nil {
+		out.RatePerSecond = l.RatePerSecond
+	}
+	return out
+}
+
+func (fillRules) Check(store.Limits) error { return nil }
+
 func newLifecycle(t *testing.T) (*Lifecycle, *budget.Budget, *recorder) {
 	t.Helper()
 	b, err := budget.New(budget.Config{Resources: 100, Cells: 1000})
@@ -54,16 +76,13 @@ func newLifecycle(t *testing.T) (*Lifecycle, *budget.Budget, *recorder) {
 		t.Fatal(err)
 	}
 	rate := 100.0
-	rules := control.LimitRules{
-		Defaults: store.Limits{RatePerSecond: &rate, Burst: i64(100), ReservedResources: i64(0), MaxResources: i64(10),
-			ReservedCells: i64(0), MaxCells: i64(100), MaxStreams: i64(4), MaxLeases: i64(0)},
-		GlobalResources: 100, GlobalCells: 1000,
-	}
+	defaults := store.Limits{RatePerSecond: &rate, Burst: i64(100), ReservedResources: i64(0), MaxResources: i64(10),
+		ReservedCells: i64(0), MaxCells: i64(100), MaxStreams: i64(4), MaxLeases: i64(0)}
 	rec := &recorder{}
 	var lc *Lifecycle
 	reg := NewRegistry(func(tenant string) (*pool.Pool, error) { return lc.NewPool(tenant) })
 	lc, err = NewLifecycle(LifecycleConfig{
-		Pools: reg, Rules: rules, Budget: b, Limiter: lim, Credentials: rec, Checkpoints: rec, Watcher: rec,
+		Pools: reg, Rules: fillRules{defaults}, Defaults: defaults, Budget: b, Limiter: lim, Credentials: rec, Checkpoints: rec, Watcher: rec,
 		Epoch: func() uint32 { return 7 }, Clock: clock.NewFake(time.Unix(1e9, 0)), Life: t.Context(),
 	})
 	if err != nil {
@@ -103,7 +122,7 @@ func TestLifecyclePoolsFollowTheLimits(t *testing.T) {
 	}
 	// A reservation larger than the global budget is refused as invalid
 	// limits, and the limits in force stay as they were.
-	if err := lc.ApplyLimits("a", store.Limits{ReservedResources: i64(1000), MaxResources: i64(1000)}); !errors.Is(err, control.ErrInvalidLimits) {
+	if err := lc.ApplyLimits("a", store.Limits{ReservedResources: i64(1000), MaxResources: i64(1000)}); !errors.Is(err, ErrInvalidLimits) {
 		t.Fatalf("ApplyLimits(reserve 1000 of 100) = %v, want ErrInvalidLimits", err)
 	}
 	if got := *lc.Limits("a").MaxResources; got != 3 {
@@ -111,7 +130,7 @@ func TestLifecyclePoolsFollowTheLimits(t *testing.T) {
 	}
 	// A policy out of range is refused too.
 	bad := int64(5000)
-	if err := lc.ApplyLimits("a", store.Limits{Policy: store.Policy{QuarantineAfter: &bad}}); !errors.Is(err, control.ErrInvalidLimits) {
+	if err := lc.ApplyLimits("a", store.Limits{Policy: store.Policy{QuarantineAfter: &bad}}); !errors.Is(err, ErrInvalidLimits) {
 		t.Fatalf("ApplyLimits(quarantine_after 5000) = %v, want ErrInvalidLimits", err)
 	}
 	if got := lc.MaxStreams("a"); got != 4 {
