@@ -164,10 +164,13 @@ func (p *Provider) Do(ctx context.Context, method Method, call Call) error {
 		defer cancel()
 		var trailer metadata.MD
 		retry := false
-		err := p.retrier.Do(ctx, func(ctx context.Context) error {
+		// A wait to retry ends as soon as the breaker opens (other calls
+		// found the provider down): the next attempt is then refused at
+		// once, circuit-open, instead of after the rest of the backoff.
+		err := p.retrier.DoUntil(ctx, p.breaker.Opening(), func(ctx context.Context) error {
 			if retry {
-				// The breaker opened while this call waited to retry
-				// (other calls found the provider down): stop now.
+				// The breaker opened while this call waited to retry: stop
+				// now.
 				if err := p.breaker.Admit(); err != nil {
 					return err
 				}

@@ -295,6 +295,10 @@ type Breaker struct {
 	lastFailure  atomic.Uint32 // codes.Code of the latest failure
 	tripRule     atomic.Uint32 // TripRule of the last trip
 
+	// openSignal is closed when the breaker next opens (and replaced by a
+	// fresh one): calls waiting to retry wake on it (Opening).
+	openSignal atomic.Pointer[chan struct{}]
+
 	// Calls in a row that failed, and that timed out; written under
 	// gobreaker's lock (isSuccessful, onStateChange).
 	consecFailures, consecTimeouts atomic.Uint32
@@ -311,6 +315,8 @@ func NewBreaker(cfg BreakerConfig) *Breaker {
 		stateGauge: m.state.WithLabelValues(cfg.Provider),
 		dropped:    m.droppedEvents.WithLabelValues(cfg.Provider),
 	}
+	signal := make(chan struct{})
+	b.openSignal.Store(&signal)
 	for _, ft := range [][2]State{{StateClosed, StateOpen}, {StateOpen, StateHalfOpen}, {StateHalfOpen, StateClosed}, {StateHalfOpen, StateOpen}} {
 		b.transitions[ft[0]][ft[1]] = m.transitions.WithLabelValues(cfg.Provider, ft[0].String(), ft[1].String())
 	}
@@ -369,6 +375,12 @@ func (b *Breaker) Execute(fn func() error) error {
 	}
 	return err
 }
+
+// Opening returns a channel that is closed when the breaker next opens: a
+// call waiting to retry selects on it, so that it stops waiting (and, at its
+// next attempt, Admit refuses it) as soon as other calls have found the
+// provider down, instead of at the end of its backoff.
+func (b *Breaker) Opening() <-chan struct{} { return *b.openSignal.Load() }
 
 // Admit returns the rejection Execute would return if the breaker is open,
 // or nil, without running or counting anything. It is for work with no
@@ -539,6 +551,10 @@ func (b *Breaker) onStateChange(_ string, from, to gobreaker.State) {
 	b.consecFailures.Store(0)
 	b.consecTimeouts.Store(0)
 	if t == StateOpen {
+		fresh := make(chan struct{})
+		if old := b.openSignal.Swap(&fresh); old != nil {
+			close(*old)
+		}
 		b.opened.Store(now.UnixNano())
 		b.lastTrip.Store(now.UnixNano())
 		b.trips.Add(1)

@@ -128,6 +128,14 @@ func (r *Retrier) Policy() RetryPolicy { return r.policy }
 //
 // Every call to Do is one call for the budget.
 func (r *Retrier) Do(ctx context.Context, op func(context.Context) error) error {
+	return r.DoUntil(ctx, nil, op)
+}
+
+// DoUntil is Do, except that a wait to retry ends early when wake is
+// closed: op then runs at once (Breaker.Opening is such a channel, and op
+// the attempt that Breaker.Admit refuses once the breaker is open). A nil
+// wake never ends a wait.
+func (r *Retrier) DoUntil(ctx context.Context, wake <-chan struct{}, op func(context.Context) error) error {
 	r.budget.Call()
 	err := op(ctx)
 	if !Retryable(err) || r.policy.MaxRetries < 0 {
@@ -158,6 +166,8 @@ func (r *Retrier) Do(ctx context.Context, op func(context.Context) error) error 
 		case <-ctx.Done():
 			return fmt.Errorf("%w (waiting to retry after: %v)", ctx.Err(), err)
 		case <-timer.Chan():
+		case <-wake:
+			wake = nil // woken once; later waits run their course
 		}
 		r.retries.Inc()
 		if err = op(ctx); !Retryable(err) {

@@ -141,3 +141,54 @@ func TestRetrierWaitsOnItsClock(t *testing.T) {
 		t.Fatal("no retry after the fake clock passed the wait")
 	}
 }
+
+// TestRetryWaitEndsWhenTheBreakerOpens: a call waiting an hour to retry
+// runs its next attempt as soon as its provider's breaker opens (other
+// calls found the provider down), without the clock moving, and that
+// attempt is refused circuit-open; a later opening does not wake a call
+// that no longer waits on it.
+func TestRetryWaitEndsWhenTheBreakerOpens(t *testing.T) {
+	clk := clock.NewFake(time.Now())
+	p := RetryPolicy{MaxRetries: 3, InitialInterval: time.Hour, MaxInterval: time.Hour, RandomizationFactor: -1, MaxElapsed: 10 * time.Hour}
+	r := NewRetrier(RetrierConfig{Provider: "p", Policy: p, Budget: NewBudget(BudgetPolicy{}, clk), Clock: clk})
+	b := NewBreaker(BreakerConfig{Provider: "p", Policy: BreakerPolicy{ConsecutiveFailures: 2, OpenTimeout: time.Hour}})
+	wake := b.Opening()
+	attempts := 0
+	done := make(chan error, 1)
+	go func() {
+		done <- r.DoUntil(context.Background(), wake, func(context.Context) error {
+			attempts++
+			if attempts > 1 {
+				if err := b.Admit(); err != nil {
+					return err
+				}
+			}
+			return grpcErr(codes.Unavailable)
+		})
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := clk.Wait(ctx, 1); err != nil {
+		t.Fatalf("no wait armed after the first failure: %v", err)
+	}
+	// Two other calls fail: the breaker opens.
+	for range 2 {
+		_ = b.Execute(func() error { return grpcErr(codes.Unavailable) })
+	}
+	if b.State() != StateOpen {
+		t.Fatalf("breaker %v after 2 failures in a row, want open", b.State())
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrCircuitOpen) || attempts != 2 {
+			t.Fatalf("DoUntil() = %v after %d attempts, want ErrCircuitOpen on the 2nd", err, attempts)
+		}
+	case <-ctx.Done():
+		t.Fatal("the wait to retry did not end when the breaker opened")
+	}
+	select {
+	case <-b.Opening():
+		t.Fatal("the next opening's channel is already closed")
+	default:
+	}
+}
