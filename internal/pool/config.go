@@ -186,8 +186,17 @@ const (
 	MaxCooldownMax               = 30 * 24 * time.Hour
 )
 
-// withPolicy returns c with pol's fields.
-func (c Config) withPolicy(pol Policy) Config {
+// Policy returns c's quarantine and decay fields.
+func (c Config) Policy() Policy {
+	return Policy{
+		HalfLife: c.HalfLife, FailuresToQuarantine: c.FailuresToQuarantine, FailuresToQuarantineWhole: c.FailuresToQuarantineWhole,
+		QuarantineBelow: c.QuarantineBelow, QuarantineMinEvidence: c.QuarantineMinEvidence,
+		CooldownBase: c.CooldownBase, CooldownMax: c.CooldownMax,
+	}
+}
+
+// WithPolicy returns c with pol's fields.
+func (c Config) WithPolicy(pol Policy) Config {
 	c.HalfLife, c.FailuresToQuarantine, c.FailuresToQuarantineWhole = pol.HalfLife, pol.FailuresToQuarantine, pol.FailuresToQuarantineWhole
 	c.QuarantineBelow, c.QuarantineMinEvidence = pol.QuarantineBelow, pol.QuarantineMinEvidence
 	c.CooldownBase, c.CooldownMax = pol.CooldownBase, pol.CooldownMax

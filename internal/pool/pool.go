@@ -729,7 +729,7 @@ func (p *Pool) SetMaxLeases(n int) {
 func (p *Pool) SetPolicy(pol Policy) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	c := p.cfg.withPolicy(pol)
+	c := p.cfg.WithPolicy(pol)
 	if err := c.Validate(); err != nil {
 		return err
 	}

@@ -13,7 +13,7 @@ import (
 // quarantined after --quarantine-after failures, for the cooldown
 // --cooldown-base sets.
 func TestPolicyFlagsReachThePools(t *testing.T) {
-	r := start(t, Config{Store: sqliteStore(t), Policy: tenants.Policy{QuarantineAfter: 2, CooldownBase: 90 * time.Second, CooldownMax: time.Hour}})
+	r := start(t, Config{Store: sqliteStore(t), Policy: tenants.Policy{FailuresToQuarantine: 2, CooldownBase: 90 * time.Second, CooldownMax: time.Hour}})
 	ctx := withKey(r.key)
 	if _, err := r.pool.Register(ctx, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "p1"}}}); err != nil {
 		t.Fatal(err)
@@ -66,7 +66,7 @@ func quarantineOf(t *testing.T, r *running, key, id string) (string, time.Durati
 // changes nothing; and the policy is back in force after a restart.
 func TestTenantPolicyAppliesLive(t *testing.T) {
 	st := sqliteStore(t)
-	cfg := Config{Store: st, RatePerSecond: 1e6, Burst: 1e6, Policy: tenants.Policy{QuarantineAfter: 5, QuarantineBelow: -1}}
+	cfg := Config{Store: st, RatePerSecond: 1e6, Burst: 1e6, Policy: tenants.Policy{FailuresToQuarantine: 5, QuarantineBelow: -1}}
 	r := start(t, cfg)
 	admin, _, err := control.MintToken(r.s.signer, control.RoleTenantAdmin, "demo", time.Hour)
 	if err != nil {

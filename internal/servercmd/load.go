@@ -114,8 +114,8 @@ func bindings() []binding {
 		{"max-streams", "default per-tenant limit on event streams (`n`)", strconv.Itoa(d.MaxStreams), integer(func(c *server.Config) *int { return &c.MaxStreams })},
 		{"max-leases", "default per-tenant limit on outstanding leases (`n`; 0: none)", strconv.Itoa(d.MaxLeases), integer(func(c *server.Config) *int { return &c.MaxLeases })},
 		{"half-life", "quarantine and decay policy: an observation's weight halves after this long (`duration`)", d.Policy.HalfLife.String(), dur(func(c *server.Config) *time.Duration { return &c.Policy.HalfLife })},
-		{"quarantine-after", "quarantine and decay policy: consecutive failures in one context that quarantine a resource for it (`n`)", strconv.Itoa(d.Policy.QuarantineAfter), integer(func(c *server.Config) *int { return &c.Policy.QuarantineAfter })},
-		{"quarantine-whole-after", "quarantine and decay policy: consecutive failures over all contexts that quarantine the whole resource (`n`)", strconv.Itoa(d.Policy.QuarantineWholeAfter), integer(func(c *server.Config) *int { return &c.Policy.QuarantineWholeAfter })},
+		{"quarantine-after", "quarantine and decay policy: consecutive failures in one context that quarantine a resource for it (`n`)", strconv.Itoa(d.Policy.FailuresToQuarantine), integer(func(c *server.Config) *int { return &c.Policy.FailuresToQuarantine })},
+		{"quarantine-whole-after", "quarantine and decay policy: consecutive failures over all contexts that quarantine the whole resource (`n`)", strconv.Itoa(d.Policy.FailuresToQuarantineWhole), integer(func(c *server.Config) *int { return &c.Policy.FailuresToQuarantineWhole })},
 		{"quarantine-below", "quarantine and decay policy: success `rate` under which a resource is quarantined for a context, once it has quarantine-min-evidence observations (-1: off)", strconv.FormatFloat(d.Policy.QuarantineBelow, 'g', -1, 64), func(c *server.Config, v string) error {
 			f, err := strconv.ParseFloat(v, 64)
 			c.Policy.QuarantineBelow = f

@@ -13,37 +13,15 @@ import (
 
 // Policy is a quarantine and decay policy: the server-wide one that every
 // tenant's pool starts with (flags --half-life, --quarantine-after, ...),
-// overlaid with a tenant's own values (ForTenant). The zero
-// value of a field means the pool's default (pool.Config).
-type Policy struct {
-	// HalfLife: an observation's weight halves after this long.
-	HalfLife time.Duration
-	// QuarantineAfter: consecutive failures in one context that quarantine
-	// the resource for that context.
-	QuarantineAfter int
-	// QuarantineWholeAfter: consecutive failures over all contexts that
-	// quarantine the whole resource.
-	QuarantineWholeAfter int
-	// QuarantineBelow: a context's success rate (posterior mean) under
-	// which the resource is quarantined for it once it has
-	// QuarantineMinEvidence observations; negative turns the rule off.
-	QuarantineBelow float64
-	// QuarantineMinEvidence: the decayed observations QuarantineBelow needs.
-	QuarantineMinEvidence float64
-	// CooldownBase: the first quarantine's length; each relapse doubles it,
-	// up to CooldownMax. A probe lease is handed out when it ends.
-	CooldownBase time.Duration
-	CooldownMax  time.Duration
-}
+// overlaid with a tenant's own values (ForTenant). It is the pool's
+// (pool.Policy), with the server's ranges (Validate) and its conversions
+// to and from the stored form. The zero value of a field means the pool's
+// default.
+type Policy pool.Policy
 
 // PolicyDefaults fills p's zero fields with the pool's defaults.
 func PolicyDefaults(p Policy) Policy {
-	d := pool.Config{}.WithDefaults()
-	return defaults.Fill(p, Policy{
-		HalfLife: d.HalfLife, QuarantineAfter: d.FailuresToQuarantine, QuarantineWholeAfter: d.FailuresToQuarantineWhole,
-		QuarantineBelow: d.QuarantineBelow, QuarantineMinEvidence: d.QuarantineMinEvidence,
-		CooldownBase: d.CooldownBase, CooldownMax: d.CooldownMax,
-	})
+	return defaults.Fill(p, Policy(pool.Config{}.WithDefaults().Policy()))
 }
 
 // Validate names the first field out of its range, by its configuration
@@ -53,10 +31,10 @@ func (p Policy) Validate() error {
 	switch {
 	case p.HalfLife < pool.MinHalfLife || p.HalfLife > pool.MaxHalfLife:
 		return fmt.Errorf("config: half_life %v: want %s to %s (30 days)", p.HalfLife, short(pool.MinHalfLife), short(pool.MaxHalfLife))
-	case p.QuarantineAfter < 1 || p.QuarantineAfter > pool.MaxFailuresToQuarantine:
-		return fmt.Errorf("config: quarantine_after %d: want 1 to %d consecutive failures", p.QuarantineAfter, pool.MaxFailuresToQuarantine)
-	case p.QuarantineWholeAfter < 1 || p.QuarantineWholeAfter > pool.MaxFailuresToQuarantineWhole:
-		return fmt.Errorf("config: quarantine_whole_after %d: want 1 to %d consecutive failures", p.QuarantineWholeAfter, pool.MaxFailuresToQuarantineWhole)
+	case p.FailuresToQuarantine < 1 || p.FailuresToQuarantine > pool.MaxFailuresToQuarantine:
+		return fmt.Errorf("config: quarantine_after %d: want 1 to %d consecutive failures", p.FailuresToQuarantine, pool.MaxFailuresToQuarantine)
+	case p.FailuresToQuarantineWhole < 1 || p.FailuresToQuarantineWhole > pool.MaxFailuresToQuarantineWhole:
+		return fmt.Errorf("config: quarantine_whole_after %d: want 1 to %d consecutive failures", p.FailuresToQuarantineWhole, pool.MaxFailuresToQuarantineWhole)
 	case math.IsNaN(p.QuarantineBelow) || p.QuarantineBelow >= 1 || p.QuarantineBelow < -1:
 		return fmt.Errorf("config: quarantine_below %v: want a success rate below 1 (0.1 is 10%%), or -1 to turn the rule off", p.QuarantineBelow)
 	case math.IsNaN(p.QuarantineMinEvidence) || p.QuarantineMinEvidence < 1 || p.QuarantineMinEvidence > pool.MaxQuarantineMinEvidence:
@@ -84,8 +62,8 @@ func (p Policy) ForTenant(t store.Policy) Policy {
 		}
 	}
 	sec(&p.HalfLife, t.HalfLifeSeconds)
-	whole(&p.QuarantineAfter, t.QuarantineAfter)
-	whole(&p.QuarantineWholeAfter, t.QuarantineWholeAfter)
+	whole(&p.FailuresToQuarantine, t.QuarantineAfter)
+	whole(&p.FailuresToQuarantineWhole, t.QuarantineWholeAfter)
 	if t.QuarantineBelow != nil {
 		p.QuarantineBelow = *t.QuarantineBelow
 	}
@@ -109,30 +87,18 @@ func (p Policy) Stored() store.Policy {
 		below = -1
 	}
 	return store.Policy{
-		HalfLifeSeconds: secs(p.HalfLife), QuarantineAfter: whole(p.QuarantineAfter), QuarantineWholeAfter: whole(p.QuarantineWholeAfter),
+		HalfLifeSeconds: secs(p.HalfLife), QuarantineAfter: whole(p.FailuresToQuarantine), QuarantineWholeAfter: whole(p.FailuresToQuarantineWhole),
 		QuarantineBelow: &below, QuarantineMinEvidence: &evidence,
 		CooldownBaseSeconds: secs(p.CooldownBase), CooldownMaxSeconds: secs(p.CooldownMax),
 	}
 }
 
-// PoolPolicy is p as a running pool takes it (pool.SetPolicy).
-func (p Policy) PoolPolicy() pool.Policy {
-	c := p.PoolConfig(pool.Config{})
-	return pool.Policy{
-		HalfLife: c.HalfLife, FailuresToQuarantine: c.FailuresToQuarantine, FailuresToQuarantineWhole: c.FailuresToQuarantineWhole,
-		QuarantineBelow: c.QuarantineBelow, QuarantineMinEvidence: c.QuarantineMinEvidence,
-		CooldownBase: c.CooldownBase, CooldownMax: c.CooldownMax,
-	}
-}
+// PoolPolicy is p as a running pool takes it (pool.SetPolicy), defaults
+// applied.
+func (p Policy) PoolPolicy() pool.Policy { return pool.Policy(PolicyDefaults(p)) }
 
-// PoolConfig is the pool configuration of p.
-func (p Policy) PoolConfig(c pool.Config) pool.Config {
-	p = PolicyDefaults(p)
-	c.HalfLife, c.FailuresToQuarantine, c.FailuresToQuarantineWhole = p.HalfLife, p.QuarantineAfter, p.QuarantineWholeAfter
-	c.QuarantineBelow, c.QuarantineMinEvidence = p.QuarantineBelow, p.QuarantineMinEvidence
-	c.CooldownBase, c.CooldownMax = p.CooldownBase, p.CooldownMax
-	return c
-}
+// PoolConfig is c with p's fields, defaults applied.
+func (p Policy) PoolConfig(c pool.Config) pool.Config { return c.WithPolicy(p.PoolPolicy()) }
 
 // short writes a whole number of minutes or hours without the zero units
 // (1m, 720h, not 1m0s, 720h0m0s).

@@ -14,10 +14,10 @@ func TestPolicyRanges(t *testing.T) {
 		want string
 	}{
 		{Policy{}, ""},
-		{Policy{QuarantineAfter: 3, CooldownBase: time.Minute, CooldownMax: time.Hour, QuarantineBelow: -1}, ""},
+		{Policy{FailuresToQuarantine: 3, CooldownBase: time.Minute, CooldownMax: time.Hour, QuarantineBelow: -1}, ""},
 		{Policy{HalfLife: time.Second}, "half_life 1s: want 1m to 720h"},
-		{Policy{QuarantineAfter: -1}, "quarantine_after -1: want 1 to 1000"},
-		{Policy{QuarantineWholeAfter: 1 << 20}, "quarantine_whole_after"},
+		{Policy{FailuresToQuarantine: -1}, "quarantine_after -1: want 1 to 1000"},
+		{Policy{FailuresToQuarantineWhole: 1 << 20}, "quarantine_whole_after"},
 		{Policy{QuarantineBelow: 1}, "quarantine_below 1: want a success rate below 1"},
 		{Policy{QuarantineMinEvidence: 0.5}, "quarantine_min_evidence 0.5"},
 		{Policy{CooldownBase: time.Millisecond}, "cooldown_base 1ms: want 1s to 24h"},
@@ -46,7 +46,7 @@ func TestPolicyAsTheControlPlaneShowsIt(t *testing.T) {
 	three, ten := int64(3), int64(10)
 	got := p.ForTenant(store.Policy{QuarantineAfter: &three, CooldownMaxSeconds: &ten})
 	want := PolicyDefaults(p)
-	want.QuarantineAfter, want.CooldownMax = 3, 10*time.Second
+	want.FailuresToQuarantine, want.CooldownMax = 3, 10*time.Second
 	if got != want {
 		t.Errorf("ForTenant() = %+v, want %+v", got, want)
 	}
