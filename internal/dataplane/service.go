@@ -177,7 +177,7 @@ func (s *Service) IssueToken(ctx context.Context, _ *repoolv1.IssueTokenRequest)
 		return nil, err
 	}
 	s.tokensIssued.Inc()
-	return &repoolv1.IssueTokenResponse{Token: tok, ExpiresAt: timestamppb.New(exp)}, nil
+	return &repoolv1.IssueTokenResponse{Token: tok, ExpiresAt: timestamppb.New(exp), Tenant: p.Tenant}, nil
 }
 
 // Register adds resources; the pool charges new ones to the tenant's

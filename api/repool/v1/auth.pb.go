@@ -63,7 +63,12 @@ type IssueTokenResponse struct {
 	// Signed bearer token (JWT). Treat it as a secret.
 	Token string `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
 	// When the token stops being accepted.
-	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// The tenant the token acts for. Clients behind a front end that routes
+	// by tenant (tenant-sharded groups) send it back on every call in the
+	// `x-repool-tenant` metadata entry; the server never trusts it, it only
+	// steers the call to the group that serves the tenant.
+	Tenant        string `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -112,16 +117,24 @@ func (x *IssueTokenResponse) GetExpiresAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *IssueTokenResponse) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
 var File_repool_v1_auth_proto protoreflect.FileDescriptor
 
 const file_repool_v1_auth_proto_rawDesc = "" +
 	"\n" +
 	"\x14repool/v1/auth.proto\x12\trepool.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x13\n" +
-	"\x11IssueTokenRequest\"e\n" +
+	"\x11IssueTokenRequest\"}\n" +
 	"\x12IssueTokenResponse\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x129\n" +
 	"\n" +
-	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt2X\n" +
+	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x16\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant2X\n" +
 	"\vAuthService\x12I\n" +
 	"\n" +
 	"IssueToken\x12\x1c.repool.v1.IssueTokenRequest\x1a\x1d.repool.v1.IssueTokenResponseB1Z/github.com/repool/repool/api/repool/v1;repoolv1b\x06proto3"

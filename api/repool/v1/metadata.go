@@ -21,6 +21,11 @@ const (
 	// ReasonOverBudget: the call would create state (resources, cells)
 	// beyond the tenant's ceiling or the server's budget.
 	ReasonOverBudget = "OVER_BUDGET"
+	// ReasonTenantElsewhere (on an UNAVAILABLE status): the tenant is
+	// served by another group of servers, or is being moved to one; retry
+	// through the front end, which routes by TenantRouteKey. Metadata
+	// "group" names the group the tenant is placed on, when known.
+	ReasonTenantElsewhere = "TENANT_ELSEWHERE"
 )
 
 // Metadata keys of the ErrorInfo detail.
@@ -28,4 +33,14 @@ const (
 	ErrorInfoWhy          = "why"
 	ErrorInfoFreesAt      = "frees_at"
 	ErrorInfoRetryAfterMS = "retry_after_ms"
+	ErrorInfoGroup        = "group"
 )
+
+// TenantRouteKey is the metadata entry a client behind a tenant-routing
+// front end sends on every call: the tenant of its token
+// (IssueTokenResponse.tenant). HAProxy maps it to the backend of the group
+// that serves the tenant. It is a routing hint only: the server serves a
+// call for the tenant its credential names, whatever this entry says, and
+// refuses as UNAVAILABLE (reason TENANT_ELSEWHERE) a tenant it does not
+// serve.
+const TenantRouteKey = "x-repool-tenant"
