@@ -20,9 +20,10 @@ import (
 	"github.com/repool/repool/internal/store/postgres"
 )
 
-// LockID is the advisory lock key of the leader election: the store's
-// writer lock, so that a server outside the group and the group's active
-// server never write at once.
+// LockID is the advisory lock key of the default group's leader election:
+// the store's writer lock, so that a server outside the group and the
+// group's active server never write at once. Other groups elect on their
+// own key (Config.LockID, postgres.GroupLockID).
 const LockID = postgres.WriterLockID
 
 // Config tunes an Elector. DSN is required; zero durations take defaults.
@@ -47,6 +48,9 @@ type Config struct {
 	Clock clock.Clock
 	// Log receives transitions.
 	Log *slog.Logger
+	// LockID is the advisory lock the group's servers compete for; zero
+	// means LockID (the default group's).
+	LockID int64
 }
 
 // Elector campaigns for leadership. Safe for use by one goroutine at a time.
@@ -79,6 +83,9 @@ func New(cfg Config) (*Elector, error) {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
+	}
+	if cfg.LockID == 0 {
+		cfg.LockID = LockID
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -170,7 +177,7 @@ func (e *Elector) tryLock(ctx context.Context, conn *pgx.Conn) (bool, error) {
 	cctx, cancel := context.WithTimeout(ctx, e.cfg.SessionTimeout)
 	defer cancel()
 	var got bool
-	err := conn.QueryRow(cctx, `SELECT pg_try_advisory_lock($1)`, LockID).Scan(&got)
+	err := conn.QueryRow(cctx, `SELECT pg_try_advisory_lock($1)`, e.cfg.LockID).Scan(&got)
 	return got, err
 }
 
@@ -228,7 +235,7 @@ func (e *Elector) hold(conn *pgx.Conn) *Term {
 func (e *Elector) check(ctx context.Context, conn *pgx.Conn) (held bool, err error) {
 	cctx, cancel := context.WithTimeout(ctx, e.checkTimeout())
 	defer cancel()
-	err = conn.QueryRow(cctx, `SELECT count(*) > 0 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND objid = ($1::bigint & x'ffffffff'::bigint)::oid AND granted`, LockID).Scan(&held)
+	err = conn.QueryRow(cctx, `SELECT count(*) > 0 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND objid = ($1::bigint & x'ffffffff'::bigint)::oid AND granted`, e.cfg.LockID).Scan(&held)
 	return held, err
 }
 

@@ -168,6 +168,32 @@ type Store interface {
 	Close() error
 }
 
+// Groups is what tenant-sharded groups need beyond Store: where tenants
+// are placed, the groups that exist, and the fenced handover of a tenant
+// from one group to another.
+type Groups interface {
+	// Placements returns the group of every tenant that is not deleted.
+	Placements(ctx context.Context) (map[string]string, error)
+	// GroupList returns every group that exists (a server of it has raised
+	// its epoch, or a tenant is placed on it), ordered by name, with its
+	// epoch and the number of tenants placed on it.
+	GroupList(ctx context.Context) ([]GroupInfo, error)
+	// MoveTenant places tenant on group to, in one fenced transaction: it
+	// fails with ErrFenced, and changes nothing, unless this store's group
+	// (Options.Group) still holds its epoch and the tenant is still placed
+	// on it. ErrNotFound for an unknown or deleted tenant, ErrInvalid for
+	// a bad group or a move to the group it is on. After it commits, this
+	// group's writes of the tenant's pool fail with ErrFenced.
+	MoveTenant(ctx context.Context, tenant, to string) error
+}
+
+// GroupInfo is one group as the store knows it.
+type GroupInfo struct {
+	Name    string
+	Epoch   uint32
+	Tenants int
+}
+
 // HA is what the active/standby servers need beyond Store. Only the
 // PostgreSQL store implements it: high availability needs a shared
 // database.
@@ -225,6 +251,21 @@ type Options struct {
 	// (SQLite opens the file read-only, PostgreSQL runs read-only
 	// transactions).
 	ReadOnly bool
+	// Group is the group of servers this store handle writes for
+	// (tenant-sharded groups; empty means DefaultGroup). BumpEpoch raises
+	// the group's own epoch, the fence checks it, and a fenced write of a
+	// tenant's pool (checkpoint, lease journal) also checks that the
+	// tenant is still placed on the group: after a move, the source cannot
+	// write the tenant's state.
+	Group string
+}
+
+// GroupName returns o.Group, or DefaultGroup when it is empty.
+func (o Options) GroupName() string {
+	if o.Group == "" {
+		return DefaultGroup
+	}
+	return o.Group
 }
 
 // Now returns the current time from o.Clock (the wall clock if nil), in UTC

@@ -40,6 +40,10 @@ type Tenant struct {
 	CreatedAt time.Time
 	// DeletedAt is set when the tenant becomes a tombstone; zero otherwise.
 	DeletedAt time.Time
+	// Group is the group of servers the tenant is placed on (tenant-sharded
+	// groups): only that group's active server serves and writes the
+	// tenant's pool. Empty on CreateTenant: the least-loaded group.
+	Group string
 }
 
 // TenantFilter selects the tenants ListTenants returns. The zero value lists
@@ -47,6 +51,8 @@ type Tenant struct {
 type TenantFilter struct {
 	// IncludeDeleted also lists tombstones.
 	IncludeDeleted bool
+	// Group, when set, lists only the tenants placed on that group.
+	Group string
 }
 
 // Limits are a tenant's overrides of the server's capacity and request

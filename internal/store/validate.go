@@ -71,7 +71,58 @@ func (t Tenant) Validate() error {
 	if err := ValidateTenantID(t.ID); err != nil {
 		return err
 	}
+	if t.Group != "" {
+		if err := ValidateGroup(t.Group); err != nil {
+			return err
+		}
+	}
 	return checkText("tenant name", t.Name, MaxNameLen)
+}
+
+// DefaultGroup is the group of a server started without --group, and of
+// every tenant that existed before groups: a deployment with one group
+// works as one without groups.
+const DefaultGroup = "default"
+
+// MaxGroupLen bounds a group name.
+const MaxGroupLen = 31
+
+// ValidateGroup checks a group name: 1 to MaxGroupLen characters of
+// [a-z0-9-], starting with a letter (it becomes part of an HAProxy backend
+// name and a PostgreSQL counter's name). The error wraps ErrInvalid.
+func ValidateGroup(g string) error {
+	if len(g) == 0 || len(g) > MaxGroupLen {
+		return fmt.Errorf("%w: group %s: length %d, want 1..%d", ErrInvalid, quote(g), len(g), MaxGroupLen)
+	}
+	for i := 0; i < len(g); i++ {
+		c := g[i]
+		switch {
+		case c >= 'a' && c <= 'z':
+		case (c >= '0' && c <= '9' || c == '-') && i > 0:
+		default:
+			return fmt.Errorf("%w: group %s: want a lowercase letter, then [a-z0-9-]", ErrInvalid, quote(g))
+		}
+	}
+	return nil
+}
+
+// EpochCounter is the name of group's epoch counter: "epoch" for the
+// default group (as before groups), "epoch:NAME" for the others.
+func EpochCounter(group string) string {
+	if group == "" || group == DefaultGroup {
+		return "epoch"
+	}
+	return "epoch:" + group
+}
+
+// GroupOf returns the group an epoch counter named name belongs to, and
+// whether name is an epoch counter at all.
+func GroupOf(counter string) (string, bool) {
+	if counter == "epoch" {
+		return DefaultGroup, true
+	}
+	g, ok := strings.CutPrefix(counter, "epoch:")
+	return g, ok && g != ""
 }
 
 // Validate checks that every limit that is set is not negative (and the

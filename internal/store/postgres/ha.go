@@ -16,8 +16,30 @@ func (s *Store) SetFence(epoch uint32) { s.fence.Store(epoch) }
 // DSN implements store.HA.
 func (s *Store) DSN() string { return s.dsn }
 
-// fenceSQL reads the persisted epoch and takes its row FOR SHARE.
-const fenceSQL = `SELECT value FROM server_counters WHERE name = 'epoch' FOR SHARE`
+// fenceSQL reads the persisted epoch of the group named by $1 (its counter,
+// store.EpochCounter) and takes its row FOR SHARE.
+const fenceSQL = `SELECT value FROM server_counters WHERE name = $1 FOR SHARE`
+
+// placementSQL reads the group tenant $1 is placed on, taking its row FOR
+// SHARE: MoveTenant's update of the row waits for a fenced write of the
+// tenant's pool, and a write after the move sees the new group.
+const placementSQL = `SELECT placement FROM tenants WHERE id = $1 AND status <> 'deleted' FOR SHARE`
+
+// placementErr judges the result of placementSQL: store.ErrFenced unless
+// the tenant is placed on this store's group, store.ErrNotFound if it is
+// gone.
+func (s *Store) placementErr(tenant, cur string, err error) error {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("tenant %q: %w", tenant, store.ErrNotFound)
+	}
+	if err != nil {
+		return classify(err)
+	}
+	if g := s.opts.GroupName(); cur != g {
+		return fmt.Errorf("%w: tenant %q is placed on group %q, not on %q", store.ErrFenced, tenant, cur, g)
+	}
+	return nil
+}
 
 // checkFence fails with store.ErrFenced unless the persisted epoch is the
 // fence. It takes the epoch row FOR SHARE, so a successor's BumpEpoch waits
@@ -30,7 +52,7 @@ func (s *Store) checkFence(ctx context.Context, tx pgx.Tx) error {
 		return nil
 	}
 	var cur int64
-	err := tx.QueryRow(ctx, fenceSQL).Scan(&cur)
+	err := tx.QueryRow(ctx, fenceSQL, store.EpochCounter(s.opts.Group)).Scan(&cur)
 	return fenceErr(fence, cur, err)
 }
 
@@ -72,7 +94,8 @@ func (s *Store) WriteLeases(ctx context.Context, tenantID string, put []store.Le
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{})
 	if fence != 0 {
-		b.Queue(fenceSQL)
+		b.Queue(fenceSQL, store.EpochCounter(s.opts.Group))
+		b.Queue(placementSQL, tenantID)
 	}
 	if len(dels) > 0 {
 		b.Queue(`DELETE FROM lease_journal WHERE pool_id = $1 AND lease_id = ANY($2)`, tenantID, dels)
@@ -94,6 +117,11 @@ ON CONFLICT (pool_id, lease_id) DO UPDATE SET expires_at = excluded.expires_at, 
 			var cur int64
 			scanErr := br.QueryRow().Scan(&cur)
 			if err := fenceErr(fence, cur, scanErr); err != nil {
+				return err
+			}
+			var placed string
+			scanErr = br.QueryRow().Scan(&placed)
+			if err := s.placementErr(tenantID, placed, scanErr); err != nil {
 				return err
 			}
 		}
@@ -144,7 +172,9 @@ func (s *Store) PruneLeases(ctx context.Context, before int64) error {
 		if err := s.checkFence(ctx, tx); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `DELETE FROM lease_journal WHERE expires_at < $1`, before)
+		_, err := tx.Exec(ctx, `
+DELETE FROM lease_journal WHERE expires_at < $1
+AND pool_id IN (SELECT id FROM tenants WHERE placement = $2)`, before, s.opts.GroupName())
 		return classify(err)
 	})
 	if err != nil {

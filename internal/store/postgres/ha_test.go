@@ -28,6 +28,9 @@ func TestWriteLeasesChangesNothingWhenItFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	old.SetFence(e1)
+	if _, err := old.CreateTenant(ctx, store.Tenant{ID: "acme", Name: "Acme"}); err != nil {
+		t.Fatal(err)
+	}
 	lease := func(id uint64, exp int64) store.LeaseRow {
 		return store.LeaseRow{ID: id, ResourceID: "r", Context: "x", Token: id, ExpiresAt: exp}
 	}
@@ -107,4 +110,11 @@ func TestLeaseJournal(t *testing.T) {
 	if got, _ := s.LoadLeases(ctx, "b"); len(got) != 1 {
 		t.Fatalf("LoadLeases(b) after deleting a = %+v, want b's lease intact", got)
 	}
+}
+
+func TestGroups(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	storetest.Groups(t, func(t *testing.T, g string) storetest.GroupStore {
+		return openTest(t, dsn, store.Options{Group: g})
+	})
 }

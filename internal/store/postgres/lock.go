@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -16,6 +17,19 @@ import (
 // (internal/ha), so that the two exclude each other too. It differs from
 // the lock goose takes for migrations.
 const WriterLockID int64 = 0x7265706f6f6c // "repool"
+
+// GroupLockID is the leader lock of the active/standby set of group g
+// (tenant-sharded groups): WriterLockID for the default group, so that a
+// deployment without groups is unchanged, and a hash of the name for the
+// others, so that each group elects its own active server.
+func GroupLockID(g string) int64 {
+	if g == "" || g == store.DefaultGroup {
+		return WriterLockID
+	}
+	h := fnv.New64a()
+	h.Write([]byte("repool-group:" + g))
+	return int64(h.Sum64() &^ (1 << 63))
+}
 
 // LockWriter implements store.WriterLock: it takes the session advisory
 // lock on a connection of its own and fails at once with store.ErrLocked

@@ -77,6 +77,9 @@ func Open(ctx context.Context, path string, opts store.Options) (*Store, error) 
 	if err := CheckPath(path); err != nil {
 		return nil, err
 	}
+	if opts.GroupName() != store.DefaultGroup {
+		return nil, fmt.Errorf("%w: sqlite: group %q: tenant-sharded groups need a PostgreSQL store shared by their servers", store.ErrInvalid, opts.Group)
+	}
 	pragmas := fmt.Sprintf("_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)", busyTimeout.Milliseconds())
 	if opts.ReadOnly {
 		return openReadOnly(ctx, path, pragmas, opts)
@@ -272,4 +275,10 @@ func fromMicros(v sql.NullInt64) time.Time {
 		return time.Time{}
 	}
 	return time.UnixMicro(v.Int64).UTC()
+}
+
+// MoveTenant refuses: tenants move between groups of servers that share a
+// PostgreSQL store, and a SQLite store has one server and one group.
+func (s *Store) MoveTenant(context.Context, string, string) error {
+	return fmt.Errorf("%w: sqlite: moving a tenant to another group needs a PostgreSQL store shared by the groups' servers", store.ErrInvalid)
 }

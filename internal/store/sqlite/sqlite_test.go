@@ -282,3 +282,25 @@ func BenchmarkCheckpointIncremental1pct(b *testing.B) {
 func BenchmarkLoadCheckpoint500k(b *testing.B) {
 	storetest.BenchmarkLoad(b, benchStore(b), 100_000, 5)
 }
+
+// TestGroupsNeedPostgres: a SQLite store serves the default group only; a
+// handle for another group is refused, and so is a move.
+func TestGroupsNeedPostgres(t *testing.T) {
+	if _, err := Open(t.Context(), filepath.Join(t.TempDir(), "g.db"), store.Options{Group: "b"}); !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), "PostgreSQL") {
+		t.Fatalf("Open(group b) = got %v, want ErrInvalid naming PostgreSQL", err)
+	}
+	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "d.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.CreateTenant(t.Context(), store.Tenant{ID: "acme", Name: "Acme"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MoveTenant(t.Context(), "acme", "b"); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("MoveTenant on SQLite = got %v, want ErrInvalid", err)
+	}
+	if tn, err := s.GetTenant(t.Context(), "acme"); err != nil || tn.Group != store.DefaultGroup {
+		t.Fatalf("GetTenant after a refused move = got %+v, %v, want the default group", tn, err)
+	}
+}

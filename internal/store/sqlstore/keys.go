@@ -112,7 +112,7 @@ func (s *Store) LookupKey(ctx context.Context, digest []byte) (store.Key, store.
 	}
 	var t store.Tenant
 	k, err := s.scanKey(s.c.Read.QueryRow(ctx, `
-SELECT `+keyColumns+`, t.id, t.name, t.status, t.created_at, t.deleted_at
+SELECT `+keyColumns+`, t.id, t.name, t.status, t.created_at, t.deleted_at, t.placement
 FROM api_keys k JOIN tenants t ON t.id = k.tenant_id
 WHERE k.digest = $1`, digest), s.tenantDest(&t)...)
 	if errors.Is(err, sql.ErrNoRows) {

@@ -59,9 +59,10 @@ func (s *Store) LoadMeta(ctx context.Context, c Conn, tenantID, cols string, des
 
 // CheckpointTx is the frame of SaveCheckpoint that both dialects share:
 // it validates tenantID and cp, then, in a fenced transaction, takes the
-// tenant row ForShare (DeleteTenant takes it ForUpdate: a checkpoint and
-// a delete of the same tenant never interleave; store.ErrNotFound for a
-// deleted tenant) and calls write with the transaction and the time of
+// tenant row ForShare (DeleteTenant and MoveTenant take it ForUpdate: a
+// checkpoint and a delete or move of the same tenant never interleave;
+// store.ErrNotFound for a deleted tenant, store.ErrFenced for one placed
+// on another group) and calls write with the transaction and the time of
 // the save (the store's clock).
 func (s *Store) CheckpointTx(ctx context.Context, tenantID string, cp store.Checkpoint, write func(tx Conn, now time.Time) error) error {
 	if err := store.ValidateTenantID(tenantID); err != nil {
@@ -72,7 +73,7 @@ func (s *Store) CheckpointTx(ctx context.Context, tenantID string, cp store.Chec
 	}
 	now := s.c.Options.Now()
 	err := s.c.InTx(ctx, true, func(tx Conn) error {
-		if err := s.LiveTenant(ctx, tx, tenantID, s.c.ForShare); err != nil {
+		if err := s.placedHere(ctx, tx, tenantID, s.c.ForShare); err != nil {
 			return err
 		}
 		return write(tx, now)

@@ -11,11 +11,11 @@ import (
 	"github.com/repool/repool/internal/store"
 )
 
-const tenantColumns = `id, name, status, created_at, deleted_at`
+const tenantColumns = `id, name, status, created_at, deleted_at, placement`
 
 // tenantDest returns the scan destinations of tenantColumns into t.
 func (s *Store) tenantDest(t *store.Tenant) []any {
-	return []any{&t.ID, &t.Name, &t.Status, s.c.TimeDest(&t.CreatedAt), s.c.TimeDest(&t.DeletedAt)}
+	return []any{&t.ID, &t.Name, &t.Status, s.c.TimeDest(&t.CreatedAt), s.c.TimeDest(&t.DeletedAt), &t.Group}
 }
 
 func (s *Store) scanTenant(row Row) (store.Tenant, error) {
@@ -42,10 +42,17 @@ func (s *Store) CreateTenant(ctx context.Context, t store.Tenant) (store.Tenant,
 	if err := t.Validate(); err != nil {
 		return store.Tenant{}, err
 	}
-	out := store.Tenant{ID: t.ID, Name: t.Name, Status: store.StatusActive, CreatedAt: s.c.Options.Now()}
+	out := store.Tenant{ID: t.ID, Name: t.Name, Status: store.StatusActive, CreatedAt: s.c.Options.Now(), Group: t.Group}
+	if out.Group == "" {
+		g, err := s.leastLoaded(ctx)
+		if err != nil {
+			return store.Tenant{}, fmt.Errorf("create tenant %q: %w", t.ID, err)
+		}
+		out.Group = g
+	}
 	n, err := s.c.Write.Exec(ctx,
-		`INSERT INTO tenants (id, name, status, created_at) VALUES ($1, $2, $3, $4) ON CONFLICT (id) DO NOTHING`,
-		out.ID, out.Name, string(out.Status), s.c.Time(out.CreatedAt))
+		`INSERT INTO tenants (id, name, status, created_at, placement) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING`,
+		out.ID, out.Name, string(out.Status), s.c.Time(out.CreatedAt), out.Group)
 	if err != nil {
 		return store.Tenant{}, fmt.Errorf("create tenant %q: %w", t.ID, s.classify(err))
 	}
@@ -72,16 +79,13 @@ func (s *Store) GetTenant(ctx context.Context, id string) (store.Tenant, error) 
 
 // ListTenants implements store.Store.
 func (s *Store) ListTenants(ctx context.Context, f store.TenantFilter) ([]store.Tenant, error) {
-	q := `SELECT ` + tenantColumns + ` FROM tenants WHERE status <> 'deleted' ORDER BY id`
-	if f.IncludeDeleted {
-		q = `SELECT ` + tenantColumns + ` FROM tenants ORDER BY id`
-	}
+	q := `SELECT ` + tenantColumns + ` FROM tenants WHERE (status <> 'deleted' OR $1) AND ($2 = '' OR placement = $2) ORDER BY id`
 	out := []store.Tenant{}
 	err := s.c.Read.Query(ctx, func(row Row) error {
 		t, err := s.scanTenant(row)
 		out = append(out, t)
 		return err
-	}, q)
+	}, q, f.IncludeDeleted, f.Group)
 	if err != nil {
 		return nil, fmt.Errorf("list tenants: %w", s.classify(err))
 	}
@@ -325,9 +329,9 @@ func (s *Store) SigningKey(ctx context.Context) ([]byte, error) {
 func (s *Store) BumpEpoch(ctx context.Context) (uint32, error) {
 	var v int64
 	err := s.c.Write.QueryRow(ctx, `
-INSERT INTO server_counters AS c (name, value) VALUES ('epoch', 1)
+INSERT INTO server_counters AS c (name, value) VALUES ($2, 1)
 ON CONFLICT (name) DO UPDATE SET value = c.value + 1 WHERE c.value < $1
-RETURNING value`, int64(math.MaxUint32)).Scan(&v)
+RETURNING value`, int64(math.MaxUint32), store.EpochCounter(s.c.Options.Group)).Scan(&v)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, fmt.Errorf("bump epoch: %w: epoch counter exhausted", store.ErrConflict)
 	}

@@ -234,7 +234,7 @@ func testCreateTenant(t *testing.T, h *harness) {
 	if err != nil {
 		t.Fatalf("CreateTenant(ctx, acme) = got error %v, want nil", err)
 	}
-	want := store.Tenant{ID: "acme", Name: "Acme Inc.", Status: store.StatusActive, CreatedAt: store.Timestamp(start())}
+	want := store.Tenant{ID: "acme", Name: "Acme Inc.", Status: store.StatusActive, CreatedAt: store.Timestamp(start()), Group: store.DefaultGroup}
 	if got != want {
 		t.Fatalf("CreateTenant(ctx, acme) = got %+v, want %+v", got, want)
 	}
@@ -404,7 +404,7 @@ func testDeleteTenant(t *testing.T, h *harness) {
 				t.Fatalf("DeleteTenant(ctx, %s) = got error %v, want nil", id, err)
 			}
 			got, err := h.s.GetTenant(ctx, id)
-			want := store.Tenant{ID: id, Name: created.Name, Status: store.StatusDeleted, CreatedAt: created.CreatedAt, DeletedAt: store.Timestamp(h.clk.Now())}
+			want := store.Tenant{ID: id, Name: created.Name, Status: store.StatusDeleted, CreatedAt: created.CreatedAt, DeletedAt: store.Timestamp(h.clk.Now()), Group: store.DefaultGroup}
 			if err != nil || got != want {
 				t.Fatalf("GetTenant(ctx, %s) after delete = got %+v, %v, want %+v, nil", id, got, err, want)
 			}
