@@ -127,9 +127,10 @@ type Store interface {
 	// and storing it on the first call. Concurrent first callers, in this
 	// process or others sharing the database, all get the same key.
 	SigningKey(ctx context.Context) ([]byte, error)
-	// BumpEpoch atomically increments the persisted epoch counter and
-	// returns the new value (1 on first use). Values strictly increase
-	// across callers, processes and restarts.
+	// BumpEpoch atomically raises the epoch of this handle's group
+	// (Options.Group) and returns it (1 on first use). Values strictly
+	// increase across callers, processes, restarts and groups: every group
+	// draws its epochs from one sequence.
 	BumpEpoch(ctx context.Context) (uint32, error)
 
 	// SaveCheckpoint writes one tenant's pool state in one transaction that

@@ -325,13 +325,29 @@ func (s *Store) SigningKey(ctx context.Context) ([]byte, error) {
 	return key, nil
 }
 
-// BumpEpoch implements store.Store.
+// BumpEpoch implements store.Store. Epochs come from one sequence shared by
+// every group ("epoch_seq", started above every group's epoch so that a
+// store from before groups goes on from its epoch), and the group's own
+// counter (store.EpochCounter), the one its fence checks, takes the new
+// value: a takeover in any group gets an epoch above every epoch any
+// group has used, so fencing tokens, which carry the epoch, keep
+// increasing for a tenant that moves between groups and then fails over.
 func (s *Store) BumpEpoch(ctx context.Context) (uint32, error) {
 	var v int64
-	err := s.c.Write.QueryRow(ctx, `
-INSERT INTO server_counters AS c (name, value) VALUES ($2, 1)
+	err := s.c.InTx(ctx, false, func(tx Conn) error {
+		err := tx.QueryRow(ctx, `
+INSERT INTO server_counters AS c (name, value)
+SELECT 'epoch_seq', coalesce(max(value), 0) + 1 FROM server_counters WHERE name = 'epoch' OR name LIKE 'epoch:%'
 ON CONFLICT (name) DO UPDATE SET value = c.value + 1 WHERE c.value < $1
-RETURNING value`, int64(math.MaxUint32), store.EpochCounter(s.c.Options.Group)).Scan(&v)
+RETURNING value`, int64(math.MaxUint32)).Scan(&v)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `
+INSERT INTO server_counters AS c (name, value) VALUES ($1, $2)
+ON CONFLICT (name) DO UPDATE SET value = excluded.value`, store.EpochCounter(s.c.Options.Group), v)
+		return err
+	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, fmt.Errorf("bump epoch: %w: epoch counter exhausted", store.ErrConflict)
 	}

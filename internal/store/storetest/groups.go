@@ -39,8 +39,8 @@ func Groups(t *testing.T, open func(t *testing.T, group string) GroupStore) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ea != 1 || eb != 1 {
-		t.Fatalf("BumpEpoch of two groups = got %d and %d, want 1 and 1: each group has its own epoch", ea, eb)
+	if ea != 1 || eb != 2 {
+		t.Fatalf("BumpEpoch of two groups = got %d and %d, want 1 and 2: each group has its own epoch, from one sequence", ea, eb)
 	}
 	a.SetFence(ea)
 	b.SetFence(eb)
@@ -73,7 +73,7 @@ func Groups(t *testing.T, open func(t *testing.T, group string) GroupStore) {
 		}
 	}
 	groups, err := b.GroupList(ctx)
-	wantGroups := []store.GroupInfo{{Name: "b", Epoch: 1, Tenants: 2}, {Name: "c", Tenants: 1}, {Name: "default", Epoch: 1, Tenants: 2}}
+	wantGroups := []store.GroupInfo{{Name: "b", Epoch: 2, Tenants: 2}, {Name: "c", Tenants: 1}, {Name: "default", Epoch: 1, Tenants: 2}}
 	if err != nil || len(groups) != len(wantGroups) {
 		t.Fatalf("GroupList = got %+v, %v, want %+v", groups, err, wantGroups)
 	}
@@ -144,6 +144,12 @@ func Groups(t *testing.T, open func(t *testing.T, group string) GroupStore) {
 		t.Fatal(err)
 	}
 	succ.SetFence(e)
+	if e <= eb {
+		t.Fatalf("BumpEpoch(b's successor) = got %d, want above %d", e, eb)
+	}
+	if again, err := a.BumpEpoch(ctx); err != nil || again <= e {
+		t.Fatalf("BumpEpoch(default group after b's) = got %d, %v, want above %d: one sequence for every group", again, err, e)
+	}
 	if err := b.MoveTenant(ctx, "t2", store.DefaultGroup); !errors.Is(err, store.ErrFenced) {
 		t.Fatalf("MoveTenant by a deposed active server = got %v, want ErrFenced", err)
 	}
