@@ -27,8 +27,11 @@ type Store interface {
 	LoadCheckpoint(ctx context.Context, tenantID string) (store.PoolState, error)
 }
 
-// Pools holds the tenants' pools.
+// Pools holds the tenants' pools. Admit places a tenant and, with fill,
+// makes its pool, fills it and only then publishes it
+// (tenants.Registry.Admit).
 type Pools interface {
+	Admit(tenant string, fill func(*pool.Pool) error) error
 	Pool(tenant string) (*pool.Pool, error)
 	Lookup(tenant string) (*pool.Pool, bool)
 	Tenants() []string
@@ -38,6 +41,9 @@ type Pools interface {
 type Config struct {
 	Store Store
 	Pools Pools
+	// Group, when set, restricts RestoreAll to the tenants placed on that
+	// group (tenant-sharded groups); empty restores every tenant.
+	Group string
 	// Leases, when set, returns a tenant's journaled leases, restored with
 	// its pool so that leases survive a failover.
 	Leases func(ctx context.Context, tenant string) ([]store.LeaseRow, error)
@@ -127,7 +133,7 @@ func New(cfg Config) (*Checkpointer, error) {
 // skipping the tenant would let its first full checkpoint overwrite what is
 // stored, so the caller must not serve.
 func (c *Checkpointer) RestoreAll(ctx context.Context) (failed int, err error) {
-	ts, err := c.cfg.Store.ListTenants(ctx, store.TenantFilter{})
+	ts, err := c.cfg.Store.ListTenants(ctx, store.TenantFilter{Group: c.cfg.Group})
 	if err != nil {
 		return 0, fmt.Errorf("checkpoint: listing tenants: %w", err)
 	}
@@ -144,6 +150,15 @@ func (c *Checkpointer) RestoreAll(ctx context.Context) (failed int, err error) {
 	return failed, nil
 }
 
+// Restore places tenant here and restores its stored state (checkpoint and
+// journaled leases) into a new pool before any call can see it: how a
+// group's active server takes in a tenant moved to it. Errors as
+// RestoreAll's for one tenant (store.ErrCorrupt for a state the pool
+// refuses).
+func (c *Checkpointer) Restore(ctx context.Context, tenant string) error {
+	return c.restore(ctx, tenant)
+}
+
 func (c *Checkpointer) restore(ctx context.Context, tenant string) error {
 	st, err := c.cfg.Store.LoadCheckpoint(ctx, tenant)
 	if err != nil {
@@ -157,7 +172,7 @@ func (c *Checkpointer) restore(ctx context.Context, tenant string) error {
 	}
 	c.markFull(tenant)
 	if !st.HasCheckpoint && len(leases) == 0 {
-		return nil
+		return c.cfg.Pools.Admit(tenant, nil)
 	}
 	// A snapshot the pool would refuse is refused before the tenant gets a
 	// pool: a pool, even an empty one, would be checkpointed in full by the
@@ -166,15 +181,23 @@ func (c *Checkpointer) restore(ctx context.Context, tenant string) error {
 	if err := snap.Check(); err != nil {
 		return fmt.Errorf("%w: %v", store.ErrCorrupt, err)
 	}
-	p, err := c.cfg.Pools.Pool(tenant)
-	if err != nil {
-		return err
-	}
-	if err := p.Restore(snap); err != nil {
-		return fmt.Errorf("%w: %v", store.ErrCorrupt, err)
-	}
-	c.cfg.Restored(tenant, len(st.Resources), len(st.Cells))
-	return nil
+	// Accounted before the pool is published: the tenant's first call
+	// sees its budget with the restored state in it.
+	return c.cfg.Pools.Admit(tenant, func(p *pool.Pool) error {
+		if err := p.Restore(snap); err != nil {
+			return fmt.Errorf("%w: %v", store.ErrCorrupt, err)
+		}
+		c.cfg.Restored(tenant, len(st.Resources), len(st.Cells))
+		return nil
+	})
+}
+
+// SaveFull writes tenant's whole pool state now, in one fenced
+// transaction: how a server makes a tenant's state durable before handing
+// it to another group. A tenant without a pool has nothing to write.
+func (c *Checkpointer) SaveFull(ctx context.Context, tenant string) error {
+	c.markFull(tenant)
+	return c.save(ctx, tenant)
 }
 
 func (c *Checkpointer) markFull(tenant string) {

@@ -72,6 +72,9 @@ type Config struct {
 	// so changes must reach the active server. Nil means always active.
 	// It must be safe for concurrent use and return quickly.
 	Active func() error
+	// Groups is the server's side of tenant-sharded groups; nil when the
+	// server does not shard.
+	Groups Groups
 }
 
 // Validate reports the first missing required field.
@@ -180,6 +183,8 @@ func (a *API) routes() http.Handler {
 		{http.MethodGet, tenant + "/keys", tenantRead, a.listKeys},
 		{http.MethodDelete, tenant + "/keys/{keyID}", tenantWrite, a.revokeKey},
 		{http.MethodGet, tenant + "/audit", tenantRead, a.listAudit},
+		{http.MethodPost, tenant + "/move", operatorOnly, a.moveTenant},
+		{http.MethodGet, "/api/v1/groups", operatorOnly, a.listGroups},
 	}
 	mux := http.NewServeMux()
 	allowed := map[string][]string{}
@@ -222,6 +227,9 @@ func (a *API) endpoint(acc access, serve handlerFunc) http.Handler {
 		}
 		if err == nil && mutating(r.Method) {
 			err = a.checkActive()
+		}
+		if err == nil && mutating(r.Method) {
+			err = a.checkServed(r.Context(), r.PathValue("id"))
 		}
 		if err == nil {
 			err = serve(w, r, c)

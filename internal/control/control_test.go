@@ -118,7 +118,7 @@ func TestEveryMutationIsAudited(t *testing.T) {
 		}
 	}
 	for action, want := range map[string]string{
-		"tenant.create":  `name="Acme Inc."`,
+		"tenant.create":  `name="Acme Inc." group="default"`,
 		"key.create":     `name="ci" prefix="` + key.Prefix + `"`,
 		"limits.put":     "tenant_admin.burst none -> 10, tenant_admin.max_streams none -> 3",
 		"policy.put":     "quarantine_after default -> 3, quarantine_below default -> -1",

@@ -17,16 +17,21 @@ type tenantJSON struct {
 	Status    store.Status `json:"status"`
 	CreatedAt time.Time    `json:"created_at"`
 	DeletedAt time.Time    `json:"deleted_at,omitzero"`
+	// Group is the group of servers the tenant is placed on.
+	Group string `json:"group,omitempty"`
 }
 
 func toTenantJSON(t store.Tenant) tenantJSON {
-	return tenantJSON{t.ID, t.Name, t.Status, t.CreatedAt, t.DeletedAt}
+	return tenantJSON{t.ID, t.Name, t.Status, t.CreatedAt, t.DeletedAt, t.Group}
 }
 
 // createTenantRequest is the body of POST /api/v1/tenants.
 type createTenantRequest struct {
 	ID   string `json:"id"`
 	Name string `json:"name"`
+	// Group places the tenant on a group of servers; empty: the group with
+	// the fewest tenants.
+	Group string `json:"group"`
 }
 
 // checkTenantID returns a 400 unless id is a valid tenant id.
@@ -63,7 +68,17 @@ func (a *API) createTenant(w http.ResponseWriter, r *http.Request, c caller) err
 	if err := checkName("name", req.Name); err != nil {
 		return err
 	}
-	t, err := a.cfg.Store.CreateTenant(r.Context(), store.Tenant{ID: req.ID, Name: req.Name})
+	if req.Group != "" && store.ValidateGroup(req.Group) != nil {
+		return invalidArgument("group %s: want a lowercase letter, then up to %d of [a-z0-9-]", shortQuote(req.Group), store.MaxGroupLen-1)
+	}
+	if a.cfg.Groups == nil {
+		// A server that does not shard has one group.
+		if req.Group != "" && req.Group != store.DefaultGroup {
+			return invalidArgument("group %s: this server does not shard tenants over groups (that needs servers started with --ha and --group on a PostgreSQL store)", shortQuote(req.Group))
+		}
+		req.Group = store.DefaultGroup
+	}
+	t, err := a.cfg.Store.CreateTenant(r.Context(), store.Tenant{ID: req.ID, Name: req.Name, Group: req.Group})
 	if errors.Is(err, store.ErrExists) {
 		return &apiError{http.StatusConflict, codeAlreadyExists,
 			fmt.Sprintf("tenant %q already exists (ids of deleted tenants are never reused)", req.ID)}
@@ -71,7 +86,7 @@ func (a *API) createTenant(w http.ResponseWriter, r *http.Request, c caller) err
 	if err != nil {
 		return err
 	}
-	a.audit(r.Context(), c, t.ID, actionTenantCreate, t.ID, "name="+strconv.Quote(t.Name))
+	a.audit(r.Context(), c, t.ID, actionTenantCreate, t.ID, "name="+strconv.Quote(t.Name)+" group="+strconv.Quote(t.Group))
 	w.Header().Set("Location", "/api/v1/tenants/"+t.ID)
 	writeJSON(w, http.StatusCreated, toTenantJSON(t))
 	return nil

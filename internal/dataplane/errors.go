@@ -66,6 +66,8 @@ func toStatus(log *slog.Logger, err error) error {
 	case errors.Is(err, auth.ErrUnavailable):
 		log.Warn("credential store unavailable", "err", err)
 		code, msg = codes.Unavailable, auth.ErrUnavailable.Error()
+	case errors.Is(err, tenants.ErrElsewhere):
+		return elsewhere(err)
 	case errors.Is(err, ErrNotActive):
 		code = codes.Unavailable
 	case errors.Is(err, tenants.ErrClosed):
@@ -75,6 +77,26 @@ func toStatus(log *slog.Logger, err error) error {
 		code, msg = codes.Internal, "internal error"
 	}
 	return status.Error(code, msg)
+}
+
+// elsewhere is the UNAVAILABLE status of a call whose tenant another group
+// of servers serves (or is moving to): retryable, with the ErrorInfo
+// detail naming the reason and, when known, the group.
+func elsewhere(err error) error {
+	info := &errdetails.ErrorInfo{Domain: repoolv1.ErrorDomain, Reason: repoolv1.ReasonTenantElsewhere, Metadata: map[string]string{}}
+	var e *tenants.ElsewhereError
+	msg := tenants.ErrElsewhere.Error()
+	if errors.As(err, &e) {
+		msg = e.Error()
+		if e.Group != "" {
+			info.Metadata[repoolv1.ErrorInfoGroup] = e.Group
+		}
+	}
+	st, derr := status.New(codes.Unavailable, msg).WithDetails(info)
+	if derr != nil {
+		return status.Error(codes.Unavailable, msg)
+	}
+	return st.Err()
 }
 
 // limitedError is a rate limiter's refusal with its retry-after.

@@ -155,6 +155,11 @@ func (s *Service) limit(ctx context.Context, method string, setTrailer func(meta
 	if !ok {
 		return errNoTenant
 	}
+	// A tenant another group serves is sent there before its rate limit
+	// is charged: this server's limiter does not hold its limits.
+	if err := s.cfg.Pools.Serves(p.Tenant); err != nil {
+		return err
+	}
 	d, err := s.cfg.Limiter.Allow(ctx, p.Tenant, method)
 	switch {
 	case err == nil && d.Allowed:

@@ -60,9 +60,11 @@ type Journal interface {
 
 // Pools gives a tenant's pool, creating it on first use. It fails with
 // tenants.ErrDeleted for a deleted tenant and tenants.ErrClosed while the
-// server is not active (a *tenants.Registry does).
+// server is not active (a *tenants.Registry does). Serves refuses, with a
+// *tenants.ElsewhereError, a tenant another group of servers serves.
 type Pools interface {
 	Pool(tenant string) (*pool.Pool, error)
+	Serves(tenant string) error
 }
 
 // Config wires a Service. Every field but Active, Journal, Audit, Metrics

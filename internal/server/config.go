@@ -117,6 +117,15 @@ type Config struct {
 	// HAInterval is how often a standby tries the lock and the leader
 	// checks its session. Default 250ms.
 	HAInterval time.Duration
+	// Group is the group of servers this one joins (tenant-sharded groups,
+	// HA only): the active/standby set that serves the tenants placed on
+	// it. Default store.DefaultGroup, the one group of a deployment that
+	// does not shard.
+	Group string
+	// PlacementInterval is how often a group's active server reads the
+	// tenants' placements, to take in the tenants moved to its group and
+	// tenants created elsewhere and placed on it. Default 200ms.
+	PlacementInterval time.Duration
 	// GCPercent is the garbage collector's target (GOGC) that TuneRuntime
 	// applies: the heap may grow by this percentage of the live heap
 	// before a collection. -1 turns the collector off and needs a
@@ -176,6 +185,7 @@ func (c Config) WithDefaults() Config {
 		GRPCHandshakeTimeout: 10 * time.Second, GRPCMaxHeaderBytes: 64 << 10,
 		GRPCKeepaliveTime: time.Minute, GRPCKeepaliveTimeout: 20 * time.Second, GRPCKeepaliveMinTime: 10 * time.Second,
 		HASessionTimeout: 2 * time.Second, HAInterval: 250 * time.Millisecond,
+		Group: store.DefaultGroup, PlacementInterval: 200 * time.Millisecond,
 		GCPercent: 400, LogLevel: "info",
 	})
 	c.Policy = tenants.PolicyDefaults(c.Policy)
@@ -257,6 +267,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: ha_interval %v / ha_session_timeout %v: want positive durations", c.HAInterval, c.HASessionTimeout)
 	case c.HASessionTimeout <= c.HAInterval:
 		return fmt.Errorf("config: ha_session_timeout %v must exceed ha_interval %v", c.HASessionTimeout, c.HAInterval)
+	case c.Group != store.DefaultGroup && store.ValidateGroup(c.Group) != nil:
+		return fmt.Errorf("config: group %q: want a lowercase letter, then up to %d of [a-z0-9-]", c.Group, store.MaxGroupLen-1)
+	case c.Group != store.DefaultGroup && !c.HA:
+		return fmt.Errorf("config: group %q needs ha: a group is an active/standby set of servers sharing a postgres:// store", c.Group)
+	case c.PlacementInterval <= 0:
+		return fmt.Errorf("config: placement_interval %v: want a positive duration", c.PlacementInterval)
 	case c.GCPercent != -1 && (c.GCPercent < 10 || c.GCPercent > 10000):
 		return fmt.Errorf("config: gc_percent %d: want -1 (off, with a memory_limit) or 10..10000", c.GCPercent)
 	case c.GCPercent == -1 && c.MemoryLimit == 0:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/repool/repool/internal/pool"
+	"github.com/repool/repool/internal/tenants"
 )
 
 // durability is the data plane's Journal, the same on every store and in
@@ -15,28 +16,42 @@ import (
 type durability struct{ s *Server }
 
 func (d durability) Leased(ctx context.Context, tenant string, l pool.Lease) error {
-	return d.s.journal.Leased(ctx, tenant, l)
+	return d.moved(tenant, d.s.journal.Leased(ctx, tenant, l))
 }
 
 func (d durability) Ended(ctx context.Context, tenant string, id uint64) error {
-	return d.s.journal.Ended(ctx, tenant, id)
+	return d.moved(tenant, d.s.journal.Ended(ctx, tenant, id))
 }
 
 func (d durability) Registered(ctx context.Context, tenant string, ids []string) error {
 	p, ok := d.s.pools.Lookup(tenant)
 	if !ok {
-		return fmt.Errorf("tenant %s has no pool", tenant)
+		return d.moved(tenant, fmt.Errorf("tenant %s has no pool", tenant))
 	}
-	return d.s.cp.Persist(ctx, tenant, p.States(ids), nil)
+	return d.moved(tenant, d.s.cp.Persist(ctx, tenant, p.States(ids), nil))
 }
 
 func (d durability) Deregistered(ctx context.Context, tenant string, ids []string) error {
-	return d.s.cp.Persist(ctx, tenant, nil, ids)
+	return d.moved(tenant, d.s.cp.Persist(ctx, tenant, nil, ids))
 }
 
 func (d durability) Reported(ctx context.Context, tenant string) error {
 	if !d.s.cfg.DurableReports {
 		return nil
 	}
-	return d.s.cp.Sync(ctx, tenant)
+	return d.moved(tenant, d.s.cp.Sync(ctx, tenant))
+}
+
+// moved turns the failure of a write of a tenant that is moving to another
+// group (or has moved: the store fenced the write) into the refusal that
+// sends its client there, a retryable UNAVAILABLE: the call was not
+// acknowledged, and the other group serves its retry.
+func (d durability) moved(tenant string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if g, ok := d.s.pools.Elsewhere(tenant); ok {
+		return &tenants.ElsewhereError{Tenant: tenant, Group: g}
+	}
+	return err
 }

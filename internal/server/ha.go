@@ -14,6 +14,7 @@ import (
 	"github.com/repool/repool/internal/dataplane"
 	"github.com/repool/repool/internal/ha"
 	"github.com/repool/repool/internal/store"
+	"github.com/repool/repool/internal/store/postgres"
 )
 
 // haState is what a server in the active/standby group adds.
@@ -33,7 +34,8 @@ func newHA(s *Server, cfg Config, raw store.Store) (*haState, error) {
 	if !ok {
 		return nil, errors.New("ha: the store does not support high availability (use postgres://)")
 	}
-	el, err := ha.New(ha.Config{DSN: st.DSN(), Name: cfg.HAName, Interval: cfg.HAInterval, SessionTimeout: cfg.HASessionTimeout, Clock: s.clock, Log: s.log})
+	el, err := ha.New(ha.Config{DSN: st.DSN(), Name: cfg.HAName, Interval: cfg.HAInterval, SessionTimeout: cfg.HASessionTimeout,
+		Clock: s.clock, Log: s.log, LockID: postgres.GroupLockID(cfg.Group)})
 	if err != nil {
 		return nil, err
 	}

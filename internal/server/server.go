@@ -80,7 +80,8 @@ type Server struct {
 	journal *journal.Writer
 	signer  *token.Signer
 	epoch   atomic.Uint32
-	ha      *haState // nil unless Config.HA
+	ha      *haState  // nil unless Config.HA
+	shard   *sharding // nil unless Config.HA: the group this server serves
 	pools   *tenants.Registry
 	svc     *dataplane.Service
 	cp      *checkpoint.Checkpointer
@@ -167,7 +168,11 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	if cfg.HA {
 		u = haSessions(u, cfg.HASessionTimeout)
 	}
-	raw, err := u.Open(ctx, store.Options{Clock: opts.Clock, SharedFiles: cfg.StoreSharedFiles, Fsync: cfg.StoreFsync})
+	storeOpts := store.Options{Clock: opts.Clock, SharedFiles: cfg.StoreSharedFiles, Fsync: cfg.StoreFsync}
+	if cfg.HA {
+		storeOpts.Group = cfg.Group
+	}
+	raw, err := u.Open(ctx, storeOpts)
 	if err != nil {
 		return nil, fmt.Errorf("opening the store: %w", err)
 	}
@@ -215,8 +220,14 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	if s.journal, err = journal.New(s.store, 5*time.Second, s.reg); err != nil {
 		return nil, err
 	}
+	if cfg.HA {
+		if s.shard, err = newSharding(cfg.Group, raw, s.reg); err != nil {
+			return nil, err
+		}
+		s.pools.Shard()
+	}
 	if s.cp, err = checkpoint.New(checkpoint.Config{
-		Store: s.store, Pools: s.pools, Leases: s.store.LoadLeases, Metrics: s.reg, Clock: opts.Clock, Log: opts.Log,
+		Store: s.store, Pools: s.pools, Group: storeOpts.Group, Leases: s.store.LoadLeases, Metrics: s.reg, Clock: opts.Clock, Log: opts.Log,
 		Restored: func(tenant string, resources, cells int) { s.tenants.Restored(tenant, resources, cells) },
 	}); err != nil {
 		return nil, err
@@ -242,9 +253,13 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	}); err != nil {
 		return nil, err
 	}
+	var groups control.Groups
+	if s.shard != nil {
+		groups = groupsAPI{s}
+	}
 	if s.control, err = control.New(control.Config{
 		Store: s.store, Limits: s.rules, MaxKeysPerTenant: cfg.MaxKeysPerTenant, Signer: s.signer, Hooks: s.tenants,
-		Clock: opts.Clock, Log: opts.Log, Active: s.active,
+		Clock: opts.Clock, Log: opts.Log, Active: s.active, Groups: groups,
 	}); err != nil {
 		return nil, err
 	}
@@ -296,6 +311,11 @@ func (s *Server) becomeActive(ctx context.Context, epoch uint32) error {
 	failed, err := s.cp.RestoreAll(ctx)
 	if err != nil {
 		return fmt.Errorf("restoring pools: %w", err)
+	}
+	if s.shard != nil {
+		// Before the first call: the tenants of other groups are refused
+		// with their group named.
+		s.syncPlacements(ctx)
 	}
 	s.log.Info("server active", "grpc", s.grpcLn.Addr().String(), "http", s.httpLn.Addr().String(),
 		"store", s.storeURL.Redacted(), "epoch", epoch, "restore_failures", failed)
@@ -633,6 +653,9 @@ func (s *Server) activeLoops(ctx context.Context) (stop func()) {
 	wg.Go(func() { s.cp.Run(ctx, s.cfg.ReportFlush) })
 	wg.Go(func() { s.compact(ctx) })
 	wg.Go(func() { s.tick(ctx) })
+	if s.shard != nil {
+		wg.Go(func() { s.placementLoop(ctx) })
+	}
 	return func() { cancel(); wg.Wait() }
 }
 

@@ -219,7 +219,7 @@ func TestStartRefusesAnEpochTokensCannotCarry(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if _, err := db.Exec(`UPDATE server_counters SET value = ? WHERE name = 'epoch'`, pool.MaxEpoch); err != nil {
+	if _, err := db.Exec(`UPDATE server_counters SET value = ? WHERE name IN ('epoch', 'epoch_seq')`, pool.MaxEpoch); err != nil {
 		t.Fatal(err)
 	}
 	grpcAddr := freeAddr(t)

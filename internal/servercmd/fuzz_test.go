@@ -29,6 +29,7 @@ func fileValues(c server.Config) map[string]string {
 		"max_streams": strconv.Itoa(c.MaxStreams), "max_leases": strconv.Itoa(c.MaxLeases),
 		"shutdown_grace": d(c.ShutdownGrace), "ha": strconv.FormatBool(c.HA), "ha_name": c.HAName,
 		"ha_session_timeout": d(c.HASessionTimeout), "ha_interval": d(c.HAInterval),
+		"group": c.Group, "placement_interval": d(c.PlacementInterval),
 		"gc_percent": strconv.Itoa(c.GCPercent), "memory_limit": strconv.FormatInt(c.MemoryLimit, 10),
 		"log_level":    c.LogLevel,
 		"report_flush": d(c.ReportFlush), "durable_reports": strconv.FormatBool(c.DurableReports),
@@ -77,6 +78,7 @@ func checkUsable(t *testing.T, c server.Config) {
 	for name, d := range map[string]time.Duration{
 		"checkpoint_interval": c.CheckpointInterval, "token_ttl": c.TokenTTL, "operator_token_ttl": c.OperatorTokenTTL,
 		"ha_session_timeout": c.HASessionTimeout, "ha_interval": c.HAInterval, "report_flush": c.ReportFlush,
+		"placement_interval": c.PlacementInterval,
 	} {
 		if d <= 0 {
 			t.Fatalf("Load() accepted %s %v, want it refused: it must be positive", name, d)

@@ -167,17 +167,28 @@ func (lc *Lifecycle) LoadLimits(ctx context.Context, st LimitsStore) error {
 		return fmt.Errorf("listing tenants: %w", err)
 	}
 	for _, t := range ts {
-		l, err := st.GetLimits(ctx, t.ID)
-		if err != nil {
-			return fmt.Errorf("reading the limits of %s: %w", t.ID, err)
+		if err := lc.LoadTenantLimits(ctx, st, t.ID); err != nil {
+			return err
 		}
-		err = lc.cfg.Rules.Check(l)
-		if err == nil {
-			err = lc.ApplyLimits(t.ID, l)
-		}
-		if err != nil {
-			lc.cfg.Log.Error("stored limits not applied", "tenant", t.ID, "err", err)
-		}
+	}
+	return nil
+}
+
+// LoadTenantLimits applies one tenant's stored limits, as LoadLimits does
+// for every tenant: for a tenant moved here from another group, before its
+// pool is made. Only a failure to read them is an error; limits the rules
+// refuse are logged and the defaults stay in force.
+func (lc *Lifecycle) LoadTenantLimits(ctx context.Context, st LimitsStore, tenant string) error {
+	l, err := st.GetLimits(ctx, tenant)
+	if err != nil {
+		return fmt.Errorf("reading the limits of %s: %w", tenant, err)
+	}
+	err = lc.cfg.Rules.Check(l)
+	if err == nil {
+		err = lc.ApplyLimits(tenant, l)
+	}
+	if err != nil {
+		lc.cfg.Log.Error("stored limits not applied", "tenant", tenant, "err", err)
 	}
 	return nil
 }
@@ -246,6 +257,26 @@ func (lc *Lifecycle) TenantDeleted(tenant string) {
 	if p := lc.cfg.Pools.Remove(tenant); p != nil {
 		p.Close(fmt.Errorf("tenant %s: %w", tenant, ErrDeleted))
 	}
+	lc.cfg.Checkpoints.Forget(tenant)
+	lc.cfg.Budget.Forget(tenant)
+	lc.cfg.Limiter.Forget(tenant)
+	lc.mu.Lock()
+	delete(lc.limits, tenant)
+	lc.mu.Unlock()
+}
+
+// MovedAway lets go of a tenant that another group now serves (it was
+// moved there, or found placed there): its calls are refused with an
+// *ElsewhereError naming group from now on, its pool (if any) is closed
+// with that error, and what the budget, the limiter, the checkpointer and
+// the limits in force hold of it is forgotten. Nothing is written: the
+// tenant's state is the other group's now.
+func (lc *Lifecycle) MovedAway(tenant, group string) {
+	why := &ElsewhereError{Tenant: tenant, Group: group}
+	if p := lc.cfg.Pools.Away(tenant, group); p != nil {
+		p.Close(why)
+	}
+	lc.cfg.Credentials.Invalidate(tenant)
 	lc.cfg.Checkpoints.Forget(tenant)
 	lc.cfg.Budget.Forget(tenant)
 	lc.cfg.Limiter.Forget(tenant)

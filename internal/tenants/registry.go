@@ -18,13 +18,42 @@ var (
 	// ErrClosed: the registry is closed (the server stepped down) until it
 	// is opened again.
 	ErrClosed = errors.New("tenant pools closed")
+	// ErrElsewhere: the tenant is served by another group of servers, or is
+	// on its way to or from this one (tenant-sharded groups). The caller
+	// should retry through the front end. Errors wrapping it are
+	// *ElsewhereError.
+	ErrElsewhere = errors.New("tenant served elsewhere")
 )
+
+// ElsewhereError is a call refused because its tenant is not served here.
+type ElsewhereError struct {
+	Tenant string
+	// Group is the group the tenant is placed on, or moving to; empty when
+	// this server does not know it (yet).
+	Group string
+}
+
+func (e *ElsewhereError) Error() string {
+	if e.Group == "" {
+		return fmt.Sprintf("tenant %s is not served by this group of servers; retry through the front end", e.Tenant)
+	}
+	return fmt.Sprintf("tenant %s is served by group %s; retry through the front end", e.Tenant, e.Group)
+}
+
+// Is makes errors.Is(err, ErrElsewhere) hold.
+func (e *ElsewhereError) Is(target error) bool { return target == ErrElsewhere }
 
 // Registry maps tenants to their pools. A tenant's pool is created once,
 // even when its first requests race, and never again once the tenant is
 // removed: a call that was admitted before its tenant's deletion (or before
 // a step-down) and reaches Pool afterwards gets an error, not a new empty
 // pool that nothing would ever remove. Safe for concurrent use.
+//
+// Sharded (tenant-sharded groups), a registry makes pools only for the
+// tenants placed on its group (Admit): any other tenant is refused with an
+// *ElsewhereError, and a tenant that moves away (Away) is refused from
+// then on, so that a call is never served by the wrong group, nor by an
+// empty pool made before the tenant's state was restored.
 type Registry struct {
 	newPool func(tenant string) (*pool.Pool, error)
 
@@ -32,11 +61,143 @@ type Registry struct {
 	pools   map[string]*pool.Pool
 	deleted map[string]bool // removed tenants: one entry per tenant deleted while the process runs
 	closed  bool
+	sharded bool
+	placed  map[string]bool   // sharded: tenants admitted here (with or without a pool)
+	away    map[string]string // sharded: tenants known to be placed on (or moving to) another group
 }
 
 // NewRegistry returns an empty, open registry that makes pools with newPool.
 func NewRegistry(newPool func(tenant string) (*pool.Pool, error)) *Registry {
-	return &Registry{newPool: newPool, pools: map[string]*pool.Pool{}, deleted: map[string]bool{}}
+	return &Registry{newPool: newPool, pools: map[string]*pool.Pool{}, deleted: map[string]bool{},
+		placed: map[string]bool{}, away: map[string]string{}}
+}
+
+// Shard makes the registry serve only the tenants admitted to it (Admit).
+func (r *Registry) Shard() {
+	r.mu.Lock()
+	r.sharded = true
+	r.mu.Unlock()
+}
+
+// Admit places tenant here. With fill, it makes the tenant's pool, fills
+// it (restores its stored state) outside the registry's lock, and only
+// then publishes it: no call sees the pool before its state is in. A
+// tenant that already has a pool is an error (its state would be
+// overwritten). Without fill, the tenant (which has no stored state) gets
+// an empty pool on its first call.
+func (r *Registry) Admit(tenant string, fill func(*pool.Pool) error) error {
+	if tenant == "" {
+		return fmt.Errorf("tenants: no tenant")
+	}
+	var p *pool.Pool
+	if fill != nil {
+		var err error
+		if p, err = r.newPool(tenant); err != nil {
+			return fmt.Errorf("tenants: creating the pool of %q: %w", tenant, err)
+		}
+		if err := fill(p); err != nil {
+			p.Close(err)
+			return err
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.deleted[tenant]:
+		err := fmt.Errorf("tenants: %q: %w", tenant, ErrDeleted)
+		if p != nil {
+			p.Close(err)
+		}
+		return err
+	case p != nil && r.pools[tenant] != nil:
+		p.Close(errors.New("admitted twice"))
+		return fmt.Errorf("tenants: %q already has a pool here", tenant)
+	}
+	if p != nil {
+		r.pools[tenant] = p
+	}
+	r.placed[tenant] = true
+	delete(r.away, tenant)
+	return nil
+}
+
+// Placed reports whether tenant is admitted here (always true unsharded).
+func (r *Registry) Placed(tenant string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return !r.sharded || r.placed[tenant]
+}
+
+// Away marks tenant as served by group (moving there, or found placed
+// there): Pool refuses it with an *ElsewhereError from now on. It drops
+// the tenant's pool and returns it (nil if there was none), for the caller
+// to close.
+func (r *Registry) Away(tenant, group string) *pool.Pool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.pools[tenant]
+	delete(r.pools, tenant)
+	delete(r.placed, tenant)
+	r.away[tenant] = group
+	return p
+}
+
+// Refuse marks tenant as on its way to group without dropping its pool:
+// new calls get an *ElsewhereError while calls that already hold the pool
+// finish. Admit or Away ends it.
+func (r *Registry) Refuse(tenant, group string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.away[tenant] = group
+}
+
+// Unrefuse takes back Refuse (a move that did not happen): the tenant is
+// served here again.
+func (r *Registry) Unrefuse(tenant string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.placed[tenant] || !r.sharded {
+		delete(r.away, tenant)
+	}
+}
+
+// Serves returns nil if this server serves tenant, and an
+// *ElsewhereError if another group does (or the tenant is moving): the
+// data plane asks it before anything else of the call is charged to the
+// tenant (its rate limit), since this server's view of a tenant it does
+// not serve is not the tenant's. A closed registry (a standby) answers
+// nil: the call is refused as not active.
+func (r *Registry) Serves(tenant string) error {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if g, ok := r.away[tenant]; ok {
+		return &ElsewhereError{Tenant: tenant, Group: g}
+	}
+	if r.sharded && !r.closed && !r.placed[tenant] {
+		return &ElsewhereError{Tenant: tenant}
+	}
+	return nil
+}
+
+// Elsewhere returns the group tenant is known to be served by (or moving
+// to) and true, if it is refused here (Refuse, Away).
+func (r *Registry) Elsewhere(tenant string) (string, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	g, ok := r.away[tenant]
+	return g, ok
+}
+
+// Admitted returns the tenants admitted here, sorted (sharded registries).
+func (r *Registry) Admitted() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]string, 0, len(r.placed))
+	for t := range r.placed {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // Pool returns the tenant's pool, creating it on first use. It fails with
@@ -49,12 +210,19 @@ func (r *Registry) Pool(tenant string) (*pool.Pool, error) {
 	}
 	r.mu.RLock()
 	p, ok := r.pools[tenant]
+	g, away := r.away[tenant]
 	r.mu.RUnlock()
+	if away {
+		return nil, &ElsewhereError{Tenant: tenant, Group: g}
+	}
 	if ok {
 		return p, nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if g, away := r.away[tenant]; away {
+		return nil, &ElsewhereError{Tenant: tenant, Group: g}
+	}
 	if p, ok := r.pools[tenant]; ok {
 		return p, nil
 	}
@@ -63,6 +231,8 @@ func (r *Registry) Pool(tenant string) (*pool.Pool, error) {
 		return nil, fmt.Errorf("tenants: %q: %w", tenant, ErrDeleted)
 	case r.closed:
 		return nil, fmt.Errorf("tenants: %q: %w", tenant, ErrClosed)
+	case r.sharded && !r.placed[tenant]:
+		return nil, &ElsewhereError{Tenant: tenant}
 	}
 	p, err := r.newPool(tenant)
 	if err != nil {
@@ -100,6 +270,8 @@ func (r *Registry) Close() map[string]*pool.Pool {
 	defer r.mu.Unlock()
 	dropped := r.pools
 	r.pools = map[string]*pool.Pool{}
+	r.placed = map[string]bool{}
+	r.away = map[string]string{}
 	r.closed = true
 	return dropped
 }

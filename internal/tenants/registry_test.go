@@ -153,3 +153,87 @@ func TestEachVisitsEveryPool(t *testing.T) {
 		}
 	}
 }
+
+// TestShardedRegistryServesOnlyAdmittedTenants: a sharded registry refuses
+// a tenant it was not given (with an *ElsewhereError), publishes an
+// admitted tenant's pool only once filled — 50 callers racing the
+// admission never see it empty —, refuses a tenant on its way out while
+// keeping its pool for calls in flight, and lets it go with Away.
+func TestShardedRegistryServesOnlyAdmittedTenants(t *testing.T) {
+	r := NewRegistry(func(string) (*pool.Pool, error) { return pool.New(pool.Config{}) })
+	r.Shard()
+	var ee *ElsewhereError
+	if _, err := r.Pool("acme"); !errors.As(err, &ee) || ee.Tenant != "acme" || ee.Group != "" {
+		t.Fatalf("Pool(not admitted) = %v, want an *ElsewhereError", err)
+	}
+	if err := r.Serves("acme"); !errors.Is(err, ErrElsewhere) {
+		t.Fatalf("Serves(not admitted) = %v, want ErrElsewhere", err)
+	}
+	var wg sync.WaitGroup
+	var empty atomic.Int32
+	stop := make(chan struct{})
+	for i := 0; i < 50; i++ {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if p, err := r.Pool("acme"); err == nil {
+					if n, _ := p.Len(); n != 1 {
+						empty.Add(1)
+					}
+					return
+				}
+			}
+		})
+	}
+	err := r.Admit("acme", func(p *pool.Pool) error {
+		_, _, err := p.Register([]pool.Spec{{ID: "r1"}})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(stop)
+	if empty.Load() != 0 {
+		t.Fatalf("%d callers saw the admitted pool before it was filled", empty.Load())
+	}
+	if err := r.Admit("acme", nil); err != nil {
+		t.Fatalf("Admit(again, without state) = %v, want nil (placed already)", err)
+	}
+	if err := r.Admit("acme", func(*pool.Pool) error { return nil }); err == nil {
+		t.Fatal("Admit(with state, over a pool) = nil error, want it refused")
+	}
+	p, _ := r.Lookup("acme")
+	r.Refuse("acme", "b")
+	if _, err := r.Pool("acme"); !errors.As(err, &ee) || ee.Group != "b" {
+		t.Fatalf("Pool(refused) = %v, want an *ElsewhereError naming b", err)
+	}
+	if q, ok := r.Lookup("acme"); !ok || q != p {
+		t.Fatal("Lookup(refused) lost the pool: calls in flight and the final checkpoint need it")
+	}
+	r.Unrefuse("acme")
+	if _, err := r.Pool("acme"); err != nil {
+		t.Fatalf("Pool(after Unrefuse) = %v, want it served again", err)
+	}
+	if got := r.Away("acme", "b"); got != p {
+		t.Fatal("Away did not return the tenant's pool")
+	}
+	if _, ok := r.Lookup("acme"); ok || r.Placed("acme") {
+		t.Fatal("Away kept the tenant")
+	}
+	if err := r.Serves("acme"); !errors.As(err, &ee) || ee.Group != "b" {
+		t.Fatalf("Serves(away) = %v, want an *ElsewhereError naming b", err)
+	}
+	if err := r.Admit("acme", nil); err != nil || r.Serves("acme") != nil {
+		t.Fatalf("Admit(back) = %v, Serves = %v, want it served again", err, r.Serves("acme"))
+	}
+	// Unsharded, every tenant is served.
+	u := NewRegistry(func(string) (*pool.Pool, error) { return pool.New(pool.Config{}) })
+	if err := u.Serves("anyone"); err != nil {
+		t.Fatalf("Serves on an unsharded registry = %v, want nil", err)
+	}
+}

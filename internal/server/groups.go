@@ -1,0 +1,216 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/repool/repool/internal/clock"
+	"github.com/repool/repool/internal/control"
+	"github.com/repool/repool/internal/pool"
+	"github.com/repool/repool/internal/store"
+	"github.com/repool/repool/internal/tenants"
+)
+
+// sharding is what a server of a tenant-sharded deployment adds (every
+// HA server: a deployment without groups is the default group alone). Its
+// group's active server serves only the tenants placed on the group: it
+// takes in the tenants placed there (the placement loop), lets go of the
+// others, and moves its tenants to other groups on the operator's demand.
+type sharding struct {
+	group string
+	store store.Groups
+
+	moveMu sync.Mutex // one move at a time
+	mu     sync.Mutex
+	moving map[string]bool // tenants being moved out: the placement loop leaves them alone
+
+	moves  *prometheus.CounterVec
+	window prometheus.Histogram
+}
+
+func newSharding(group string, raw store.Store, reg prometheus.Registerer) (*sharding, error) {
+	gs, ok := raw.(store.Groups)
+	if !ok {
+		return nil, fmt.Errorf("the store does not support groups of servers (use postgres://)")
+	}
+	sh := &sharding{
+		group: group, store: gs, moving: map[string]bool{},
+		moves: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "repool_tenant_moves_total",
+			Help: "Tenants this server moved to another group, by result (moved, failed).",
+		}, []string{"result"}),
+		window: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "repool_tenant_move_refused_seconds",
+			Help:    "How long a moved tenant's calls were refused by this server (the source's part of the move window).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}),
+	}
+	reg.MustRegister(sh.moves, sh.window)
+	return sh, nil
+}
+
+func (sh *sharding) setMoving(tenant string, on bool) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if on {
+		sh.moving[tenant] = true
+	} else {
+		delete(sh.moving, tenant)
+	}
+}
+
+func (sh *sharding) isMoving(tenant string) bool {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.moving[tenant]
+}
+
+// placementLoop follows the placements while the server is active.
+func (s *Server) placementLoop(ctx context.Context) {
+	clock.Every(ctx, s.clock, s.cfg.PlacementInterval, func(ctx context.Context) bool {
+		s.syncPlacements(ctx)
+		return true
+	})
+}
+
+// syncPlacements reads every tenant's placement once and brings this
+// server in line: a tenant placed on its group and not served yet (moved
+// here, or created by another group's server) is restored from the store
+// (its limits, resources, statistics and journaled leases) before its
+// first call is served; a tenant served here but placed elsewhere is let
+// go; every other tenant's group is remembered, for the refusals to name
+// it.
+func (s *Server) syncPlacements(ctx context.Context) {
+	sh := s.shard
+	placed, err := sh.store.Placements(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("reading the tenants' placements", "err", err)
+		}
+		return
+	}
+	admitted := map[string]bool{}
+	for _, t := range s.pools.Admitted() {
+		admitted[t] = true
+	}
+	for t, g := range placed {
+		if sh.isMoving(t) {
+			continue
+		}
+		switch {
+		case g == sh.group && !admitted[t]:
+			if err := s.takeIn(ctx, t); err != nil && ctx.Err() == nil {
+				s.log.Error("taking in a tenant placed on this group", "tenant", t, "err", err)
+			}
+		case g != sh.group && admitted[t]:
+			s.log.Warn("a tenant served here is placed on another group; letting it go", "tenant", t, "group", g)
+			s.tenants.MovedAway(t, g)
+		case g != sh.group:
+			if cur, ok := s.pools.Elsewhere(t); !ok || cur != g {
+				s.pools.Refuse(t, g)
+			}
+		}
+	}
+}
+
+// takeIn restores tenant, placed on this group, and serves it.
+func (s *Server) takeIn(ctx context.Context, tenant string) error {
+	if err := s.tenants.LoadTenantLimits(ctx, s.store, tenant); err != nil {
+		return err
+	}
+	if err := s.cp.Restore(ctx, tenant); err != nil {
+		return err
+	}
+	s.log.Info("serving a tenant placed on this group", "tenant", tenant, "group", s.shard.group)
+	return nil
+}
+
+// moveTenant moves tenant from this server's group to group to (see
+// control.Groups.MoveTenant): its calls are refused here (retryable
+// UNAVAILABLE, TENANT_ELSEWHERE) from the first step; its pool is closed,
+// so that no change lands after the state is taken; its whole state is
+// checkpointed (leases are in the journal already, acknowledged before
+// their calls were answered); the store moves it in one fenced
+// transaction, after which this server cannot write its state; and the
+// server lets it go. If the handover fails for any other reason than a
+// fence, the move is rolled back: the tenant is restored from the state
+// just written and served here again.
+func (s *Server) moveTenant(ctx context.Context, tenant, to string) (time.Duration, error) {
+	sh := s.shard
+	if err := store.ValidateGroup(to); err != nil {
+		return 0, err
+	}
+	if to == sh.group {
+		return 0, fmt.Errorf("%w: tenant %q is on group %q already", store.ErrInvalid, tenant, to)
+	}
+	sh.moveMu.Lock()
+	defer sh.moveMu.Unlock()
+	t, err := s.store.GetTenant(ctx, tenant)
+	if err == nil && t.Status == store.StatusDeleted {
+		err = fmt.Errorf("tenant %q: %w", tenant, store.ErrNotFound)
+	}
+	if err != nil {
+		return 0, err
+	}
+	if t.Group != sh.group || !s.pools.Placed(tenant) {
+		return 0, &tenants.ElsewhereError{Tenant: tenant, Group: t.Group}
+	}
+	sh.setMoving(tenant, true)
+	defer sh.setMoving(tenant, false)
+	start := s.clock.Now()
+	s.pools.Refuse(tenant, to)
+	if p, ok := s.pools.Lookup(tenant); ok {
+		p.Close(&tenants.ElsewhereError{Tenant: tenant, Group: to})
+		err = s.cp.SaveFull(ctx, tenant)
+	}
+	if err == nil {
+		err = sh.store.MoveTenant(ctx, tenant, to)
+	}
+	if err != nil {
+		sh.moves.WithLabelValues("failed").Inc()
+		s.tenants.MovedAway(tenant, "")
+		if !errors.Is(err, store.ErrFenced) && !errors.Is(err, store.ErrNotFound) {
+			if rerr := s.takeIn(context.WithoutCancel(ctx), tenant); rerr != nil {
+				s.log.Error("rolling back a failed move: the tenant could not be restored; the next placement check retries", "tenant", tenant, "err", rerr)
+			}
+		}
+		return 0, err
+	}
+	s.tenants.MovedAway(tenant, to)
+	refused := s.clock.Now().Sub(start)
+	sh.moves.WithLabelValues("moved").Inc()
+	sh.window.Observe(refused.Seconds())
+	s.log.Info("tenant moved", "tenant", tenant, "from", sh.group, "to", to, "refused", refused)
+	return refused, nil
+}
+
+// groupsAPI is the control plane's view of the server's group.
+type groupsAPI struct{ s *Server }
+
+var _ control.Groups = groupsAPI{}
+
+func (g groupsAPI) Group() string { return g.s.shard.group }
+
+func (g groupsAPI) List(ctx context.Context) ([]store.GroupInfo, error) {
+	return g.s.shard.store.GroupList(ctx)
+}
+
+func (g groupsAPI) Holds() control.Holdings {
+	var h control.Holdings
+	h.Tenants = len(g.s.pools.Admitted())
+	g.s.pools.Each(func(_ string, p *pool.Pool) {
+		r, c := p.Len()
+		h.Resources += int64(r)
+		h.Cells += int64(c)
+	})
+	return h
+}
+
+func (g groupsAPI) MoveTenant(ctx context.Context, tenant, to string) (time.Duration, error) {
+	return g.s.moveTenant(ctx, tenant, to)
+}

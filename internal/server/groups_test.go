@@ -1,0 +1,316 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	repoolv1 "github.com/repool/repool/api/repool/v1"
+	"github.com/repool/repool/internal/testenv"
+)
+
+// groupPair starts the active servers of two groups, "default" (a, which
+// creates the demo tenant) and "b", on one fresh PostgreSQL database.
+func groupPair(t *testing.T) (a, b *running) {
+	t.Helper()
+	dsn := testenv.Postgres(t)
+	cfg := func(name, group string) Config {
+		return Config{Store: dsn, HA: true, HAName: name, Group: group, HASessionTimeout: time.Second,
+			HAInterval: 100 * time.Millisecond, PlacementInterval: 50 * time.Millisecond, CheckpointInterval: time.Hour}
+	}
+	a = start(t, cfg("a", ""))
+	waitStatus(t, a, http.StatusOK, 5*time.Second)
+	b = start(t, cfg("b", "b"))
+	waitStatus(t, b, http.StatusOK, 5*time.Second)
+	return a, b
+}
+
+// elsewhereGroup returns the group an UNAVAILABLE TENANT_ELSEWHERE refusal
+// names, and false for any other answer.
+func elsewhereGroup(err error) (string, bool) {
+	st := status.Convert(err)
+	if st.Code() != codes.Unavailable {
+		return "", false
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Reason == repoolv1.ReasonTenantElsewhere {
+			return info.Metadata[repoolv1.ErrorInfoGroup], true
+		}
+	}
+	return "", false
+}
+
+// TestGroupsMoveATenantLive: a tenant is served by its group's active
+// server only (the other group refuses it, retryably, naming the group);
+// moved to the other group, it is refused by the source from then on and
+// served by the target with everything it had: its resources and
+// statistics, and the lease held across the move, with the same id, token
+// and capacity (no second grant of a capacity-1 resource), renewable and
+// releasable there; fencing tokens keep increasing; and it moves back.
+func TestGroupsMoveATenantLive(t *testing.T) {
+	a, b := groupPair(t)
+	ctx := withKey(a.key)
+	if _, err := b.pool.Acquire(ctx, &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 60}); err == nil {
+		t.Fatal("Acquire(demo tenant) on group b = nil error, want it refused: the tenant is placed on the default group")
+	} else if g, ok := elsewhereGroup(err); !ok || g != "default" {
+		t.Fatalf("Acquire(demo tenant) on group b = %v, want UNAVAILABLE TENANT_ELSEWHERE naming group default", err)
+	}
+	if _, err := a.pool.Register(ctx, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "r1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	held, err := a.pool.Acquire(ctx, &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 60})
+	if err != nil || held.GetLease().GetResourceId() != "r1" {
+		t.Fatalf("Acquire(r1) = %v, %v", held, err)
+	}
+	if _, err := a.pool.Register(ctx, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "r2", Capacity: 5}}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if _, err := a.pool.Report(ctx, &repoolv1.ReportRequest{ResourceId: "r2", Context: "x", Outcome: repoolv1.Outcome_FAILURE}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var moved struct {
+		Tenant struct {
+			ID    string `json:"id"`
+			Group string `json:"group"`
+		} `json:"tenant"`
+		From      string `json:"from"`
+		RefusedMS int64  `json:"refused_ms"`
+	}
+	tenant := "demo"
+	if code := a.api(t, "POST", "/api/v1/tenants/"+tenant+"/move", a.op, `{"group":"b"}`, &moved); code != http.StatusOK {
+		t.Fatalf("POST move to b = %d, want 200", code)
+	}
+	if moved.Tenant.Group != "b" || moved.From != "default" {
+		t.Fatalf("move answer = %+v, want the tenant on b, from default", moved)
+	}
+	t.Logf("the source refused the tenant's calls for %d ms", moved.RefusedMS)
+	if _, err := a.pool.Acquire(ctx, &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 60}); err == nil {
+		t.Fatal("Acquire on the source after the move = nil error, want it refused")
+	} else if g, ok := elsewhereGroup(err); !ok || g != "b" {
+		t.Fatalf("Acquire on the source after the move = %v, want UNAVAILABLE TENANT_ELSEWHERE naming group b", err)
+	}
+
+	// The target serves it within its placement interval.
+	var info *repoolv1.GetResourceResponse
+	testenv.Eventually(t, 5*time.Second, "group b to serve the moved tenant", func() bool {
+		info, err = b.pool.GetResource(ctx, &repoolv1.GetResourceRequest{Id: "r2"})
+		return err == nil
+	})
+	if f := info.GetResource().GetAggregate().GetFailures(); f < 2.9 {
+		t.Fatalf("r2's failures on the target = %v, want the 3 reported on the source", f)
+	}
+	// r1 (capacity 1) is still leased: r2 is the only resource to grant.
+	for i := 0; i < 5; i++ {
+		l, err := b.pool.Acquire(ctx, &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 60})
+		if err != nil {
+			t.Fatalf("Acquire %d on the target = %v", i, err)
+		}
+		if l.GetLease().GetResourceId() == "r1" {
+			t.Fatalf("Acquire on the target granted r1 again while its lease from the source is held: capacity 1 exceeded")
+		}
+		if l.GetLease().GetFencingToken() <= held.GetLease().GetFencingToken() {
+			t.Fatalf("token on the target %d, before the move %d: tokens must keep increasing", l.GetLease().GetFencingToken(), held.GetLease().GetFencingToken())
+		}
+	}
+	hl := held.GetLease()
+	if _, err := b.pool.Renew(ctx, &repoolv1.RenewRequest{LeaseId: hl.GetLeaseId(), FencingToken: hl.GetFencingToken(), TtlSeconds: 60}); err != nil {
+		t.Fatalf("Renew(lease from the source) on the target = %v", err)
+	}
+	if _, err := b.pool.Release(ctx, &repoolv1.ReleaseRequest{LeaseId: hl.GetLeaseId(), FencingToken: hl.GetFencingToken(), Outcome: repoolv1.Outcome_SUCCESS}); err != nil {
+		t.Fatalf("Release(lease from the source) on the target = %v", err)
+	}
+
+	// A move is the source's to make; the operator API names the group.
+	var apiErr struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	if code := a.api(t, "POST", "/api/v1/tenants/"+tenant+"/move", a.op, `{"group":"default"}`, &apiErr); code != http.StatusConflict || apiErr.Error.Code != "tenant_elsewhere" {
+		t.Fatalf("POST move on the old source = %d %+v, want 409 tenant_elsewhere", code, apiErr)
+	}
+	if code := a.api(t, "PUT", "/api/v1/tenants/"+tenant+"/limits", a.op, `{"rate_per_second":5}`, &apiErr); code != http.StatusConflict || apiErr.Error.Code != "tenant_elsewhere" {
+		t.Fatalf("PUT limits on the old source = %d %+v, want 409 tenant_elsewhere", code, apiErr)
+	}
+	for _, bad := range []struct{ body, want string }{
+		{`{"group":"b"}`, "invalid_argument"},
+		{`{"group":"Not A Group"}`, "invalid_argument"},
+		{`{}`, "invalid_argument"},
+	} {
+		if code := b.api(t, "POST", "/api/v1/tenants/"+tenant+"/move", a.op, bad.body, &apiErr); code != http.StatusBadRequest || apiErr.Error.Code != bad.want {
+			t.Fatalf("POST move %s = %d %+v, want 400 %s", bad.body, code, apiErr, bad.want)
+		}
+	}
+	var groups struct {
+		Groups []struct {
+			Name    string `json:"name"`
+			Tenants int    `json:"tenants"`
+			This    bool   `json:"this_server"`
+			Holds   *struct {
+				Tenants, Resources int
+			} `json:"holds"`
+		} `json:"groups"`
+	}
+	if code := b.api(t, "GET", "/api/v1/groups", a.op, "", &groups); code != http.StatusOK || len(groups.Groups) != 2 {
+		t.Fatalf("GET groups = %d %+v, want both groups", code, groups)
+	}
+	if g := groups.Groups[0]; g.Name != "b" || g.Tenants != 1 || !g.This || g.Holds == nil || g.Holds.Resources != 2 {
+		t.Fatalf("GET groups on b: b = %+v, want 1 tenant placed, held here with its 2 resources", g)
+	}
+
+	// And back.
+	if code := b.api(t, "POST", "/api/v1/tenants/"+tenant+"/move", a.op, `{"group":"default"}`, &moved); code != http.StatusOK {
+		t.Fatalf("POST move back = %d, want 200", code)
+	}
+	testenv.Eventually(t, 5*time.Second, "the default group to serve the tenant again", func() bool {
+		_, err = a.pool.GetResource(ctx, &repoolv1.GetResourceRequest{Id: "r1"})
+		return err == nil
+	})
+	last, err := a.pool.Acquire(ctx, &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last.GetLease().GetFencingToken() <= hl.GetFencingToken() {
+		t.Fatalf("token after moving back %d, first %d: tokens must keep increasing", last.GetLease().GetFencingToken(), hl.GetFencingToken())
+	}
+}
+
+// TestGroupsMovesUnderLoad moves a tenant back and forth between two
+// groups while 16 clients lease and release its capacity-1 resources as
+// fast as they can, retrying a refused call on the other group's server as
+// a client behind the front end would. No call fails for any other reason,
+// no resource is ever held by two clients at once, every lease a client
+// was granted is still there to release after the moves (none lost), and
+// each resource's fencing tokens only increase.
+func TestGroupsMovesUnderLoad(t *testing.T) {
+	a, b := groupPair(t)
+	ctx := withKey(a.key)
+	servers := []*running{a, b}
+	const resources, workers, moves = 20, 16, 6
+	var res []*repoolv1.Resource
+	for i := 0; i < resources; i++ {
+		res = append(res, &repoolv1.Resource{Id: fmt.Sprintf("r%02d", i)})
+	}
+	if _, err := a.pool.Register(ctx, &repoolv1.RegisterRequest{Resources: res}); err != nil {
+		t.Fatal(err)
+	}
+	if code := a.api(t, "PUT", "/api/v1/tenants/demo/limits", a.op, `{"rate_per_second":1000000,"burst":1000000}`, nil); code != http.StatusOK {
+		t.Fatalf("PUT limits = %d", code)
+	}
+	var (
+		mu        sync.Mutex
+		holder    = map[string]int{}
+		lastToken = map[string]uint64{}
+		failures  []string
+		granted   atomic.Int64
+		refusals  atomic.Int64
+	)
+	fail := func(format string, args ...any) {
+		mu.Lock()
+		failures = append(failures, fmt.Sprintf(format, args...))
+		mu.Unlock()
+	}
+	// call runs fn on the server that serves the tenant, switching servers
+	// on a TENANT_ELSEWHERE (or not-active) refusal.
+	call := func(at *int, fn func(c repoolv1.PoolServiceClient) error) error {
+		for try := 0; ; try++ {
+			err := fn(servers[*at].pool)
+			_, elsewhere := elsewhereGroup(err)
+			if !elsewhere && status.Code(err) != codes.Unavailable {
+				return err
+			}
+			refusals.Add(1)
+			*at = 1 - *at
+			if try > 400 {
+				return fmt.Errorf("still refused after %d tries: %v", try, err)
+			}
+			time.Sleep(5 * time.Millisecond) // the other group takes the tenant in on its own schedule (real time)
+		}
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Go(func() {
+			at := 0
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var l *repoolv1.Lease
+				err := call(&at, func(c repoolv1.PoolServiceClient) error {
+					r, err := c.Acquire(ctx, &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 60})
+					l = r.GetLease()
+					return err
+				})
+				if status.Code(err) == codes.ResourceExhausted {
+					continue
+				}
+				if err != nil {
+					fail("worker %d: Acquire = %v", w, err)
+					return
+				}
+				granted.Add(1)
+				mu.Lock()
+				if h, ok := holder[l.GetResourceId()]; ok {
+					failures = append(failures, fmt.Sprintf("%s granted to worker %d while worker %d holds it", l.GetResourceId(), w, h))
+				}
+				if l.GetFencingToken() <= lastToken[l.GetResourceId()] {
+					failures = append(failures, fmt.Sprintf("%s: token %d after %d", l.GetResourceId(), l.GetFencingToken(), lastToken[l.GetResourceId()]))
+				}
+				holder[l.GetResourceId()], lastToken[l.GetResourceId()] = w, l.GetFencingToken()
+				mu.Unlock()
+				mu.Lock()
+				delete(holder, l.GetResourceId())
+				mu.Unlock()
+				err = call(&at, func(c repoolv1.PoolServiceClient) error {
+					_, err := c.Release(ctx, &repoolv1.ReleaseRequest{LeaseId: l.GetLeaseId(), FencingToken: l.GetFencingToken(), Outcome: repoolv1.Outcome_SUCCESS})
+					return err
+				})
+				if err != nil {
+					mu.Lock()
+					holder[l.GetResourceId()] = w // not released: still held
+					mu.Unlock()
+					fail("worker %d: Release(%s token %d) = %v (a granted lease lost?)", w, l.GetResourceId(), l.GetFencingToken(), err)
+					return
+				}
+			}
+		})
+	}
+	var windows []int64
+	from := 0
+	for i := 0; i < moves; i++ {
+		to := []string{"b", "default"}[i%2]
+		var moved struct {
+			RefusedMS int64 `json:"refused_ms"`
+		}
+		if code := servers[from].api(t, "POST", "/api/v1/tenants/demo/move", a.op, `{"group":"`+to+`"}`, &moved); code != http.StatusOK {
+			t.Errorf("move %d to %s = %d, want 200", i, to, code)
+			break
+		}
+		windows = append(windows, moved.RefusedMS)
+		from = 1 - from
+		target := servers[from]
+		testenv.Eventually(t, 10*time.Second, "the target group to serve the moved tenant", func() bool {
+			_, err := target.pool.GetResource(ctx, &repoolv1.GetResourceRequest{Id: "r00"})
+			return err == nil
+		})
+		before := granted.Load()
+		testenv.Eventually(t, 10*time.Second, "leases to be granted again after the move", func() bool { return granted.Load() > before+workers })
+	}
+	close(stop)
+	wg.Wait()
+	for _, f := range failures {
+		t.Error(f)
+	}
+	t.Logf("%d moves, source refusal windows %v ms, %d leases granted, %d refusals retried", len(windows), windows, granted.Load(), refusals.Load())
+}
