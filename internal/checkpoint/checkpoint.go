@@ -174,29 +174,39 @@ func (c *Checkpointer) restore(ctx context.Context, tenant string) error {
 	if !st.HasCheckpoint && len(leases) == 0 {
 		return c.cfg.Pools.Admit(tenant, nil)
 	}
-	// A snapshot the pool would refuse is refused before the tenant gets a
-	// pool: a pool, even an empty one, would be checkpointed in full by the
-	// next round, deleting the stored state an operator could repair.
+	// A snapshot the pool refuses leaves the tenant without a pool (Admit
+	// publishes none): a pool, even an empty one, would be checkpointed in
+	// full by the next round, deleting the stored state an operator could
+	// repair.
 	snap := withLeases(toSnapshot(st), leases, c.cfg.Clock.Now())
-	if err := snap.Check(); err != nil {
-		return fmt.Errorf("%w: %v", store.ErrCorrupt, err)
-	}
 	// Accounted before the pool is published: the tenant's first call
 	// sees its budget with the restored state in it.
-	return c.cfg.Pools.Admit(tenant, func(p *pool.Pool) error {
+	err = c.cfg.Pools.Admit(tenant, func(p *pool.Pool) error {
 		if err := p.Restore(snap); err != nil {
 			return fmt.Errorf("%w: %v", store.ErrCorrupt, err)
 		}
+		// The pool now holds exactly the stored state: the next checkpoint
+		// writes what changes from here, not everything again (a tenant
+		// moved in can be moved on in milliseconds).
+		p.TakeChanges()
 		c.cfg.Restored(tenant, len(st.Resources), len(st.Cells))
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.needFull[tenant] = false
+	c.mu.Unlock()
+	return nil
 }
 
-// SaveFull writes tenant's whole pool state now, in one fenced
-// transaction: how a server makes a tenant's state durable before handing
-// it to another group. A tenant without a pool has nothing to write.
-func (c *Checkpointer) SaveFull(ctx context.Context, tenant string) error {
-	c.markFull(tenant)
+// Save writes tenant's pool state now, in one fenced transaction: what
+// changed since its last checkpoint, or all of it when that is due (the
+// first time, after a failure). It is how a server makes a tenant's state
+// durable before handing it to another group. A tenant without a pool
+// has nothing to write.
+func (c *Checkpointer) Save(ctx context.Context, tenant string) error {
 	return c.save(ctx, tenant)
 }
 

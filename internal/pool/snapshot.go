@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -191,24 +193,53 @@ func validStats(what string, s Stats) error {
 // Check returns the ErrInvalidArgument that Restore would return for s, or
 // nil. It reads no pool, so that a caller can check a snapshot before it
 // makes a pool for it.
+//
+// A store's snapshot (resources ordered by id, cells by resource and
+// context) is checked without maps, and every snapshot without formatting
+// a message until one is needed: a restore of 100,000 resources and
+// 200,000 cells is on the path of a tenant's move.
 func (s Snapshot) Check() error {
+	if s.check(func(string, int) string { return "" }) == nil {
+		return nil
+	}
+	return s.check(func(kind string, i int) string { return fmt.Sprintf("snapshot %s[%d]", kind, i) })
+}
+
+// check is Check with name naming the i-th entry of a kind in messages.
+func (s Snapshot) check(name func(kind string, i int) string) error {
 	if s.Epoch > MaxEpoch {
 		return fmt.Errorf("%w: snapshot epoch %d above %d", ErrInvalidArgument, s.Epoch, MaxEpoch)
 	}
 	if s.LastToken>>tokenBits > MaxEpoch || s.LastLease>>tokenBits > MaxEpoch {
 		return fmt.Errorf("%w: snapshot high-water marks (token %d, lease %d) carry an epoch above %d", ErrInvalidArgument, s.LastToken, s.LastLease, MaxEpoch)
 	}
-	caps := make(map[string]int, len(s.Resources))
+	sorted := slices.IsSortedFunc(s.Resources, func(a, b ResourceState) int { return strings.Compare(a.ID, b.ID) })
+	var caps map[string]int
+	if !sorted {
+		caps = make(map[string]int, len(s.Resources))
+	}
+	known := func(id string) bool {
+		if caps != nil {
+			_, ok := caps[id]
+			return ok
+		}
+		_, ok := slices.BinarySearchFunc(s.Resources, id, func(r ResourceState, id string) int { return strings.Compare(r.ID, id) })
+		return ok
+	}
 	for i, r := range s.Resources {
-		what := fmt.Sprintf("snapshot resources[%d]", i)
+		what := name("resources", i)
 		if err := validID(what+".id", r.ID); err != nil {
 			return err
 		}
-		if _, dup := caps[r.ID]; dup {
-			return fmt.Errorf("%w: %s id %q repeats", ErrInvalidArgument, what, r.ID)
+		dup := i > 0 && s.Resources[i-1].ID == r.ID
+		if caps != nil {
+			_, dup = caps[r.ID]
+		}
+		if dup {
+			return fmt.Errorf("%w: %s id %q repeats", ErrInvalidArgument, name("resources", i), r.ID)
 		}
 		if r.Capacity < 1 || r.Capacity > 1<<20 {
-			return fmt.Errorf("%w: %s capacity %d", ErrInvalidArgument, what, r.Capacity)
+			return fmt.Errorf("%w: %s capacity %d", ErrInvalidArgument, name("resources", i), r.Capacity)
 		}
 		if err := validLabels(what+".labels", r.Labels); err != nil {
 			return err
@@ -216,44 +247,60 @@ func (s Snapshot) Check() error {
 		if err := validStats(what, r.Aggregate); err != nil {
 			return err
 		}
-		caps[r.ID] = r.Capacity
+		if caps != nil {
+			caps[r.ID] = r.Capacity
+		}
+	}
+	cellOrder := func(a, b CellState) int {
+		if c := strings.Compare(a.Resource, b.Resource); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Context, b.Context)
 	}
 	type ck struct{ r, c string }
-	seen := make(map[ck]bool, len(s.Cells))
+	var seen map[ck]bool
+	if !sorted || !slices.IsSortedFunc(s.Cells, cellOrder) {
+		seen = make(map[ck]bool, len(s.Cells))
+	}
 	for i, c := range s.Cells {
-		what := fmt.Sprintf("snapshot cells[%d]", i)
-		if _, ok := caps[c.Resource]; !ok {
-			return fmt.Errorf("%w: %s names unknown resource %q", ErrInvalidArgument, what, c.Resource)
+		what := name("cells", i)
+		// Sorted cells name their resource once per run of cells.
+		if (i == 0 || s.Cells[i-1].Resource != c.Resource || seen != nil) && !known(c.Resource) {
+			return fmt.Errorf("%w: %s names unknown resource %q", ErrInvalidArgument, name("cells", i), c.Resource)
 		}
 		if err := validID(what+".context", c.Context); err != nil {
 			return err
 		}
-		if seen[ck{c.Resource, c.Context}] {
-			return fmt.Errorf("%w: %s repeats (%q, %q)", ErrInvalidArgument, what, c.Resource, c.Context)
+		dup := i > 0 && cellOrder(s.Cells[i-1], c) == 0
+		if seen != nil {
+			dup = seen[ck{c.Resource, c.Context}]
+			seen[ck{c.Resource, c.Context}] = true
 		}
-		seen[ck{c.Resource, c.Context}] = true
+		if dup {
+			return fmt.Errorf("%w: %s repeats (%q, %q)", ErrInvalidArgument, name("cells", i), c.Resource, c.Context)
+		}
 		if err := validStats(what, c.Stats); err != nil {
 			return err
 		}
 	}
 	ids := make(map[uint64]bool, len(s.Leases))
 	for i, l := range s.Leases {
-		what := fmt.Sprintf("snapshot leases[%d]", i)
+		what := name("leases", i)
 		if l.ID == 0 || l.Token == 0 {
-			return fmt.Errorf("%w: %s has id %d and token %d; neither may be 0", ErrInvalidArgument, what, l.ID, l.Token)
+			return fmt.Errorf("%w: %s has id %d and token %d; neither may be 0", ErrInvalidArgument, name("leases", i), l.ID, l.Token)
 		}
 		if ids[l.ID] {
-			return fmt.Errorf("%w: %s id %d repeats", ErrInvalidArgument, what, l.ID)
+			return fmt.Errorf("%w: %s id %d repeats", ErrInvalidArgument, name("leases", i), l.ID)
 		}
 		ids[l.ID] = true
-		if _, ok := caps[l.Resource]; !ok {
-			return fmt.Errorf("%w: %s names unknown resource %q", ErrInvalidArgument, what, l.Resource)
+		if !known(l.Resource) {
+			return fmt.Errorf("%w: %s names unknown resource %q", ErrInvalidArgument, name("leases", i), l.Resource)
 		}
 		if err := validID(what+".context", l.Context); err != nil {
 			return err
 		}
 		if l.Token > s.LastToken || l.ID > s.LastLease {
-			return fmt.Errorf("%w: %s token or id above the snapshot's high-water marks", ErrInvalidArgument, what)
+			return fmt.Errorf("%w: %s token or id above the snapshot's high-water marks", ErrInvalidArgument, name("leases", i))
 		}
 	}
 	return nil

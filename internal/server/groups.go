@@ -166,7 +166,7 @@ func (s *Server) moveTenant(ctx context.Context, tenant, to string) (time.Durati
 	s.pools.Refuse(tenant, to)
 	if p, ok := s.pools.Lookup(tenant); ok {
 		p.Close(&tenants.ElsewhereError{Tenant: tenant, Group: to})
-		err = s.cp.SaveFull(ctx, tenant)
+		err = s.cp.Save(ctx, tenant)
 	}
 	if err == nil {
 		err = sh.store.MoveTenant(ctx, tenant, to)

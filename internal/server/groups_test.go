@@ -18,12 +18,21 @@ import (
 
 // groupPair starts the active servers of two groups, "default" (a, which
 // creates the demo tenant) and "b", on one fresh PostgreSQL database.
-func groupPair(t *testing.T) (a, b *running) {
+func groupPair(t testing.TB) (a, b *running) {
+	t.Helper()
+	return groupPairWith(t, func(*Config) {})
+}
+
+// groupPairWith is groupPair with both servers' configuration changed by
+// edit.
+func groupPairWith(t testing.TB, edit func(*Config)) (a, b *running) {
 	t.Helper()
 	dsn := testenv.Postgres(t)
 	cfg := func(name, group string) Config {
-		return Config{Store: dsn, HA: true, HAName: name, Group: group, HASessionTimeout: time.Second,
+		c := Config{Store: dsn, HA: true, HAName: name, Group: group, HASessionTimeout: time.Second,
 			HAInterval: 100 * time.Millisecond, PlacementInterval: 50 * time.Millisecond, CheckpointInterval: time.Hour}
+		edit(&c)
+		return c
 	}
 	a = start(t, cfg("a", ""))
 	waitStatus(t, a, http.StatusOK, 5*time.Second)

@@ -17,7 +17,7 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-func activeStatus(t *testing.T, r *running) int {
+func activeStatus(t testing.TB, r *running) int {
 	t.Helper()
 	resp, err := http.Get("http://" + r.s.HTTPAddr() + "/readyz/active")
 	if err != nil {
@@ -27,7 +27,7 @@ func activeStatus(t *testing.T, r *running) int {
 	return resp.StatusCode
 }
 
-func waitStatus(t *testing.T, r *running, want int, within time.Duration) time.Duration {
+func waitStatus(t testing.TB, r *running, want int, within time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
 	for activeStatus(t, r) != want {
