@@ -165,6 +165,21 @@ func (s *Syncer) Sync(ctx context.Context) error {
 	return nil
 }
 
+// SyncFile lists the placements and rewrites the map file if it changes,
+// without HAProxy: the file to start HAProxy on.
+func (s *Syncer) SyncFile(ctx context.Context) error {
+	placements, err := s.cfg.Source.Placements(ctx)
+	if err != nil {
+		return fmt.Errorf("tenant map: listing the placements: %w", err)
+	}
+	want, err := Entries(placements)
+	if err != nil {
+		return err
+	}
+	s.checkGroups(placements)
+	return s.writeFile(want)
+}
+
 // checkGroups logs the placements on groups haproxy.cfg has no backend
 // for, once per change of the set.
 func (s *Syncer) checkGroups(placements map[string]string) {
