@@ -27,6 +27,11 @@ func TestTenantRouteHeader(t *testing.T) {
 	if got := fake.RouteCalls("IssueToken", ""); got != 1 || fake.Calls("IssueToken") != 1 {
 		t.Errorf("IssueToken calls without %s = got %d of %d, want the one call", repoolv1.TenantRouteKey, got, fake.Calls("IssueToken"))
 	}
+	es := openEvents(t, h, "p")
+	defer func() { es.body.Close(); <-es.done }()
+	if got := fake.RouteCalls("SubscribeEvents", "acme"); got != 1 {
+		t.Errorf("SubscribeEvents calls with %s acme = got %d (of %d), want 1", repoolv1.TenantRouteKey, got, fake.Calls("SubscribeEvents"))
+	}
 }
 
 // TestTenantElsewhere: a call refused because the tenant is served by
