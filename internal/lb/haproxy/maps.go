@@ -94,6 +94,42 @@ func (m *Map) Add(entries []MapEntry) error {
 	return nil
 }
 
+// Get returns the value HAProxy holds for key ("get map"), and whether it
+// holds one.
+func (m *Map) Get(key string) (string, bool, error) {
+	if err := checkWord(key); err != nil {
+		return "", false, err
+	}
+	out, err := m.r.rt.ExecuteRaw("get map " + m.ref + " " + key)
+	if err != nil || len(out) != 1 {
+		return "", false, m.fail("get map", fmt.Errorf("%v (%d answers)", err, len(out)))
+	}
+	// type=str, case=sensitive, found=yes, idx=tree, key="K", value="V", type="str"
+	// type=str, case=sensitive, found=no
+	answer := strings.TrimSpace(out[0])
+	switch {
+	case strings.Contains(answer, "found=no"):
+		return "", false, nil
+	case !strings.Contains(answer, "found=yes"):
+		return "", false, m.fail("get map", fmt.Errorf("unexpected answer %q", answer))
+	}
+	var k, v string
+	var hasK, hasV bool
+	for _, field := range strings.Split(answer, ", ") {
+		name, val, _ := strings.Cut(field, "=")
+		switch name {
+		case "key":
+			k, hasK = strings.Trim(val, `"`), true
+		case "value":
+			v, hasV = strings.Trim(val, `"`), true
+		}
+	}
+	if !hasK || !hasV || k != key {
+		return "", false, m.fail("get map", fmt.Errorf("unexpected answer %q", answer))
+	}
+	return v, true, nil
+}
+
 // Set changes the value of every entry of key ("set map"). Like Add, its
 // result is to be checked with Entries.
 func (m *Map) Set(key, value string) error {

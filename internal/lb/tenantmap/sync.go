@@ -24,6 +24,16 @@ type Source interface {
 	Placements(ctx context.Context) (map[string]string, error)
 }
 
+// Fingerprinter is what a Source may also implement to make an unchanged
+// tick cheap: a value that changes whenever the placements change (for
+// example the count of tenants and the sum of their placement versions).
+// While it stays the same and no full check is due, the Syncer lists
+// nothing; listing every placement each tick costs the store and this
+// process time in proportion to the tenants (BenchmarkSync).
+type Fingerprinter interface {
+	PlacementsFingerprint(ctx context.Context) (string, error)
+}
+
 // Defaults of Config.
 const (
 	DefaultInterval = 200 * time.Millisecond
@@ -66,9 +76,10 @@ type Syncer struct {
 	cfg Config
 
 	rt       *haproxy.Runtime  // nil until the first successful dial
-	written  []byte            // what File holds, as last written or read
+	file     map[string]string // the entries File holds, as last written or read; nil if unknown
 	applied  map[string]string // what HAProxy held after the last successful sync
 	verifyAt time.Time         // on Clock: read HAProxy's map back from then on
+	print    string            // the source's fingerprint at the last successful sync, "" if none
 	failing  string            // the last failure logged, "" when the last sync succeeded
 	unknown  string            // the unknown groups last logged
 }
@@ -141,6 +152,18 @@ func (s *Syncer) report(err error) {
 // is changed, so that a HAProxy restarting in between starts from the
 // new placements.
 func (s *Syncer) Sync(ctx context.Context) error {
+	var print string
+	if f, ok := s.cfg.Source.(Fingerprinter); ok {
+		p, err := f.PlacementsFingerprint(ctx)
+		if err != nil {
+			return fmt.Errorf("tenant map: the placements' fingerprint: %w", err)
+		}
+		if p != "" && p == s.print && s.applied != nil && s.cfg.Clock.Now().Before(s.verifyAt) {
+			return nil
+		}
+		print = p
+	}
+	s.print = ""
 	placements, err := s.cfg.Source.Placements(ctx)
 	if err != nil {
 		return fmt.Errorf("tenant map: listing the placements: %w", err)
@@ -154,14 +177,21 @@ func (s *Syncer) Sync(ctx context.Context) error {
 		return err
 	}
 	now := s.cfg.Clock.Now()
-	if s.applied != nil && maps.Equal(s.applied, want) && now.Before(s.verifyAt) {
+	full := s.applied == nil || !now.Before(s.verifyAt)
+	if !full && maps.Equal(s.applied, want) {
+		s.print = print
 		return nil
 	}
-	if err := s.apply(ctx, want); err != nil {
-		s.applied = nil
+	if err := s.apply(ctx, want, full); err != nil {
+		s.applied = nil // the next sync reads HAProxy's map in full
 		return err
 	}
-	s.applied, s.verifyAt = want, now.Add(s.cfg.Verify)
+	s.applied, s.print = want, print
+	if full {
+		// From the end of the read-back: a long first sync is not
+		// followed at once by another full one.
+		s.verifyAt = s.cfg.Clock.Now().Add(s.cfg.Verify)
+	}
 	return nil
 }
 
@@ -201,21 +231,24 @@ func (s *Syncer) checkGroups(placements map[string]string) {
 	}
 }
 
-// writeFile replaces the map file with want's if its content differs.
+// writeFile replaces the map file with want's if its entries differ.
 func (s *Syncer) writeFile(want map[string]string) error {
-	data := render(want)
-	if s.written == nil {
-		if cur, err := os.ReadFile(s.cfg.File); err == nil {
-			s.written = cur
-		}
-	}
-	if bytes.Equal(data, s.written) {
+	if s.file != nil && maps.Equal(s.file, want) {
 		return nil
 	}
+	data := render(want)
+	if s.file == nil {
+		// First pass: the file as it is, if it is exactly what we write.
+		if cur, err := os.ReadFile(s.cfg.File); err == nil && bytes.Equal(cur, data) {
+			s.file = want
+			return nil
+		}
+	}
 	if err := WriteFile(s.cfg.File, data); err != nil {
+		s.file = nil
 		return err
 	}
-	s.written = data
+	s.file = want
 	return nil
 }
 
@@ -247,8 +280,13 @@ func WriteFile(path string, data []byte) error {
 	return nil
 }
 
-// apply makes HAProxy's map equal to want and checks that it is.
-func (s *Syncer) apply(ctx context.Context, want map[string]string) error {
+// apply makes HAProxy's map equal to want and checks that it is. With
+// full it reads the whole map ("show map") to find the changes and reads
+// it all back after them; otherwise it takes the map to be what the last
+// sync left (s.applied) and checks only the entries it changed ("get
+// map"), so that a move costs HAProxy commands for the changed tenants,
+// not for every tenant.
+func (s *Syncer) apply(ctx context.Context, want map[string]string, full bool) error {
 	if s.rt == nil {
 		dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 		rt, err := haproxy.Dial(dctx, s.cfg.Socket)
@@ -262,11 +300,16 @@ func (s *Syncer) apply(ctx context.Context, want map[string]string) error {
 	if err != nil {
 		return fmt.Errorf("tenant map: %w", err)
 	}
-	have, err := m.Entries()
-	if err != nil {
-		return fmt.Errorf("tenant map: %w", err)
+	var d Changes
+	if full {
+		have, err := m.Entries()
+		if err != nil {
+			return fmt.Errorf("tenant map: %w", err)
+		}
+		d = Diff(have, want)
+	} else {
+		d = diff(s.applied, nil, want)
 	}
-	d := Diff(have, want)
 	if d.Empty() {
 		return nil
 	}
@@ -284,12 +327,24 @@ func (s *Syncer) apply(ctx context.Context, want map[string]string) error {
 		return fmt.Errorf("tenant map: %w", err)
 	}
 	// The runtime client does not report every refusal: read back.
-	after, err := m.Entries()
-	if err != nil {
-		return fmt.Errorf("tenant map: %w", err)
-	}
-	if rest := Diff(after, want); !rest.Empty() {
-		return fmt.Errorf("tenant map: HAProxy's map still differs after the change (%s)", rest)
+	if full {
+		after, err := m.Entries()
+		if err != nil {
+			return fmt.Errorf("tenant map: %w", err)
+		}
+		if rest := Diff(after, want); !rest.Empty() {
+			return fmt.Errorf("tenant map: HAProxy's map still differs after the change (%s)", rest)
+		}
+	} else {
+		for _, k := range d.keys() {
+			v, ok, err := m.Get(k)
+			if err != nil {
+				return fmt.Errorf("tenant map: %w", err)
+			}
+			if w, wanted := want[k]; ok != wanted || v != w {
+				return fmt.Errorf("tenant map: HAProxy's map holds %q for tenant %s after the change, want %q", v, k, w)
+			}
+		}
 	}
 	s.cfg.Log.Info("tenant map applied", "added", len(d.Add), "changed", len(d.Set), "removed", len(d.Del), "tenants", len(want))
 	return nil
@@ -305,6 +360,19 @@ type Changes struct {
 
 // Empty reports whether there is nothing to change.
 func (c Changes) Empty() bool { return len(c.Del)+len(c.Set)+len(c.Add) == 0 }
+
+// keys returns every key the changes touch.
+func (c Changes) keys() []string {
+	out := slices.Clone(c.Del)
+	for _, e := range c.Set {
+		out = append(out, e.Key)
+	}
+	for _, e := range c.Add {
+		out = append(out, e.Key)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
 
 // String summarises the changes for a message.
 func (c Changes) String() string {
@@ -323,8 +391,14 @@ func Diff(have []haproxy.MapEntry, want map[string]string) Changes {
 		}
 		cur[e.Key] = e.Value
 	}
+	return diff(cur, dup, want)
+}
+
+// diff is Diff on a map: cur holds each key once, dup names the keys
+// HAProxy holds more than once.
+func diff(cur map[string]string, dup map[string]bool, want map[string]string) Changes {
 	var c Changes
-	for _, k := range slices.Sorted(maps.Keys(cur)) {
+	for k, v := range cur {
 		w, ok := want[k]
 		switch {
 		case !ok:
@@ -332,15 +406,18 @@ func Diff(have []haproxy.MapEntry, want map[string]string) Changes {
 		case dup[k]:
 			c.Del = append(c.Del, k)
 			c.Add = append(c.Add, haproxy.MapEntry{Key: k, Value: w})
-		case cur[k] != w:
+		case v != w:
 			c.Set = append(c.Set, haproxy.MapEntry{Key: k, Value: w})
 		}
 	}
-	for _, k := range slices.Sorted(maps.Keys(want)) {
+	for k, w := range want {
 		if _, ok := cur[k]; !ok {
-			c.Add = append(c.Add, haproxy.MapEntry{Key: k, Value: want[k]})
+			c.Add = append(c.Add, haproxy.MapEntry{Key: k, Value: w})
 		}
 	}
-	slices.SortFunc(c.Add, func(a, b haproxy.MapEntry) int { return strings.Compare(a.Key, b.Key) })
+	byKey := func(a, b haproxy.MapEntry) int { return strings.Compare(a.Key, b.Key) }
+	slices.Sort(c.Del)
+	slices.SortFunc(c.Set, byKey)
+	slices.SortFunc(c.Add, byKey)
 	return c
 }

@@ -56,7 +56,9 @@ type groupsCluster struct {
 	*haproxytest.Process
 }
 
-func startGroups(t *testing.T) *groupsCluster {
+func startGroups(t *testing.T) *groupsCluster { return startGroupsTB(t) }
+
+func startGroupsTB(t testing.TB) *groupsCluster {
 	t.Helper()
 	servers := []*haproxytest.Server{
 		haproxytest.NewServer(t, "default1", http.StatusOK),
@@ -311,4 +313,60 @@ func TestRun(t *testing.T) {
 	testenv.Eventually(t, haproxytest.WaitFor, "the move", func() bool { return maps.Equal(c.mapEntries(t), map[string]string{"t1": "repool_b"}) })
 	c.routes(t, map[string]string{"t1": "b1", "": "default1"})
 	c.checkFile(t, map[string]string{"t1": "b"})
+}
+
+// printSource is a fakeSource with a fingerprint the test sets.
+type printSource struct {
+	*fakeSource
+	print string
+}
+
+func (p *printSource) PlacementsFingerprint(context.Context) (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.print, nil
+}
+
+// TestFingerprint: with a Source that has a fingerprint, a tick whose
+// fingerprint is the last one lists nothing until a full check is due; a
+// new fingerprint lists and applies.
+func TestFingerprint(t *testing.T) {
+	c := startGroups(t)
+	src := &printSource{fakeSource: &fakeSource{pl: map[string]string{"t1": "a"}}, print: "v1"}
+	fc := clock.NewFake(time.Now())
+	s, err := tenantmap.New(tenantmap.Config{Source: src, Socket: c.Socket, File: c.inv.HAProxy.TenantMap, Clock: fc, Verify: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	sync := func(wantPolls int) {
+		t.Helper()
+		before := src.polls()
+		if err := s.Sync(ctx); err != nil {
+			t.Fatalf("Sync() = got error %v, want nil", err)
+		}
+		if got := src.polls() - before; got != wantPolls {
+			t.Fatalf("Sync() listed the placements %d times, want %d", got, wantPolls)
+		}
+	}
+	sync(1)
+	c.routes(t, map[string]string{"t1": "a1"})
+	sync(0)
+	// Changed placements behind an unchanged fingerprint are not seen...
+	src.set(map[string]string{"t1": "b"}, nil)
+	sync(0)
+	c.routes(t, map[string]string{"t1": "a1"})
+	// ...until the fingerprint changes,
+	src.mu.Lock()
+	src.print = "v2"
+	src.mu.Unlock()
+	sync(1)
+	c.routes(t, map[string]string{"t1": "b1"})
+	sync(0)
+	// or a full check is due.
+	src.set(map[string]string{"t1": "a"}, nil)
+	fc.Advance(time.Minute)
+	sync(1)
+	c.routes(t, map[string]string{"t1": "a1"})
 }

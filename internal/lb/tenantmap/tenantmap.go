@@ -40,20 +40,35 @@ const MaxLine = 4096
 // Entries returns the map's entries for placements (tenant id -> group
 // name): tenant id -> haproxy.BackendFor(group), for the tenants placed on
 // a group other than the default one. An invalid tenant id or group name
-// is an error wrapping ErrInvalid that names it.
+// is an error wrapping ErrInvalid that names it (the first one in tenant
+// id order).
 func Entries(placements map[string]string) (map[string]string, error) {
 	out := make(map[string]string)
-	for _, id := range slices.Sorted(maps.Keys(placements)) {
-		g := placements[id]
-		if err := store.ValidateTenantID(id); err != nil {
-			return nil, fmt.Errorf("%w: placement of tenant %q: the tenant id is not valid", ErrInvalid, id)
+	backends := map[string]string{} // group -> backend, checked once per group
+	bad, hasBad := "", false
+	for id, g := range placements {
+		b, ok := backends[g]
+		if !ok {
+			if inventory.ValidGroup(g) {
+				b = haproxy.BackendFor(g)
+			}
+			backends[g] = b
 		}
-		if !inventory.ValidGroup(g) {
-			return nil, fmt.Errorf("%w: placement of tenant %s: %q is not a group name", ErrInvalid, id, g)
+		if b == "" || store.ValidateTenantID(id) != nil {
+			if !hasBad || id < bad {
+				bad, hasBad = id, true
+			}
+			continue
 		}
 		if g != inventory.DefaultGroup {
-			out[id] = haproxy.BackendFor(g)
+			out[id] = b
 		}
+	}
+	if hasBad {
+		if err := store.ValidateTenantID(bad); err != nil {
+			return nil, fmt.Errorf("%w: placement of tenant %q: the tenant id is not valid", ErrInvalid, bad)
+		}
+		return nil, fmt.Errorf("%w: placement of tenant %s: %q is not a group name", ErrInvalid, bad, placements[bad])
 	}
 	return out, nil
 }
