@@ -153,7 +153,7 @@ func Render(ctx context.Context, inv *inventory.Inventory, opts Options) ([]byte
 	// HAProxy opens a map file as it loads the configuration, so the
 	// commit's "haproxy -c" checks the tenant rule against an empty
 	// stand-in in dir; the result names the inventory's map file.
-	checkMap := filepath.Join(dir, filepath.Base(inv.HAProxy.TenantMap))
+	checkMap := filepath.Join(dir, "tenant-map-stand-in.map")
 	if err := os.WriteFile(checkMap, nil, 0o600); err != nil {
 		return nil, fmt.Errorf("render haproxy.cfg: %w", err)
 	}

@@ -106,7 +106,7 @@ type HAProxy struct {
 	FrontendMaxConn int `yaml:"frontend_maxconn"`
 	// TenantMap is the map file (tenant id -> group backend) the gRPC
 	// frontend routes by when the servers form more than one group; the
-	// placement sync keeps it current. Absolute, ending in ".map". Default
+	// placement sync keeps it current. Absolute. Default
 	// /etc/haproxy/repool-tenants.map. Unused with one group.
 	TenantMap string `yaml:"tenant_map"`
 }
@@ -372,10 +372,6 @@ var (
 	safePathRE = regexp.MustCompile(`^/[A-Za-z0-9_./@+-]*$`)
 	// groupRE is the servers' --group rule.
 	groupRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,30}$`)
-	// mapNameRE is a map file's base name: client-native's runtime client
-	// finds a map by its base name without ".map", which it reduces to
-	// these characters.
-	mapNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]+\.map$`)
 )
 
 // ValidGroup reports whether name is a valid group name (a server's
@@ -519,9 +515,6 @@ func (inv *Inventory) Validate() error {
 		v.fail("haproxy.frontend_maxconn", "%d is above haproxy.maxconn %d", inv.HAProxy.FrontendMaxConn, inv.HAProxy.MaxConn)
 	}
 	v.path("haproxy.tenant_map", inv.HAProxy.TenantMap)
-	if !mapNameRE.MatchString(filepath.Base(inv.HAProxy.TenantMap)) {
-		v.fail("haproxy.tenant_map", "%q: the file name must be letters, digits, '_' or '-' followed by \".map\"", inv.HAProxy.TenantMap)
-	}
 	if t := inv.TLS; t.On() {
 		v.path("tls.cert", t.Cert)
 		v.path("tls.server_ca", t.ServerCA)

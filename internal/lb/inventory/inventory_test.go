@@ -184,8 +184,8 @@ func validateCases() []validateCase {
 		{"group empty after defaults", func(i *Inventory) { i.Servers[0].Group = "" }, "servers[0].group"},
 		{"no server in the default group", func(i *Inventory) { i.Servers[0].Group = "big" }, "servers"},
 		{"tenant map relative", func(i *Inventory) { i.HAProxy.TenantMap = "tenants.map" }, "haproxy.tenant_map"},
-		{"tenant map not .map", func(i *Inventory) { i.HAProxy.TenantMap = "/etc/haproxy/tenants.txt" }, "haproxy.tenant_map"},
-		{"tenant map odd name", func(i *Inventory) { i.HAProxy.TenantMap = "/etc/haproxy/a.b.map" }, "haproxy.tenant_map"},
+		{"tenant map with space", func(i *Inventory) { i.HAProxy.TenantMap = "/etc/haproxy/a b.map" }, "haproxy.tenant_map"},
+		{"tenant map not clean", func(i *Inventory) { i.HAProxy.TenantMap = "/etc/haproxy/../a.map" }, "haproxy.tenant_map"},
 	}
 }
 
