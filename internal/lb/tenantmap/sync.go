@@ -125,17 +125,19 @@ func (s *Syncer) Close() error {
 // does not match after the change) is logged and tried again at the next
 // tick.
 func (s *Syncer) Run(ctx context.Context) error {
-	s.report(s.Sync(ctx))
+	s.report(ctx, s.Sync(ctx))
 	clock.Every(ctx, s.cfg.Clock, s.cfg.Interval, func(ctx context.Context) bool {
-		s.report(s.Sync(ctx))
+		s.report(ctx, s.Sync(ctx))
 		return true
 	})
 	return ctx.Err()
 }
 
-// report logs a failure once per change of its text, and the recovery.
-func (s *Syncer) report(err error) {
+// report logs a failure once per change of its text, and the recovery;
+// not the failure of a pass that ctx's end cut short.
+func (s *Syncer) report(ctx context.Context, err error) {
 	switch {
+	case ctx.Err() != nil:
 	case err == nil && s.failing != "":
 		s.cfg.Log.Info("tenant map sync recovered")
 		s.failing = ""
@@ -145,14 +147,16 @@ func (s *Syncer) report(err error) {
 	}
 }
 
-// Sync makes one pass: it lists the placements, rewrites the map file
+// Sync makes one pass: it lists the placements (unless the Source's
+// fingerprint says they have not changed), rewrites the map file
 // (atomically, and only if it changes) and applies the difference to
-// HAProxy's map through the runtime API, then reads the map back to check
-// it. A Source error changes nothing. The file is written before HAProxy
-// is changed, so that a HAProxy restarting in between starts from the
-// new placements.
+// HAProxy's map through the runtime API, then checks the entries it
+// changed; the first pass, the first after a failure and the first after
+// each Verify period read and check the whole map instead. A Source error
+// changes nothing. The file is written before HAProxy is changed, so that
+// a HAProxy restarting in between starts from the new placements.
 func (s *Syncer) Sync(ctx context.Context) error {
-	var print string
+	var fp string
 	if f, ok := s.cfg.Source.(Fingerprinter); ok {
 		p, err := f.PlacementsFingerprint(ctx)
 		if err != nil {
@@ -161,7 +165,7 @@ func (s *Syncer) Sync(ctx context.Context) error {
 		if p != "" && p == s.print && s.applied != nil && s.cfg.Clock.Now().Before(s.verifyAt) {
 			return nil
 		}
-		print = p
+		fp = p
 	}
 	s.print = ""
 	placements, err := s.cfg.Source.Placements(ctx)
@@ -179,14 +183,14 @@ func (s *Syncer) Sync(ctx context.Context) error {
 	now := s.cfg.Clock.Now()
 	full := s.applied == nil || !now.Before(s.verifyAt)
 	if !full && maps.Equal(s.applied, want) {
-		s.print = print
+		s.print = fp
 		return nil
 	}
 	if err := s.apply(ctx, want, full); err != nil {
 		s.applied = nil // the next sync reads HAProxy's map in full
 		return err
 	}
-	s.applied, s.print = want, print
+	s.applied, s.print = want, fp
 	if full {
 		// From the end of the read-back: a long first sync is not
 		// followed at once by another full one.

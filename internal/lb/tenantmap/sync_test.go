@@ -1,12 +1,15 @@
 package tenantmap_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -271,7 +274,9 @@ func TestRun(t *testing.T) {
 	c := startGroups(t)
 	src := &fakeSource{pl: map[string]string{"t1": "a"}}
 	fc := clock.NewFake(time.Now())
-	s, err := tenantmap.New(tenantmap.Config{Source: src, Socket: c.Socket, File: c.inv.HAProxy.TenantMap, Clock: fc})
+	var logs lockedBuffer
+	s, err := tenantmap.New(tenantmap.Config{Source: src, Socket: c.Socket, File: c.inv.HAProxy.TenantMap, Clock: fc,
+		Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,6 +318,35 @@ func TestRun(t *testing.T) {
 	testenv.Eventually(t, haproxytest.WaitFor, "the move", func() bool { return maps.Equal(c.mapEntries(t), map[string]string{"t1": "repool_b"}) })
 	c.routes(t, map[string]string{"t1": "b1", "": "default1"})
 	c.checkFile(t, map[string]string{"t1": "b"})
+	// Two failed ticks are one warning, then one recovery (logged once the
+	// pass that applied the move has returned).
+	testenv.Eventually(t, haproxytest.WaitFor, "the recovery's log", func() bool { return strings.Contains(logs.String(), "recovered") })
+	out := logs.String()
+	if n := strings.Count(out, "tenant map sync failing"); n != 1 || !strings.Contains(out, "store unreachable") {
+		t.Errorf("logs = got\n%s\nwant one failure warning naming the error", out)
+	}
+	if n := strings.Count(out, "tenant map sync recovered"); n != 1 {
+		t.Errorf("logs = got\n%s\nwant one recovery", out)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for the loop's writes and the
+// test's reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // printSource is a fakeSource with a fingerprint the test sets.
