@@ -99,7 +99,11 @@ var ErrHostsDiffer = errors.New("LB hosts differ in stats_socket or monitor_port
 // file and check it with "haproxy -c". It returns Header followed by the
 // committed file, and removes the temporary directory.
 //
-// The only thing in the result not written by client-native is Header.
+// The only things in the result not written by client-native are Header
+// and, with more than one group, the tenant map's path in the tenant rule
+// (TenantRule), which "haproxy -c" checked against an empty stand-in in
+// the temporary directory: HAProxy opens a map file as it loads the
+// configuration, and the real one need not exist where the render runs.
 // Client-native v5.0.0 writes durations as plain milliseconds ("inter 500",
 // "timeout client 3600000"), which HAProxy reads as milliseconds.
 //
