@@ -1,9 +1,11 @@
 // Package lb is the command-line front of repool's HAProxy + Keepalived
 // front end (docs/ha.md): it renders haproxy.cfg and keepalived.conf from
-// the LB inventory (packages inventory, haproxy, keepalived) and drives a
-// running HAProxy's servers through its runtime API.
+// the LB inventory (packages inventory, haproxy, keepalived), drives a
+// running HAProxy's servers through its runtime API, and keeps its tenant
+// map equal to the store's placements (package tenantmap).
 //
-// cmd/server wires Command in as "server ...".
+// cmd/server wires Runner.Command in as "server ...", with the store's
+// placement source.
 package lb
 
 import (
@@ -12,6 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,6 +25,7 @@ import (
 	"github.com/repool/repool/internal/lb/haproxy"
 	"github.com/repool/repool/internal/lb/inventory"
 	"github.com/repool/repool/internal/lb/keepalived"
+	"github.com/repool/repool/internal/lb/tenantmap"
 )
 
 // Prog is how the usage texts name the command.
@@ -32,10 +36,13 @@ const usage = `usage:
   ` + Prog + ` keepalived render --inventory FILE --host NAME [--out FILE]
   ` + Prog + ` haproxy status --socket PATH
   ` + Prog + ` haproxy drain|ready|maint NAME --socket PATH [--force]
+  ` + Prog + ` haproxy sync-placements --inventory FILE --host NAME --store DSN [--interval D] [--once | --file-only]
 
 Render the HAProxy and Keepalived configurations of repool's front end from
-the LB inventory (see haproxy/inventory.yaml), and drain, ready or maint a
-server of backend "repool" through HAProxy's runtime API (stats socket).
+the LB inventory (see haproxy/inventory.yaml); drain, ready or maint a
+server of its group's backend through HAProxy's runtime API (stats socket);
+and keep HAProxy's tenant map (tenant -> group backend) equal to the
+store's placements.
 
 Run "` + Prog + ` haproxy render -h" (etc.) for each command's flags.
 `
@@ -45,8 +52,28 @@ const dialTimeout = 10 * time.Second
 
 // commands are each tool's commands.
 var commands = map[string][]string{
-	"haproxy":    {"render", "status", "drain", "ready", "maint"},
+	"haproxy":    {"render", "status", "drain", "ready", "maint", "sync-placements"},
 	"keepalived": {"render"},
+}
+
+// PlacementOpener opens the placement source that "haproxy
+// sync-placements" polls, from its --store flag (the store's DSN, as the
+// server's --store takes it). close releases the source.
+type PlacementOpener func(ctx context.Context, store string) (src tenantmap.Source, close func() error, err error)
+
+// Runner runs the lb commands with what they need from outside this
+// package. The zero value runs every command but "haproxy
+// sync-placements", which needs OpenPlacements.
+type Runner struct {
+	// OpenPlacements opens the store's placements for "haproxy
+	// sync-placements".
+	OpenPlacements PlacementOpener
+}
+
+// Command is Runner{}.Command: every command but "haproxy
+// sync-placements".
+func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return Runner{}.Command(ctx, args, stdout, stderr)
 }
 
 // Command runs one lb command. args are the arguments after "lb" (for
@@ -60,7 +87,7 @@ var commands = map[string][]string{
 // atomically. Errors wrap inventory.ErrInvalid (bad inventory),
 // haproxy.ErrLastUp, haproxy.ErrUnknownServer or haproxy.ErrRuntime where
 // they apply.
-func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func (r Runner) Command(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "help" || cli.IsHelp(args[0]) {
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -91,6 +118,8 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return status(ctx, rest, env)
 	case tool == "haproxy" && (cmd == "drain" || cmd == "ready" || cmd == "maint"):
 		return setState(ctx, haproxy.AdminState(cmd), rest, env)
+	case tool == "haproxy" && cmd == "sync-placements":
+		return r.syncPlacements(ctx, rest, env)
 	}
 	fmt.Fprint(stderr, usage)
 	return fmt.Errorf("unknown command %q: %s commands are %s", tool+" "+args[1], tool, strings.Join(cmds, ", "))
@@ -183,12 +212,23 @@ func status(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
+	// The GROUP column only when there is more than one group.
+	groups := false
+	for _, s := range servers {
+		groups = groups || s.Group != inventory.DefaultGroup
+	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	if groups {
+		fmt.Fprint(tw, "GROUP\t")
+	}
 	fmt.Fprintln(tw, "SERVER\tADDRESS\tSTATE\tADMIN\tCHECK\tWEIGHT\tHAPROXY STATUS")
 	for _, s := range servers {
 		check := s.CheckStatus
 		if s.CheckCode != 0 {
 			check += fmt.Sprintf("/%d", s.CheckCode)
+		}
+		if groups {
+			fmt.Fprintf(tw, "%s\t", s.Group)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", s.Name, s.Addr, s.Status, s.Admin, check, s.Weight, s.Raw)
 	}
@@ -202,7 +242,7 @@ func setState(ctx context.Context, state haproxy.AdminState, args []string, e en
 	}
 	fs := newFlags("haproxy "+string(state), synopsis)
 	socket := fs.String("socket", inventory.DefaultStatsSocket, "HAProxy stats socket (admin level)")
-	force := fs.Bool("force", false, "also take out the last UP server (leaves the VIP without an active server)")
+	force := fs.Bool("force", false, "also take out the last UP server of its group (leaves the group's tenants without an active server)")
 	pos, err := parse(fs, args, e)
 	if err != nil {
 		return err
@@ -222,7 +262,71 @@ func setState(ctx context.Context, state haproxy.AdminState, args []string, e en
 		}
 		return err
 	}
-	fmt.Fprintf(e.stdout, "%s/%s: %s\n", haproxy.Backend, pos[0], state)
+	backend := haproxy.Backend
+	if servers, err := rt.Servers(); err == nil {
+		for _, s := range servers {
+			if s.Name == pos[0] {
+				backend = haproxy.BackendFor(s.Group)
+			}
+		}
+	}
+	fmt.Fprintf(e.stdout, "%s/%s: %s\n", backend, pos[0], state)
+	return nil
+}
+
+func (r Runner) syncPlacements(ctx context.Context, args []string, e env) error {
+	fs := newFlags("haproxy sync-placements", "haproxy sync-placements --inventory FILE --host NAME --store DSN [--interval D] [--once | --file-only]")
+	inv := fs.String("inventory", "", "LB inventory file (required): the tenant map file (haproxy.tenant_map) and the groups")
+	host := fs.String("host", "", "LB host this runs on (required): its HAProxy's stats socket")
+	store := fs.String("store", "", "the store's DSN, as the servers' --store (required): where the placements are read")
+	interval := fs.Duration("interval", tenantmap.DefaultInterval, "time between two polls of the placements")
+	once := fs.Bool("once", false, "sync once (map file, then HAProxy) and exit; exit status 1 if it failed")
+	fileOnly := fs.Bool("file-only", false, "write the map file from the placements and exit, without HAProxy (before HAProxy first starts)")
+	if err := noArgs(fs, args, e); err != nil {
+		return err
+	}
+	switch {
+	case *host == "":
+		return errors.New("haproxy sync-placements: --host is required")
+	case *store == "":
+		return errors.New("haproxy sync-placements: --store is required")
+	case *interval <= 0:
+		return fmt.Errorf("haproxy sync-placements: --interval %v is not positive", *interval)
+	case *once && *fileOnly:
+		return errors.New("haproxy sync-placements: --once and --file-only exclude each other")
+	}
+	i, err := loadInventory(*inv)
+	if err != nil {
+		return err
+	}
+	h, err := i.Host(*host)
+	if err != nil {
+		return err
+	}
+	if r.OpenPlacements == nil {
+		return errors.New("haproxy sync-placements: this build has no placement source (lb.Runner.OpenPlacements is not set)")
+	}
+	src, closeSrc, err := r.OpenPlacements(ctx, *store)
+	if err != nil {
+		return fmt.Errorf("haproxy sync-placements: %w", err)
+	}
+	defer closeSrc()
+	log := slog.New(slog.NewTextHandler(e.stderr, nil))
+	s, err := tenantmap.New(tenantmap.Config{
+		Source: src, Socket: h.StatsSocket, File: i.HAProxy.TenantMap, Groups: i.Groups(), Interval: *interval, Log: log,
+	})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	switch {
+	case *fileOnly:
+		return s.SyncFile(ctx)
+	case *once:
+		return s.Sync(ctx)
+	}
+	log.Info("syncing the tenant map", "file", i.HAProxy.TenantMap, "socket", h.StatsSocket, "interval", *interval)
+	s.Run(ctx)
 	return nil
 }
 

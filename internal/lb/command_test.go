@@ -6,16 +6,23 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
+
+	"gopkg.in/yaml.v3"
 
 	"github.com/repool/repool/internal/lb/golden"
 	"github.com/repool/repool/internal/lb/haproxy"
 	"github.com/repool/repool/internal/lb/haproxy/haproxytest"
 	"github.com/repool/repool/internal/lb/inventory"
+	"github.com/repool/repool/internal/lb/tenantmap"
+	"github.com/repool/repool/internal/testenv"
 	"github.com/repool/repool/internal/tlsconf/tlstest"
 )
 
@@ -112,6 +119,7 @@ func TestCommandUsage(t *testing.T) {
 		{"haproxy drain -h", []string{"haproxy", "drain", "-h"}, flag.ErrHelp, []string{"usage: " + Prog + " haproxy drain NAME", "-socket", "-force"}},
 		{"haproxy ready --help", []string{"haproxy", "ready", "--help"}, flag.ErrHelp, []string{"usage: " + Prog + " haproxy ready NAME", "-socket"}},
 		{"haproxy maint -h", []string{"haproxy", "maint", "-h"}, flag.ErrHelp, []string{"usage: " + Prog + " haproxy maint NAME", "-socket", "-force"}},
+		{"haproxy sync-placements -h", []string{"haproxy", "sync-placements", "-h"}, flag.ErrHelp, []string{"usage: " + Prog + " haproxy sync-placements", "-inventory", "-host", "-store", "-interval", "-once", "-file-only", "(default 200ms)"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -159,6 +167,12 @@ func TestCommandErrors(t *testing.T) {
 		{"stray argument", []string{"haproxy", "render", "--inventory", exampleInventory, "extra"}, nil, "unexpected arguments"},
 		{"drain without name", []string{"haproxy", "drain", "--socket", "/nonexistent.sock"}, nil, "exactly one server NAME"},
 		{"socket missing", []string{"haproxy", "status", "--socket", "/nonexistent.sock"}, haproxy.ErrRuntime, "/nonexistent.sock"},
+		{"sync without host", []string{"haproxy", "sync-placements", "--inventory", exampleInventory, "--store", "x"}, nil, "--host is required"},
+		{"sync without store", []string{"haproxy", "sync-placements", "--inventory", exampleInventory, "--host", "lb1"}, nil, "--store is required"},
+		{"sync bad interval", []string{"haproxy", "sync-placements", "--inventory", exampleInventory, "--host", "lb1", "--store", "x", "--interval", "0s"}, nil, "--interval 0s is not positive"},
+		{"sync once and file-only", []string{"haproxy", "sync-placements", "--inventory", exampleInventory, "--host", "lb1", "--store", "x", "--once", "--file-only"}, nil, "exclude each other"},
+		{"sync unknown host", []string{"haproxy", "sync-placements", "--inventory", exampleInventory, "--host", "lb7", "--store", "x"}, inventory.ErrInvalid, "lb7"},
+		{"sync without a placement source", []string{"haproxy", "sync-placements", "--inventory", exampleInventory, "--host", "lb1", "--store", "x"}, nil, "no placement source"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -258,5 +272,118 @@ func TestRuntimeCommands(t *testing.T) {
 			}
 			haproxytest.WaitStatus(t, p.Runtime, tt.want)
 		})
+	}
+}
+
+// fakePlacements is the placement source of TestSyncPlacements.
+type fakePlacements struct {
+	mu sync.Mutex
+	pl map[string]string
+}
+
+func (f *fakePlacements) Placements(context.Context) (map[string]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.pl), nil
+}
+
+func (f *fakePlacements) set(pl map[string]string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pl = pl
+}
+
+// TestSyncPlacements runs "haproxy sync-placements" with a fake placement
+// source against a real HAProxy with two groups: --file-only writes the
+// map file alone, --once applies it, and the loop follows a move until
+// its context ends.
+func TestSyncPlacements(t *testing.T) {
+	def := haproxytest.NewServer(t, "def1", http.StatusOK)
+	big := haproxytest.NewServer(t, "big1", http.StatusOK)
+	big.Group = "big"
+	dir := t.TempDir()
+	inv := haproxytest.LoopbackInventory(t, dir, def, big)
+	p := haproxytest.Start(t, inv, dir)
+	haproxytest.WaitStatus(t, p.Runtime, map[string]string{"def1": "UP", "big1": "UP"})
+	raw, err := yaml.Marshal(inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	invPath := filepath.Join(dir, "inventory.yaml")
+	if err := os.WriteFile(invPath, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	src := &fakePlacements{pl: map[string]string{"t1": "big", "t2": "default"}}
+	var opened []string
+	r := Runner{OpenPlacements: func(_ context.Context, store string) (tenantmap.Source, func() error, error) {
+		opened = append(opened, store)
+		return src, func() error { return nil }, nil
+	}}
+	runSync := func(ctx context.Context, extra ...string) (string, error) {
+		var out, errOut bytes.Buffer
+		args := append([]string{"haproxy", "sync-placements", "--inventory", invPath, "--host", "lb1", "--store", "fake://placements"}, extra...)
+		err := r.Command(ctx, args, &out, &errOut)
+		if out.Len() != 0 {
+			t.Errorf("Command(%q) = got stdout %q, want nothing", args, out.String())
+		}
+		return errOut.String(), err
+	}
+	mapFile := func() string {
+		b, _ := os.ReadFile(inv.HAProxy.TenantMap)
+		return string(b)
+	}
+	want := tenantmap.Header + "t1 repool_big\n"
+
+	if _, err := runSync(context.Background(), "--file-only"); err != nil {
+		t.Fatalf("sync-placements --file-only = got error %v, want nil", err)
+	}
+	if got := mapFile(); got != want {
+		t.Errorf("map file after --file-only = got %q, want %q", got, want)
+	}
+	if got := haproxytest.Call(t, inv, "t1"); got != "def1" {
+		t.Errorf("t1's call after --file-only = answered by %s, want def1 (HAProxy not changed)", got)
+	}
+	if _, err := runSync(context.Background(), "--once"); err != nil {
+		t.Fatalf("sync-placements --once = got error %v, want nil", err)
+	}
+	if got := haproxytest.Call(t, inv, "t1"); got != "big1" {
+		t.Errorf("t1's call after --once = answered by %s, want big1", got)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := runSync(ctx, "--interval", "20ms")
+		done <- err
+	}()
+	src.set(map[string]string{"t1": "default", "t2": "big"})
+	testenv.Eventually(t, haproxytest.WaitFor, "the loop to apply the move", func() bool {
+		return haproxytest.Call(t, inv, "t2") == "big1" && haproxytest.Call(t, inv, "t1") == "def1"
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("sync-placements loop ended by its context = got error %v, want nil", err)
+	}
+	if got, want := mapFile(), tenantmap.Header+"t2 repool_big\n"; got != want {
+		t.Errorf("map file after the loop = got %q, want %q", got, want)
+	}
+	for _, s := range opened {
+		if s != "fake://placements" {
+			t.Errorf("OpenPlacements got store %q, want the --store flag", s)
+		}
+	}
+
+	stdout, _, err := run(t, "haproxy", "status", "--socket", p.Socket)
+	if err != nil {
+		t.Fatalf("Command(haproxy status) = got error %v, want nil", err)
+	}
+	for _, re := range []string{`(?m)^GROUP +SERVER +ADDRESS `, `(?m)^default +def1 +127\.0\.0\.1:\d+ +UP `, `(?m)^big +big1 +127\.0\.0\.1:\d+ +UP `} {
+		if !regexp.MustCompile(re).MatchString(stdout) {
+			t.Errorf("Command(haproxy status) with two groups = got\n%s\nwant a line matching %s", stdout, re)
+		}
+	}
+	stdout, _, err = run(t, "haproxy", "drain", "big1", "--force", "--socket", p.Socket)
+	if err != nil || stdout != "repool_big/big1: drain\n" {
+		t.Errorf("Command(haproxy drain big1) = got %q, %v, want repool_big/big1: drain", stdout, err)
 	}
 }

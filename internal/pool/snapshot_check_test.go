@@ -36,7 +36,9 @@ func TestCheckSortedAndShuffledAgree(t *testing.T) {
 		defect(&s)
 		sortedErr := s.Check()
 		shuffled := Snapshot{Resources: append([]ResourceState(nil), s.Resources...), Cells: append([]CellState(nil), s.Cells...), Leases: s.Leases}
-		rng.Shuffle(len(shuffled.Resources), func(i, j int) { shuffled.Resources[i], shuffled.Resources[j] = shuffled.Resources[j], shuffled.Resources[i] })
+		rng.Shuffle(len(shuffled.Resources), func(i, j int) {
+			shuffled.Resources[i], shuffled.Resources[j] = shuffled.Resources[j], shuffled.Resources[i]
+		})
 		rng.Shuffle(len(shuffled.Cells), func(i, j int) { shuffled.Cells[i], shuffled.Cells[j] = shuffled.Cells[j], shuffled.Cells[i] })
 		shuffledErr := shuffled.Check()
 		if (sortedErr == nil) != (name == "none") || (shuffledErr == nil) != (name == "none") {

@@ -37,7 +37,7 @@ func commands() []command {
 	return []command{
 		{"run", "[flags]", "serve the data plane (gRPC) and the control plane (HTTP); the default", serve},
 		{"admin-token", "--role ROLE [flags]", "print a control-plane bearer token signed with the store's key", adminToken},
-		{"haproxy", "render|status|drain|ready|maint ...", "HAProxy config from the LB inventory; runtime control", lbCommand("haproxy")},
+		{"haproxy", "render|status|drain|ready|maint|sync-placements ...", "HAProxy config from the LB inventory; runtime control", lbCommand("haproxy")},
 		{"keepalived", "render ...", "keepalived.conf for one LB host", lbCommand("keepalived")},
 		{"help", "[COMMAND]", "this text, or a command's flags (as COMMAND -h)", help},
 	}
@@ -119,6 +119,6 @@ func help(ctx context.Context, args []string, env Env) error {
 
 func lbCommand(tool string) func(context.Context, []string, Env) error {
 	return func(ctx context.Context, args []string, env Env) error {
-		return lb.Command(ctx, append([]string{tool}, args...), env.Stdout, env.Stderr)
+		return lb.Runner{OpenPlacements: openPlacements}.Command(ctx, append([]string{tool}, args...), env.Stdout, env.Stderr)
 	}
 }

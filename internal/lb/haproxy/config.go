@@ -1,11 +1,13 @@
 package haproxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,13 +15,14 @@ import (
 	cnopts "github.com/haproxytech/client-native/v5/configuration/options"
 	"github.com/haproxytech/client-native/v5/models"
 
+	repoolv1 "github.com/repool/repool/api/repool/v1"
 	"github.com/repool/repool/internal/lb/inventory"
 )
 
 // Names in the rendered configuration. The runtime API addresses servers as
 // Backend/<server name>.
 const (
-	Backend         = "repool"             // the backend of repool servers
+	Backend         = "repool"             // the backend of the default group's servers
 	Defaults        = "repool"             // the (named) defaults section
 	GRPCFrontend    = "grpc"               // gRPC frontend on the VIP (h2c, or TLS with h2)
 	MonitorFrontend = "monitor"            // monitor-uri frontend for Keepalived
@@ -28,6 +31,36 @@ const (
 	// 200 active and ready (UP), 404 healthy standby (NOLB), else DOWN.
 	HealthURI = "/readyz/active"
 )
+
+// BackendFor returns the backend of a group's servers: Backend for the
+// default group, Backend_<group> for the others.
+func BackendFor(group string) string {
+	if group == inventory.DefaultGroup {
+		return Backend
+	}
+	return Backend + "_" + group
+}
+
+// GroupOf returns the group whose backend is backend (see BackendFor), and
+// false if backend is not a group's backend.
+func GroupOf(backend string) (string, bool) {
+	if backend == Backend {
+		return inventory.DefaultGroup, true
+	}
+	g, ok := strings.CutPrefix(backend, Backend+"_")
+	if !ok || !inventory.ValidGroup(g) || g == inventory.DefaultGroup {
+		return "", false
+	}
+	return g, true
+}
+
+// TenantRule is the gRPC frontend's use_backend rule with more than one
+// group: the backend the tenant map names for the call's tenant
+// (x-repool-tenant), and Backend for a call without one or a tenant the
+// map does not hold.
+func TenantRule(mapFile string) string {
+	return "%[req.hdr(" + repoolv1.TenantRouteKey + "),map(" + mapFile + "," + Backend + ")]"
+}
 
 // Defaults of Options.
 const (
@@ -66,7 +99,11 @@ var ErrHostsDiffer = errors.New("LB hosts differ in stats_socket or monitor_port
 // file and check it with "haproxy -c". It returns Header followed by the
 // committed file, and removes the temporary directory.
 //
-// The only thing in the result not written by client-native is Header.
+// The only things in the result not written by client-native are Header
+// and, with more than one group, the tenant map's path in the tenant rule
+// (TenantRule), which "haproxy -c" checked against an empty stand-in in
+// the temporary directory: HAProxy opens a map file as it loads the
+// configuration, and the real one need not exist where the render runs.
 // Client-native v5.0.0 writes durations as plain milliseconds ("inter 500",
 // "timeout client 3600000"), which HAProxy reads as milliseconds.
 //
@@ -117,7 +154,14 @@ func Render(ctx context.Context, inv *inventory.Inventory, opts Options) ([]byte
 	if err != nil {
 		return nil, fmt.Errorf("render haproxy.cfg: client-native: %w", err)
 	}
-	if err := build(conf, tx.ID, inv, front, opts); err != nil {
+	// HAProxy opens a map file as it loads the configuration, so the
+	// commit's "haproxy -c" checks the tenant rule against an empty
+	// stand-in in dir; the result names the inventory's map file.
+	checkMap := filepath.Join(dir, "tenant-map-stand-in.map")
+	if err := os.WriteFile(checkMap, nil, 0o600); err != nil {
+		return nil, fmt.Errorf("render haproxy.cfg: %w", err)
+	}
+	if err := build(conf, tx.ID, inv, front, opts, checkMap); err != nil {
 		_ = conf.DeleteTransaction(tx.ID)
 		return nil, fmt.Errorf("render haproxy.cfg: %w", err)
 	}
@@ -127,6 +171,11 @@ func Render(ctx context.Context, inv *inventory.Inventory, opts Options) ([]byte
 	out, err := os.ReadFile(cfgPath)
 	if err != nil {
 		return nil, fmt.Errorf("render haproxy.cfg: %w", err)
+	}
+	if len(inv.Groups()) > 1 {
+		// "haproxy -c" on commit opened the empty stand-in map; the file
+		// names the inventory's.
+		out = bytes.ReplaceAll(out, []byte(TenantRule(checkMap)), []byte(TenantRule(inv.HAProxy.TenantMap)))
 	}
 	return append([]byte(Header), out...), nil
 }
@@ -162,7 +211,7 @@ func frontFor(inv *inventory.Inventory, host string) (front, error) {
 }
 
 // build writes every section into transaction tx.
-func build(conf configuration.Configuration, tx string, inv *inventory.Inventory, fr front, opts Options) error {
+func build(conf configuration.Configuration, tx string, inv *inventory.Inventory, fr front, opts Options, tenantMap string) error {
 	// global: runtime API at admin level (drain/ready/maint; expose-fd
 	// listeners for seamless reloads), pid file, and a log target for
 	// server state changes (notice and above: no per-request lines).
@@ -229,6 +278,16 @@ func build(conf configuration.Configuration, tx string, inv *inventory.Inventory
 	}, tx, 0); err != nil {
 		return fmt.Errorf("frontend %s bind: %w", GRPCFrontend, err)
 	}
+	groups := inv.Groups()
+	if len(groups) > 1 {
+		// Each tenant's calls go to its group's backend; HAProxy reads the
+		// map at start and the placement sync changes it at run time.
+		if err := conf.CreateBackendSwitchingRule(GRPCFrontend, &models.BackendSwitchingRule{
+			Index: ptr(int64(0)), Name: TenantRule(tenantMap),
+		}, tx, 0); err != nil {
+			return fmt.Errorf("frontend %s use_backend: %w", GRPCFrontend, err)
+		}
+	}
 
 	// The monitor frontend Keepalived's track script checks: 200 on
 	// MonitorURI while this HAProxy runs, whatever the servers' health (a
@@ -246,10 +305,21 @@ func build(conf configuration.Configuration, tx string, inv *inventory.Inventory
 		return fmt.Errorf("frontend %s bind: %w", MonitorFrontend, err)
 	}
 
-	// The backend: only the active server passes the check (200); a standby
+	for _, g := range groups {
+		if err := buildBackend(conf, tx, inv, g); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// buildBackend writes the backend of group g's servers.
+func buildBackend(conf configuration.Configuration, tx string, inv *inventory.Inventory, g string) error {
+	backend := BackendFor(g)
+	// The backend: only the group's active server passes the check (200); a standby
 	// answers 404 and is NOLB (disable-on-404), anything else is DOWN.
 	if err := conf.CreateBackend(&models.Backend{
-		Name:     Backend,
+		Name:     backend,
 		Mode:     "http",
 		AdvCheck: "httpchk",
 		// Redispatch on the last connection retry (-1, HAProxy's default
@@ -259,7 +329,7 @@ func build(conf configuration.Configuration, tx string, inv *inventory.Inventory
 			Interval: -1,
 		},
 	}, tx, 0); err != nil {
-		return fmt.Errorf("backend %s: %w", Backend, err)
+		return fmt.Errorf("backend %s: %w", backend, err)
 	}
 	for i, c := range []*models.HTTPCheck{
 		{Type: models.HTTPCheckTypeSend, Method: "GET", URI: HealthURI},
@@ -267,12 +337,15 @@ func build(conf configuration.Configuration, tx string, inv *inventory.Inventory
 		{Type: models.HTTPCheckTypeDisableDashOnDash404},
 	} {
 		c.Index = ptr(int64(i))
-		if err := conf.CreateHTTPCheck("backend", Backend, c, tx, 0); err != nil {
-			return fmt.Errorf("backend %s http-check %s: %w", Backend, c.Type, err)
+		if err := conf.CreateHTTPCheck("backend", backend, c, tx, 0); err != nil {
+			return fmt.Errorf("backend %s http-check %s: %w", backend, c.Type, err)
 		}
 	}
 	ch := inv.Checks
 	for _, s := range inv.Servers {
+		if s.Group != g {
+			continue
+		}
 		// Every option sits on the server line: check-proto is ignored on
 		// default-server, and without it a "proto h2" server
 		// would be checked over HTTP/2.
@@ -298,13 +371,13 @@ func build(conf configuration.Configuration, tx string, inv *inventory.Inventory
 			params.SslMinVer = "TLSv1.2"
 			params.SslCertificate = tls.ClientCert
 		}
-		if err := conf.CreateServer("backend", Backend, &models.Server{
+		if err := conf.CreateServer("backend", backend, &models.Server{
 			Name:         s.Name,
 			Address:      s.Address,
 			Port:         ptr(int64(s.GRPCPort)),
 			ServerParams: params,
 		}, tx, 0); err != nil {
-			return fmt.Errorf("backend %s server %s: %w", Backend, s.Name, err)
+			return fmt.Errorf("backend %s server %s: %w", backend, s.Name, err)
 		}
 	}
 	return nil

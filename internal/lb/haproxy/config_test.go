@@ -202,3 +202,54 @@ func TestRenderConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestRenderGroups renders the example with its third server moved to a
+// group of its own: one backend per group, each with the health check,
+// and the tenant rule in the gRPC frontend naming the inventory's map file
+// (the real HAProxy checks the result against an empty map there).
+func TestRenderGroups(t *testing.T) {
+	inv := loadExample(t)
+	inv.Servers[2].Group = "big"
+	inv.HAProxy.TenantMap = filepath.Join(filepath.Dir(inv.TLS.Cert), "tenants.map")
+	rendered, err := Render(context.Background(), inv, Options{})
+	if err != nil {
+		t.Fatalf("Render(two groups) = got error %v, want nil", err)
+	}
+	got := string(rendered)
+	for _, want := range []string{
+		"  use_backend %[req.hdr(x-repool-tenant),map(" + inv.HAProxy.TenantMap + ",repool)]\n  default_backend repool\n",
+		"\nbackend repool\n  mode http\n  option redispatch -1\n  option httpchk\n  http-check send meth GET uri /readyz/active\n  http-check expect status 200\n  http-check disable-on-404\n  server repool1 ",
+		"\n  server repool2 ",
+		"\nbackend repool_big\n  mode http\n  option redispatch -1\n  option httpchk\n  http-check send meth GET uri /readyz/active\n  http-check expect status 200\n  http-check disable-on-404\n  server repool3 ",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("Render(two groups) = got\n%s\nwant it to contain %q", got, want)
+		}
+	}
+	if n := strings.Count(got, "  server "); n != 3 {
+		t.Errorf("Render(two groups) has %d server lines, want 3", n)
+	}
+	if strings.Contains(got, os.TempDir()+"/repool-haproxy-render-") {
+		t.Errorf("Render(two groups) = got\n%s\nwant no trace of the render's temporary map", got)
+	}
+	if err := os.WriteFile(inv.HAProxy.TenantMap, []byte("t1 repool_big\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	checkConfig(t, rendered)
+}
+
+func TestBackendFor(t *testing.T) {
+	for _, tt := range []struct{ group, backend string }{{"default", "repool"}, {"big", "repool_big"}, {"a-1", "repool_a-1"}} {
+		if got := BackendFor(tt.group); got != tt.backend {
+			t.Errorf("BackendFor(%q) = got %q, want %q", tt.group, got, tt.backend)
+		}
+		if g, ok := GroupOf(tt.backend); !ok || g != tt.group {
+			t.Errorf("GroupOf(%q) = got %q, %v, want %q, true", tt.backend, g, ok, tt.group)
+		}
+	}
+	for _, b := range []string{"", "grpc", "repool_", "repool_default", "repool_Big", "repoolx", "other_big"} {
+		if g, ok := GroupOf(b); ok {
+			t.Errorf("GroupOf(%q) = got %q, true, want false", b, g)
+		}
+	}
+}

@@ -1,17 +1,21 @@
 package haproxy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	cnruntime "github.com/haproxytech/client-native/v5/runtime"
 	rtopts "github.com/haproxytech/client-native/v5/runtime/options"
+
+	"github.com/repool/repool/internal/lb/inventory"
 )
 
 // AdminState is a server's administrative state, set through the runtime
-// API with "set server repool/<name> state <state>".
+// API with "set server <backend>/<name> state <state>".
 type AdminState string
 
 // Administrative states.
@@ -38,9 +42,11 @@ const (
 	StatusDrain Status = "DRAIN" // set to drain
 )
 
-// ServerStatus is one server of backend Backend.
+// ServerStatus is one server of a group's backend.
 type ServerStatus struct {
-	Name   string
+	Name string
+	// Group is the server's group, from its backend (GroupOf).
+	Group  string
 	Addr   string // address:port HAProxy sends traffic to
 	Status Status
 	// Raw is HAProxy's own status text, e.g. "UP", "DOWN 1/2",
@@ -61,11 +67,11 @@ type ServerStatus struct {
 
 // Errors of Runtime.
 var (
-	// ErrLastUp: the drain or maint would leave backend Backend without an
-	// UP server; SetState's force does it anyway (`server haproxy drain
-	// --force`).
+	// ErrLastUp: the drain or maint would leave the server's backend (its
+	// group) without an UP server; SetState's force does it anyway
+	// (`server haproxy drain --force`).
 	ErrLastUp = errors.New("refusing to take the last UP server out of rotation")
-	// ErrUnknownServer: backend Backend has no server of that name.
+	// ErrUnknownServer: no group's backend has a server of that name.
 	ErrUnknownServer = errors.New("no such server")
 	// ErrRuntime wraps failures of the runtime API itself (socket
 	// unreachable, command rejected by HAProxy).
@@ -121,20 +127,12 @@ func (r *Runtime) Close() error {
 	return nil
 }
 
-// Servers lists the servers of backend Backend in configuration order, from
-// "show stat" and "show servers state". Errors wrap ErrRuntime.
+// Servers lists the servers of every group's backend (Backend, then the
+// others in configuration order), each backend's in configuration order,
+// from "show stat" and "show servers state". Errors wrap ErrRuntime.
 func (r *Runtime) Servers() ([]ServerStatus, error) {
-	states, err := r.rt.GetServersState(Backend)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: show servers state %s: %v", ErrRuntime, r.socket, Backend, err)
-	}
-	admin := make(map[string]AdminState, len(states))
-	for _, s := range states {
-		if s != nil {
-			admin[strings.ToLower(s.Name)] = AdminState(s.AdminState)
-		}
-	}
 	var out []ServerStatus
+	found := false
 	for _, coll := range r.rt.GetStats() {
 		if coll == nil {
 			continue
@@ -143,31 +141,66 @@ func (r *Runtime) Servers() ([]ServerStatus, error) {
 			return nil, fmt.Errorf("%w: %s: show stat: %s", ErrRuntime, r.socket, coll.Error)
 		}
 		for _, st := range coll.Stats {
-			if st == nil || st.Type != "server" || st.BackendName != Backend || st.Stats == nil {
+			if st == nil || st.Type != "server" || st.Stats == nil {
 				continue
 			}
+			group, ok := GroupOf(st.BackendName)
+			if !ok {
+				continue
+			}
+			found = found || st.BackendName == Backend
 			s := st.Stats
 			out = append(out, ServerStatus{
 				Name:        st.Name,
+				Group:       group,
 				Addr:        s.Addr,
 				Status:      parseStatus(s.Status),
 				Raw:         s.Status,
 				CheckStatus: strings.TrimPrefix(s.CheckStatus, "* "),
 				CheckCode:   int(deref(s.CheckCode)),
 				Weight:      int(deref(s.Weight)),
-				Admin:       admin[st.Name],
 			})
 		}
 	}
-	if out == nil {
+	if !found {
 		return nil, fmt.Errorf("%w: %s: show stat lists no backend %q", ErrRuntime, r.socket, Backend)
 	}
+	admin := map[string]map[string]AdminState{} // backend -> server -> state
+	for i, s := range out {
+		backend := BackendFor(s.Group)
+		if admin[backend] == nil {
+			states, err := r.rt.GetServersState(backend)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %s: show servers state %s: %v", ErrRuntime, r.socket, backend, err)
+			}
+			admin[backend] = map[string]AdminState{}
+			for _, st := range states {
+				if st != nil {
+					admin[backend][strings.ToLower(st.Name)] = AdminState(st.AdminState)
+				}
+			}
+		}
+		out[i].Admin = admin[backend][s.Name]
+	}
+	// The default group first, as haproxy.cfg has it; the stable sort
+	// keeps configuration order otherwise.
+	slices.SortStableFunc(out, func(a, b ServerStatus) int {
+		return cmp.Compare(b2i(a.Group != inventory.DefaultGroup), b2i(b.Group != inventory.DefaultGroup))
+	})
 	return out, nil
 }
 
-// SetState sets the administrative state of server name of backend Backend.
-// Unless force is set, it refuses (ErrLastUp) to drain or maint the only
-// server that is UP, which would leave the VIP without an active server. The
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// SetState sets the administrative state of server name (in its group's
+// backend). Unless force is set, it refuses (ErrLastUp) to drain or maint
+// the only server of its group that is UP, which would leave the group's
+// tenants without an active server. The
 // check and the change are two commands: a concurrent change of another
 // server's state between them is not seen.
 //
@@ -183,23 +216,26 @@ func (r *Runtime) SetState(name string, state AdminState, force bool) error {
 		return err
 	}
 	var target *ServerStatus
-	up := 0
 	for i, s := range servers {
 		if s.Name == name {
 			target = &servers[i]
 		}
-		if s.Status == StatusUp {
+	}
+	if target == nil {
+		return fmt.Errorf("%w: %s", ErrUnknownServer, name)
+	}
+	up := 0
+	for _, s := range servers {
+		if s.Group == target.Group && s.Status == StatusUp {
 			up++
 		}
 	}
-	if target == nil {
-		return fmt.Errorf("%w: %s/%s", ErrUnknownServer, Backend, name)
-	}
+	backend := BackendFor(target.Group)
 	if state != Ready && !force && target.Status == StatusUp && up == 1 {
-		return fmt.Errorf("%s %s/%s: %w", state, Backend, name, ErrLastUp)
+		return fmt.Errorf("%s %s/%s: %w", state, backend, name, ErrLastUp)
 	}
-	if err := r.rt.SetServerState(Backend, name, string(state)); err != nil {
-		return fmt.Errorf("%w: %s: set server %s/%s state %s: %v", ErrRuntime, r.socket, Backend, name, state, err)
+	if err := r.rt.SetServerState(backend, name, string(state)); err != nil {
+		return fmt.Errorf("%w: %s: set server %s/%s state %s: %v", ErrRuntime, r.socket, backend, name, state, err)
 	}
 	return nil
 }

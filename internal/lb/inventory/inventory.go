@@ -24,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -61,6 +62,8 @@ const (
 	DefaultHAProxyUser    = "haproxy"
 	DefaultMaxConn        = 20000 // HAProxy's global maxconn
 	DefaultFrontendConn   = 10000 // the gRPC frontend's maxconn
+	DefaultGroup          = "default"
+	DefaultTenantMap      = "/etc/haproxy/repool-tenants.map"
 )
 
 // MonitorURI is the path of HAProxy's monitor frontend that Keepalived's
@@ -101,6 +104,11 @@ type HAProxy struct {
 	// accepted at once on the VIP (more wait in the kernel's backlog). At
 	// most MaxConn. Default 10000.
 	FrontendMaxConn int `yaml:"frontend_maxconn"`
+	// TenantMap is the map file (tenant id -> group backend) the gRPC
+	// frontend routes by when the servers form more than one group; the
+	// placement sync keeps it current. Absolute. Default
+	// /etc/haproxy/repool-tenants.map. Unused with one group.
+	TenantMap string `yaml:"tenant_map"`
 }
 
 // TLS is TLS through HAProxy: terminated on the VIP and re-encrypted to
@@ -191,7 +199,7 @@ type LBHost struct {
 
 // Server is one repool server behind HAProxy.
 type Server struct {
-	// Name is the HAProxy server name in backend "repool": lowercase
+	// Name is the HAProxy server name in its group's backend: lowercase
 	// letters, digits, '-' and '_' (HAProxy's CSV stats are read
 	// case-insensitively by client-native). Required, unique.
 	Name string `yaml:"name"`
@@ -202,6 +210,11 @@ type Server struct {
 	// HTTPPort is the server's HTTP port, where HAProxy checks
 	// GET /readyz/active. Default 8081.
 	HTTPPort int `yaml:"http_port"`
+	// Group is the group the server belongs to (its --group): a lowercase
+	// letter, then lowercase letters, digits and '-', at most 31. Each
+	// group is a backend of its own. Default "default"; with more than one
+	// group, the default group needs a server.
+	Group string `yaml:"group"`
 }
 
 // Checks are HAProxy's health-check timings for every server
@@ -326,14 +339,14 @@ func (inv *Inventory) setDefaults() {
 		*h = defaults.Fill(*h, def)
 	}
 	for i := range inv.Servers {
-		inv.Servers[i] = defaults.Fill(inv.Servers[i], Server{GRPCPort: DefaultGRPCPort, HTTPPort: DefaultHTTPPort})
+		inv.Servers[i] = defaults.Fill(inv.Servers[i], Server{GRPCPort: DefaultGRPCPort, HTTPPort: DefaultHTTPPort, Group: DefaultGroup})
 	}
 	inv.Checks = defaults.Fill(inv.Checks, Checks{Inter: DefaultCheckInter, Fall: DefaultCheckFall, Rise: DefaultCheckRise})
 	inv.Timeouts = defaults.Fill(inv.Timeouts, Timeouts{
 		Connect: DefaultConnectTimeout, Client: DefaultClientTimeout, Server: DefaultServerTimeout,
 		Tunnel: DefaultTunnelTimeout, HTTPRequest: DefaultRequestTimeout, Check: DefaultCheckTimeout,
 	})
-	inv.HAProxy = defaults.Fill(inv.HAProxy, HAProxy{User: DefaultHAProxyUser, Group: DefaultHAProxyUser, MaxConn: DefaultMaxConn})
+	inv.HAProxy = defaults.Fill(inv.HAProxy, HAProxy{User: DefaultHAProxyUser, Group: DefaultHAProxyUser, MaxConn: DefaultMaxConn, TenantMap: DefaultTenantMap})
 	orDefault(&inv.HAProxy.FrontendMaxConn, min(DefaultFrontendConn, inv.HAProxy.MaxConn))
 	inv.Keepalived = defaults.Fill(inv.Keepalived, Keepalived{
 		TrackInterval: DefaultTrackInterval, TrackFall: DefaultTrackFall, TrackRise: DefaultTrackRise,
@@ -357,7 +370,39 @@ var (
 	// safePathRE keeps paths free of spaces and quotes: they are written
 	// into keepalived's quoted script lines and HAProxy's config.
 	safePathRE = regexp.MustCompile(`^/[A-Za-z0-9_./@+-]*$`)
+	// groupRE is the servers' --group rule.
+	groupRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,30}$`)
 )
+
+// ValidGroup reports whether name is a valid group name (a server's
+// --group): a lowercase letter, then lowercase letters, digits and '-', at
+// most 31 characters.
+func ValidGroup(name string) bool { return groupRE.MatchString(name) }
+
+// Groups returns the groups of the servers, sorted, the default group
+// first.
+func (inv *Inventory) Groups() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range inv.Servers {
+		if !seen[s.Group] {
+			seen[s.Group] = true
+			out = append(out, s.Group)
+		}
+	}
+	slices.SortFunc(out, func(a, b string) int {
+		switch {
+		case a == b:
+			return 0
+		case a == DefaultGroup:
+			return -1
+		case b == DefaultGroup:
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	return out
+}
 
 // Validate reports the first invalid field, named by its YAML path (for
 // example "lb_hosts[1].priority"). The error wraps ErrInvalid. It does not
@@ -423,6 +468,7 @@ func (inv *Inventory) Validate() error {
 	}
 	snames := map[string]string{}
 	endpoints := map[netip.AddrPort]string{}
+	defaultGroup := false
 	for i, s := range inv.Servers {
 		f := fmt.Sprintf("servers[%d]", i)
 		v.name(f+".name", s.Name, snames)
@@ -441,6 +487,13 @@ func (inv *Inventory) Validate() error {
 				endpoints[ap] = f + "." + p.field
 			}
 		}
+		if !groupRE.MatchString(s.Group) {
+			v.fail(f+".group", "%q is not a group name (a lowercase letter, then lowercase letters, digits, '-'; at most 31)", s.Group)
+		}
+		defaultGroup = defaultGroup || s.Group == DefaultGroup
+	}
+	if len(inv.Servers) > 0 && !defaultGroup {
+		v.fail("servers", "no server is in group %q: calls without a tenant (IssueToken) and tenants missing from the tenant map go to it", DefaultGroup)
 	}
 	v.ms("checks.inter", inv.Checks.Inter)
 	v.positive("checks.fall", inv.Checks.Fall)
@@ -461,6 +514,7 @@ func (inv *Inventory) Validate() error {
 	if inv.HAProxy.FrontendMaxConn > inv.HAProxy.MaxConn {
 		v.fail("haproxy.frontend_maxconn", "%d is above haproxy.maxconn %d", inv.HAProxy.FrontendMaxConn, inv.HAProxy.MaxConn)
 	}
+	v.path("haproxy.tenant_map", inv.HAProxy.TenantMap)
 	if t := inv.TLS; t.On() {
 		v.path("tls.cert", t.Cert)
 		v.path("tls.server_ca", t.ServerCA)

@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -65,6 +66,8 @@ func TestParseDefaults(t *testing.T) {
 		{"keepalived.advert_interval", inv.Keepalived.AdvertInterval, 1},
 		{"keepalived.notify_script", inv.Keepalived.NotifyScript, DefaultNotifyScript},
 		{"keepalived.script_user", inv.Keepalived.ScriptUser, "root"},
+		{"servers[0].group", inv.Servers[0].Group, DefaultGroup},
+		{"haproxy.tenant_map", inv.HAProxy.TenantMap, DefaultTenantMap},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {
@@ -171,6 +174,18 @@ func validateCases() []validateCase {
 		{"advert interval", func(i *Inventory) { i.Keepalived.AdvertInterval = 256 }, "keepalived.advert_interval"},
 		{"notify script", func(i *Inventory) { i.Keepalived.NotifyScript = "/etc/../notify.sh" }, "keepalived.notify_script"},
 		{"script user", func(i *Inventory) { i.Keepalived.ScriptUser = "root; rm" }, "keepalived.script_user"},
+		{"two groups", func(i *Inventory) {
+			i.Servers = append(i.Servers, Server{Name: "s2", Address: "192.0.2.11", GRPCPort: 9090, HTTPPort: 8081, Group: "big-1"})
+		}, ""},
+		{"group upper", func(i *Inventory) { i.Servers[0].Group = "Default" }, "servers[0].group"},
+		{"group leading digit", func(i *Inventory) { i.Servers[0].Group = "1a" }, "servers[0].group"},
+		{"group underscore", func(i *Inventory) { i.Servers[0].Group = "a_b" }, "servers[0].group"},
+		{"group too long", func(i *Inventory) { i.Servers[0].Group = "a" + strings.Repeat("b", 31) }, "servers[0].group"},
+		{"group empty after defaults", func(i *Inventory) { i.Servers[0].Group = "" }, "servers[0].group"},
+		{"no server in the default group", func(i *Inventory) { i.Servers[0].Group = "big" }, "servers"},
+		{"tenant map relative", func(i *Inventory) { i.HAProxy.TenantMap = "tenants.map" }, "haproxy.tenant_map"},
+		{"tenant map with space", func(i *Inventory) { i.HAProxy.TenantMap = "/etc/haproxy/a b.map" }, "haproxy.tenant_map"},
+		{"tenant map not clean", func(i *Inventory) { i.HAProxy.TenantMap = "/etc/haproxy/../a.map" }, "haproxy.tenant_map"},
 	}
 }
 
@@ -193,6 +208,19 @@ func TestValidate(t *testing.T) {
 				t.Fatalf("Validate() = got error %v, want one wrapping ErrInvalid that names %s", err, tt.field)
 			}
 		})
+	}
+}
+
+func TestGroups(t *testing.T) {
+	inv, err := Parse(strings.NewReader(minimal + `  - {name: s2, address: 192.0.2.11, group: zeta}
+  - {name: s3, address: 192.0.2.12, group: alpha}
+  - {name: s4, address: 192.0.2.13, group: zeta}
+`))
+	if err != nil {
+		t.Fatalf("Parse(three groups) = got error %v, want nil", err)
+	}
+	if got, want := inv.Groups(), []string{"default", "alpha", "zeta"}; !slices.Equal(got, want) {
+		t.Errorf("Groups() = got %q, want %q (default first, then sorted)", got, want)
 	}
 }
 

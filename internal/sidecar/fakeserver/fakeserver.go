@@ -3,9 +3,11 @@
 // function-field handlers and per-method call counters.
 //
 // By default it behaves like the real server as far as the sidecar can
-// tell: IssueToken trades the configured API key for a token, and every
-// PoolService call needs `authorization: Bearer <token>` with a token it
-// issued, has not revoked, and that has not expired by the fake's clock.
+// tell: IssueToken trades the configured API key for a token of the
+// configured tenant, and every PoolService call needs
+// `authorization: Bearer <token>` with a token it issued, has not revoked,
+// and that has not expired by the fake's clock. It counts the calls by the
+// tenant they name in x-repool-tenant (RouteCalls).
 package fakeserver
 
 import (
@@ -18,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -32,12 +35,19 @@ import (
 // otherwise.
 const DefaultAPIKey = "rpk_test-key"
 
+// DefaultTenant is the tenant of the fake's tokens unless Config.Tenant
+// says otherwise.
+const DefaultTenant = "demo"
+
 // Config configures Start. Every handler left nil has the default
 // behaviour described on it; handlers run after the fake's authentication
 // and may be called concurrently.
 type Config struct {
 	// APIKey is the key IssueToken accepts. Default DefaultAPIKey.
 	APIKey string
+	// Tenant is the tenant IssueToken names (IssueTokenResponse.tenant).
+	// Default DefaultTenant.
+	Tenant string
 	// TokenTTL is the lifetime of issued tokens. Default 15m.
 	TokenTTL time.Duration
 	// Clock dates tokens and checks their expiry. Default the wall clock.
@@ -78,6 +88,7 @@ type Server struct {
 	mu      sync.Mutex
 	tokens  map[string]time.Time // issued token → expiry
 	calls   map[string]int64     // method → calls received
+	routes  map[route]int64      // method and x-repool-tenant → calls received
 	revoked map[string]bool
 }
 
@@ -86,6 +97,9 @@ func Start(tb testing.TB, cfg Config) *Server {
 	tb.Helper()
 	if cfg.APIKey == "" {
 		cfg.APIKey = DefaultAPIKey
+	}
+	if cfg.Tenant == "" {
+		cfg.Tenant = DefaultTenant
 	}
 	if cfg.TokenTTL == 0 {
 		cfg.TokenTTL = 15 * time.Minute
@@ -98,7 +112,7 @@ func Start(tb testing.TB, cfg Config) *Server {
 		tb.Fatalf("fakeserver: listen: %v", err)
 	}
 	s := &Server{cfg: cfg, addr: ln.Addr().String(),
-		tokens: map[string]time.Time{}, calls: map[string]int64{}, revoked: map[string]bool{}}
+		tokens: map[string]time.Time{}, calls: map[string]int64{}, routes: map[route]int64{}, revoked: map[string]bool{}}
 	s.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(s.unary), grpc.ChainStreamInterceptor(s.stream))
 	repoolv1.RegisterAuthServiceServer(s.grpc, authServer{s: s})
 	repoolv1.RegisterPoolServiceServer(s.grpc, poolServer{s: s})
@@ -119,6 +133,32 @@ func (s *Server) Calls(method string) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.calls[method]
+}
+
+// route is a method and the x-repool-tenant its call named.
+type route struct{ method, tenant string }
+
+// RouteCalls returns how many calls of a method the fake received naming
+// tenant in x-repool-tenant ("" counts the calls without the entry).
+func (s *Server) RouteCalls(method, tenant string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.routes[route{method, tenant}]
+}
+
+// TenantElsewhere is the refusal of a call for a tenant this server's group
+// does not serve, as the real server answers it: UNAVAILABLE with an
+// ErrorInfo of reason TENANT_ELSEWHERE naming the tenant's group.
+func TenantElsewhere(group string) error {
+	st, err := status.New(codes.Unavailable, "tenant is served by group "+group).WithDetails(&errdetails.ErrorInfo{
+		Domain:   repoolv1.ErrorDomain,
+		Reason:   repoolv1.ReasonTenantElsewhere,
+		Metadata: map[string]string{repoolv1.ErrorInfoGroup: group},
+	})
+	if err != nil {
+		panic(err) // an ErrorInfo always marshals
+	}
+	return st.Err()
 }
 
 // Revoke makes the fake refuse a token it issued (UNAUTHENTICATED).
@@ -148,10 +188,13 @@ func Bearer(ctx context.Context) string {
 	return t
 }
 
-func (s *Server) count(fullMethod string) {
+func (s *Server) count(ctx context.Context, fullMethod string) {
 	method := fullMethod[strings.LastIndex(fullMethod, "/")+1:]
+	md, _ := metadata.FromIncomingContext(ctx)
+	tenant := strings.Join(md.Get(repoolv1.TenantRouteKey), ",")
 	s.mu.Lock()
 	s.calls[method]++
+	s.routes[route{method, tenant}]++
 	s.mu.Unlock()
 }
 
@@ -171,7 +214,7 @@ func (s *Server) authorize(ctx context.Context, fullMethod string) error {
 }
 
 func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	s.count(info.FullMethod)
+	s.count(ctx, info.FullMethod)
 	if err := s.authorize(ctx, info.FullMethod); err != nil {
 		return nil, err
 	}
@@ -179,7 +222,7 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 }
 
 func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	s.count(info.FullMethod)
+	s.count(ss.Context(), info.FullMethod)
 	if err := s.authorize(ss.Context(), info.FullMethod); err != nil {
 		return err
 	}
@@ -197,7 +240,7 @@ func (s *Server) Issue(ctx context.Context) (*repoolv1.IssueTokenResponse, error
 	s.mu.Lock()
 	s.tokens[tok] = exp
 	s.mu.Unlock()
-	return &repoolv1.IssueTokenResponse{Token: tok, ExpiresAt: timestamppb.New(exp)}, nil
+	return &repoolv1.IssueTokenResponse{Token: tok, ExpiresAt: timestamppb.New(exp), Tenant: s.cfg.Tenant}, nil
 }
 
 type authServer struct {

@@ -180,9 +180,9 @@ func (p *Provider) Do(ctx context.Context, method Method, call Call) error {
 				return err
 			}
 			defer p.breaker.Leave()
-			return p.tokens.Do(ctx, func(ctx context.Context, bearer string) error {
+			return p.tokens.Do(ctx, func(ctx context.Context) error {
 				trailer = nil
-				return call(metadata.AppendToOutgoingContext(ctx, "authorization", bearer), p.pool, grpc.Trailer(&trailer))
+				return call(ctx, p.pool, grpc.Trailer(&trailer))
 			})
 		})
 		return withRetryAfter(ownTimeout(ctx, err, p.timeout), trailer)
@@ -260,7 +260,7 @@ type EventStream struct {
 
 func (s *EventStream) open(tok *token.Token) error {
 	s.tok = tok
-	stream, err := s.p.pool.SubscribeEvents(metadata.AppendToOutgoingContext(s.ctx, "authorization", tok.Bearer()), s.req)
+	stream, err := s.p.pool.SubscribeEvents(tok.Outgoing(s.ctx), s.req)
 	s.stream = stream
 	if err != nil {
 		return err

@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	repoolv1 "github.com/repool/repool/api/repool/v1"
 )
 
 func grpcErr(c codes.Code) error { return status.Error(c, c.String()) }
@@ -67,6 +69,7 @@ func TestBreakerClassifiesOutcomes(t *testing.T) {
 		{"RESOURCE_EXHAUSTED is excluded", grpcErr(codes.ResourceExhausted), 0, 30},
 		{"a caller that went away is excluded", context.Canceled, 0, 30},
 		{"a wrapped exclusion is excluded", fmt.Errorf("x: %w", grpcErr(codes.Unauthenticated)), 0, 30},
+		{"TENANT_ELSEWHERE (a tenant being moved) is excluded", errorInfo(codes.Unavailable, repoolv1.ErrorDomain, repoolv1.ReasonTenantElsewhere), 0, 30},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

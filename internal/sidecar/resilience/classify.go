@@ -6,8 +6,11 @@ import (
 	"strconv"
 	"strings"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	repoolv1 "github.com/repool/repool/api/repool/v1"
 )
 
 // hopPrefix starts grpc-go's message for an answer that is not gRPC at all,
@@ -98,13 +101,33 @@ func TLSFailure(err error) bool {
 	return true
 }
 
+// TenantElsewhere reports whether err is a server's refusal of a call for
+// a tenant its group does not serve (UNAVAILABLE with the ErrorInfo reason
+// TENANT_ELSEWHERE): the tenant is being moved, or the front end's tenant
+// map has not caught up yet. It is retried like any UNAVAILABLE.
+func TenantElsewhere(err error) bool {
+	s, ok := status.FromError(err)
+	if !ok || s.Code() != codes.Unavailable {
+		return false
+	}
+	for _, d := range s.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == repoolv1.ErrorDomain && info.GetReason() == repoolv1.ReasonTenantElsewhere {
+			return true
+		}
+	}
+	return false
+}
+
 // excluded reports whether the breaker should ignore an outcome: invalid
 // credentials, TLS failures (a certificate or configuration to fix), rate
 // limits, callers that went away and the bulkhead's rejections (a slow
 // cluster, or a burst, not a failed one) say nothing about the cluster's
-// health.
+// health; nor does a refusal because the tenant is served by another
+// group (TenantElsewhere) — a working server answered, and during a
+// tenant move every call of the tenant is refused for up to the move's
+// window, which must not open the breaker for the calls that follow it.
 func excluded(err error) bool {
-	if errors.Is(err, ErrBulkheadFull) || TLSFailure(err) {
+	if errors.Is(err, ErrBulkheadFull) || TLSFailure(err) || TenantElsewhere(err) {
 		return true
 	}
 	switch Code(err) {

@@ -6,9 +6,46 @@ import (
 	"fmt"
 	"testing"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	repoolv1 "github.com/repool/repool/api/repool/v1"
 )
+
+// errorInfo is a status error with code c and an ErrorInfo detail.
+func errorInfo(c codes.Code, domain, reason string) error {
+	st, err := status.New(c, "refused").WithDetails(&errdetails.ErrorInfo{Domain: domain, Reason: reason})
+	if err != nil {
+		panic(err)
+	}
+	return st.Err()
+}
+
+func TestTenantElsewhere(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"TENANT_ELSEWHERE", errorInfo(codes.Unavailable, repoolv1.ErrorDomain, repoolv1.ReasonTenantElsewhere), true},
+		{"wrapped", fmt.Errorf("call: %w", errorInfo(codes.Unavailable, repoolv1.ErrorDomain, repoolv1.ReasonTenantElsewhere)), true},
+		{"plain UNAVAILABLE", grpcErr(codes.Unavailable), false},
+		{"another reason", errorInfo(codes.Unavailable, repoolv1.ErrorDomain, repoolv1.ReasonRateLimited), false},
+		{"another domain", errorInfo(codes.Unavailable, "other", repoolv1.ReasonTenantElsewhere), false},
+		{"another code", errorInfo(codes.FailedPrecondition, repoolv1.ErrorDomain, repoolv1.ReasonTenantElsewhere), false},
+		{"nil", nil, false},
+		{"not a status", errors.New("TENANT_ELSEWHERE"), false},
+	}
+	for _, tt := range tests {
+		if got := TenantElsewhere(tt.err); got != tt.want {
+			t.Errorf("TenantElsewhere(%s) = got %v, want %v", tt.name, got, tt.want)
+		}
+		if got := excluded(tt.err); got != tt.want {
+			t.Errorf("excluded(%s) = got %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
 
 func TestClassify(t *testing.T) {
 	open := NewBreaker(BreakerConfig{Provider: "p"}).errOpen
@@ -33,6 +70,7 @@ func TestClassify(t *testing.T) {
 		{"a proxy's 503", status.Error(codes.Unavailable, hopPrefix+"503 (Service Unavailable); transport: received unexpected content-type \"text/html\""), codes.Unavailable, true, FastFailUpstream},
 		{"a proxy's 502", status.Error(codes.Unavailable, hopPrefix+"502 (Bad Gateway)"), codes.Unavailable, true, FastFailUpstream},
 		{"a proxy's 504 is a timeout", status.Error(codes.Unavailable, hopPrefix+"504 (Gateway Timeout); transport: received unexpected content-type \"text/html\""), codes.DeadlineExceeded, false, FastFailTimeout},
+		{"TENANT_ELSEWHERE is retried", errorInfo(codes.Unavailable, repoolv1.ErrorDomain, repoolv1.ReasonTenantElsewhere), codes.Unavailable, true, FastFailUpstream},
 		{"a proxy's 429 is a rate limit", status.Error(codes.Unavailable, hopPrefix+"429 (Too Many Requests); transport: received unexpected content-type \"text/html\""), codes.ResourceExhausted, false, ""},
 	}
 	for _, tt := range tests {

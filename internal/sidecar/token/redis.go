@@ -28,6 +28,7 @@ type entry struct {
 	Token     string `json:"token"`
 	IssuedAt  int64  `json:"issued_at_ms"`
 	ExpiresAt int64  `json:"expires_at_ms"`
+	Tenant    string `json:"tenant,omitempty"`
 }
 
 // shared is the Redis tier of one Source. Every operation is bounded by

@@ -75,11 +75,14 @@ type Config struct {
 	Metrics *Metrics
 }
 
-// Token is a bearer token with its lifetime.
+// Token is a bearer token with its lifetime and its tenant.
 type Token struct {
 	Value     string
 	IssuedAt  time.Time
 	ExpiresAt time.Time
+	// Tenant is the tenant the token names (IssueTokenResponse.tenant), ""
+	// from a server that does not say.
+	Tenant string
 
 	usableUntil time.Time // ExpiresAt - skew
 	refreshAt   time.Time // jittered refresh point
@@ -289,7 +292,7 @@ func (s *Source) fetch(stale *Token, reason prometheus.Counter) (*Token, error) 
 		s.log.Info("token refresh recovered")
 	}
 	if s.redis != nil {
-		e := entry{Token: t.Value, IssuedAt: t.IssuedAt.UnixMilli(), ExpiresAt: t.ExpiresAt.UnixMilli()}
+		e := entry{Token: t.Value, IssuedAt: t.IssuedAt.UnixMilli(), ExpiresAt: t.ExpiresAt.UnixMilli(), Tenant: t.Tenant}
 		t.raw = s.redis.set(ctx, e, t.usableUntil.Sub(s.clock.Now()))
 	}
 	s.issued.Inc()
@@ -310,7 +313,7 @@ func (s *Source) issue(ctx context.Context) (*Token, error) {
 		return nil, status.Error(codes.Internal, "IssueToken answered without a token or an expiry")
 	}
 	now := s.clock.Now()
-	return s.token(&entry{Token: resp.GetToken(), IssuedAt: now.UnixMilli(), ExpiresAt: resp.GetExpiresAt().AsTime().UnixMilli()}, ""), nil
+	return s.token(&entry{Token: resp.GetToken(), IssuedAt: now.UnixMilli(), ExpiresAt: resp.GetExpiresAt().AsTime().UnixMilli(), Tenant: resp.GetTenant()}, ""), nil
 }
 
 // token builds a Token from an entry, with its jittered refresh point.
@@ -319,6 +322,7 @@ func (s *Source) token(e *entry, raw string) *Token {
 		Value:     e.Token,
 		IssuedAt:  time.UnixMilli(e.IssuedAt),
 		ExpiresAt: time.UnixMilli(e.ExpiresAt),
+		Tenant:    e.Tenant,
 		bearer:    "Bearer " + e.Token,
 		raw:       raw,
 	}
@@ -345,6 +349,17 @@ func (s *Source) hold(t *Token) {
 // Bearer returns the authorization metadata value: "Bearer <token>".
 func (t *Token) Bearer() string { return t.bearer }
 
+// Outgoing returns ctx with the call metadata for t: authorization
+// (Bearer) and, when t names its tenant, x-repool-tenant
+// (repoolv1.TenantRouteKey), by which a front end with tenant-sharded
+// groups routes the call to the tenant's group.
+func (t *Token) Outgoing(ctx context.Context) context.Context {
+	if t.Tenant == "" {
+		return metadata.AppendToOutgoingContext(ctx, "authorization", t.bearer)
+	}
+	return metadata.AppendToOutgoingContext(ctx, "authorization", t.bearer, repoolv1.TenantRouteKey, t.Tenant)
+}
+
 // Refresh replaces a token the server refused: it drops bad (Invalidate)
 // and returns another token from the shared fetch.
 func (s *Source) Refresh(ctx context.Context, bad *Token) (*Token, error) {
@@ -361,25 +376,26 @@ func (s *Source) Invalidate(ctx context.Context, t *Token) {
 	}
 }
 
-// Do is the authentication layer of a call: it runs call with a bearer
-// ("Bearer <token>") and, if the server answers UNAUTHENTICATED, drops that
-// token, fetches a fresh one through the single flight and runs call once
-// more. It returns call's error, or the token fetch's error; a second
+// Do is the authentication layer of a call: it runs call with a context
+// carrying the token's metadata (Token.Outgoing: the bearer, and the
+// tenant when known) and, if the server answers UNAUTHENTICATED, drops
+// that token, fetches a fresh one through the single flight and runs call
+// once more. It returns call's error, or the token fetch's error; a second
 // UNAUTHENTICATED (or IssueToken refusing the key) matches
 // ErrInvalidCredentials.
-func (s *Source) Do(ctx context.Context, call func(ctx context.Context, bearer string) error) error {
+func (s *Source) Do(ctx context.Context, call func(ctx context.Context) error) error {
 	t, err := s.Token(ctx)
 	if err != nil {
 		return err
 	}
-	err = call(ctx, t.bearer)
+	err = call(t.Outgoing(ctx))
 	if status.Code(err) != codes.Unauthenticated {
 		return err
 	}
 	if t, err = s.Refresh(ctx, t); err != nil {
 		return err
 	}
-	if err = call(ctx, t.bearer); status.Code(err) == codes.Unauthenticated {
+	if err = call(t.Outgoing(ctx)); status.Code(err) == codes.Unauthenticated {
 		return &credentialsError{err: err}
 	}
 	return err

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
@@ -203,9 +204,9 @@ func TestUnauthenticatedRefreshesOnceAndRetriesOnce(t *testing.T) {
 	t.Run("a refused token is replaced and the call retried", func(t *testing.T) {
 		calls := 0
 		var bearers []string
-		err := s.Do(context.Background(), func(_ context.Context, bearer string) error {
+		err := s.Do(context.Background(), func(ctx context.Context) error {
 			calls++
-			bearers = append(bearers, bearer)
+			bearers = append(bearers, outgoing(ctx, "authorization"))
 			if calls == 1 {
 				return status.Error(codes.Unauthenticated, "token revoked")
 			}
@@ -221,7 +222,7 @@ func TestUnauthenticatedRefreshesOnceAndRetriesOnce(t *testing.T) {
 	t.Run("refused twice is invalid credentials", func(t *testing.T) {
 		before := fake.Calls("IssueToken")
 		calls := 0
-		err := s.Do(context.Background(), func(context.Context, string) error {
+		err := s.Do(context.Background(), func(context.Context) error {
 			calls++
 			return status.Error(codes.Unauthenticated, "no")
 		})
@@ -238,7 +239,7 @@ func TestRefusedAPIKeyIsInvalidCredentials(t *testing.T) {
 	fake := fakeserver.Start(t, fakeserver.Config{})
 	s := newSource(t, Config{Issuer: dial(t, fake.Addr()), APIKey: "rpk_wrong"})
 	called := false
-	err := s.Do(context.Background(), func(context.Context, string) error { called = true; return nil })
+	err := s.Do(context.Background(), func(context.Context) error { called = true; return nil })
 	if !errors.Is(err, ErrInvalidCredentials) || called {
 		t.Fatalf("Do() with a refused API key = got %v (called %v), want ErrInvalidCredentials without calling", err, called)
 	}
@@ -371,9 +372,9 @@ func TestRefusalRefreshSkipsRedis(t *testing.T) {
 	}
 	fake.RevokeAll() // both are refused from now on
 	tries := 0
-	err = a.Do(context.Background(), func(_ context.Context, bearer string) error {
+	err = a.Do(context.Background(), func(ctx context.Context) error {
 		tries++
-		if v := strings.TrimPrefix(bearer, "Bearer "); v == old.Value || v == shared.Value {
+		if v := strings.TrimPrefix(outgoing(ctx, "authorization"), "Bearer "); v == old.Value || v == shared.Value {
 			return status.Error(codes.Unauthenticated, "revoked")
 		}
 		return nil
@@ -396,4 +397,69 @@ func TestTokenExpiredOnArrival(t *testing.T) {
 	if n := fake.Calls("IssueToken"); n > 2 {
 		t.Fatalf("IssueToken calls in 200ms = %d, want at most 2", n)
 	}
+}
+
+// outgoing returns the one value of key in ctx's outgoing metadata, ""
+// if there is not exactly one.
+func outgoing(ctx context.Context, key string) string {
+	md, _ := metadata.FromOutgoingContext(ctx)
+	if v := md.Get(key); len(v) == 1 {
+		return v[0]
+	}
+	return ""
+}
+
+// TestTenantRoute: the token names the tenant IssueToken answered, Do's
+// calls carry it as x-repool-tenant next to the bearer, and a token shared
+// through Redis keeps it; a server that names no tenant gets no entry.
+func TestTenantRoute(t *testing.T) {
+	t.Run("issued", func(t *testing.T) {
+		fake := fakeserver.Start(t, fakeserver.Config{Tenant: "acme"})
+		s := newSource(t, Config{Issuer: dial(t, fake.Addr())})
+		var route, bearer string
+		if err := s.Do(context.Background(), func(ctx context.Context) error {
+			route, bearer = outgoing(ctx, repoolv1.TenantRouteKey), outgoing(ctx, "authorization")
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if route != "acme" || !strings.HasPrefix(bearer, "Bearer tok-") {
+			t.Errorf("Do()'s call metadata = got %s %q, authorization %q, want acme and a bearer", repoolv1.TenantRouteKey, route, bearer)
+		}
+	})
+	t.Run("shared through Redis", func(t *testing.T) {
+		a, b, _, _ := twoSidecars(t)
+		ta, err := a.Token(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		tb, err := b.Token(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tb.Value != ta.Value || tb.Tenant != fakeserver.DefaultTenant {
+			t.Errorf("b's token from Redis = got %s tenant %q, want a's %s tenant %q", tb.Value, tb.Tenant, ta.Value, fakeserver.DefaultTenant)
+		}
+	})
+	t.Run("no tenant named", func(t *testing.T) {
+		var fake *fakeserver.Server
+		fake = fakeserver.Start(t, fakeserver.Config{IssueToken: func(ctx context.Context, _ *repoolv1.IssueTokenRequest) (*repoolv1.IssueTokenResponse, error) {
+			resp, err := fake.Issue(ctx)
+			if resp != nil {
+				resp.Tenant = ""
+			}
+			return resp, err
+		}})
+		s := newSource(t, Config{Issuer: dial(t, fake.Addr())})
+		var md metadata.MD
+		if err := s.Do(context.Background(), func(ctx context.Context) error {
+			md, _ = metadata.FromOutgoingContext(ctx)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if v := md.Get(repoolv1.TenantRouteKey); len(v) != 0 || len(md.Get("authorization")) != 1 {
+			t.Errorf("Do()'s call metadata with no tenant named = got %v, want authorization alone", md)
+		}
+	})
 }

@@ -182,3 +182,20 @@ AND pool_id IN (SELECT id FROM tenants WHERE placement = $2)`, before, s.opts.Gr
 	}
 	return nil
 }
+
+// PlacementsFingerprint is a value that changes whenever a tenant is
+// created, deleted or moved: the count of live tenants and the sum of a
+// 64-bit hash of each one's id and group, computed in the database, so
+// that a front end polling the placements (lb's sync-placements) lists
+// them only when they changed.
+func (s *Store) PlacementsFingerprint(ctx context.Context) (string, error) {
+	var n int64
+	var sum string
+	err := s.pool.QueryRow(ctx, `
+SELECT count(*), coalesce(sum(hashtextextended(id || '/' || placement, 0)), 0)::text
+FROM tenants WHERE status <> 'deleted'`).Scan(&n, &sum)
+	if err != nil {
+		return "", fmt.Errorf("placements fingerprint: %w", classify(err))
+	}
+	return fmt.Sprintf("%d:%s", n, sum), nil
+}

@@ -3,8 +3,10 @@
 //
 // A Server is a fake repool server: an HTTP/1-only health port answering
 // GET /readyz/active with a status the test sets (200 active, 404 standby,
-// 503 not ready) and an h2c-only "gRPC" port answering every request with the
-// server's name. Start renders a configuration with package haproxy and runs
+// 503 not ready) and an h2c-only "gRPC" port answering every plain HTTP/2
+// request with the server's name, and gRPC calls with a real gRPC server
+// (the standard health service) that sends the server's name in its
+// ServedByKey header. Start renders a configuration with package haproxy and runs
 // "haproxy -f cfg -db" as a child process. Everything started is stopped in
 // tb.Cleanup; HAProxy also gets SIGKILL if the test binary dies.
 //
@@ -29,6 +31,13 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+
+	repoolv1 "github.com/repool/repool/api/repool/v1"
 	"github.com/repool/repool/internal/lb/haproxy"
 	"github.com/repool/repool/internal/lb/inventory"
 	"github.com/repool/repool/internal/testenv"
@@ -45,8 +54,15 @@ type Server struct {
 	Name     string
 	GRPCPort int // h2c only; answers with Name
 	HTTPPort int // HTTP/1 only; GET /readyz/active answers the set status
-	status   atomic.Int32
+	// Group is the server's group in LoopbackInventory; "" is the default
+	// group.
+	Group  string
+	status atomic.Int32
 }
+
+// ServedByKey is the header metadata entry in which a Server's gRPC answers
+// name the server.
+const ServedByKey = "x-served-by"
 
 // NewServer starts a fake server whose health check answers status;
 // tb.Cleanup stops it.
@@ -68,35 +84,43 @@ func newServer(tb testing.TB, name string, status int, tlsCfg *tls.Config) *Serv
 	s := &Server{Name: name}
 	s.status.Store(int32(status))
 
-	health := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	check := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != haproxy.HealthURI || r.ProtoMajor != 1 {
 			http.Error(w, "unexpected "+r.Proto+" "+r.URL.Path, http.StatusBadRequest)
 			return
 		}
 		w.WriteHeader(int(s.status.Load()))
 	})}
-	health.Protocols = new(http.Protocols)
-	health.Protocols.SetHTTP1(true)
+	check.Protocols = new(http.Protocols)
+	check.Protocols.SetHTTP1(true)
 
-	grpc := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	gs := grpc.NewServer()
+	healthpb.RegisterHealthServer(gs, health.NewServer())
+	tb.Cleanup(gs.Stop)
+	grpcSrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+			w.Header().Set(ServedByKey, s.Name)
+			gs.ServeHTTP(w, r)
+			return
+		}
 		fmt.Fprint(w, s.Name)
 	})}
-	grpc.Protocols = new(http.Protocols)
-	grpc.Protocols.SetUnencryptedHTTP2(true)
+	grpcSrv.Protocols = new(http.Protocols)
+	grpcSrv.Protocols.SetUnencryptedHTTP2(true)
 	if tlsCfg != nil {
 		h := tlsCfg.Clone()
 		h.NextProtos = []string{"http/1.1"}
-		health.TLSConfig = h
+		check.TLSConfig = h
 		g := tlsCfg.Clone()
 		g.NextProtos = []string{"h2"}
-		grpc.TLSConfig = g
-		grpc.Protocols.SetHTTP2(true)
+		grpcSrv.TLSConfig = g
+		grpcSrv.Protocols.SetHTTP2(true)
 	}
 
 	for _, l := range []struct {
 		srv  *http.Server
 		port *int
-	}{{health, &s.HTTPPort}, {grpc, &s.GRPCPort}} {
+	}{{check, &s.HTTPPort}, {grpcSrv, &s.GRPCPort}} {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			tb.Fatalf("haproxytest: listen on 127.0.0.1:0 = got error %v, want nil", err)
@@ -125,7 +149,8 @@ func (s *Server) SetStatus(status int) { s.status.Store(int32(status)) }
 // the VIP is 127.0.0.1 on a free port; LB host lb1 is 127.0.0.2 with its
 // monitor frontend on another free port and its stats socket in dir; lb2
 // (127.0.0.3) exists only because an inventory needs a VRRP pair. Checks run
-// every 100ms, fall 1, rise 1.
+// every 100ms, fall 1, rise 1. Each server is in its Group; the tenant map
+// is dir/repool-tenants.map.
 func LoopbackInventory(tb testing.TB, dir string, servers ...*Server) *inventory.Inventory {
 	tb.Helper()
 	var b strings.Builder
@@ -136,13 +161,17 @@ func LoopbackInventory(tb testing.TB, dir string, servers ...*Server) *inventory
 	fmt.Fprintf(&b, "  - {name: lb2, address: 127.0.0.3, priority: 100, state: BACKUP}\n")
 	fmt.Fprintf(&b, "servers:\n")
 	for _, s := range servers {
-		fmt.Fprintf(&b, "  - {name: %s, address: 127.0.0.1, grpc_port: %d, http_port: %d}\n", s.Name, s.GRPCPort, s.HTTPPort)
+		group := s.Group
+		if group == "" {
+			group = inventory.DefaultGroup
+		}
+		fmt.Fprintf(&b, "  - {name: %s, address: 127.0.0.1, grpc_port: %d, http_port: %d, group: %s}\n", s.Name, s.GRPCPort, s.HTTPPort, group)
 	}
 	fmt.Fprintf(&b, "checks: {inter: 100ms, fall: 1, rise: 1}\n")
 	// HAProxy stays the test's user: the tests need no haproxy user.
 	usr, grp := CurrentUser(tb)
 	// and a maxconn whose file descriptors any test machine allows.
-	fmt.Fprintf(&b, "haproxy: {user: %s, group: %s, maxconn: 1000}\n", usr, grp)
+	fmt.Fprintf(&b, "haproxy: {user: %s, group: %s, maxconn: 1000, tenant_map: %s}\n", usr, grp, filepath.Join(dir, "repool-tenants.map"))
 	inv, err := inventory.Parse(strings.NewReader(b.String()))
 	if err != nil {
 		tb.Fatalf("haproxytest: inventory.Parse = got error %v, want nil\n%s", err, b.String())
@@ -177,7 +206,9 @@ type Process struct {
 func (p *Process) Output() string { return p.out.String() }
 
 // Start renders inv for LB host lb1 (pid file in dir) and runs the real
-// HAProxy on it in the foreground. It returns once the stats socket
+// HAProxy on it in the foreground, after creating an empty tenant map file
+// if inv has more than one group and the file does not exist (HAProxy
+// refuses to start without it). It returns once the stats socket
 // answers; tb.Cleanup stops HAProxy (SIGTERM, then SIGKILL after 5 s) and
 // waits for it. If another process took the VIP's or lb1's monitor port
 // first, Start moves both to fresh free ports in inv and tries again.
@@ -215,6 +246,13 @@ func start(tb testing.TB, inv *inventory.Inventory, dir string) (_ *Process, inU
 	path := filepath.Join(dir, "haproxy.cfg")
 	if err := os.WriteFile(path, cfg, 0o600); err != nil {
 		tb.Fatal(err)
+	}
+	if len(inv.Groups()) > 1 {
+		f, err := os.OpenFile(inv.HAProxy.TenantMap, os.O_CREATE|os.O_RDONLY, 0o644)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		f.Close()
 	}
 	p := &Process{Config: cfg, Socket: lb1.StatsSocket}
 	cmd := exec.Command(haproxy.DefaultBinary, "-f", path, "-db")
@@ -331,6 +369,33 @@ func WaitStatus(tb testing.TB, rt *haproxy.Runtime, want map[string]string) {
 		}
 		return matched == len(want)
 	})
+}
+
+// Call makes one gRPC call (grpc.health.v1.Health/Check) through HAProxy's
+// gRPC frontend on the VIP, with tenant as x-repool-tenant unless it is
+// empty, and returns the name of the server that answered.
+func Call(tb testing.TB, inv *inventory.Inventory, tenant string) string {
+	tb.Helper()
+	target := net.JoinHostPort(inv.VIP.IP().String(), strconv.Itoa(inv.VIP.GRPCPort))
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		tb.Fatalf("haproxytest: grpc.NewClient(%s) = got error %v, want nil", target, err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if tenant != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, repoolv1.TenantRouteKey, tenant)
+	}
+	var header metadata.MD
+	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&header)); err != nil {
+		tb.Fatalf("haproxytest: Health/Check via %s (tenant %q) = got error %v, want nil", target, tenant, err)
+	}
+	by := header.Get(ServedByKey)
+	if len(by) != 1 {
+		tb.Fatalf("haproxytest: Health/Check via %s (tenant %q) = got header %v, want one %s", target, tenant, header, ServedByKey)
+	}
+	return by[0]
 }
 
 // Get sends one h2c request to HAProxy's gRPC frontend on the VIP and
