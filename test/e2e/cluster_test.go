@@ -59,6 +59,11 @@ type cluster struct {
 	lbs     map[string]*lb
 	sidecar *proc
 	tls     *tlsFiles // nil: plaintext (REPOOL_E2E_PLAINTEXT)
+
+	// groups places server hosts (by name) in groups of servers
+	// (TestGroups); nil: one group of s1, s2 and s3, as before groups.
+	groups  map[string]string
+	opToken string // the operator token the first server printed
 }
 
 // server is one repool server host.
@@ -212,13 +217,25 @@ func (c *cluster) startServer(h host) *server {
 		// The load is one tenant at tens of calls per second; the
 		// default per-tenant limit (10/s) would refuse most of it.
 		"--rate-per-second", "100000", "--burst", "100000",
-	}, security...)...)
+	}, append(c.groupFlags(h), security...)...)...)
 	s := &server{host: h, p: p}
 	c.servers[h.name] = s
 	return s
 }
 
-var demoKeyRE = regexp.MustCompile(`demo API key:\s+(rpk_\S+)`)
+// groupFlags are the flags that put h in its group (TestGroups).
+func (c *cluster) groupFlags(h host) []string {
+	g, ok := c.groups[h.name]
+	if !ok {
+		return nil
+	}
+	return []string{"--group", g, "--placement-interval", "100ms"}
+}
+
+var (
+	demoKeyRE = regexp.MustCompile(`demo API key:\s+(rpk_\S+)`)
+	opTokenRE = regexp.MustCompile(`operator token:\s+(\S+)`)
+)
 
 // waitDemoKey reads the demo API key the first server printed.
 func (c *cluster) waitDemoKey(s *server) {
@@ -226,6 +243,9 @@ func (c *cluster) waitDemoKey(s *server) {
 	testenv.Eventually(c.tb, 30*time.Second, "server "+s.host.name+" to print the demo API key", func() bool {
 		if m := demoKeyRE.FindStringSubmatch(s.p.output()); m != nil {
 			c.apiKey = m[1]
+			if m := opTokenRE.FindStringSubmatch(s.p.output()); m != nil {
+				c.opToken = m[1]
+			}
 			return true
 		}
 		return s.p.exited()
@@ -271,7 +291,7 @@ func (s *server) metric(name string) (float64, error) {
 // active returns the servers answering 200 on /readyz/active.
 func (c *cluster) active() []*server {
 	var out []*server
-	for _, name := range []string{"s1", "s2", "s3"} {
+	for _, name := range []string{"s1", "s2", "s3", "s4"} {
 		if s := c.servers[name]; s != nil && !s.p.exited() && s.readyActive() == http.StatusOK {
 			out = append(out, s)
 		}
@@ -313,14 +333,22 @@ func (c *cluster) inventory() string {
 			h.name, h.addr, prio, state, filepath.Join(d, "admin.sock"), filepath.Join(d, "notify.log"))
 	}
 	fmt.Fprintf(&b, "servers:\n")
-	for _, h := range []host{hostS1, hostS2, hostS3} {
-		fmt.Fprintf(&b, "  - {name: %s, address: %s, grpc_port: %d, http_port: %d}\n", h.name, h.addr, grpcPort, httpPort)
+	servers := []host{hostS1, hostS2, hostS3}
+	if c.groups != nil {
+		servers = append(servers, hostS4)
+	}
+	for _, h := range servers {
+		group := ""
+		if g, ok := c.groups[h.name]; ok {
+			group = ", group: " + g
+		}
+		fmt.Fprintf(&b, "  - {name: %s, address: %s, grpc_port: %d, http_port: %d%s}\n", h.name, h.addr, grpcPort, httpPort, group)
 	}
 	fmt.Fprintf(&b, "keepalived: {notify_script: %s}\n", filepath.Join(c.dir, "notify.sh"))
 	// HAProxy drops to the test's user (no haproxy user needed), with a
 	// maxconn whose file descriptors any test machine allows.
 	usr, grp := haproxytest.CurrentUser(c.tb)
-	fmt.Fprintf(&b, "haproxy: {user: %s, group: %s, maxconn: 1000}\n", usr, grp)
+	fmt.Fprintf(&b, "haproxy: {user: %s, group: %s, maxconn: 1000, tenant_map: %s}\n", usr, grp, c.tenantMap())
 	if c.tls != nil {
 		fmt.Fprintf(&b, "tls: {cert: %s, server_ca: %s, server_name: %s}\n", c.tls.vipPEM, c.tls.caFile, serverName)
 	}
@@ -330,6 +358,10 @@ func (c *cluster) inventory() string {
 	}
 	return path
 }
+
+// tenantMap is the LB hosts' tenant map file (one file: both hosts'
+// sync loops write the same placements to it).
+func (c *cluster) tenantMap() string { return filepath.Join(c.dir, "repool-tenants.map") }
 
 // render runs "server <args>" (a render command) and fails on error.
 func (c *cluster) render(args ...string) {
@@ -362,7 +394,16 @@ func (c *cluster) loadBalancers() {
 		c.render("haproxy", "render", "--inventory", inv, "--host", h.name, "--out", l.haproxyCfg, "--pid-file", filepath.Join(d, "haproxy.pid"))
 		c.render("keepalived", "render", "--inventory", inv, "--host", h.name, "--out", l.kaConf)
 		c.lbs[h.name] = l
+		if c.groups != nil {
+			// The map file, from the store, before HAProxy first reads it.
+			c.render("haproxy", "sync-placements", "--inventory", inv, "--host", h.name, "--store", c.dsn, "--file-only")
+		}
 		c.startHAProxy(l)
+		if c.groups != nil {
+			// Then kept live through the runtime API, as on a real LB host.
+			c.ps.start("sync-placements-"+h.name, h.ns(), nil, c.serverBin, "haproxy", "sync-placements",
+				"--inventory", inv, "--host", h.name, "--store", c.dsn, "--interval", "100ms")
+		}
 		l.keepalived = c.ps.start("keepalived-"+h.name, h.ns(), nil, keepalivedBin,
 			"--vrrp", "--dont-fork", "--log-console", "--log-detail", "--no-syslog",
 			"--use-file", l.kaConf, "--pid", filepath.Join(d, "keepalived.pid"),
@@ -398,9 +439,14 @@ func (c *cluster) haproxyStatus(l *lb) string {
 // upServers returns the servers l's HAProxy has UP, space-separated.
 func (c *cluster) upServers(l *lb) string {
 	var up []string
+	col := 0 // the SERVER column: 1 behind a GROUP column (TestGroups)
 	for _, line := range strings.Split(c.haproxyStatus(l), "\n") {
-		if f := strings.Fields(line); len(f) > 2 && f[2] == "UP" {
-			up = append(up, f[0])
+		f := strings.Fields(line)
+		if len(f) > 0 && f[0] == "GROUP" {
+			col = 1
+		}
+		if len(f) > col+2 && f[col+2] == "UP" {
+			up = append(up, f[col])
 		}
 	}
 	return strings.Join(up, " ")

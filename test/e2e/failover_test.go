@@ -488,7 +488,9 @@ func (c *cluster) lostRegistrations(tb testing.TB, ids []string) []string {
 	}
 	defer conn.Close()
 	pool := repoolv1.NewPoolServiceClient(conn)
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", c.apiKey)
+	// The route entry steers the calls to the demo tenant's group
+	// (TestGroups); with one group HAProxy has no route to take.
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", c.apiKey, repoolv1.TenantRouteKey, "demo")
 
 	// retry rides out a moment without an active server.
 	retry := func(f func(ctx context.Context) error) error {

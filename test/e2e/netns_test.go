@@ -50,8 +50,9 @@ var (
 	hostS1     = host{"s1", "10.231.0.21"}
 	hostS2     = host{"s2", "10.231.0.22"}
 	hostS3     = host{"s3", "10.231.0.23"}
+	hostS4     = host{"s4", "10.231.0.24"} // TestGroups' fourth server
 	hostClient = host{"client", "10.231.0.30"}
-	allHosts   = []host{hostDB, hostLB1, hostLB2, hostS1, hostS2, hostS3, hostClient}
+	allHosts   = []host{hostDB, hostLB1, hostLB2, hostS1, hostS2, hostS3, hostS4, hostClient}
 )
 
 // ip runs the ip command and returns its output; a failure fails tb.
