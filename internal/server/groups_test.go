@@ -1,6 +1,8 @@
 package server
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -8,11 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
+	"github.com/repool/repool/internal/store"
 	"github.com/repool/repool/internal/testenv"
 )
 
@@ -322,4 +326,113 @@ func TestGroupsMovesUnderLoad(t *testing.T) {
 		t.Error(f)
 	}
 	t.Logf("%d moves, source refusal windows %v ms, %d leases granted, %d refusals retried", len(windows), windows, granted.Load(), refusals.Load())
+}
+
+// TestGroupsMoveInterrupted: a move that cannot complete leaves the tenant
+// where it was, served, with its state. (1) The handover's transaction
+// cannot get the tenant's row (held by another session) before the move's
+// deadline: the move fails and is rolled back, and the source serves the
+// tenant again, the lease held before the move included. (2) The source
+// dies while its move waits (its leader session ends): the move either
+// commits before the default group's standby takes over (the takeover
+// waits for the move's transaction, which holds the group's epoch row),
+// and group b serves the tenant, or it is fenced, and the new active
+// server of the default group serves it; either way exactly one group
+// serves it, with its lease.
+func TestGroupsMoveInterrupted(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	cfg := func(name, group string) Config {
+		return Config{Store: dsn, HA: true, HAName: name, Group: group, HASessionTimeout: time.Second,
+			HAInterval: 100 * time.Millisecond, PlacementInterval: 50 * time.Millisecond, CheckpointInterval: time.Hour}
+	}
+	a := start(t, cfg("a", ""))
+	waitStatus(t, a, http.StatusOK, 5*time.Second)
+	a2 := start(t, cfg("a2", ""))
+	waitStatus(t, a2, http.StatusNotFound, 5*time.Second)
+	b := start(t, cfg("b", "b"))
+	waitStatus(t, b, http.StatusOK, 5*time.Second)
+	ctx := withKey(a.key)
+	if _, err := a.pool.Register(ctx, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "r1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	held, err := a.pool.Acquire(ctx, &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hl := held.GetLease()
+	lockRow := func() (unlock func()) {
+		conn, err := pgx.Connect(context.Background(), dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, err := conn.Begin(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(context.Background(), `SELECT 1 FROM tenants WHERE id = 'demo' FOR UPDATE`); err != nil {
+			t.Fatal(err)
+		}
+		return func() { tx.Rollback(context.Background()); conn.Close(context.Background()) }
+	}
+
+	// (1) Rolled back.
+	unlock := lockRow()
+	mctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	_, err = a.s.moveTenant(mctx, "demo", "b")
+	cancel()
+	unlock()
+	if err == nil {
+		t.Fatal("moveTenant with the tenant's row held elsewhere past its deadline = nil error, want it failed")
+	}
+	if _, err := a.pool.Renew(ctx, &repoolv1.RenewRequest{LeaseId: hl.GetLeaseId(), FencingToken: hl.GetFencingToken(), TtlSeconds: 60}); err != nil {
+		t.Fatalf("Renew on the source after a failed move = %v, want the tenant served again with its lease", err)
+	}
+	if _, err := b.pool.GetResource(ctx, &repoolv1.GetResourceRequest{Id: "r1"}); err == nil {
+		t.Fatal("group b serves the tenant after a failed move")
+	}
+
+	// (2) The source dies while its move waits for the row.
+	unlock = lockRow()
+	moved := make(chan error, 1)
+	go func() {
+		_, err := a.s.moveTenant(context.Background(), "demo", "b")
+		moved <- err
+	}()
+	testenv.Eventually(t, 5*time.Second, "the move to refuse the tenant's calls on the source", func() bool {
+		_, err := a.pool.GetResource(ctx, &repoolv1.GetResourceRequest{Id: "r1"})
+		_, elsewhere := elsewhereGroup(err)
+		return elsewhere
+	})
+	endLeaderSession(t, dsn) // the source's leader session, as when its host dies
+	// The move's transaction holds the group's epoch row: the successor's
+	// takeover waits for it to end, so the move either commits before the
+	// takeover (the move completes) or sees the new epoch (it is fenced).
+	unlock()
+	var moveErr error
+	select {
+	case moveErr = <-moved:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the dying source's move did not end")
+	}
+	waitStatus(t, a2, http.StatusOK, 10*time.Second)
+	serving, other := a2, b
+	switch {
+	case moveErr == nil:
+		serving, other = b, a2
+		t.Log("the move committed before the successor took over: group b serves the tenant")
+	case errors.Is(moveErr, store.ErrFenced):
+		t.Log("the move was fenced: the default group's new active server serves the tenant")
+	default:
+		t.Fatalf("the dying source's move = %v, want it completed or fenced", moveErr)
+	}
+	testenv.Eventually(t, 5*time.Second, "the tenant's group to serve it", func() bool {
+		_, err := serving.pool.GetResource(ctx, &repoolv1.GetResourceRequest{Id: "r1"})
+		return err == nil
+	})
+	if _, err := serving.pool.Renew(ctx, &repoolv1.RenewRequest{LeaseId: hl.GetLeaseId(), FencingToken: hl.GetFencingToken(), TtlSeconds: 60}); err != nil {
+		t.Fatalf("Renew where the tenant is served = %v, want its lease there", err)
+	}
+	if _, err := other.pool.GetResource(ctx, &repoolv1.GetResourceRequest{Id: "r1"}); err == nil {
+		t.Fatal("both groups serve the tenant")
+	}
 }
