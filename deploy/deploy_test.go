@@ -26,7 +26,7 @@ import (
 // directives every unit must hold, as Key=Value.
 var directives = []string{
 	"Restart=on-failure", "NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes",
-	"StateDirectoryMode=0700", "CapabilityBoundingSet=", "ExecReload=/bin/kill -HUP $MAINPID",
+	"StateDirectoryMode=0700", "CapabilityBoundingSet=",
 }
 
 // unitKeys reads a unit's Key=Value lines.
@@ -48,12 +48,23 @@ func unitKeys(t *testing.T, path string) map[string]bool {
 }
 
 func TestUnits(t *testing.T) {
-	for _, tt := range []struct{ unit, user, exec string }{
-		{"repool-server.service", "repool", "/usr/local/bin/repool-server run --config /etc/repool/server.yaml"},
-		{"repool-sidecar.service", "repool-sidecar", "/usr/local/bin/repool-sidecar --config /etc/repool/sidecar.yaml"},
+	for _, tt := range []struct {
+		unit, user, exec string
+		reload           bool // SIGHUP re-reads something (the sync loop has nothing to re-read)
+	}{
+		{"repool-server.service", "repool", "/usr/local/bin/repool-server run --config /etc/repool/server.yaml", true},
+		{"repool-sidecar.service", "repool-sidecar", "/usr/local/bin/repool-sidecar --config /etc/repool/sidecar.yaml", true},
+		{"repool-sync-placements.service", "", "/usr/local/bin/repool-server haproxy sync-placements --inventory /etc/repool/inventory.yaml --host ${REPOOL_LB_HOST} --store ${REPOOL_STORE}", false},
 	} {
 		keys := unitKeys(t, filepath.Join("systemd", tt.unit))
-		for _, d := range append(directives, "User="+tt.user, "Group="+tt.user, "ExecStart="+tt.exec, "StateDirectory="+tt.user) {
+		want := append(directives, "ExecStart="+tt.exec)
+		if tt.user != "" {
+			want = append(want, "User="+tt.user, "Group="+tt.user, "StateDirectory="+tt.user)
+		}
+		if tt.reload {
+			want = append(want, "ExecReload=/bin/kill -HUP $MAINPID")
+		}
+		for _, d := range want {
 			if !keys[d] {
 				t.Errorf("%s lacks %s", tt.unit, d)
 			}
@@ -81,6 +92,7 @@ func TestInstallAndVerify(t *testing.T) {
 	}{
 		{"usr/local/bin/repool-server", 0o755}, {"usr/local/bin/repool-sidecar", 0o755},
 		{"etc/systemd/system/repool-server.service", 0o644}, {"etc/systemd/system/repool-sidecar.service", 0o644},
+		{"etc/systemd/system/repool-sync-placements.service", 0o644}, {"etc/repool/lb.env", 0o600},
 		{"usr/lib/sysusers.d/repool.conf", 0o644},
 		{"etc/repool/server.yaml", 0o640}, {"etc/repool/server.env", 0o600}, {"etc/repool/sidecar.yaml", 0o640},
 	} {
@@ -91,7 +103,7 @@ func TestInstallAndVerify(t *testing.T) {
 	}
 	units := t.TempDir()
 	var paths []string
-	for _, u := range []string{"repool-server.service", "repool-sidecar.service"} {
+	for _, u := range []string{"repool-server.service", "repool-sidecar.service", "repool-sync-placements.service"} {
 		raw, err := os.ReadFile(filepath.Join(dest, "etc/systemd/system", u))
 		if err != nil {
 			t.Fatal(err)
