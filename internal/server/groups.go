@@ -29,6 +29,12 @@ type sharding struct {
 	mu     sync.Mutex
 	moving map[string]bool // tenants being moved out: the placement loop leaves them alone
 
+	// The placement loop's memory, to skip listing unchanged placements:
+	// the store's fingerprint at the last pass that had nothing left to
+	// do, and when the last full pass ran.
+	lastFP   string
+	lastFull time.Time
+
 	moves  *prometheus.CounterVec
 	window prometheus.Histogram
 }
@@ -87,6 +93,17 @@ func (s *Server) placementLoop(ctx context.Context) {
 // it.
 func (s *Server) syncPlacements(ctx context.Context) {
 	sh := s.shard
+	// Unchanged placements (the store's fingerprint) need no listing, but
+	// a full pass runs at least every fullPlacementPass, and after any
+	// pass that left something undone.
+	fp, fpErr := "", error(nil)
+	if f, ok := sh.store.(placementsFingerprinter); ok {
+		fp, fpErr = f.PlacementsFingerprint(ctx)
+		if fpErr == nil && fp != "" && fp == sh.lastFP && s.clock.Now().Sub(sh.lastFull) < fullPlacementPass {
+			return
+		}
+	}
+	sh.lastFP = ""
 	placed, err := sh.store.Placements(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -98,13 +115,16 @@ func (s *Server) syncPlacements(ctx context.Context) {
 	for _, t := range s.pools.Admitted() {
 		admitted[t] = true
 	}
+	done := fpErr == nil
 	for t, g := range placed {
 		if sh.isMoving(t) {
+			done = false
 			continue
 		}
 		switch {
 		case g == sh.group && !admitted[t]:
 			if err := s.takeIn(ctx, t); err != nil && ctx.Err() == nil {
+				done = false
 				s.log.Error("taking in a tenant placed on this group", "tenant", t, "err", err)
 			}
 		case g != sh.group && admitted[t]:
@@ -116,6 +136,20 @@ func (s *Server) syncPlacements(ctx context.Context) {
 			}
 		}
 	}
+	sh.lastFull = s.clock.Now()
+	if done {
+		sh.lastFP = fp
+	}
+}
+
+// fullPlacementPass bounds how long the placement loop trusts an
+// unchanged fingerprint before it lists every placement again.
+const fullPlacementPass = 5 * time.Second
+
+// placementsFingerprinter is a store that can tell cheaply whether the
+// placements changed (PostgreSQL: a count and a hash sum in one query).
+type placementsFingerprinter interface {
+	PlacementsFingerprint(ctx context.Context) (string, error)
 }
 
 // takeIn restores tenant, placed on this group, and serves it.

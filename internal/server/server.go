@@ -314,7 +314,8 @@ func (s *Server) becomeActive(ctx context.Context, epoch uint32) error {
 	}
 	if s.shard != nil {
 		// Before the first call: the tenants of other groups are refused
-		// with their group named.
+		// with their group named. A full pass: this term knows nothing yet.
+		s.shard.lastFP = ""
 		s.syncPlacements(ctx)
 	}
 	s.log.Info("server active", "grpc", s.grpcLn.Addr().String(), "http", s.httpLn.Addr().String(),
