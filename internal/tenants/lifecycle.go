@@ -257,6 +257,12 @@ func (lc *Lifecycle) TenantDeleted(tenant string) {
 	if p := lc.cfg.Pools.Remove(tenant); p != nil {
 		p.Close(fmt.Errorf("tenant %s: %w", tenant, ErrDeleted))
 	}
+	lc.forget(tenant)
+}
+
+// forget drops what the checkpointer, the budget, the limiter and the
+// limits in force hold of a tenant whose pool is gone from here.
+func (lc *Lifecycle) forget(tenant string) {
 	lc.cfg.Checkpoints.Forget(tenant)
 	lc.cfg.Budget.Forget(tenant)
 	lc.cfg.Limiter.Forget(tenant)
@@ -277,12 +283,7 @@ func (lc *Lifecycle) MovedAway(tenant, group string) {
 		p.Close(why)
 	}
 	lc.cfg.Credentials.Invalidate(tenant)
-	lc.cfg.Checkpoints.Forget(tenant)
-	lc.cfg.Budget.Forget(tenant)
-	lc.cfg.Limiter.Forget(tenant)
-	lc.mu.Lock()
-	delete(lc.limits, tenant)
-	lc.mu.Unlock()
+	lc.forget(tenant)
 }
 
 // Close closes every tenant's pool with why and forgets what the budget

@@ -4,7 +4,8 @@ package tenants
 import (
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 
 	"github.com/repool/repool/internal/pool"
@@ -192,12 +193,7 @@ func (r *Registry) Elsewhere(tenant string) (string, bool) {
 func (r *Registry) Admitted() []string {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	out := make([]string, 0, len(r.placed))
-	for t := range r.placed {
-		out = append(out, t)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(r.placed))
 }
 
 // Pool returns the tenant's pool, creating it on first use. It fails with
@@ -306,10 +302,5 @@ func (r *Registry) Each(f func(tenant string, p *pool.Pool)) {
 func (r *Registry) Tenants() []string {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	out := make([]string, 0, len(r.pools))
-	for t := range r.pools {
-		out = append(out, t)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(r.pools))
 }

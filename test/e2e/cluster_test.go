@@ -84,6 +84,34 @@ type lb struct {
 	keepalived *proc
 }
 
+// claimRun starts a run of an e2e test: it checks that the test runs as
+// root with the tools it needs (those every run needs, and more), takes
+// the machine-wide run lock, removes what a crashed run left, and returns
+// a new cluster, with the watchdog that cleans up after a dead test and,
+// if the test fails, every process's log.
+func claimRun(t *testing.T, more ...string) *cluster {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatalf("%s builds network namespaces and must run as root (euid %d); %s", t.Name(), os.Geteuid(), scriptHint)
+	}
+	for _, bin := range append([]string{"ip", "setpriv", "curl", haproxyBin, keepalivedBin, pgBin + "/initdb", pgBin + "/postgres"}, more...) {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Fatalf("%s not found (%v): %s", bin, err, scriptHint)
+		}
+	}
+	lock := lockRun(t)
+	t.Cleanup(func() { lock.Close() })
+	removeLeftovers(t)
+	c := newCluster(t)
+	t.Cleanup(watchdog(t, lock, c.dir))
+	t.Cleanup(func() {
+		if t.Failed() {
+			c.dump()
+		}
+	})
+	return c
+}
+
 // newCluster prepares the run directory and the binaries; the caller
 // builds the network and starts the parts.
 func newCluster(tb testing.TB) *cluster {

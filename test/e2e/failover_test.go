@@ -18,8 +18,6 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
-	"os"
-	"os/exec"
 	"slices"
 	"sort"
 	"strings"
@@ -61,26 +59,8 @@ type phase struct {
 // leader accepted, every backend call answered within its deadline — and
 // prints the measured times as "measure: name=value" lines.
 func TestFailover(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatalf("TestFailover builds network namespaces and must run as root (euid %d); %s", os.Geteuid(), scriptHint)
-	}
-	for _, bin := range []string{"ip", "setpriv", "curl", "tcpdump", haproxyBin, keepalivedBin, pgBin + "/initdb", pgBin + "/postgres"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Fatalf("%s not found (%v): %s", bin, err, scriptHint)
-		}
-	}
 	began := time.Now()
-
-	lock := lockRun(t)
-	t.Cleanup(func() { lock.Close() })
-	removeLeftovers(t)
-	c := newCluster(t)
-	t.Cleanup(watchdog(t, lock, c.dir))
-	t.Cleanup(func() {
-		if t.Failed() {
-			c.dump()
-		}
-	})
+	c := claimRun(t, "tcpdump")
 
 	c.build()
 	t.Logf("built cmd/server and cmd/sidecar in %v", time.Since(began).Round(time.Millisecond))

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -40,26 +38,9 @@ var groupOf = map[string]string{"s1": "default", "s2": "default", "s3": "b", "s4
 // went backwards, and prints the move windows and failover times as
 // "measure: name=value" lines.
 func TestGroups(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatalf("TestGroups builds network namespaces and must run as root (euid %d); %s", os.Geteuid(), scriptHint)
-	}
-	for _, bin := range []string{"ip", "setpriv", "curl", haproxyBin, keepalivedBin, pgBin + "/initdb", pgBin + "/postgres"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Fatalf("%s not found (%v): %s", bin, err, scriptHint)
-		}
-	}
 	began := time.Now()
-	lock := lockRun(t)
-	t.Cleanup(func() { lock.Close() })
-	removeLeftovers(t)
-	c := newCluster(t)
+	c := claimRun(t)
 	c.groups = groupOf
-	t.Cleanup(watchdog(t, lock, c.dir))
-	t.Cleanup(func() {
-		if t.Failed() {
-			c.dump()
-		}
-	})
 	c.build()
 	network(t)
 	if useTLS() {

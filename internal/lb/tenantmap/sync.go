@@ -168,16 +168,8 @@ func (s *Syncer) Sync(ctx context.Context) error {
 		fp = p
 	}
 	s.print = ""
-	placements, err := s.cfg.Source.Placements(ctx)
+	want, err := s.syncFile(ctx)
 	if err != nil {
-		return fmt.Errorf("tenant map: listing the placements: %w", err)
-	}
-	want, err := Entries(placements)
-	if err != nil {
-		return err
-	}
-	s.checkGroups(placements)
-	if err := s.writeFile(want); err != nil {
 		return err
 	}
 	now := s.cfg.Clock.Now()
@@ -202,16 +194,23 @@ func (s *Syncer) Sync(ctx context.Context) error {
 // SyncFile lists the placements and rewrites the map file if it changes,
 // without HAProxy: the file to start HAProxy on.
 func (s *Syncer) SyncFile(ctx context.Context) error {
+	_, err := s.syncFile(ctx)
+	return err
+}
+
+// syncFile lists the placements, writes the map file if it changes, and
+// returns the map's entries.
+func (s *Syncer) syncFile(ctx context.Context) (map[string]string, error) {
 	placements, err := s.cfg.Source.Placements(ctx)
 	if err != nil {
-		return fmt.Errorf("tenant map: listing the placements: %w", err)
+		return nil, fmt.Errorf("tenant map: listing the placements: %w", err)
 	}
 	want, err := Entries(placements)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	s.checkGroups(placements)
-	return s.writeFile(want)
+	return want, s.writeFile(want)
 }
 
 // checkGroups logs the placements on groups haproxy.cfg has no backend
