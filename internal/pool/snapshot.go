@@ -262,10 +262,20 @@ func (s Snapshot) check(name func(kind string, i int) string) error {
 	if !sorted || !slices.IsSortedFunc(s.Cells, cellOrder) {
 		seen = make(map[ck]bool, len(s.Cells))
 	}
+	next := 0 // sorted: the first resource not below the last cell's
 	for i, c := range s.Cells {
 		what := name("cells", i)
-		// Sorted cells name their resource once per run of cells.
-		if (i == 0 || s.Cells[i-1].Resource != c.Resource || seen != nil) && !known(c.Resource) {
+		var ok bool
+		if seen != nil {
+			ok = known(c.Resource)
+		} else {
+			// Sorted cells and resources: one walk through both.
+			for next < len(s.Resources) && s.Resources[next].ID < c.Resource {
+				next++
+			}
+			ok = next < len(s.Resources) && s.Resources[next].ID == c.Resource
+		}
+		if !ok {
 			return fmt.Errorf("%w: %s names unknown resource %q", ErrInvalidArgument, name("cells", i), c.Resource)
 		}
 		if err := validID(what+".context", c.Context); err != nil {
@@ -339,6 +349,11 @@ func (p *Pool) Restore(s Snapshot) error {
 	if uint32(lastLease>>tokenBits) == p.epoch {
 		p.leaseSeq = lastLease & p.mask()
 	}
+	// Sized once: a large tenant moved in is restored without regrowing
+	// (and copying) its resources again and again.
+	p.res = make([]resource, 0, len(s.Resources))
+	res := p.res[:cap(p.res)]
+	p.resView.Store(&res)
 	for _, rs := range s.Resources {
 		idx := p.addResource(Spec{ID: rs.ID, Capacity: rs.Capacity, Labels: rs.Labels}, now)
 		r := &p.res[idx]
