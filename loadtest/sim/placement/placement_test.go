@@ -28,6 +28,7 @@ func TestDocumentedFigures(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Log(r)
 		if got := r.String(); got != tc.seed1 {
 			t.Errorf("Run(%+v) =\n%s\nwant (docs/scaling.md)\n%s", c, got, tc.seed1)
 		}
@@ -35,6 +36,7 @@ func TestDocumentedFigures(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Logf("seeds 1-20: %v", rg)
 		if got := rg.String(); got != tc.sweep {
 			t.Errorf("Sweep(%+v, 20) =\n%s\nwant (docs/scaling.md)\n%s", c, got, tc.sweep)
 		}
