@@ -158,9 +158,10 @@ func reportPer(b *testing.B, what string, w walLoad, n int64) {
 // server's default report flush (1s) and journal compaction (10s): an
 // idle server (per second), lease cycles (Acquire, then Release with an
 // outcome: the lease journal's insert and delete, and the statistics the
-// report flush writes) at two rates, reports alone, and, last, 100 idle
-// tenants with a pool (per second). One busy tenant, 1,000 resources, two
-// contexts, 64 workers. Run it with -benchtime 1x.
+// report flush writes) at two rates, reports alone, lease cycles spread
+// over 20 tenants (50 resources each), and, last, 100 idle tenants with a
+// pool (per second). Otherwise one busy tenant, 1,000 resources, two
+// contexts; 64 workers. Run it with -benchtime 1x.
 func BenchmarkPostgresWriteLoad(b *testing.B) {
 	r, ctx, ids, conn := pgServer(b, Config{CheckpointInterval: 10 * time.Second, ReportFlush: time.Second}, 1000)
 	contexts := []string{"search", "order"}
@@ -178,7 +179,7 @@ func BenchmarkPostgresWriteLoad(b *testing.B) {
 		}
 	})
 	for _, rate := range []float64{250, 1000} {
-		b.Run(fmt.Sprintf("cycles=%.0f/s", rate), func(b *testing.B) {
+		b.Run(fmt.Sprintf("cycles-%.0f", rate), func(b *testing.B) {
 			for b.Loop() {
 				m0 := mark(b, conn)
 				ok, failed, dropped := paced(rate, d, 64, func(w, i int) error {
@@ -200,7 +201,7 @@ func BenchmarkPostgresWriteLoad(b *testing.B) {
 			}
 		})
 	}
-	b.Run("reports=1000/s", func(b *testing.B) {
+	b.Run("reports-1000", func(b *testing.B) {
 		for b.Loop() {
 			m0 := mark(b, conn)
 			ok, failed, dropped := paced(1000, d, 64, func(w, i int) error {
@@ -213,7 +214,53 @@ func BenchmarkPostgresWriteLoad(b *testing.B) {
 			reportPer(b, fmt.Sprintf("reports at 1000/s (%d dropped)", dropped), walBetween(b, conn, m0, mark(b, conn)), ok)
 		}
 	})
-	b.Run("idle-tenants=100", func(b *testing.B) {
+	// 20 more tenants of 50 resources each, made on first use.
+	const busy = 20
+	var busyCtxs []context.Context
+	busyTenants := func(b *testing.B) []context.Context {
+		for t := len(busyCtxs); t < busy; t++ {
+			id := fmt.Sprintf("busy-%02d", t)
+			if code := r.api(b, "POST", "/api/v1/tenants", r.op, fmt.Sprintf(`{"id":%q,"name":%q}`, id, id), nil); code != 201 {
+				b.Fatalf("create tenant %s = %d", id, code)
+			}
+			var key struct{ Key string }
+			if code := r.api(b, "POST", "/api/v1/tenants/"+id+"/keys", r.op, `{"name":"bench"}`, &key); code != 201 {
+				b.Fatalf("create key of %s = %d", id, code)
+			}
+			tctx := withKey(key.Key)
+			res := make([]*repoolv1.Resource, 50)
+			for i := range res {
+				res[i] = &repoolv1.Resource{Id: fmt.Sprintf("proxy-%03d", i), Capacity: 1000}
+			}
+			if _, err := r.pool.Register(tctx, &repoolv1.RegisterRequest{Resources: res}); err != nil {
+				b.Fatal(err)
+			}
+			busyCtxs = append(busyCtxs, tctx)
+		}
+		return busyCtxs
+	}
+	for _, rate := range []float64{250, 1000} {
+		b.Run(fmt.Sprintf("cycles-%.0f-%d-tenants", rate, busy), func(b *testing.B) {
+			ctxs := busyTenants(b)
+			for b.Loop() {
+				m0 := mark(b, conn)
+				ok, failed, dropped := paced(rate, d, 64, func(w, i int) error {
+					tctx := ctxs[i%busy]
+					l, err := r.pool.Acquire(tctx, &repoolv1.AcquireRequest{Context: contexts[(i/busy)%2], TtlSeconds: 60})
+					if err != nil {
+						return err
+					}
+					_, err = r.pool.Release(tctx, &repoolv1.ReleaseRequest{LeaseId: l.GetLease().GetLeaseId(), FencingToken: l.GetLease().GetFencingToken(), Outcome: repoolv1.Outcome_SUCCESS})
+					return err
+				})
+				if failed > 0 || ok == 0 {
+					b.Fatalf("%d cycles failed, %d succeeded", failed, ok)
+				}
+				reportPer(b, fmt.Sprintf("lease cycles at %.0f/s over %d tenants (%d dropped)", rate, busy, dropped), walBetween(b, conn, m0, mark(b, conn)), ok)
+			}
+		})
+	}
+	b.Run("idle-100-tenants", func(b *testing.B) {
 		for b.Loop() {
 			// 99 more tenants, each with a pool (as its first call makes).
 			for i := range 99 {
