@@ -93,21 +93,30 @@ func fillPool(b *testing.B, n, m int) (perResource, perCell, perLease float64) {
 
 // BenchmarkCapacityEmptyPools reports the heap of a tenant's pool before
 // it holds anything (B/pool), with the default configuration (an event
-// history of 4,096), for the many-small-tenants side of the model.
+// history of 4,096) and with a history of one event, which shows what the
+// history costs: the many-small-tenants side of the model.
 func BenchmarkCapacityEmptyPools(b *testing.B) {
 	const pools = 1000
-	for b.Loop() {
-		ps := make([]*Pool, 0, pools)
-		base := liveHeap()
-		for range pools {
-			p, err := New(Config{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			ps = append(ps, p)
+	for _, history := range []int{0, 1} {
+		name := "default"
+		if history > 0 {
+			name = fmt.Sprintf("event-history=%d", history)
 		}
-		after := liveHeap()
-		runtime.KeepAlive(ps)
-		b.ReportMetric(float64(after-base)/pools, "B/pool")
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				ps := make([]*Pool, 0, pools)
+				base := liveHeap()
+				for range pools {
+					p, err := New(Config{EventHistory: history})
+					if err != nil {
+						b.Fatal(err)
+					}
+					ps = append(ps, p)
+				}
+				after := liveHeap()
+				runtime.KeepAlive(ps)
+				b.ReportMetric(float64(after-base)/pools, "B/pool")
+			}
+		})
 	}
 }
