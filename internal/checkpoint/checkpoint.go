@@ -71,6 +71,7 @@ type Checkpointer struct {
 	round    sync.Mutex             // one round at a time
 	mu       sync.Mutex             // guards needFull, writing and groups
 	needFull map[string]bool        // tenants whose next checkpoint must be full
+	savedHWM map[string]uint64      // per tenant: the fencing high-water mark the store holds
 	writing  map[string]*sync.Mutex // per tenant ever written: one write at a time
 	groups   map[string]*group      // per tenant that persisted or synced: its group commit
 
@@ -98,7 +99,7 @@ func New(cfg Config) (*Checkpointer, error) {
 		cfg.Restored = func(string, int, int) {}
 	}
 	c := &Checkpointer{
-		cfg: cfg, log: cfg.Log.With("component", "checkpoint"), needFull: map[string]bool{}, writing: map[string]*sync.Mutex{}, groups: map[string]*group{},
+		cfg: cfg, log: cfg.Log.With("component", "checkpoint"), needFull: map[string]bool{}, savedHWM: map[string]uint64{}, writing: map[string]*sync.Mutex{}, groups: map[string]*group{},
 		restoreFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "repool_restore_failures_total", Help: "Tenants skipped at restore because their rows are corrupt.",
 		}),
@@ -197,6 +198,7 @@ func (c *Checkpointer) restore(ctx context.Context, tenant string) error {
 	}
 	c.mu.Lock()
 	c.needFull[tenant] = false
+	c.savedHWM[tenant] = st.FencingHWM
 	c.mu.Unlock()
 	return nil
 }
@@ -270,6 +272,14 @@ func (c *Checkpointer) save(ctx context.Context, tenant string) error {
 		cp = toCheckpoint(p.Snapshot())
 	} else {
 		cp = changesToCheckpoint(p.TakeChanges())
+		c.mu.Lock()
+		hwm, known := c.savedHWM[tenant]
+		c.mu.Unlock()
+		if known && cp.FencingHWM == hwm && len(cp.Resources) == 0 && len(cp.Cells) == 0 && len(cp.Removed) == 0 {
+			// Nothing changed since the last write: an idle tenant costs
+			// the store nothing.
+			return nil
+		}
 	}
 	if err := c.cfg.Store.SaveCheckpoint(ctx, tenant, cp); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
@@ -281,6 +291,7 @@ func (c *Checkpointer) save(ctx context.Context, tenant string) error {
 	}
 	c.mu.Lock()
 	c.needFull[tenant] = false
+	c.savedHWM[tenant] = cp.FencingHWM
 	c.mu.Unlock()
 	return nil
 }
@@ -391,6 +402,7 @@ func (c *Checkpointer) SetLeases(f func(ctx context.Context, tenant string) ([]s
 func (c *Checkpointer) Forget(tenant string) {
 	c.mu.Lock()
 	delete(c.needFull, tenant)
+	delete(c.savedHWM, tenant)
 	delete(c.groups, tenant)
 	c.mu.Unlock()
 }

@@ -518,10 +518,12 @@ func TestPersistGroupCommits(t *testing.T) {
 }
 
 // TestRunCheckpointsEveryInterval: Run writes a round at each interval of
-// the checkpointer's clock, and returns when its context ends.
+// the checkpointer's clock, a round in which the tenant changed nothing
+// writes nothing, and Run returns when its context ends.
 func TestRunCheckpointsEveryInterval(t *testing.T) {
 	e := setup(t)
-	fill(t, poolOf(t, e, "a"), "a", 3)
+	p := poolOf(t, e, "a")
+	fill(t, p, "a", 3)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	done := make(chan struct{})
@@ -538,8 +540,25 @@ func TestRunCheckpointsEveryInterval(t *testing.T) {
 		t.Fatalf("checkpoint writes before the first interval = got %d, want 0", got)
 	}
 	for round := 1; round <= 3; round++ {
+		if round > 1 {
+			if _, err := p.Report(pool.Report{Resource: "a000", Context: "x", Outcome: pool.Outcome(1)}); err != nil {
+				t.Fatal(err)
+			}
+		}
 		e.clock.Advance(time.Minute)
 		testenv.Eventually(t, 10*time.Second, fmt.Sprintf("checkpoint round %d", round), func() bool { return writes() == round })
+	}
+	// An idle round: once Run waits for the next interval again, nothing
+	// more was written.
+	if err := e.clock.Wait(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Minute)
+	if err := e.clock.Wait(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := writes(); got != 3 {
+		t.Fatalf("checkpoint writes after a round without changes = got %d, want 3 (an idle tenant is not written)", got)
 	}
 	cancel()
 	select {
