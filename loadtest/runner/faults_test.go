@@ -34,6 +34,9 @@ func (f *fakeFaults) KillActive(context.Context, string) (string, error)  { retu
 func (f *fakeFaults) StartServer(context.Context, string, string) error   { return nil }
 func (f *fakeFaults) SetBrownout(string, float64) error                   { return nil }
 func (f *fakeFaults) AddToxics(string, ...topology.Toxic) (func(), error) { return func() {}, nil }
+func (f *fakeFaults) MoveTenant(context.Context, string, string) (topology.Move, error) {
+	return topology.Move{}, nil
+}
 
 // TestPlanReportsFailedFault: a fault that fails to apply is an event and
 // plan.err names it; the one that applies is a "fault on" event.

@@ -72,6 +72,10 @@ type Config struct {
 	Postgres *Postgres
 	// Servers per provider. Default 2.
 	Servers int
+	// Groups, when set, makes the providers tenants of one cluster of
+	// tenant-sharded groups instead of a cluster each (see startGroups).
+	// Needs Postgres.
+	Groups []string
 	// Dir receives configurations, logs and SQLite files. Required.
 	Dir string
 	// Event, when set, is told what happens: HAProxy state changes,
@@ -92,6 +96,8 @@ type Topology struct {
 	clusters  map[string]*cluster
 	sidecar   *proc
 	sidecarAt string
+	// groups is the cluster of tenant-sharded groups (Config.Groups).
+	groups *groups
 
 	mu     sync.Mutex // guards servers' proc fields and toxics
 	toxics int        // names toxics uniquely
@@ -114,6 +120,7 @@ type node struct {
 	name    string
 	store   string
 	ha      bool
+	group   string // its group (Config.Groups); empty: the default group
 	grpc    string // fixed after the first start: restarts reuse it
 	http    string
 	logPath string
@@ -152,7 +159,15 @@ func Start(ctx context.Context, cfg Config) (_ *Topology, err error) {
 			t.Close()
 		}
 	}()
+	if len(cfg.Groups) > 0 {
+		if err := t.startGroups(ctx); err != nil {
+			return nil, fmt.Errorf("groups: %w", err)
+		}
+	}
 	for _, p := range cfg.Providers {
+		if len(cfg.Groups) > 0 {
+			break
+		}
 		if err := t.startCluster(ctx, p); err != nil {
 			return nil, fmt.Errorf("provider %s: %w", p, err)
 		}
@@ -282,7 +297,7 @@ func (t *Topology) startCluster(ctx context.Context, p string) error {
 // startNode starts a server child and returns the demo key it printed, if
 // any. A restart reuses the node's addresses.
 func (t *Topology) startNode(ctx context.Context, n *node) (string, error) {
-	cmd, err := childCmd(roleServer, serverChild{Store: n.store, GRPCAddr: n.grpc, HTTPAddr: n.http, HA: n.ha, Name: n.name})
+	cmd, err := childCmd(roleServer, serverChild{Store: n.store, GRPCAddr: n.grpc, HTTPAddr: n.http, HA: n.ha, Name: n.name, Group: n.group})
 	if err != nil {
 		return "", err
 	}
@@ -299,7 +314,7 @@ func (t *Topology) startNode(ctx context.Context, n *node) (string, error) {
 		if err := clock.Sleep(ctx, t.cfg.Clock, 250*time.Millisecond); err != nil {
 			return "", err
 		}
-		if cmd, err = childCmd(roleServer, serverChild{Store: n.store, GRPCAddr: n.grpc, HTTPAddr: n.http, HA: n.ha, Name: n.name}); err != nil {
+		if cmd, err = childCmd(roleServer, serverChild{Store: n.store, GRPCAddr: n.grpc, HTTPAddr: n.http, HA: n.ha, Name: n.name, Group: n.group}); err != nil {
 			return "", err
 		}
 	}
@@ -420,6 +435,29 @@ func (t *Topology) Close() error {
 		errs  []error
 		wg    sync.WaitGroup
 	)
+	if g := t.groups; g != nil {
+		if g.sync != nil {
+			g.sync.stop(syscall.SIGTERM, 5*time.Second)
+		}
+		if g.ha != nil {
+			wg.Go(g.ha.stop)
+		}
+		for _, n := range g.nodes {
+			t.mu.Lock()
+			p := n.proc
+			t.mu.Unlock()
+			if p != nil {
+				wg.Go(func() {
+					p.stop(syscall.SIGTERM, 5*time.Second)
+					if err := p.exitErr(); err != nil {
+						errMu.Lock()
+						errs = append(errs, fmt.Errorf("%s: %w", n.name, err))
+						errMu.Unlock()
+					}
+				})
+			}
+		}
+	}
 	for _, c := range t.clusters {
 		if c.ha != nil {
 			wg.Go(c.ha.stop)
