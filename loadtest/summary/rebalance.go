@@ -2,6 +2,7 @@ package summary
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -38,6 +39,8 @@ type Rebalance struct {
 	Move
 	// Providers: per provider (tenant), its calls by phase.
 	Providers map[string]*Phases `json:"providers"`
+	// Quiet pools the calls of every provider but the moved one.
+	Quiet *Phases `json:"quiet"`
 }
 
 // Phases are one provider's calls by when they started.
@@ -59,23 +62,27 @@ func (s *Summary) rebalance(moves []Move) *Rebalance {
 	at := time.Duration(m.AtS * float64(time.Second))
 	end := at + time.Duration(m.WindowS*float64(time.Second))
 	r := &Rebalance{Move: m, Providers: map[string]*Phases{}}
-	for pi, name := range s.providerOrder {
-		mine := func(from, to time.Duration) func(Sample) bool {
-			return func(x Sample) bool { return x.Provider == pi && x.Start >= from && x.Start < to }
+	phases := func(keep func(pi int) bool) *Phases {
+		in := func(from, to time.Duration) func(Sample) bool {
+			return func(x Sample) bool { return keep(x.Provider) && x.Start >= from && x.Start < to }
 		}
-		r.Providers[name] = &Phases{
-			Moved:  name == m.Tenant,
-			Before: stats(s.samples, mine(0, at)),
-			During: stats(s.samples, mine(at, end)),
-			After:  stats(s.samples, mine(end, time.Duration(1<<62))),
+		return &Phases{Before: stats(s.samples, in(0, at)), During: stats(s.samples, in(at, end)), After: stats(s.samples, in(end, time.Duration(math.MaxInt64)))}
+	}
+	moved := -1
+	for pi, name := range s.providerOrder {
+		r.Providers[name] = phases(func(i int) bool { return i == pi })
+		if name == m.Tenant {
+			r.Providers[name].Moved, moved = true, pi
 		}
 	}
+	r.Quiet = phases(func(i int) bool { return i != moved })
 	return r
 }
 
-// rebalanceTargets: no failed call of any tenant across the move, and
-// every quiet tenant's p99 after the move at most TargetQuietP99 × its p99
-// before. Both are short targets.
+// targets: no failed call of any tenant across the move (a short target),
+// and every quiet tenant's p99 after the move at most TargetQuietP99 × its
+// p99 before (not a short target: a short run has too few calls for a
+// p99; the short variant's test bounds it generously).
 func (r *Rebalance) targets(order []string) []Target {
 	var out []Target
 	for _, name := range order {
@@ -88,7 +95,7 @@ func (r *Rebalance) targets(order []string) []Target {
 		if ph.Moved {
 			continue
 		}
-		t := Target{Name: "quiet_p99_after_move", Provider: name, Want: fmt.Sprintf("≤ %.1f× its p99 before the move", TargetQuietP99), Short: true}
+		t := Target{Name: "quiet_p99_after_move", Provider: name, Want: fmt.Sprintf("≤ %.1f× its p99 before the move", TargetQuietP99)}
 		if ph.Before.Requests == 0 || ph.After.Requests == 0 {
 			t.Got = fmt.Sprintf("%d calls before, %d after", ph.Before.Requests, ph.After.Requests)
 		} else {
