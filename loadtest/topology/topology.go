@@ -17,6 +17,11 @@
 // put in front of the servers of providers that need it; the sidecar is a
 // child process too.
 //
+// With Config.Groups the providers are instead tenants of one cluster of
+// tenant-sharded groups (see groups.go): one server per group, one HAProxy
+// routing each tenant to its group by the tenant map that "server haproxy
+// sync-placements" keeps, and live moves of a tenant (MoveTenant).
+//
 // Faults hit both clients alike: every connection from either client into
 // a provider passes one of the provider's toxiproxies, and the servers and
 // their brownout proxies are the same for both.
