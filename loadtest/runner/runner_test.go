@@ -29,13 +29,13 @@ func TestMain(m *testing.M) {
 }
 
 // startPostgres starts the PostgreSQL cluster the test's runs share, and
-// gives the test four minutes.
+// gives the test six minutes (TestShortScenarios runs seven scenarios).
 func startPostgres(t *testing.T) (context.Context, *topology.Postgres) {
 	t.Helper()
 	if topology.PostgresBinDir() == "" {
 		t.Fatal("PostgreSQL is not installed: run scripts/test, which installs it")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	t.Cleanup(cancel)
 	pg, err := topology.StartPostgres(ctx)
 	if err != nil {

@@ -318,6 +318,9 @@ func (t *Topology) MoveTenant(ctx context.Context, provider, to string) (Move, e
 			src = g.nodes[i]
 		}
 	}
+	if src == nil {
+		return Move{}, fmt.Errorf("tenant %s is on group %q, which the topology does not run", provider, from)
+	}
 	m := Move{Tenant: provider, From: from, To: to, Server: src.name}
 	conn, err := grpc.NewClient(g.ha.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
