@@ -150,6 +150,20 @@ func Execute(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(sc.Groups) > 0 {
+		// The naive client walks one provider's hosts; tenants on groups
+		// are routed by HAProxy on the entry only the sidecar sends.
+		switch o.Mode {
+		case ModeNaive:
+			return nil, fmt.Errorf("scenario %s runs tenants on groups of servers behind HAProxy: -mode naive does not apply (use sidecar)", sc.Name)
+		case ModeBoth:
+			fmt.Fprintf(o.Out, "note: scenario %s runs through the sidecar only (its tenants are routed by HAProxy on the entry the sidecar sends)\n", sc.Name)
+			modes, o.Mode = []string{ModeSidecar}, ModeSidecar
+		}
+		if o.Postgres == nil && o.Store == StoreSQLite {
+			return nil, fmt.Errorf("scenario %s runs tenants on groups of servers: it needs PostgreSQL (-store postgres or auto)", sc.Name)
+		}
+	}
 	pg, release, err := openStore(ctx, &o)
 	if err != nil {
 		return nil, err

@@ -24,6 +24,7 @@ type Faults interface {
 	StartServer(ctx context.Context, provider, name string) error
 	AddToxics(provider string, toxics ...topology.Toxic) (remove func(), err error)
 	SetBrownout(provider string, share float64) error
+	MoveTenant(ctx context.Context, provider, group string) (topology.Move, error)
 }
 
 var _ Faults = (*topology.Topology)(nil)
@@ -39,25 +40,36 @@ type plan struct {
 	clock    clock.Clock
 
 	mu      sync.Mutex
-	pending map[int]func() // reverts of applied faults, by index
-	errs    []error        // faults that failed to apply
+	pending map[int]func()       // reverts of applied faults, by index
+	errs    []error              // faults that failed to apply
+	moves   map[int]summary.Move // what the applied moves measured, by index
 	wg      sync.WaitGroup
 }
 
 // newPlan returns sc's fault plan against target, scheduled on clk, with
 // its events sent to event.
 func newPlan(sc *scenario.Scenario, target Faults, event func(time.Duration, string), clk clock.Clock) *plan {
-	return &plan{faults: sc.Faults, duration: sc.Duration.D(), target: target, event: event, clock: clk, pending: map[int]func(){}}
+	return &plan{faults: sc.Faults, duration: sc.Duration.D(), target: target, event: event, clock: clk, pending: map[int]func(){}, moves: map[int]summary.Move{}}
 }
 
 // since is the time on the plan's clock since t0.
 func (p *plan) since(t0 time.Time) time.Duration { return p.clock.Now().Sub(t0) }
 
-// windows returns the faults' planned spans.
+// windows returns the faults' planned spans; a move's is the window it
+// measured (from its request until the tenant was served again), once
+// applied.
 func (p *plan) windows() []summary.Window {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	out := make([]summary.Window, 0, len(p.faults))
-	for _, f := range p.faults {
+	for i, f := range p.faults {
 		end := f.End(p.duration)
+		if f.Kind == scenario.KindMove {
+			end = f.At.D()
+			if m, ok := p.moves[i]; ok {
+				end = min(f.At.D()+time.Duration(m.WindowS*float64(time.Second)), p.duration)
+			}
+		}
 		out = append(out, summary.Window{Provider: f.Provider, Kind: f.Kind, Start: f.At.D(), End: end,
 			StartS: f.At.D().Seconds(), EndS: end.Seconds()})
 	}
@@ -107,9 +119,26 @@ func (p *plan) start(ctx context.Context, t0 time.Time) {
 	})
 }
 
+// movesMeasured returns what the applied moves measured, in plan order.
+func (p *plan) movesMeasured() []summary.Move {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []summary.Move
+	for i := range p.faults {
+		if m, ok := p.moves[i]; ok {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
 func (p *plan) apply(ctx context.Context, i int, t0 time.Time) {
 	f := p.faults[i]
 	at := p.since(t0)
+	if f.Kind == scenario.KindMove {
+		p.move(ctx, i, at, t0)
+		return
+	}
 	undo, what, err := p.inject(ctx, f)
 	if err != nil {
 		p.event(p.since(t0), fmt.Sprintf("fault %s on %s failed: %v", f.Kind, f.Provider, err))
@@ -123,6 +152,26 @@ func (p *plan) apply(ctx context.Context, i int, t0 time.Time) {
 	p.event(at, fmt.Sprintf("fault on: %s %s (took %v)", f.Provider, what, (p.since(t0)-at).Round(time.Millisecond)))
 	p.mu.Lock()
 	p.pending[i] = undo
+	p.mu.Unlock()
+}
+
+// move applies move i, which has no undo, and keeps what it measured.
+func (p *plan) move(ctx context.Context, i int, at time.Duration, t0 time.Time) {
+	f := p.faults[i]
+	m, err := p.target.MoveTenant(ctx, f.Provider, f.Group)
+	if err != nil {
+		p.event(p.since(t0), fmt.Sprintf("fault move on %s failed: %v", f.Provider, err))
+		if ctx.Err() == nil {
+			p.mu.Lock()
+			p.errs = append(p.errs, fmt.Errorf("fault move on %s at %v: %w", f.Provider, f.At.D(), err))
+			p.mu.Unlock()
+		}
+		return
+	}
+	p.event(at, fmt.Sprintf("fault on: %s move: from group %s (%s) to %s", f.Provider, m.From, m.Server, m.To))
+	p.mu.Lock()
+	p.moves[i] = summary.Move{Tenant: f.Provider, From: m.From, To: m.To, Server: m.Server, AtS: at.Seconds(),
+		RequestS: m.Request.Seconds(), RefusedS: m.Refused.Seconds(), WindowS: m.Window.Seconds()}
 	p.mu.Unlock()
 }
 

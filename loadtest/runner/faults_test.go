@@ -19,6 +19,9 @@ import (
 type fakeFaults struct {
 	stopServers  func(provider string) error
 	startServers func(provider string) error
+	// move, when set, is what MoveTenant returns.
+	move    topology.Move
+	moveErr error
 }
 
 var _ Faults = (*fakeFaults)(nil)
@@ -34,6 +37,54 @@ func (f *fakeFaults) KillActive(context.Context, string) (string, error)  { retu
 func (f *fakeFaults) StartServer(context.Context, string, string) error   { return nil }
 func (f *fakeFaults) SetBrownout(string, float64) error                   { return nil }
 func (f *fakeFaults) AddToxics(string, ...topology.Toxic) (func(), error) { return func() {}, nil }
+func (f *fakeFaults) MoveTenant(context.Context, string, string) (topology.Move, error) {
+	return f.move, f.moveErr
+}
+
+// TestPlanMove: a move applies through MoveTenant, its window in the
+// summary is the one it measured (from its start), and what it measured is
+// kept; a move that fails is an error and leaves an empty window.
+func TestPlanMove(t *testing.T) {
+	sc, err := scenario.Parse([]byte(`{"name":"t","rate":1,"duration":"10s","pre_allocated_vus":1,"groups":["default","solo"],
+		"providers":[{"name":"noisy"},{"name":"quiet"}],
+		"faults":[{"provider":"noisy","kind":"move","at":"0s","group":"solo"}]}`), false)
+	if err != nil {
+		t.Fatalf("Parse() = %v", err)
+	}
+	moved := topology.Move{Tenant: "noisy", From: "default", To: "solo", Server: "default-s1",
+		Request: 200 * time.Millisecond, Refused: 100 * time.Millisecond, Window: 1500 * time.Millisecond}
+	var events []string
+	p := newPlan(sc, &fakeFaults{move: moved}, func(_ time.Duration, text string) { events = append(events, text) }, clock.Real{})
+	p.start(context.Background(), time.Now())
+	p.finish()
+	if err := p.err(); err != nil {
+		t.Fatalf("plan.err() = %v, want nil", err)
+	}
+	if len(events) != 1 || !strings.HasPrefix(events[0], "fault on: noisy move: from group default (default-s1) to solo") {
+		t.Errorf("events = %q, want the move's", events)
+	}
+	ms := p.movesMeasured()
+	if len(ms) != 1 || ms[0].WindowS != 1.5 || ms[0].RefusedS != 0.1 || ms[0].RequestS != 0.2 || ms[0].To != "solo" {
+		t.Errorf("movesMeasured() = %+v, want the move's figures", ms)
+	}
+	if w := p.windows(); len(w) != 1 || w[0].Kind != scenario.KindMove || w[0].StartS != 0 || w[0].EndS != 1.5 {
+		t.Errorf("windows() = %+v, want the move's measured window 0s → 1.5s", w)
+	}
+
+	refused := errors.New("refused")
+	p = newPlan(sc, &fakeFaults{moveErr: refused}, func(time.Duration, string) {}, clock.Real{})
+	p.start(context.Background(), time.Now())
+	p.finish()
+	if err := p.err(); !errors.Is(err, refused) || !strings.Contains(err.Error(), "fault move on noisy") {
+		t.Errorf("plan.err() = %v, want one wrapping %v naming the move", err, refused)
+	}
+	if ms := p.movesMeasured(); len(ms) != 0 {
+		t.Errorf("movesMeasured() = %+v after a failed move, want none", ms)
+	}
+	if w := p.windows(); len(w) != 1 || w[0].EndS != w[0].StartS {
+		t.Errorf("windows() = %+v after a failed move, want an empty window", w)
+	}
+}
 
 // TestPlanReportsFailedFault: a fault that fails to apply is an event and
 // plan.err names it; the one that applies is a "fault on" event.

@@ -81,6 +81,9 @@ func Run(ctx context.Context, cfg Config) (*summary.Summary, error) {
 	if sc == nil || cfg.Dir == "" || (cfg.Mode != ModeSidecar && cfg.Mode != ModeNaive) {
 		return nil, errors.New("runner: Config.Scenario, Dir and Mode (sidecar or naive) are required")
 	}
+	if len(sc.Groups) > 0 && (cfg.Mode != ModeSidecar || cfg.Postgres == nil) {
+		return nil, fmt.Errorf("scenario %s runs tenants on groups of servers: it needs -mode sidecar (the naive client sends no x-repool-tenant) and PostgreSQL", sc.Name)
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
@@ -156,7 +159,7 @@ func Run(ctx context.Context, cfg Config) (*summary.Summary, error) {
 		return nil, err
 	}
 	return summary.Compute(summary.Input{
-		Mode: cfg.Mode, Scenario: sc, Stats: stats, Windows: pl.windows(), Recorder: rec, StartedAt: startedAt,
+		Mode: cfg.Mode, Scenario: sc, Stats: stats, Windows: pl.windows(), Moves: pl.movesMeasured(), Recorder: rec, StartedAt: startedAt,
 	}), nil
 }
 
@@ -173,7 +176,7 @@ func topologyConfig(sc *scenario.Scenario, sidecar bool) topology.Config {
 	}
 	return topology.Config{
 		Providers: sc.Names(), Brownout: brownout, Sidecar: sidecar, SidecarPolicies: sc.Sidecar,
-		Resources: sc.Request.Resources, Capacity: sc.Request.Capacity,
+		Resources: sc.Request.Resources, Capacity: sc.Request.Capacity, Groups: sc.Groups,
 	}
 }
 

@@ -59,6 +59,11 @@ const (
 	KindBrownout = "brownout"
 	// KindToxic adds any toxiproxy toxic (Toxic) to the provider's links.
 	KindToxic = "toxic"
+	// KindMove moves the provider's tenant to the group Group, live, through
+	// the control plane of its group's active server (POST
+	// /api/v1/tenants/{id}/move). Only in a scenario with Groups; For is
+	// not allowed (a move is not undone).
+	KindMove = "move"
 )
 
 // Scenario is one load-test scenario.
@@ -97,6 +102,15 @@ type Scenario struct {
 	Sidecar map[string]map[string]any `json:"sidecar"`
 	// Naive configures the naive client of -mode naive.
 	Naive Naive `json:"naive"`
+	// Groups, when set, runs the providers as tenants of one cluster of
+	// tenant-sharded groups instead of one cluster each: one server per
+	// group on one PostgreSQL database, one HAProxy routing each tenant to
+	// its group's backend by the tenant map that "server haproxy
+	// sync-placements" keeps, and every provider a tenant of its own (its
+	// own API key) placed on the first group, which must be "default".
+	// Needs PostgreSQL and the sidecar; faults other than move are not
+	// supported there.
+	Groups []string `json:"groups,omitempty"`
 	// Short replaces top-level fields for the CI variant (-short). Only
 	// kept raw here; Load applies it.
 	Short json.RawMessage `json:"short,omitempty"`
@@ -153,6 +167,8 @@ type Fault struct {
 	// Toxic is the toxiproxy toxic of KindToxic: {"type", "stream",
 	// "toxicity", "attributes"} as toxiproxy's API takes it.
 	Toxic json.RawMessage `json:"toxic,omitempty"`
+	// Group is the group a move takes the provider's tenant to.
+	Group string `json:"group,omitempty"`
 }
 
 // End returns when the fault ends, given the run's duration.
@@ -298,7 +314,11 @@ func (s *Scenario) applyDefaults() {
 	}
 }
 
-var providerName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+var (
+	providerName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+	// groupName is a group's name as the server takes it (--group).
+	groupName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,30}$`)
+)
 
 // Validate names the first bad field.
 func (s *Scenario) Validate() error {
@@ -328,6 +348,21 @@ func (s *Scenario) Validate() error {
 	case s.Naive.AttemptsPerHost < 1 || s.Naive.RetryDelay.D() < 0 || s.Naive.AttemptTimeout.D() <= 0:
 		return errors.New("naive: want attempts_per_host >= 1, retry_delay >= 0, attempt_timeout > 0")
 	}
+	groups := map[string]bool{}
+	for i, g := range s.Groups {
+		switch {
+		case !groupName.MatchString(g):
+			return fmt.Errorf("groups[%d] %q: want a lowercase letter, then up to 30 of a-z, 0-9 and '-'", i, g)
+		case groups[g]:
+			return fmt.Errorf("groups[%d] %q: duplicate", i, g)
+		case i == 0 && g != "default":
+			return fmt.Errorf("groups[0] %q: want \"default\", the group every tenant starts on", g)
+		}
+		groups[g] = true
+	}
+	if len(s.Groups) == 1 {
+		return errors.New("groups: want at least two (default and another), or none")
+	}
 	seen := map[string]bool{}
 	for i, p := range s.Providers {
 		switch {
@@ -353,7 +388,19 @@ func (s *Scenario) Validate() error {
 		if f.At.D() < 0 || f.For.D() < 0 || f.At.D() >= s.Duration.D() {
 			return fmt.Errorf("%s: at %v and for %v: want 0 <= at < duration (%v) and for >= 0", field, f.At.D(), f.For.D(), s.Duration.D())
 		}
+		if len(s.Groups) > 0 && f.Kind != KindMove {
+			return fmt.Errorf("%s.kind %q: a scenario with groups supports only move faults", field, f.Kind)
+		}
 		switch f.Kind {
+		case KindMove:
+			switch {
+			case len(s.Groups) == 0:
+				return fmt.Errorf("%s: a move needs the scenario's groups", field)
+			case !groups[f.Group]:
+				return fmt.Errorf("%s.group %q: not one of the scenario's groups %v", field, f.Group, s.Groups)
+			case f.For.D() != 0:
+				return fmt.Errorf("%s.for: a move is not undone; leave for out", field)
+			}
 		case KindDown, KindKillActive, KindBlackhole:
 		case KindSlow:
 			if f.Latency.D() <= 0 || f.Jitter.D() < 0 {
@@ -371,7 +418,7 @@ func (s *Scenario) Validate() error {
 				return fmt.Errorf("%s.toxic: want a toxiproxy toxic object with a type", field)
 			}
 		default:
-			return fmt.Errorf("%s.kind %q: want down, kill-active, blackhole, slow, brownout or toxic", field, f.Kind)
+			return fmt.Errorf("%s.kind %q: want down, kill-active, blackhole, slow, brownout, toxic or move", field, f.Kind)
 		}
 	}
 	parsed, err := parseThresholds(s.Thresholds)

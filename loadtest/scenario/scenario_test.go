@@ -26,7 +26,7 @@ func shipped(tb testing.TB) []string {
 
 func TestShippedScenariosLoad(t *testing.T) {
 	files := shipped(t)
-	for _, want := range []string{"baseline", "provider-down", "blackhole", "brownout", "failover"} {
+	for _, want := range []string{"baseline", "provider-down", "blackhole", "brownout", "failover", "rebalance"} {
 		found := false
 		for _, f := range files {
 			found = found || f == want+".json"
@@ -95,6 +95,14 @@ func TestParseRejects(t *testing.T) {
 		{"bad threshold", `{"name":"x",` + base + `,"thresholds":{"http_req_duration":["p95<1"]}}`, "thresholds"},
 		{"bad threshold tag", `{"name":"x",` + base + `,"thresholds":{"http_req_duration{provider}":["p(95)<1"]}}`, "tag"},
 		{"no short variant", `{"name":"x",` + base + `}`, ""},
+		{"one group", `{"name":"x",` + base + `,"groups":["default"]}`, "groups"},
+		{"groups not from default", `{"name":"x",` + base + `,"groups":["big","solo"]}`, "groups[0]"},
+		{"bad group name", `{"name":"x",` + base + `,"groups":["default","Solo"]}`, "groups[1]"},
+		{"duplicate group", `{"name":"x",` + base + `,"groups":["default","default"]}`, "groups[1]"},
+		{"move without groups", `{"name":"x",` + base + `,"faults":[{"provider":"a","kind":"move","at":"1s","group":"solo"}]}`, "needs the scenario's groups"},
+		{"move to an unknown group", `{"name":"x",` + base + `,"groups":["default","solo"],"faults":[{"provider":"a","kind":"move","at":"1s","group":"big"}]}`, "faults[0].group"},
+		{"move with for", `{"name":"x",` + base + `,"groups":["default","solo"],"faults":[{"provider":"a","kind":"move","at":"1s","for":"2s","group":"solo"}]}`, "faults[0].for"},
+		{"other fault with groups", `{"name":"x",` + base + `,"groups":["default","solo"],"faults":[{"provider":"a","kind":"down","at":"1s"}]}`, "only move"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

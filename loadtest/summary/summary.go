@@ -16,7 +16,9 @@ type Input struct {
 	Scenario *scenario.Scenario
 	Stats    arrival.Stats
 	// Windows are the faults' time spans, as applied.
-	Windows   []Window
+	Windows []Window
+	// Moves are what the plan's moves measured, in plan order.
+	Moves     []Move
 	Recorder  *Recorder
 	StartedAt time.Time
 }
@@ -50,6 +52,9 @@ type Summary struct {
 	// Targets are the degraded-cluster targets (targets.go), reported, not
 	// enforced: the exit status follows the thresholds only.
 	Targets []Target `json:"targets"`
+	// Rebalance is set in a run with a move (scenario rebalance): the
+	// calls before, during and after it, per provider.
+	Rebalance *Rebalance `json:"rebalance,omitempty"`
 	// Series are per-second buckets per provider, for charts.
 	Series map[string][]Bucket `json:"series"`
 	// VUs are per-second VU counts.
@@ -210,7 +215,16 @@ func Compute(in Input) *Summary {
 	}
 	s.VUs = vuBuckets(vus)
 	s.Thresholds, s.ThresholdsOK = evaluate(s, sc.ParsedThresholds())
-	s.Targets = s.targets(in.Windows)
+	var wins []Window // the degraded-cluster targets' faults: not the moves
+	for _, w := range in.Windows {
+		if w.Kind != scenario.KindMove {
+			wins = append(wins, w)
+		}
+	}
+	s.Targets = s.targets(wins)
+	if s.Rebalance = s.rebalance(in.Moves); s.Rebalance != nil {
+		s.Targets = append(s.Targets, s.Rebalance.targets(s.providerOrder)...)
+	}
 	return s
 }
 

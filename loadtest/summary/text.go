@@ -136,6 +136,25 @@ func (s *Summary) WriteText(w io.Writer) {
 			p("\n")
 		}
 	}
+	if r := s.Rebalance; r != nil {
+		p("\n   rebalance: %s moved from group %s (%s) to %s at %.1fs; move window %s (request %s, refused by the source %s)\n",
+			r.Tenant, r.From, r.Server, r.To, r.AtS, FormatMS(r.WindowS*1000), FormatMS(r.RequestS*1000), FormatMS(r.RefusedS*1000))
+		p("     %-12s %-7s %8s %10s %10s %10s %7s\n", "tenant", "phase", "calls", "p50", "p99", "max", "errors")
+		for _, name := range s.providerOrder {
+			ph := r.Providers[name]
+			label := name
+			if ph.Moved {
+				label += " (moved)"
+			}
+			for _, x := range []struct {
+				phase string
+				st    Stats
+			}{{"before", ph.Before}, {"during", ph.During}, {"after", ph.After}} {
+				p("     %-12s %-7s %8d %10s %10s %10s %7d\n", label, x.phase, x.st.Requests, FormatMS(x.st.P50MS), FormatMS(x.st.P99MS), FormatMS(x.st.MaxMS), x.st.Errors)
+				label = ""
+			}
+		}
+	}
 	if len(s.Targets) > 0 {
 		met := 0
 		for _, t := range s.Targets {

@@ -16,8 +16,10 @@ import (
 	"time"
 
 	"github.com/repool/repool/internal/server"
+	"github.com/repool/repool/internal/servercmd"
 	"github.com/repool/repool/internal/sidecar"
 	"github.com/repool/repool/internal/sidecar/config"
+	"github.com/repool/repool/internal/store"
 )
 
 // The runner starts servers and the sidecar as child processes of its own
@@ -30,6 +32,9 @@ const (
 
 	roleServer  = "server"
 	roleSidecar = "sidecar"
+	// roleServerCmd runs a command of the server's executable (the
+	// arguments of "server ..."), such as "haproxy sync-placements".
+	roleServerCmd = "servercmd"
 )
 
 // serverChild configures a server child.
@@ -39,6 +44,8 @@ type serverChild struct {
 	HTTPAddr string `json:"http_addr"`
 	HA       bool   `json:"ha"`
 	Name     string `json:"name"`
+	// Group is the server's group (--group); empty: the default group.
+	Group string `json:"group,omitempty"`
 }
 
 // serverHello is a server child's ready line.
@@ -48,6 +55,8 @@ type serverHello struct {
 	// Key is the demo API key, printed only by the server that created
 	// the store.
 	Key string `json:"key,omitempty"`
+	// OpToken is the operator token, printed with Key.
+	OpToken string `json:"op_token,omitempty"`
 }
 
 // sidecarChild configures a sidecar child.
@@ -81,6 +90,8 @@ func RunChild() (child bool, code int) {
 		err = runServer(ctx, os.Getenv(envConfig), os.Stdout, os.Stderr)
 	case roleSidecar:
 		err = runSidecar(ctx, os.Getenv(envConfig), os.Stdout, os.Stderr)
+	case roleServerCmd:
+		err = runServerCmd(ctx, os.Getenv(envConfig), os.Stdout, os.Stderr)
 	default:
 		err = fmt.Errorf("unknown child role %q", role)
 	}
@@ -91,17 +102,24 @@ func RunChild() (child bool, code int) {
 	return true, 0
 }
 
-var demoKey = regexp.MustCompile(`demo API key:\s+(\S+)`)
+var (
+	demoKey = regexp.MustCompile(`demo API key:\s+(\S+)`)
+	opToken = regexp.MustCompile(`operator token:\s+(\S+)`)
+)
 
 func runServer(ctx context.Context, raw string, stdout, stderr io.Writer) error {
 	var c serverChild
 	if err := json.Unmarshal([]byte(raw), &c); err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
+	group := c.Group
+	if group == "" {
+		group = store.DefaultGroup
+	}
 	var banner bytes.Buffer
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	s, err := server.New(ctx, server.Config{
-		Store: c.Store, GRPCAddr: c.GRPCAddr, HTTPAddr: c.HTTPAddr, HA: c.HA, HAName: c.Name,
+		Store: c.Store, GRPCAddr: c.GRPCAddr, HTTPAddr: c.HTTPAddr, HA: c.HA, HAName: c.Name, Group: group,
 		// The load test measures failure handling, not the tenant's
 		// request limit: lift it far above any scenario's rate.
 		RatePerSecond: 1e6, Burst: 1_000_000, ShutdownGrace: 2 * time.Second,
@@ -112,6 +130,9 @@ func runServer(ctx context.Context, raw string, stdout, stderr io.Writer) error 
 	hello := serverHello{GRPC: s.GRPCAddr(), HTTP: s.HTTPAddr()}
 	if m := demoKey.FindStringSubmatch(banner.String()); m != nil {
 		hello.Key = m[1]
+	}
+	if m := opToken.FindStringSubmatch(banner.String()); m != nil {
+		hello.OpToken = m[1]
 	}
 	if err := json.NewEncoder(stdout).Encode(hello); err != nil {
 		return err
@@ -142,6 +163,21 @@ func runSidecar(ctx context.Context, raw string, stdout, stderr io.Writer) error
 		return err
 	}
 	return s.Run(ctx)
+}
+
+// serverCmdChild configures a servercmd child: the arguments of "server".
+type serverCmdChild struct {
+	Args []string `json:"args"`
+}
+
+// runServerCmd runs one command of the server's executable, the same code
+// cmd/server runs.
+func runServerCmd(ctx context.Context, raw string, stdout, stderr io.Writer) error {
+	var c serverCmdChild
+	if err := json.Unmarshal([]byte(raw), &c); err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	return servercmd.Run(ctx, c.Args, servercmd.Env{Getenv: func(string) string { return "" }, Stdout: stdout, Stderr: stderr})
 }
 
 // childCmd returns the command that starts this executable as a child.

@@ -17,6 +17,11 @@
 // put in front of the servers of providers that need it; the sidecar is a
 // child process too.
 //
+// With Config.Groups the providers are instead tenants of one cluster of
+// tenant-sharded groups (see groups.go): one server per group, one HAProxy
+// routing each tenant to its group by the tenant map that "server haproxy
+// sync-placements" keeps, and live moves of a tenant (MoveTenant).
+//
 // Faults hit both clients alike: every connection from either client into
 // a provider passes one of the provider's toxiproxies, and the servers and
 // their brownout proxies are the same for both.
@@ -72,6 +77,10 @@ type Config struct {
 	Postgres *Postgres
 	// Servers per provider. Default 2.
 	Servers int
+	// Groups, when set, makes the providers tenants of one cluster of
+	// tenant-sharded groups instead of a cluster each (see startGroups).
+	// Needs Postgres.
+	Groups []string
 	// Dir receives configurations, logs and SQLite files. Required.
 	Dir string
 	// Event, when set, is told what happens: HAProxy state changes,
@@ -92,6 +101,8 @@ type Topology struct {
 	clusters  map[string]*cluster
 	sidecar   *proc
 	sidecarAt string
+	// groups is the cluster of tenant-sharded groups (Config.Groups).
+	groups *groups
 
 	mu     sync.Mutex // guards servers' proc fields and toxics
 	toxics int        // names toxics uniquely
@@ -114,6 +125,7 @@ type node struct {
 	name    string
 	store   string
 	ha      bool
+	group   string // its group (Config.Groups); empty: the default group
 	grpc    string // fixed after the first start: restarts reuse it
 	http    string
 	logPath string
@@ -152,7 +164,15 @@ func Start(ctx context.Context, cfg Config) (_ *Topology, err error) {
 			t.Close()
 		}
 	}()
+	if len(cfg.Groups) > 0 {
+		if err := t.startGroups(ctx); err != nil {
+			return nil, fmt.Errorf("groups: %w", err)
+		}
+	}
 	for _, p := range cfg.Providers {
+		if len(cfg.Groups) > 0 {
+			break
+		}
 		if err := t.startCluster(ctx, p); err != nil {
 			return nil, fmt.Errorf("provider %s: %w", p, err)
 		}
@@ -282,7 +302,7 @@ func (t *Topology) startCluster(ctx context.Context, p string) error {
 // startNode starts a server child and returns the demo key it printed, if
 // any. A restart reuses the node's addresses.
 func (t *Topology) startNode(ctx context.Context, n *node) (string, error) {
-	cmd, err := childCmd(roleServer, serverChild{Store: n.store, GRPCAddr: n.grpc, HTTPAddr: n.http, HA: n.ha, Name: n.name})
+	cmd, err := childCmd(roleServer, serverChild{Store: n.store, GRPCAddr: n.grpc, HTTPAddr: n.http, HA: n.ha, Name: n.name, Group: n.group})
 	if err != nil {
 		return "", err
 	}
@@ -299,7 +319,7 @@ func (t *Topology) startNode(ctx context.Context, n *node) (string, error) {
 		if err := clock.Sleep(ctx, t.cfg.Clock, 250*time.Millisecond); err != nil {
 			return "", err
 		}
-		if cmd, err = childCmd(roleServer, serverChild{Store: n.store, GRPCAddr: n.grpc, HTTPAddr: n.http, HA: n.ha, Name: n.name}); err != nil {
+		if cmd, err = childCmd(roleServer, serverChild{Store: n.store, GRPCAddr: n.grpc, HTTPAddr: n.http, HA: n.ha, Name: n.name, Group: n.group}); err != nil {
 			return "", err
 		}
 	}
@@ -420,6 +440,29 @@ func (t *Topology) Close() error {
 		errs  []error
 		wg    sync.WaitGroup
 	)
+	if g := t.groups; g != nil {
+		if g.sync != nil {
+			g.sync.stop(syscall.SIGTERM, 5*time.Second)
+		}
+		if g.ha != nil {
+			wg.Go(g.ha.stop)
+		}
+		for _, n := range g.nodes {
+			t.mu.Lock()
+			p := n.proc
+			t.mu.Unlock()
+			if p != nil {
+				wg.Go(func() {
+					p.stop(syscall.SIGTERM, 5*time.Second)
+					if err := p.exitErr(); err != nil {
+						errMu.Lock()
+						errs = append(errs, fmt.Errorf("%s: %w", n.name, err))
+						errMu.Unlock()
+					}
+				})
+			}
+		}
+	}
 	for _, c := range t.clusters {
 		if c.ha != nil {
 			wg.Go(c.ha.stop)

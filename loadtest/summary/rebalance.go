@@ -1,0 +1,109 @@
+package summary
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// TargetQuietP99 bounds a quiet tenant's p99 after a rebalance (the noisy
+// tenant moved to a group of its own) as a multiple of its p99 before, in
+// the same run. The point of the move is that it gets better; the bound
+// only says it must not get clearly worse, with room for a shared
+// machine's noise.
+const TargetQuietP99 = 1.5
+
+// Move is what a move of the fault plan measured (topology.Move).
+type Move struct {
+	Tenant string `json:"tenant"`
+	From   string `json:"from"`
+	To     string `json:"to"`
+	// Server is the source group's active server, which took the request.
+	Server string `json:"server"`
+	// AtS is when the move request was sent, from the start of the run.
+	AtS float64 `json:"at_s"`
+	// RequestS is how long the move request took (until the handover
+	// committed); RefusedS how long the source refused the tenant's calls,
+	// as it answered.
+	RequestS float64 `json:"request_s"`
+	RefusedS float64 `json:"refused_s"`
+	// WindowS is the move window: from the request until a call of the
+	// tenant through HAProxy (without retries) was served again.
+	WindowS float64 `json:"window_s"`
+}
+
+// Rebalance is a run's numbers around its move (the first of the plan):
+// per provider, the calls that started before the move request, inside
+// the move window, and after it.
+type Rebalance struct {
+	Move
+	// Providers: per provider (tenant), its calls by phase.
+	Providers map[string]*Phases `json:"providers"`
+	// Quiet pools the calls of every provider but the moved one.
+	Quiet *Phases `json:"quiet"`
+}
+
+// Phases are one provider's calls by when they started.
+type Phases struct {
+	// Moved is true for the provider whose tenant was moved.
+	Moved  bool  `json:"moved"`
+	Before Stats `json:"before"`
+	During Stats `json:"during"`
+	After  Stats `json:"after"`
+}
+
+// rebalance computes the Rebalance of the run's first move; nil without
+// one.
+func (s *Summary) rebalance(moves []Move) *Rebalance {
+	if len(moves) == 0 {
+		return nil
+	}
+	m := moves[0]
+	at := time.Duration(m.AtS * float64(time.Second))
+	end := at + time.Duration(m.WindowS*float64(time.Second))
+	r := &Rebalance{Move: m, Providers: map[string]*Phases{}}
+	phases := func(keep func(pi int) bool) *Phases {
+		in := func(from, to time.Duration) func(Sample) bool {
+			return func(x Sample) bool { return keep(x.Provider) && x.Start >= from && x.Start < to }
+		}
+		return &Phases{Before: stats(s.samples, in(0, at)), During: stats(s.samples, in(at, end)), After: stats(s.samples, in(end, time.Duration(math.MaxInt64)))}
+	}
+	moved := -1
+	for pi, name := range s.providerOrder {
+		r.Providers[name] = phases(func(i int) bool { return i == pi })
+		if name == m.Tenant {
+			r.Providers[name].Moved, moved = true, pi
+		}
+	}
+	r.Quiet = phases(func(i int) bool { return i != moved })
+	return r
+}
+
+// targets: no failed call of any tenant across the move (a short target),
+// and every quiet tenant's p99 after the move at most TargetQuietP99 × its
+// p99 before (not a short target: a short run has too few calls for a
+// p99; the short variant's test bounds it generously).
+func (r *Rebalance) targets(order []string) []Target {
+	var out []Target
+	for _, name := range order {
+		ph := r.Providers[name]
+		errs := ph.Before.Errors + ph.During.Errors + ph.After.Errors
+		out = append(out, Target{Name: "failed_calls", Provider: name, Want: "0 across the move", Got: fmt.Sprint(errs), OK: errs == 0, Short: true})
+	}
+	for _, name := range order {
+		ph := r.Providers[name]
+		if ph.Moved {
+			continue
+		}
+		t := Target{Name: "quiet_p99_after_move", Provider: name, Want: fmt.Sprintf("≤ %.1f× its p99 before the move", TargetQuietP99)}
+		if ph.Before.Requests == 0 || ph.After.Requests == 0 {
+			t.Got = fmt.Sprintf("%d calls before, %d after", ph.Before.Requests, ph.After.Requests)
+		} else {
+			x := ph.After.P99MS / ph.Before.P99MS
+			t.Got = fmt.Sprintf("%s vs %s (%.2f×)", FormatMS(ph.After.P99MS), FormatMS(ph.Before.P99MS), x)
+			t.OK = x <= TargetQuietP99
+		}
+		out = append(out, t)
+	}
+	return out
+}
