@@ -190,9 +190,11 @@ func (s *Service) limitStream(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 	return h(srv, ss)
 }
 
-// quotaStream holds one of the tenant's stream slots for the stream's life.
+// quotaStream holds one of the tenant's event stream slots for the
+// stream's life. A Leases stream holds none: its calls are unary calls on
+// one stream, each limited as they are.
 func (s *Service) quotaStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	if !guarded(info.FullMethod) {
+	if !guarded(info.FullMethod) || info.FullMethod == repoolv1.PoolService_Leases_FullMethodName {
 		return h(srv, ss)
 	}
 	p, ok := auth.FromContext(ss.Context())
