@@ -65,20 +65,19 @@ func (s *Service) leaseCall(ctx context.Context, call *repoolv1.LeaseCall) (*rep
 		return nil, status.Error(codes.InvalidArgument, "a lease call sets none of acquire, release, report, renew")
 	}
 	reply, err := s.leaseCallChecked(ctx, method, call)
-	code := codes.OK
-	if err != nil {
-		st := status.Convert(toStatus(s.log, err))
-		code = st.Code()
-		if endsStream(code) {
-			s.requests.WithLabelValues(method, code.String()).Inc()
-			return nil, st.Err()
-		}
-		pr := problem(s.log, err)
-		pr.Status = int32(code)
-		reply = &repoolv1.LeaseReply{Reply: &repoolv1.LeaseReply_Error{Error: pr}}
+	if err == nil {
+		s.count(method, nil)
+		return reply, nil
 	}
-	s.requests.WithLabelValues(method, code.String()).Inc()
-	return reply, nil
+	st := toStatus(s.log, err)
+	s.count(method, st)
+	code := status.Code(st)
+	if endsStream(code) {
+		return nil, st
+	}
+	pr := problem(s.log, err)
+	pr.Status = int32(code)
+	return &repoolv1.LeaseReply{Reply: &repoolv1.LeaseReply_Error{Error: pr}}, nil
 }
 
 // endsStream tells the refusals of the caller or of this server, which end

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -104,6 +105,7 @@ type Service struct {
 
 	tokensIssued prometheus.Counter
 	requests     *prometheus.CounterVec
+	okCounters   sync.Map // method → requests' counter of code OK
 }
 
 var (

@@ -63,12 +63,17 @@ type Writer struct {
 	mu     sync.RWMutex
 	closed bool
 
+	// dones recycles the channels that answer a change: one is put back
+	// only once its answer was taken, so a recycled one is always empty.
+	dones sync.Pool
+
 	batches prometheus.Histogram
 }
 
 // New returns a writer whose commits each get timeout.
 func New(st Store, timeout time.Duration, reg prometheus.Registerer) (*Writer, error) {
 	w := &Writer{st: st, timeout: timeout, ops: make(chan op, 4096),
+		dones: sync.Pool{New: func() any { return make(chan error, 1) }},
 		batches: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "repool_lease_journal_batch_size", Help: "Lease changes written per journal commit.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 10),
@@ -102,7 +107,7 @@ func (w *Writer) Swapped(ctx context.Context, tenant string, ended uint64, next 
 }
 
 func (w *Writer) submit(ctx context.Context, o op) error {
-	o.done = make(chan error, 1)
+	o.done = w.dones.Get().(chan error)
 	w.mu.RLock()
 	if w.closed {
 		w.mu.RUnlock()
@@ -117,9 +122,10 @@ func (w *Writer) submit(ctx context.Context, o op) error {
 	}
 	select {
 	case err := <-o.done:
+		w.dones.Put(o.done)
 		return err
 	case <-ctx.Done():
-		return ctx.Err()
+		return ctx.Err() // the writer still answers into o.done: not recycled
 	}
 }
 
@@ -222,16 +228,15 @@ func (w *Writer) stop() {
 // so the changes of one tenant are written batch after batch, in order.
 func (w *Writer) commit(ctx context.Context, batch []op) {
 	w.batches.Observe(float64(len(batch)))
+	if oneTenant(batch) {
+		// The common case: no map to build, no goroutine to start and
+		// wait for.
+		w.commitTenant(ctx, batch[0].tenant, batch)
+		return
+	}
 	byTenant := map[string][]op{}
 	for _, o := range batch {
 		byTenant[o.tenant] = append(byTenant[o.tenant], o)
-	}
-	if len(byTenant) == 1 {
-		// The common case: no goroutine to start and wait for.
-		for tenant, ops := range byTenant {
-			w.commitTenant(ctx, tenant, ops)
-		}
-		return
 	}
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, tenantsInFlight)
@@ -243,6 +248,15 @@ func (w *Writer) commit(ctx context.Context, batch []op) {
 		})
 	}
 	wg.Wait()
+}
+
+func oneTenant(batch []op) bool {
+	for _, o := range batch[1:] {
+		if o.tenant != batch[0].tenant {
+			return false
+		}
+	}
+	return true
 }
 
 // commitTenant writes one tenant's changes of a batch in one transaction
