@@ -27,6 +27,7 @@ var (
 	benchFor     = flag.Duration("bench.for", 5*time.Second, "how long each side of the server benchmarks runs")
 	benchClients = flag.Int("bench.clients", 64, "concurrent clients of BenchmarkAcquireReportVsRedis")
 	benchConns   = flag.Int("bench.conns", 1, "gRPC connections the clients of BenchmarkAcquireReportVsRedis share")
+	benchSlices  = flag.Int("bench.slices", 5, "slices that each side's bench.for of the VsRedis benchmarks is cut into, the sides taking turns slice by slice")
 )
 
 const benchResources = 1000
@@ -324,29 +325,43 @@ type measured struct {
 	cpu  cpuCost
 }
 
-// sideBySide runs each side in turn from bench.clients goroutines for
-// bench.for each, the last one being the Redis pool behind rdb (whose
-// server's CPU counts too), and prints their rates, the ratio of each
-// repool side to Redis and each side's CPU time per cycle (cpuCost).
+// sideBySide runs the sides for bench.for each, from bench.clients
+// goroutines, the last one being the Redis pool behind rdb (whose server's
+// CPU counts too). The sides take turns in bench.slices slices, so that on
+// a shared machine each side's figures come from the same moments of its
+// life as the others', not from one stretch each. It prints their rates,
+// the ratio of each repool side to Redis and each side's CPU time per
+// cycle (cpuCost).
 func sideBySide(b *testing.B, ctx context.Context, rdb *redis.Client, what string, sides ...side) []measured {
 	b.Helper()
+	slices := max(*benchSlices, 1)
+	slice := *benchFor / time.Duration(slices)
 	out := make([]measured, len(sides))
-	for i, sd := range sides {
-		var r *redis.Client
-		if i == len(sides)-1 {
-			r = rdb
-		}
-		var err error
-		out[i].rate, out[i].cpu, err = measureCPU(ctx, r, *benchFor, func() (rate float64) {
-			rate, out[i].errs = run(*benchClients, *benchFor, sd.cycle)
-			return rate
-		})
-		if err != nil {
-			b.Fatal(err)
+	for range slices {
+		for i, sd := range sides {
+			var r *redis.Client
+			if i == len(sides)-1 {
+				r = rdb
+			}
+			_, c, err := measureCPU(ctx, r, slice, func() (rate float64) {
+				var errs int64
+				rate, errs = run(*benchClients, slice, sd.cycle)
+				out[i].errs += errs
+				return rate
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			out[i].cpu.process += c.process
+			out[i].cpu.redis += c.redis
+			out[i].cpu.cycles += c.cycles
 		}
 	}
+	for i := range out {
+		out[i].rate = out[i].cpu.cycles / (slice * time.Duration(slices)).Seconds()
+	}
 	theirs := out[len(out)-1]
-	fmt.Printf("%s, %d clients, %v each:", what, *benchClients, *benchFor)
+	fmt.Printf("%s, %d clients, %v each in %d slices:", what, *benchClients, *benchFor, slices)
 	for i, m := range out[:len(out)-1] {
 		fmt.Printf(" %s %.0f/s (%d errors, %.1f µs CPU per cycle, ratio %.2f);", sides[i].name, m.rate, m.errs, m.cpu.perCycle(), m.rate/theirs.rate)
 	}
