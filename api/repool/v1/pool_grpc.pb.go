@@ -83,9 +83,9 @@ type PoolServiceClient interface {
 	// refusal of the caller or of the server (UNAUTHENTICATED — a revoked
 	// key, a deleted tenant, an expired token —, PERMISSION_DENIED for a
 	// suspended tenant, UNAVAILABLE when this server is not the active one)
-	// ends the stream with that status, the call unanswered and not done
-	// unless the same refusal of the unary call says otherwise. A message
-	// with no call set is INVALID_ARGUMENT and ends the stream.
+	// ends the stream with the status the unary call would have been
+	// answered with, and with that answer's effects. A message with no call
+	// set is INVALID_ARGUMENT and ends the stream.
 	Leases(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[LeaseCall, LeaseReply], error)
 }
 
@@ -261,9 +261,9 @@ type PoolServiceServer interface {
 	// refusal of the caller or of the server (UNAUTHENTICATED — a revoked
 	// key, a deleted tenant, an expired token —, PERMISSION_DENIED for a
 	// suspended tenant, UNAVAILABLE when this server is not the active one)
-	// ends the stream with that status, the call unanswered and not done
-	// unless the same refusal of the unary call says otherwise. A message
-	// with no call set is INVALID_ARGUMENT and ends the stream.
+	// ends the stream with the status the unary call would have been
+	// answered with, and with that answer's effects. A message with no call
+	// set is INVALID_ARGUMENT and ends the stream.
 	Leases(grpc.BidiStreamingServer[LeaseCall, LeaseReply]) error
 	mustEmbedUnimplementedPoolServiceServer()
 }
