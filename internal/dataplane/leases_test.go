@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -17,6 +18,7 @@ import (
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
 	"github.com/repool/repool/internal/auth"
+	"github.com/repool/repool/internal/testenv"
 )
 
 // switchAuth is fakeAuth whose keys can be revoked and whose tenants can be
@@ -375,5 +377,48 @@ func TestLeasesStreamsConcurrent(t *testing.T) {
 	p, _ := e.pools.Pool("a")
 	if got := p.ActiveLeases(); got != n || got > 12 {
 		t.Fatalf("pool holds %d leases, clients hold %d, capacity 12", got, n)
+	}
+}
+
+// TestCallsCounted: unary answers and the calls of a Leases stream are
+// counted by method and code, a stream's calls under their unary
+// methods' names and the stream once when it ends.
+func TestCallsCounted(t *testing.T) {
+	e, _ := newSwitchEnv(t)
+	a := as("key-a")
+	for range 3 {
+		if _, err := e.client.Register(a, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "r"}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := e.client.Acquire(a, &repoolv1.AcquireRequest{Context: "x"})
+	wantCode(t, "Acquire without ttl", err, codes.InvalidArgument)
+	st := openLeases(t, e, "key-a")
+	if _, err := do(st, acquireCall("x", 60)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := do(st, acquireCall("x", 60)); err != nil { // r's one slot is taken: no_resource_available
+		t.Fatal(err)
+	}
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("Recv after CloseSend = %v, want EOF", err)
+	}
+	want := map[[2]string]float64{
+		{repoolv1.PoolService_Register_FullMethodName, "OK"}:               3,
+		{repoolv1.PoolService_Acquire_FullMethodName, "InvalidArgument"}:   1,
+		{repoolv1.PoolService_Acquire_FullMethodName, "OK"}:                1,
+		{repoolv1.PoolService_Acquire_FullMethodName, "ResourceExhausted"}: 1,
+		{repoolv1.PoolService_Leases_FullMethodName, "OK"}:                 1,
+	}
+	testenv.Eventually(t, 5*time.Second, "the stream's end to be counted", func() bool {
+		return testutil.ToFloat64(e.svc.requests.WithLabelValues(repoolv1.PoolService_Leases_FullMethodName, "OK")) == 1
+	})
+	for k, n := range want {
+		if got := testutil.ToFloat64(e.svc.requests.WithLabelValues(k[0], k[1])); got != n {
+			t.Errorf("repool_grpc_requests_total{method=%q, code=%q} = %v, want %v", k[0], k[1], got, n)
+		}
 	}
 }
