@@ -75,9 +75,7 @@ func (s *Service) leaseCall(ctx context.Context, call *repoolv1.LeaseCall) (*rep
 	if endsStream(code) {
 		return nil, st
 	}
-	pr := problem(s.log, err)
-	pr.Status = int32(code)
-	return &repoolv1.LeaseReply{Reply: &repoolv1.LeaseReply_Error{Error: pr}}, nil
+	return &repoolv1.LeaseReply{Reply: &repoolv1.LeaseReply_Error{Error: problem(s.log, err)}, Status: int32(code)}, nil
 }
 
 // endsStream tells the refusals of the caller or of this server, which end

@@ -96,7 +96,7 @@ func wantProblem(t *testing.T, what string, reply *repoolv1.LeaseReply, err erro
 		t.Fatalf("%s: stream ended with %v, want the call answered with %s and the stream going on", what, err, name)
 	}
 	pr := reply.GetError()
-	if pr == nil || codes.Code(pr.GetStatus()) != code || pr.GetCode() != name || pr.GetMessage() == "" {
+	if pr == nil || codes.Code(reply.GetStatus()) != code || pr.GetCode() != name || pr.GetMessage() == "" {
 		t.Fatalf("%s: reply %v, want error %s (status %v) with a message", what, reply, name, code)
 	}
 	return pr

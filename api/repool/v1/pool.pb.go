@@ -264,7 +264,10 @@ type LeaseReply struct {
 	//	*LeaseReply_Report
 	//	*LeaseReply_Renew
 	//	*LeaseReply_Error
-	Reply         isLeaseReply_Reply `protobuf_oneof:"reply"`
+	Reply isLeaseReply_Reply `protobuf_oneof:"reply"`
+	// The gRPC status code (google.rpc.Code) the unary call would have
+	// answered: 0 (OK) with a response, the error's code with error.
+	Status        int32 `protobuf:"varint,6,opt,name=status,proto3" json:"status,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -351,6 +354,13 @@ func (x *LeaseReply) GetError() *Problem {
 	return nil
 }
 
+func (x *LeaseReply) GetStatus() int32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
 type isLeaseReply_Reply interface {
 	isLeaseReply_Reply()
 }
@@ -373,7 +383,7 @@ type LeaseReply_Renew struct {
 
 type LeaseReply_Error struct {
 	// The unary call's error: Problem.code is the ErrorInfo reason in
-	// snake case or the gRPC code's name, Problem.status the gRPC code.
+	// snake case or the gRPC code's name.
 	Error *Problem `protobuf:"bytes,5,opt,name=error,proto3,oneof"`
 }
 
@@ -1210,10 +1220,7 @@ type Problem struct {
 	// For no_resource_available, when known: the earliest moment a resource
 	// that could serve frees up by itself (a cooldown's end or a lease's
 	// expiry; a release may free one sooner).
-	FreesAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=frees_at,json=freesAt,proto3" json:"frees_at,omitempty"`
-	// The gRPC status code (google.rpc.Code) the unary call would have
-	// answered with this error.
-	Status        int32 `protobuf:"varint,6,opt,name=status,proto3" json:"status,omitempty"`
+	FreesAt       *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=frees_at,json=freesAt,proto3" json:"frees_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1281,13 +1288,6 @@ func (x *Problem) GetFreesAt() *timestamppb.Timestamp {
 		return x.FreesAt
 	}
 	return nil
-}
-
-func (x *Problem) GetStatus() int32 {
-	if x != nil {
-		return x.Status
-	}
-	return 0
 }
 
 type ReportRequest struct {
@@ -1962,14 +1962,15 @@ const file_repool_v1_pool_proto_rawDesc = "" +
 	"\arelease\x18\x02 \x01(\v2\x19.repool.v1.ReleaseRequestH\x00R\arelease\x122\n" +
 	"\x06report\x18\x03 \x01(\v2\x18.repool.v1.ReportRequestH\x00R\x06report\x12/\n" +
 	"\x05renew\x18\x04 \x01(\v2\x17.repool.v1.RenewRequestH\x00R\x05renewB\x06\n" +
-	"\x04call\"\x98\x02\n" +
+	"\x04call\"\xb0\x02\n" +
 	"\n" +
 	"LeaseReply\x126\n" +
 	"\aacquire\x18\x01 \x01(\v2\x1a.repool.v1.AcquireResponseH\x00R\aacquire\x126\n" +
 	"\arelease\x18\x02 \x01(\v2\x1a.repool.v1.ReleaseResponseH\x00R\arelease\x123\n" +
 	"\x06report\x18\x03 \x01(\v2\x19.repool.v1.ReportResponseH\x00R\x06report\x120\n" +
 	"\x05renew\x18\x04 \x01(\v2\x18.repool.v1.RenewResponseH\x00R\x05renew\x12*\n" +
-	"\x05error\x18\x05 \x01(\v2\x12.repool.v1.ProblemH\x00R\x05errorB\a\n" +
+	"\x05error\x18\x05 \x01(\v2\x12.repool.v1.ProblemH\x00R\x05error\x12\x16\n" +
+	"\x06status\x18\x06 \x01(\x05R\x06statusB\a\n" +
 	"\x05reply\"\xaa\x01\n" +
 	"\bResource\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
@@ -2033,14 +2034,13 @@ const file_repool_v1_pool_proto_rawDesc = "" +
 	"NextResult\x12(\n" +
 	"\x05lease\x18\x01 \x01(\v2\x10.repool.v1.LeaseH\x00R\x05lease\x12*\n" +
 	"\x05error\x18\x02 \x01(\v2\x12.repool.v1.ProblemH\x00R\x05errorB\b\n" +
-	"\x06result\"\xbe\x01\n" +
+	"\x06result\"\xa6\x01\n" +
 	"\aProblem\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12$\n" +
 	"\x0eretry_after_ms\x18\x03 \x01(\x05R\fretryAfterMs\x12\x10\n" +
 	"\x03why\x18\x04 \x01(\tR\x03why\x125\n" +
-	"\bfrees_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\afreesAt\x12\x16\n" +
-	"\x06status\x18\x06 \x01(\x05R\x06status\"\xb8\x01\n" +
+	"\bfrees_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\afreesAt\"\xb8\x01\n" +
 	"\rReportRequest\x12\x1f\n" +
 	"\vresource_id\x18\x01 \x01(\tR\n" +
 	"resourceId\x12\x18\n" +
