@@ -185,6 +185,10 @@ func codeName(c codes.Code) string {
 		return "permission_denied"
 	case codes.Unauthenticated:
 		return "unauthenticated"
+	case codes.NotFound:
+		return "not_found"
+	case codes.FailedPrecondition:
+		return "failed_precondition"
 	}
 	return "internal"
 }

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -48,6 +49,9 @@ type Journal interface {
 	Leased(ctx context.Context, tenant string, l pool.Lease) error
 	// Ended records a lease released.
 	Ended(ctx context.Context, tenant string, leaseID uint64) error
+	// Swapped records a lease released and the next lease granted, as
+	// one change (a release with next waits for one commit).
+	Swapped(ctx context.Context, tenant string, ended uint64, next pool.Lease) error
 	// Registered records the resources that a call created (never those it
 	// found existing); Deregistered records resources removed.
 	Registered(ctx context.Context, tenant string, ids []string) error
@@ -103,6 +107,7 @@ type Service struct {
 
 	tokensIssued prometheus.Counter
 	requests     *prometheus.CounterVec
+	okCounters   sync.Map // method → requests' counter of code OK
 }
 
 var (
@@ -379,8 +384,8 @@ func (s *Service) Release(ctx context.Context, req *repoolv1.ReleaseRequest) (*r
 // critical section of the pool. A bad next field refuses the whole call
 // before anything changes. Once the lease is released the call succeeds,
 // and the answer's next says whether a next lease was granted or why not.
-// The end of the old lease and the new lease are journaled together (one
-// group commit); a next lease the journal did not take is taken back and
+// The end of the old lease and the new lease are journaled together, as
+// one change of one group commit; a next lease the journal did not take is taken back and
 // answered as unavailable, the release standing.
 func (s *Service) releaseNext(ctx context.Context, tenant string, p *pool.Pool, id uint64, req *repoolv1.ReleaseRequest) (*repoolv1.ReleaseResponse, error) {
 	n := req.GetNext()
@@ -396,15 +401,15 @@ func (s *Service) releaseNext(ctx context.Context, tenant string, p *pool.Pool, 
 		return nil, err
 	}
 	if s.cfg.Journal != nil {
-		ended := make(chan error, 1)
-		go func() { ended <- s.cfg.Journal.Ended(ctx, tenant, id) }()
 		if nextErr == nil {
-			if err := s.cfg.Journal.Leased(ctx, tenant, l); err != nil {
+			if err := s.cfg.Journal.Swapped(ctx, tenant, id, l); err != nil {
+				// Neither change is known durable: the release stands, as
+				// it does when Ended fails; the next lease is taken back.
+				s.log.Warn("lease release not journaled", "tenant", tenant, "lease", id, "err", err)
 				_, _ = p.Release(l.ID, l.Token, 0)
 				nextErr = s.notDurable(ctx, "lease", err)
 			}
-		}
-		if err := <-ended; err != nil {
+		} else if err := s.cfg.Journal.Ended(ctx, tenant, id); err != nil {
 			s.log.Warn("lease release not journaled", "tenant", tenant, "lease", id, "err", err)
 		}
 		if req.GetOutcome() != repoolv1.Outcome_OUTCOME_UNSPECIFIED {

@@ -553,6 +553,9 @@ func (j *failingJournal) Leased(ctx context.Context, _ string, _ pool.Lease) err
 	return j.fail(ctx)
 }
 func (j *failingJournal) Ended(ctx context.Context, _ string, _ uint64) error { return j.fail(ctx) }
+func (j *failingJournal) Swapped(ctx context.Context, _ string, _ uint64, _ pool.Lease) error {
+	return j.fail(ctx)
+}
 func (j *failingJournal) Registered(ctx context.Context, _ string, ids []string) error {
 	j.mu.Lock()
 	j.registered = slices.Clone(ids)

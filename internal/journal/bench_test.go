@@ -19,15 +19,18 @@ import (
 // second and their mean latency (two group commits). The sub-benchmarks
 // write to the lease_journal table in a transaction per commit (a store
 // whose writer claim is not held) and to the lease log (claimed, as a
-// server's store is).
+// server's store is), and, with one client, what a lone call waits.
 func BenchmarkWriterSQLite(b *testing.B) {
-	for _, claim := range []bool{false, true} {
-		name := map[bool]string{false: "table", true: "lease-log"}[claim]
-		b.Run(name, func(b *testing.B) { benchWriterSQLite(b, claim) })
+	for _, c := range []struct {
+		name    string
+		claim   bool
+		clients int
+	}{{"table", false, 64}, {"lease-log", true, 64}, {"lease-log-1-client", true, 1}} {
+		b.Run(c.name, func(b *testing.B) { benchWriterSQLite(b, c.claim, c.clients) })
 	}
 }
 
-func benchWriterSQLite(b *testing.B, claim bool) {
+func benchWriterSQLite(b *testing.B, claim bool, clients int) {
 	st, err := sqlite.Open(b.Context(), filepath.Join(b.TempDir(), "repool.db"), store.Options{})
 	if err != nil {
 		b.Fatal(err)
@@ -55,8 +58,8 @@ func benchWriterSQLite(b *testing.B, claim bool) {
 	start := time.Now()
 	b.ResetTimer()
 	var wg sync.WaitGroup
-	per := b.N/64 + 1
-	for range 64 {
+	per := b.N/clients + 1
+	for range clients {
 		wg.Go(func() {
 			for range per {
 				i := id.Add(1)

@@ -10,6 +10,7 @@ package journal
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"time"
 
@@ -26,6 +27,14 @@ import (
 // CPUs) from the checkpointer and the control plane.
 const tenantsInFlight = 4
 
+// A batch smaller than lingerBelow after the queue is drained waits for up
+// to maxYields yields of the writer's goroutine, each while the one before
+// brought more changes (see gather).
+const (
+	lingerBelow = 64
+	maxYields   = 4
+)
+
 // Store writes lease changes of one tenant in one transaction. The Writer
 // calls it concurrently for different tenants, never for the same tenant.
 type Store interface {
@@ -35,6 +44,8 @@ type Store interface {
 // ErrClosed is returned for changes offered after the writer stopped.
 var ErrClosed = errors.New("journal: closed")
 
+// op is one call's change: a lease put, a lease removed (del, not 0), or
+// both, as a release that leases the next resource makes.
 type op struct {
 	tenant string
 	put    *store.LeaseRow
@@ -52,12 +63,17 @@ type Writer struct {
 	mu     sync.RWMutex
 	closed bool
 
+	// dones recycles the channels that answer a change: one is put back
+	// only once its answer was taken, so a recycled one is always empty.
+	dones sync.Pool
+
 	batches prometheus.Histogram
 }
 
 // New returns a writer whose commits each get timeout.
 func New(st Store, timeout time.Duration, reg prometheus.Registerer) (*Writer, error) {
 	w := &Writer{st: st, timeout: timeout, ops: make(chan op, 4096),
+		dones: sync.Pool{New: func() any { return make(chan error, 1) }},
 		batches: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "repool_lease_journal_batch_size", Help: "Lease changes written per journal commit.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 10),
@@ -82,8 +98,16 @@ func (w *Writer) Ended(ctx context.Context, tenant string, leaseID uint64) error
 	return w.submit(ctx, op{tenant: tenant, del: leaseID})
 }
 
+// Swapped records a lease released and the next one granted, as one change
+// of one commit: a release that leases the next resource waits for one
+// commit, not two.
+func (w *Writer) Swapped(ctx context.Context, tenant string, ended uint64, next pool.Lease) error {
+	row := store.LeaseRow{ID: next.ID, ResourceID: next.Resource, Context: next.Context, Token: next.Token, ExpiresAt: next.ExpiresAt.UnixNano()}
+	return w.submit(ctx, op{tenant: tenant, put: &row, del: ended})
+}
+
 func (w *Writer) submit(ctx context.Context, o op) error {
-	o.done = make(chan error, 1)
+	o.done = w.dones.Get().(chan error)
 	w.mu.RLock()
 	if w.closed {
 		w.mu.RUnlock()
@@ -98,9 +122,10 @@ func (w *Writer) submit(ctx context.Context, o op) error {
 	}
 	select {
 	case err := <-o.done:
+		w.dones.Put(o.done)
 		return err
 	case <-ctx.Done():
-		return ctx.Err()
+		return ctx.Err() // the writer still answers into o.done: not recycled
 	}
 }
 
@@ -119,25 +144,51 @@ func (w *Writer) Start(ctx context.Context) (wait func()) {
 }
 
 func (w *Writer) run(ctx context.Context) {
+	var batch []op
 	for {
 		select {
 		case <-ctx.Done():
 			w.stop()
 			return
 		case first := <-w.ops:
-			batch := []op{first}
-		more:
-			for len(batch) < 1024 {
-				select {
-				case o := <-w.ops:
-					batch = append(batch, o)
-				default:
-					break more
-				}
-			}
+			batch = w.gather(append(batch[:0], first))
 			w.commit(ctx, batch)
+			clear(batch) // no references to answered calls
 		}
 	}
+}
+
+// maxBatch bounds the changes of one commit.
+const maxBatch = 1024
+
+// gather adds the changes already queued to batch. When that leaves it
+// small, it lets the goroutines that are ready run once first (the calls
+// in flight on other cores or behind this one reach the queue within
+// microseconds) and takes what they queued: on a busy server one write
+// then carries many lease changes instead of one each, and a lone call
+// pays only for a yield with no one to yield to.
+func (w *Writer) gather(batch []op) []op {
+	drain := func() int {
+		n := 0
+		for len(batch) < maxBatch {
+			select {
+			case o := <-w.ops:
+				batch = append(batch, o)
+				n++
+			default:
+				return n
+			}
+		}
+		return n
+	}
+	drain()
+	for yields := 0; len(batch) < lingerBelow && yields < maxYields; yields++ {
+		runtime.Gosched()
+		if drain() == 0 {
+			break
+		}
+	}
+	return batch
 }
 
 // stop refuses new changes and fails the queued ones. Senders blocked on a
@@ -177,16 +228,15 @@ func (w *Writer) stop() {
 // so the changes of one tenant are written batch after batch, in order.
 func (w *Writer) commit(ctx context.Context, batch []op) {
 	w.batches.Observe(float64(len(batch)))
+	if oneTenant(batch) {
+		// The common case: no map to build, no goroutine to start and
+		// wait for.
+		w.commitTenant(ctx, batch[0].tenant, batch)
+		return
+	}
 	byTenant := map[string][]op{}
 	for _, o := range batch {
 		byTenant[o.tenant] = append(byTenant[o.tenant], o)
-	}
-	if len(byTenant) == 1 {
-		// The common case: no goroutine to start and wait for.
-		for tenant, ops := range byTenant {
-			w.commitTenant(ctx, tenant, ops)
-		}
-		return
 	}
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, tenantsInFlight)
@@ -200,21 +250,34 @@ func (w *Writer) commit(ctx context.Context, batch []op) {
 	wg.Wait()
 }
 
+func oneTenant(batch []op) bool {
+	for _, o := range batch[1:] {
+		if o.tenant != batch[0].tenant {
+			return false
+		}
+	}
+	return true
+}
+
 // commitTenant writes one tenant's changes of a batch in one transaction
 // and answers their waiters.
 func (w *Writer) commitTenant(ctx context.Context, tenant string, ops []op) {
 	// The last change of a lease in the batch wins.
-	final := map[uint64]*store.LeaseRow{}
-	var order []uint64
-	for _, o := range ops {
-		id := o.del
-		if o.put != nil {
-			id = o.put.ID
-		}
+	final := make(map[uint64]*store.LeaseRow, len(ops))
+	order := make([]uint64, 0, len(ops))
+	change := func(id uint64, row *store.LeaseRow) {
 		if _, seen := final[id]; !seen {
 			order = append(order, id)
 		}
-		final[id] = o.put
+		final[id] = row
+	}
+	for _, o := range ops {
+		if o.del != 0 {
+			change(o.del, nil)
+		}
+		if o.put != nil {
+			change(o.put.ID, o.put)
+		}
 	}
 	var put []store.LeaseRow
 	var del []uint64

@@ -258,3 +258,100 @@ func TestMultiTenantBatch(t *testing.T) {
 		}
 	}
 }
+
+// TestSwapped: a lease released and the next one granted are one change:
+// one commit removes the one and writes the other, and within a batch the
+// last change of each lease wins, whichever call made it.
+func TestSwapped(t *testing.T) {
+	var mu sync.Mutex
+	var writes [][2][]uint64 // put ids, del ids of each WriteLeases
+	gate, entered := make(chan struct{}), make(chan struct{})
+	var gated sync.Once
+	st := storeFunc(func(_ context.Context, _ string, put []store.LeaseRow, del []uint64) error {
+		if len(put) == 1 && put[0].ID == 9 {
+			gated.Do(func() { close(entered); <-gate })
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		var ids []uint64
+		for _, p := range put {
+			ids = append(ids, p.ID)
+		}
+		writes = append(writes, [2][]uint64{ids, del})
+		return nil
+	})
+	w, _ := New(st, time.Second, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	wait := w.Start(ctx)
+	defer func() { cancel(); wait() }()
+	lease := func(id uint64) pool.Lease {
+		return pool.Lease{ID: id, Resource: "r", Context: "c", Token: id, ExpiresAt: time.Unix(0, 1)}
+	}
+	if err := w.Swapped(context.Background(), "t", 1, lease(2)); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	got := fmt.Sprint(writes)
+	mu.Unlock()
+	if got != "[[[2] [1]]]" {
+		t.Fatalf("Swapped(1, 2) wrote %s, want one write putting 2 and removing 1", got)
+	}
+	// One batch: 3 is granted, then swapped for 4.
+	errs := make(chan error, 3)
+	go func() { errs <- w.Leased(context.Background(), "t", lease(9)) }() // the gated commit
+	<-entered
+	go func() { errs <- w.Leased(context.Background(), "t", lease(3)) }()
+	testenv.Eventually(t, 10*time.Second, "the grant of 3 to queue", func() bool { return len(w.ops) == 1 })
+	go func() { errs <- w.Swapped(context.Background(), "t", 3, lease(4)) }()
+	testenv.Eventually(t, 10*time.Second, "the swap of 3 for 4 to queue", func() bool { return len(w.ops) == 2 })
+	close(gate)
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if got := fmt.Sprint(writes); got != "[[[2] [1]] [[9] []] [[4] [3]]]" {
+		t.Fatalf("writes = %s, want the grant of 9, then one write of the batch that grants 3 and swaps it for 4: 4 put, 3 removed", got)
+	}
+}
+
+// TestBatchBound: no commit carries more than maxBatch changes, however
+// many are queued.
+func TestBatchBound(t *testing.T) {
+	gate, entered := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	var sizes []int
+	var first sync.Once
+	st := storeFunc(func(_ context.Context, _ string, put []store.LeaseRow, _ []uint64) error {
+		first.Do(func() { close(entered); <-gate })
+		mu.Lock()
+		sizes = append(sizes, len(put))
+		mu.Unlock()
+		return nil
+	})
+	w, _ := New(st, time.Second, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	wait := w.Start(ctx)
+	defer func() { cancel(); wait() }()
+	const queued = maxBatch + 500
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = w.Leased(context.Background(), "t", pool.Lease{ID: 1}) })
+	<-entered
+	for i := range queued {
+		wg.Go(func() {
+			if err := w.Leased(context.Background(), "t", pool.Lease{ID: uint64(i + 2)}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	testenv.Eventually(t, 10*time.Second, "the changes to queue", func() bool { return len(w.ops) == queued })
+	close(gate)
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(sizes) != fmt.Sprint([]int{1, maxBatch, queued - maxBatch}) {
+		t.Fatalf("commit sizes %v, want [1 %d %d]", sizes, maxBatch, queued-maxBatch)
+	}
+}

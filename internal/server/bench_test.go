@@ -27,6 +27,7 @@ var (
 	benchFor     = flag.Duration("bench.for", 5*time.Second, "how long each side of the server benchmarks runs")
 	benchClients = flag.Int("bench.clients", 64, "concurrent clients of BenchmarkAcquireReportVsRedis")
 	benchConns   = flag.Int("bench.conns", 1, "gRPC connections the clients of BenchmarkAcquireReportVsRedis share")
+	benchSlices  = flag.Int("bench.slices", 5, "slices that each side's bench.for of the VsRedis benchmarks is cut into, the sides taking turns slice by slice")
 )
 
 const benchResources = 1000
@@ -175,7 +176,13 @@ func BenchmarkAcquireReportVsRedis(b *testing.B) {
 		theirCycle := func(cctx context.Context, w, i int) error {
 			return rp.cycle(cctx, contexts[i%2], (w+i)%5 != 0)
 		}
-		sideBySide(b, ctx, rp.rdb, "acquire+report", ourCycle, theirCycle)
+		sides := sideBySide(b, ctx, rp.rdb, "acquire+report", side{"repool gRPC", ourCycle}, side{"Redis Lua pool", theirCycle})
+		ours, theirs := sides[0], sides[1]
+		b.ReportMetric(ours.rate, "repool_cycles/s")
+		b.ReportMetric(theirs.rate, "redis_cycles/s")
+		b.ReportMetric(ours.rate/theirs.rate, "ratio")
+		b.ReportMetric(ours.cpu.perCycle(), "repool_cpu_µs/cycle")
+		b.ReportMetric(theirs.cpu.perCycle(), "redis_cpu_µs/cycle")
 	}
 }
 
@@ -196,8 +203,11 @@ end` + acquireLua
 // one round trip per cycle on both sides: each repool client holds a lease
 // and calls Release with next (report the outcome, release, lease the next
 // one), and each Redis client runs one script that records the outcome,
-// releases and acquires the next resource. It prints both rates and their
-// ratio.
+// releases and acquires the next resource. The repool clients make the
+// call twice over: as unary Release calls, and as Release calls on a
+// Leases stream each (one per client, on the shared connections). It
+// prints the three rates and the ratios of both repool figures to Redis;
+// the ratio metric is the stream's.
 func BenchmarkAcquireReleaseNextVsRedis(b *testing.B) {
 	ctx, rp, conns := vsRedis(b)
 	next := redis.NewScript(releaseAcquireLua)
@@ -206,7 +216,7 @@ func BenchmarkAcquireReleaseNextVsRedis(b *testing.B) {
 		// Each client's held lease (or Redis resource), carried from one
 		// cycle to the next.
 		leases := make([]*repoolv1.Lease, *benchClients)
-		ourCycle := func(_ context.Context, w, i int) error {
+		unaryCycle := func(_ context.Context, w, i int) error {
 			c := conns[w%len(conns)]
 			want := &repoolv1.NextLease{Context: contexts[i%2], TtlSeconds: 60}
 			l := leases[w]
@@ -229,6 +239,49 @@ func BenchmarkAcquireReleaseNextVsRedis(b *testing.B) {
 			}
 			return err
 		}
+		// The stream side starts with no lease held: the unary side's
+		// leases stay held until they expire, as a client's that went
+		// away would.
+		streamLeases := make([]*repoolv1.Lease, *benchClients)
+		streams := make([]grpc.BidiStreamingClient[repoolv1.LeaseCall, repoolv1.LeaseReply], *benchClients)
+		sctx, cancel := context.WithCancel(ctx)
+		for w := range streams {
+			st, err := conns[w%len(conns)].Leases(sctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			streams[w] = st
+		}
+		streamCycle := func(_ context.Context, w, i int) error {
+			var call repoolv1.LeaseCall
+			l := streamLeases[w]
+			if l == nil {
+				call.Call = &repoolv1.LeaseCall_Acquire{Acquire: &repoolv1.AcquireRequest{Context: contexts[i%2], TtlSeconds: 60}}
+			} else {
+				outcome := repoolv1.Outcome_SUCCESS
+				if (w+i)%5 == 0 {
+					outcome = repoolv1.Outcome_FAILURE
+				}
+				call.Call = &repoolv1.LeaseCall_Release{Release: &repoolv1.ReleaseRequest{LeaseId: l.GetLeaseId(), FencingToken: l.GetFencingToken(), Outcome: outcome,
+					Next: &repoolv1.NextLease{Context: contexts[i%2], TtlSeconds: 60}}}
+			}
+			if err := streams[w].Send(&call); err != nil {
+				return err
+			}
+			reply, err := streams[w].Recv()
+			if err != nil {
+				return err
+			}
+			if l == nil {
+				streamLeases[w] = reply.GetAcquire().GetLease()
+			} else {
+				streamLeases[w] = reply.GetRelease().GetNext().GetLease()
+			}
+			if streamLeases[w] == nil {
+				return fmt.Errorf("no lease: %v %v", reply.GetError(), reply.GetRelease().GetNext().GetError())
+			}
+			return nil
+		}
 		held := make([]string, *benchClients)
 		theirCycle := func(cctx context.Context, w, i int) error {
 			c := contexts[i%2]
@@ -243,40 +296,79 @@ func BenchmarkAcquireReleaseNextVsRedis(b *testing.B) {
 			held[w] = id
 			return err
 		}
-		sideBySide(b, ctx, rp.rdb, "release+next (one round trip per cycle)", ourCycle, theirCycle)
+		sides := sideBySide(b, ctx, rp.rdb, "release+next (one round trip per cycle)",
+			side{"repool unary", unaryCycle}, side{"repool stream", streamCycle}, side{"Redis Lua pool", theirCycle})
+		cancel()
+		unary, stream, redis := sides[0], sides[1], sides[2]
+		b.ReportMetric(unary.rate, "repool_unary_cycles/s")
+		b.ReportMetric(stream.rate, "repool_stream_cycles/s")
+		b.ReportMetric(redis.rate, "redis_cycles/s")
+		b.ReportMetric(unary.rate/redis.rate, "unary_ratio")
+		b.ReportMetric(stream.rate/redis.rate, "ratio")
+		b.ReportMetric(unary.cpu.perCycle(), "repool_unary_cpu_µs/cycle")
+		b.ReportMetric(stream.cpu.perCycle(), "repool_stream_cpu_µs/cycle")
+		b.ReportMetric(redis.cpu.perCycle(), "redis_cpu_µs/cycle")
 	}
 }
 
-// sideBySide runs ours and then theirs (the Redis pool behind rdb) from
-// bench.clients goroutines for bench.for each, and reports both rates,
-// their ratio and each side's CPU time per cycle (cpuCost).
-func sideBySide(b *testing.B, ctx context.Context, rdb *redis.Client, what string, ours, theirs func(ctx context.Context, worker, i int) error) {
+// side is one side of a side-by-side benchmark: its name and its cycle.
+type side struct {
+	name  string
+	cycle func(ctx context.Context, worker, i int) error
+}
+
+// measured is what a side did: its cycles per second, its errors and its
+// CPU cost.
+type measured struct {
+	rate float64
+	errs int64
+	cpu  cpuCost
+}
+
+// sideBySide runs the sides for bench.for each, from bench.clients
+// goroutines, the last one being the Redis pool behind rdb (whose server's
+// CPU counts too). The sides take turns in bench.slices slices, so that on
+// a shared machine each side's figures come from the same moments of its
+// life as the others', not from one stretch each. It prints their rates,
+// the ratio of each repool side to Redis and each side's CPU time per
+// cycle (cpuCost).
+func sideBySide(b *testing.B, ctx context.Context, rdb *redis.Client, what string, sides ...side) []measured {
 	b.Helper()
-	var oursErr, theirsErr int64
-	oursRate, oursCPU, err := measureCPU(ctx, nil, *benchFor, func() (rate float64) {
-		rate, oursErr = run(*benchClients, *benchFor, ours)
-		return rate
-	})
-	if err != nil {
-		b.Fatal(err)
+	slices := max(*benchSlices, 1)
+	slice := *benchFor / time.Duration(slices)
+	out := make([]measured, len(sides))
+	for range slices {
+		for i, sd := range sides {
+			var r *redis.Client
+			if i == len(sides)-1 {
+				r = rdb
+			}
+			_, c, err := measureCPU(ctx, r, slice, func() (rate float64) {
+				var errs int64
+				rate, errs = run(*benchClients, slice, sd.cycle)
+				out[i].errs += errs
+				return rate
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			out[i].cpu.process += c.process
+			out[i].cpu.redis += c.redis
+			out[i].cpu.cycles += c.cycles
+		}
 	}
-	theirsRate, theirsCPU, err := measureCPU(ctx, rdb, *benchFor, func() (rate float64) {
-		rate, theirsErr = run(*benchClients, *benchFor, theirs)
-		return rate
-	})
-	if err != nil {
-		b.Fatal(err)
+	for i := range out {
+		out[i].rate = out[i].cpu.cycles / (slice * time.Duration(slices)).Seconds()
 	}
-	b.ReportMetric(oursRate, "repool_cycles/s")
-	b.ReportMetric(theirsRate, "redis_cycles/s")
-	b.ReportMetric(oursRate/theirsRate, "ratio")
-	b.ReportMetric(oursCPU.perCycle(), "repool_cpu_µs/cycle")
-	b.ReportMetric(theirsCPU.perCycle(), "redis_cpu_µs/cycle")
-	fmt.Printf("%s, %d clients, %v each: repool gRPC %.0f/s (%d errors), Redis Lua pool %.0f/s (%d errors), ratio %.2f; "+
-		"CPU per cycle: repool %.1f µs, Redis %.1f µs (clients %.1f + server %.1f), CPU ratio %.2f\n",
-		what, *benchClients, *benchFor, oursRate, oursErr, theirsRate, theirsErr, oursRate/theirsRate,
-		oursCPU.perCycle(), theirsCPU.perCycle(), float64(theirsCPU.process)/1e3/theirsCPU.cycles, float64(theirsCPU.redis)/1e3/theirsCPU.cycles,
-		theirsCPU.perCycle()/oursCPU.perCycle())
+	theirs := out[len(out)-1]
+	fmt.Printf("%s, %d clients, %v each in %d slices:", what, *benchClients, *benchFor, slices)
+	for i, m := range out[:len(out)-1] {
+		fmt.Printf(" %s %.0f/s (%d errors, %.1f µs CPU per cycle, ratio %.2f);", sides[i].name, m.rate, m.errs, m.cpu.perCycle(), m.rate/theirs.rate)
+	}
+	fmt.Printf(" %s %.0f/s (%d errors, %.1f µs CPU per cycle: clients %.1f + server %.1f)\n",
+		sides[len(sides)-1].name, theirs.rate, theirs.errs, theirs.cpu.perCycle(),
+		float64(theirs.cpu.process)/1e3/theirs.cpu.cycles, float64(theirs.cpu.redis)/1e3/theirs.cpu.cycles)
+	return out
 }
 
 // poisson calls fn at exponentially spaced moments, rate per second on

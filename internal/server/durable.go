@@ -23,6 +23,10 @@ func (d durability) Ended(ctx context.Context, tenant string, id uint64) error {
 	return d.moved(tenant, d.s.journal.Ended(ctx, tenant, id))
 }
 
+func (d durability) Swapped(ctx context.Context, tenant string, ended uint64, next pool.Lease) error {
+	return d.moved(tenant, d.s.journal.Swapped(ctx, tenant, ended, next))
+}
+
 func (d durability) Registered(ctx context.Context, tenant string, ids []string) error {
 	p, ok := d.s.pools.Lookup(tenant)
 	if !ok {

@@ -15,7 +15,6 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -437,8 +436,13 @@ func (s *Server) listen() error {
 	}
 	c := s.cfg
 	// Stream workers reuse goroutines across calls instead of starting one
-	// per call; shared write buffers keep idle connections small.
-	opts := append(s.svc.ServerOptions(), grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))), grpc.SharedWriteBuffer(true),
+	// per call: a call on a new goroutine grows its stack, copying it, on
+	// its way to the handler, a tenth of the server's CPU under load. Calls
+	// wait for the lease journal, so many run at once; there are workers
+	// for as many as one connection's default bound on concurrent calls,
+	// and a call that finds every worker busy runs on a new goroutine.
+	// Shared write buffers keep idle connections small.
+	opts := append(s.svc.ServerOptions(), grpc.NumStreamWorkers(streamWorkers), grpc.SharedWriteBuffer(true),
 		grpc.MaxConcurrentStreams(uint32(c.GRPCMaxConcurrentStreams)),
 		grpc.ConnectionTimeout(c.GRPCHandshakeTimeout),
 		grpc.MaxHeaderListSize(uint32(c.GRPCMaxHeaderBytes)),
@@ -463,6 +467,10 @@ func (s *Server) listen() error {
 	s.http = c.HTTP.Server(s.httpHandler(), slog.NewLogLogger(s.log.Handler(), slog.LevelWarn))
 	return nil
 }
+
+// streamWorkers is the gRPC server's stream workers: goroutines that run
+// calls one after another (see listen).
+const streamWorkers = 256
 
 // listenLimited binds addr and closes, as soon as they are accepted, the
 // connections beyond max, counting each in refused.

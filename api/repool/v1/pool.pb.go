@@ -137,6 +137,266 @@ func (EventKind) EnumDescriptor() ([]byte, []int) {
 	return file_repool_v1_pool_proto_rawDescGZIP(), []int{1}
 }
 
+// LeaseCall is one call on a Leases stream.
+type LeaseCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Call:
+	//
+	//	*LeaseCall_Acquire
+	//	*LeaseCall_Release
+	//	*LeaseCall_Report
+	//	*LeaseCall_Renew
+	Call          isLeaseCall_Call `protobuf_oneof:"call"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseCall) Reset() {
+	*x = LeaseCall{}
+	mi := &file_repool_v1_pool_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseCall) ProtoMessage() {}
+
+func (x *LeaseCall) ProtoReflect() protoreflect.Message {
+	mi := &file_repool_v1_pool_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseCall.ProtoReflect.Descriptor instead.
+func (*LeaseCall) Descriptor() ([]byte, []int) {
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *LeaseCall) GetCall() isLeaseCall_Call {
+	if x != nil {
+		return x.Call
+	}
+	return nil
+}
+
+func (x *LeaseCall) GetAcquire() *AcquireRequest {
+	if x != nil {
+		if x, ok := x.Call.(*LeaseCall_Acquire); ok {
+			return x.Acquire
+		}
+	}
+	return nil
+}
+
+func (x *LeaseCall) GetRelease() *ReleaseRequest {
+	if x != nil {
+		if x, ok := x.Call.(*LeaseCall_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
+func (x *LeaseCall) GetReport() *ReportRequest {
+	if x != nil {
+		if x, ok := x.Call.(*LeaseCall_Report); ok {
+			return x.Report
+		}
+	}
+	return nil
+}
+
+func (x *LeaseCall) GetRenew() *RenewRequest {
+	if x != nil {
+		if x, ok := x.Call.(*LeaseCall_Renew); ok {
+			return x.Renew
+		}
+	}
+	return nil
+}
+
+type isLeaseCall_Call interface {
+	isLeaseCall_Call()
+}
+
+type LeaseCall_Acquire struct {
+	Acquire *AcquireRequest `protobuf:"bytes,1,opt,name=acquire,proto3,oneof"`
+}
+
+type LeaseCall_Release struct {
+	Release *ReleaseRequest `protobuf:"bytes,2,opt,name=release,proto3,oneof"`
+}
+
+type LeaseCall_Report struct {
+	Report *ReportRequest `protobuf:"bytes,3,opt,name=report,proto3,oneof"`
+}
+
+type LeaseCall_Renew struct {
+	Renew *RenewRequest `protobuf:"bytes,4,opt,name=renew,proto3,oneof"`
+}
+
+func (*LeaseCall_Acquire) isLeaseCall_Call() {}
+
+func (*LeaseCall_Release) isLeaseCall_Call() {}
+
+func (*LeaseCall_Report) isLeaseCall_Call() {}
+
+func (*LeaseCall_Renew) isLeaseCall_Call() {}
+
+// LeaseReply answers the LeaseCall sent in the same position of the
+// stream: the call's response, or the error its unary call would have
+// answered.
+type LeaseReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Reply:
+	//
+	//	*LeaseReply_Acquire
+	//	*LeaseReply_Release
+	//	*LeaseReply_Report
+	//	*LeaseReply_Renew
+	//	*LeaseReply_Error
+	Reply isLeaseReply_Reply `protobuf_oneof:"reply"`
+	// The gRPC status code (google.rpc.Code) the unary call would have
+	// answered: 0 (OK) with a response, the error's code with error.
+	Status        int32 `protobuf:"varint,6,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseReply) Reset() {
+	*x = LeaseReply{}
+	mi := &file_repool_v1_pool_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseReply) ProtoMessage() {}
+
+func (x *LeaseReply) ProtoReflect() protoreflect.Message {
+	mi := &file_repool_v1_pool_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseReply.ProtoReflect.Descriptor instead.
+func (*LeaseReply) Descriptor() ([]byte, []int) {
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *LeaseReply) GetReply() isLeaseReply_Reply {
+	if x != nil {
+		return x.Reply
+	}
+	return nil
+}
+
+func (x *LeaseReply) GetAcquire() *AcquireResponse {
+	if x != nil {
+		if x, ok := x.Reply.(*LeaseReply_Acquire); ok {
+			return x.Acquire
+		}
+	}
+	return nil
+}
+
+func (x *LeaseReply) GetRelease() *ReleaseResponse {
+	if x != nil {
+		if x, ok := x.Reply.(*LeaseReply_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
+func (x *LeaseReply) GetReport() *ReportResponse {
+	if x != nil {
+		if x, ok := x.Reply.(*LeaseReply_Report); ok {
+			return x.Report
+		}
+	}
+	return nil
+}
+
+func (x *LeaseReply) GetRenew() *RenewResponse {
+	if x != nil {
+		if x, ok := x.Reply.(*LeaseReply_Renew); ok {
+			return x.Renew
+		}
+	}
+	return nil
+}
+
+func (x *LeaseReply) GetError() *Problem {
+	if x != nil {
+		if x, ok := x.Reply.(*LeaseReply_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+func (x *LeaseReply) GetStatus() int32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+type isLeaseReply_Reply interface {
+	isLeaseReply_Reply()
+}
+
+type LeaseReply_Acquire struct {
+	Acquire *AcquireResponse `protobuf:"bytes,1,opt,name=acquire,proto3,oneof"`
+}
+
+type LeaseReply_Release struct {
+	Release *ReleaseResponse `protobuf:"bytes,2,opt,name=release,proto3,oneof"`
+}
+
+type LeaseReply_Report struct {
+	Report *ReportResponse `protobuf:"bytes,3,opt,name=report,proto3,oneof"`
+}
+
+type LeaseReply_Renew struct {
+	Renew *RenewResponse `protobuf:"bytes,4,opt,name=renew,proto3,oneof"`
+}
+
+type LeaseReply_Error struct {
+	// The unary call's error: Problem.code is the ErrorInfo reason in
+	// snake case or the gRPC code's name.
+	Error *Problem `protobuf:"bytes,5,opt,name=error,proto3,oneof"`
+}
+
+func (*LeaseReply_Acquire) isLeaseReply_Reply() {}
+
+func (*LeaseReply_Release) isLeaseReply_Reply() {}
+
+func (*LeaseReply_Report) isLeaseReply_Reply() {}
+
+func (*LeaseReply_Renew) isLeaseReply_Reply() {}
+
+func (*LeaseReply_Error) isLeaseReply_Reply() {}
+
 // Resource as registered by a tenant.
 type Resource struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -152,7 +412,7 @@ type Resource struct {
 
 func (x *Resource) Reset() {
 	*x = Resource{}
-	mi := &file_repool_v1_pool_proto_msgTypes[0]
+	mi := &file_repool_v1_pool_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -164,7 +424,7 @@ func (x *Resource) String() string {
 func (*Resource) ProtoMessage() {}
 
 func (x *Resource) ProtoReflect() protoreflect.Message {
-	mi := &file_repool_v1_pool_proto_msgTypes[0]
+	mi := &file_repool_v1_pool_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -177,7 +437,7 @@ func (x *Resource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resource.ProtoReflect.Descriptor instead.
 func (*Resource) Descriptor() ([]byte, []int) {
-	return file_repool_v1_pool_proto_rawDescGZIP(), []int{0}
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Resource) GetId() string {
@@ -210,7 +470,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_repool_v1_pool_proto_msgTypes[1]
+	mi := &file_repool_v1_pool_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -222,7 +482,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_repool_v1_pool_proto_msgTypes[1]
+	mi := &file_repool_v1_pool_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -235,7 +495,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_repool_v1_pool_proto_rawDescGZIP(), []int{1}
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RegisterRequest) GetResources() []*Resource {
@@ -257,7 +517,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_repool_v1_pool_proto_msgTypes[2]
+	mi := &file_repool_v1_pool_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -269,7 +529,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_repool_v1_pool_proto_msgTypes[2]
+	mi := &file_repool_v1_pool_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -282,7 +542,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_repool_v1_pool_proto_rawDescGZIP(), []int{2}
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RegisterResponse) GetRegistered() int32 {
@@ -308,7 +568,7 @@ type DeregisterRequest struct {
 
 func (x *DeregisterRequest) Reset() {
 	*x = DeregisterRequest{}
-	mi := &file_repool_v1_pool_proto_msgTypes[3]
+	mi := &file_repool_v1_pool_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -320,7 +580,7 @@ func (x *DeregisterRequest) String() string {
 func (*DeregisterRequest) ProtoMessage() {}
 
 func (x *DeregisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_repool_v1_pool_proto_msgTypes[3]
+	mi := &file_repool_v1_pool_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -333,7 +593,7 @@ func (x *DeregisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterRequest.ProtoReflect.Descriptor instead.
 func (*DeregisterRequest) Descriptor() ([]byte, []int) {
-	return file_repool_v1_pool_proto_rawDescGZIP(), []int{3}
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *DeregisterRequest) GetResourceIds() []string {
@@ -353,7 +613,7 @@ type DeregisterResponse struct {
 
 func (x *DeregisterResponse) Reset() {
 	*x = DeregisterResponse{}
-	mi := &file_repool_v1_pool_proto_msgTypes[4]
+	mi := &file_repool_v1_pool_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -365,7 +625,7 @@ func (x *DeregisterResponse) String() string {
 func (*DeregisterResponse) ProtoMessage() {}
 
 func (x *DeregisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_repool_v1_pool_proto_msgTypes[4]
+	mi := &file_repool_v1_pool_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -378,7 +638,7 @@ func (x *DeregisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterResponse.ProtoReflect.Descriptor instead.
 func (*DeregisterResponse) Descriptor() ([]byte, []int) {
-	return file_repool_v1_pool_proto_rawDescGZIP(), []int{4}
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DeregisterResponse) GetRemoved() int32 {
@@ -404,7 +664,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_repool_v1_pool_proto_msgTypes[5]
+	mi := &file_repool_v1_pool_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -416,7 +676,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_repool_v1_pool_proto_msgTypes[5]
+	mi := &file_repool_v1_pool_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -429,7 +689,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_repool_v1_pool_proto_rawDescGZIP(), []int{5}
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Lease) GetLeaseId() string {
@@ -481,7 +741,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_repool_v1_pool_proto_msgTypes[6]
+	mi := &file_repool_v1_pool_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -493,7 +753,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_repool_v1_pool_proto_msgTypes[6]
+	mi := &file_repool_v1_pool_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -506,7 +766,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_repool_v1_pool_proto_rawDescGZIP(), []int{6}
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AcquireRequest) GetContext() string {
@@ -539,7 +799,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_repool_v1_pool_proto_msgTypes[7]
+	mi := &file_repool_v1_pool_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -551,7 +811,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_repool_v1_pool_proto_msgTypes[7]
+	mi := &file_repool_v1_pool_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -564,7 +824,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_repool_v1_pool_proto_rawDescGZIP(), []int{7}
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AcquireResponse) GetLease() *Lease {
@@ -586,7 +846,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_repool_v1_pool_proto_msgTypes[8]
+	mi := &file_repool_v1_pool_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -598,7 +858,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_repool_v1_pool_proto_msgTypes[8]
+	mi := &file_repool_v1_pool_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -611,7 +871,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_repool_v1_pool_proto_rawDescGZIP(), []int{8}
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RenewRequest) GetLeaseId() string {
@@ -644,7 +904,7 @@ type RenewResponse struct {
 
 func (x *RenewResponse) Reset() {
 	*x = RenewResponse{}
-	mi := &file_repool_v1_pool_proto_msgTypes[9]
+	mi := &file_repool_v1_pool_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -656,7 +916,7 @@ func (x *RenewResponse) String() string {
 func (*RenewResponse) ProtoMessage() {}
 
 func (x *RenewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_repool_v1_pool_proto_msgTypes[9]
+	mi := &file_repool_v1_pool_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -669,7 +929,7 @@ func (x *RenewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
 func (*RenewResponse) Descriptor() ([]byte, []int) {
-	return file_repool_v1_pool_proto_rawDescGZIP(), []int{9}
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RenewResponse) GetLease() *Lease {
@@ -695,7 +955,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_repool_v1_pool_proto_msgTypes[10]
+	mi := &file_repool_v1_pool_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -707,7 +967,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_repool_v1_pool_proto_msgTypes[10]
+	mi := &file_repool_v1_pool_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -720,7 +980,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_repool_v1_pool_proto_rawDescGZIP(), []int{10}
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReleaseRequest) GetLeaseId() string {
@@ -766,7 +1026,7 @@ type NextLease struct {
 
 func (x *NextLease) Reset() {
 	*x = NextLease{}
-	mi := &file_repool_v1_pool_proto_msgTypes[11]
+	mi := &file_repool_v1_pool_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -778,7 +1038,7 @@ func (x *NextLease) String() string {
 func (*NextLease) ProtoMessage() {}
 
 func (x *NextLease) ProtoReflect() protoreflect.Message {
-	mi := &file_repool_v1_pool_proto_msgTypes[11]
+	mi := &file_repool_v1_pool_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -791,7 +1051,7 @@ func (x *NextLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextLease.ProtoReflect.Descriptor instead.
 func (*NextLease) Descriptor() ([]byte, []int) {
-	return file_repool_v1_pool_proto_rawDescGZIP(), []int{11}
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *NextLease) GetContext() string {
@@ -826,7 +1086,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_repool_v1_pool_proto_msgTypes[12]
+	mi := &file_repool_v1_pool_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -838,7 +1098,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_repool_v1_pool_proto_msgTypes[12]
+	mi := &file_repool_v1_pool_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -851,7 +1111,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_repool_v1_pool_proto_rawDescGZIP(), []int{12}
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReleaseResponse) GetNext() *NextResult {
@@ -875,7 +1135,7 @@ type NextResult struct {
 
 func (x *NextResult) Reset() {
 	*x = NextResult{}
-	mi := &file_repool_v1_pool_proto_msgTypes[13]
+	mi := &file_repool_v1_pool_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -887,7 +1147,7 @@ func (x *NextResult) String() string {
 func (*NextResult) ProtoMessage() {}
 
 func (x *NextResult) ProtoReflect() protoreflect.Message {
-	mi := &file_repool_v1_pool_proto_msgTypes[13]
+	mi := &file_repool_v1_pool_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -900,7 +1160,7 @@ func (x *NextResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextResult.ProtoReflect.Descriptor instead.
 func (*NextResult) Descriptor() ([]byte, []int) {
-	return file_repool_v1_pool_proto_rawDescGZIP(), []int{13}
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *NextResult) GetResult() isNextResult_Result {
@@ -967,7 +1227,7 @@ type Problem struct {
 
 func (x *Problem) Reset() {
 	*x = Problem{}
-	mi := &file_repool_v1_pool_proto_msgTypes[14]
+	mi := &file_repool_v1_pool_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -979,7 +1239,7 @@ func (x *Problem) String() string {
 func (*Problem) ProtoMessage() {}
 
 func (x *Problem) ProtoReflect() protoreflect.Message {
-	mi := &file_repool_v1_pool_proto_msgTypes[14]
+	mi := &file_repool_v1_pool_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -992,7 +1252,7 @@ func (x *Problem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Problem.ProtoReflect.Descriptor instead.
 func (*Problem) Descriptor() ([]byte, []int) {
-	return file_repool_v1_pool_proto_rawDescGZIP(), []int{14}
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Problem) GetCode() string {
@@ -1046,7 +1306,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_repool_v1_pool_proto_msgTypes[15]
+	mi := &file_repool_v1_pool_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1058,7 +1318,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_repool_v1_pool_proto_msgTypes[15]
+	mi := &file_repool_v1_pool_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1071,7 +1331,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_repool_v1_pool_proto_rawDescGZIP(), []int{15}
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReportRequest) GetResourceId() string {
@@ -1117,7 +1377,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_repool_v1_pool_proto_msgTypes[16]
+	mi := &file_repool_v1_pool_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1129,7 +1389,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_repool_v1_pool_proto_msgTypes[16]
+	mi := &file_repool_v1_pool_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1142,7 +1402,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_repool_v1_pool_proto_rawDescGZIP(), []int{16}
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{18}
 }
 
 type GetResourceRequest struct {
@@ -1154,7 +1414,7 @@ type GetResourceRequest struct {
 
 func (x *GetResourceRequest) Reset() {
 	*x = GetResourceRequest{}
-	mi := &file_repool_v1_pool_proto_msgTypes[17]
+	mi := &file_repool_v1_pool_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1166,7 +1426,7 @@ func (x *GetResourceRequest) String() string {
 func (*GetResourceRequest) ProtoMessage() {}
 
 func (x *GetResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_repool_v1_pool_proto_msgTypes[17]
+	mi := &file_repool_v1_pool_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1179,7 +1439,7 @@ func (x *GetResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResourceRequest.ProtoReflect.Descriptor instead.
 func (*GetResourceRequest) Descriptor() ([]byte, []int) {
-	return file_repool_v1_pool_proto_rawDescGZIP(), []int{17}
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetResourceRequest) GetId() string {
@@ -1198,7 +1458,7 @@ type GetResourceResponse struct {
 
 func (x *GetResourceResponse) Reset() {
 	*x = GetResourceResponse{}
-	mi := &file_repool_v1_pool_proto_msgTypes[18]
+	mi := &file_repool_v1_pool_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1210,7 +1470,7 @@ func (x *GetResourceResponse) String() string {
 func (*GetResourceResponse) ProtoMessage() {}
 
 func (x *GetResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_repool_v1_pool_proto_msgTypes[18]
+	mi := &file_repool_v1_pool_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1223,7 +1483,7 @@ func (x *GetResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResourceResponse.ProtoReflect.Descriptor instead.
 func (*GetResourceResponse) Descriptor() ([]byte, []int) {
-	return file_repool_v1_pool_proto_rawDescGZIP(), []int{18}
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetResourceResponse) GetResource() *ResourceInfo {
@@ -1245,7 +1505,7 @@ type ListResourcesRequest struct {
 
 func (x *ListResourcesRequest) Reset() {
 	*x = ListResourcesRequest{}
-	mi := &file_repool_v1_pool_proto_msgTypes[19]
+	mi := &file_repool_v1_pool_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1257,7 +1517,7 @@ func (x *ListResourcesRequest) String() string {
 func (*ListResourcesRequest) ProtoMessage() {}
 
 func (x *ListResourcesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_repool_v1_pool_proto_msgTypes[19]
+	mi := &file_repool_v1_pool_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1270,7 +1530,7 @@ func (x *ListResourcesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResourcesRequest.ProtoReflect.Descriptor instead.
 func (*ListResourcesRequest) Descriptor() ([]byte, []int) {
-	return file_repool_v1_pool_proto_rawDescGZIP(), []int{19}
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListResourcesRequest) GetPageSize() int32 {
@@ -1298,7 +1558,7 @@ type ListResourcesResponse struct {
 
 func (x *ListResourcesResponse) Reset() {
 	*x = ListResourcesResponse{}
-	mi := &file_repool_v1_pool_proto_msgTypes[20]
+	mi := &file_repool_v1_pool_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1310,7 +1570,7 @@ func (x *ListResourcesResponse) String() string {
 func (*ListResourcesResponse) ProtoMessage() {}
 
 func (x *ListResourcesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_repool_v1_pool_proto_msgTypes[20]
+	mi := &file_repool_v1_pool_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1323,7 +1583,7 @@ func (x *ListResourcesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResourcesResponse.ProtoReflect.Descriptor instead.
 func (*ListResourcesResponse) Descriptor() ([]byte, []int) {
-	return file_repool_v1_pool_proto_rawDescGZIP(), []int{20}
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListResourcesResponse) GetResources() []*ResourceInfo {
@@ -1366,7 +1626,7 @@ type ResourceInfo struct {
 
 func (x *ResourceInfo) Reset() {
 	*x = ResourceInfo{}
-	mi := &file_repool_v1_pool_proto_msgTypes[21]
+	mi := &file_repool_v1_pool_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1378,7 +1638,7 @@ func (x *ResourceInfo) String() string {
 func (*ResourceInfo) ProtoMessage() {}
 
 func (x *ResourceInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_repool_v1_pool_proto_msgTypes[21]
+	mi := &file_repool_v1_pool_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1391,7 +1651,7 @@ func (x *ResourceInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceInfo.ProtoReflect.Descriptor instead.
 func (*ResourceInfo) Descriptor() ([]byte, []int) {
-	return file_repool_v1_pool_proto_rawDescGZIP(), []int{21}
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ResourceInfo) GetId() string {
@@ -1472,7 +1732,7 @@ type ContextStats struct {
 
 func (x *ContextStats) Reset() {
 	*x = ContextStats{}
-	mi := &file_repool_v1_pool_proto_msgTypes[22]
+	mi := &file_repool_v1_pool_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1484,7 +1744,7 @@ func (x *ContextStats) String() string {
 func (*ContextStats) ProtoMessage() {}
 
 func (x *ContextStats) ProtoReflect() protoreflect.Message {
-	mi := &file_repool_v1_pool_proto_msgTypes[22]
+	mi := &file_repool_v1_pool_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1497,7 +1757,7 @@ func (x *ContextStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContextStats.ProtoReflect.Descriptor instead.
 func (*ContextStats) Descriptor() ([]byte, []int) {
-	return file_repool_v1_pool_proto_rawDescGZIP(), []int{22}
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ContextStats) GetContext() string {
@@ -1563,7 +1823,7 @@ type SubscribeEventsRequest struct {
 
 func (x *SubscribeEventsRequest) Reset() {
 	*x = SubscribeEventsRequest{}
-	mi := &file_repool_v1_pool_proto_msgTypes[23]
+	mi := &file_repool_v1_pool_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1575,7 +1835,7 @@ func (x *SubscribeEventsRequest) String() string {
 func (*SubscribeEventsRequest) ProtoMessage() {}
 
 func (x *SubscribeEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_repool_v1_pool_proto_msgTypes[23]
+	mi := &file_repool_v1_pool_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1588,7 +1848,7 @@ func (x *SubscribeEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeEventsRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeEventsRequest) Descriptor() ([]byte, []int) {
-	return file_repool_v1_pool_proto_rawDescGZIP(), []int{23}
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SubscribeEventsRequest) GetKinds() []EventKind {
@@ -1622,7 +1882,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_repool_v1_pool_proto_msgTypes[24]
+	mi := &file_repool_v1_pool_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1634,7 +1894,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_repool_v1_pool_proto_msgTypes[24]
+	mi := &file_repool_v1_pool_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1647,7 +1907,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_repool_v1_pool_proto_rawDescGZIP(), []int{24}
+	return file_repool_v1_pool_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Event) GetKind() EventKind {
@@ -1696,7 +1956,22 @@ var File_repool_v1_pool_proto protoreflect.FileDescriptor
 
 const file_repool_v1_pool_proto_rawDesc = "" +
 	"\n" +
-	"\x14repool/v1/pool.proto\x12\trepool.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xaa\x01\n" +
+	"\x14repool/v1/pool.proto\x12\trepool.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe6\x01\n" +
+	"\tLeaseCall\x125\n" +
+	"\aacquire\x18\x01 \x01(\v2\x19.repool.v1.AcquireRequestH\x00R\aacquire\x125\n" +
+	"\arelease\x18\x02 \x01(\v2\x19.repool.v1.ReleaseRequestH\x00R\arelease\x122\n" +
+	"\x06report\x18\x03 \x01(\v2\x18.repool.v1.ReportRequestH\x00R\x06report\x12/\n" +
+	"\x05renew\x18\x04 \x01(\v2\x17.repool.v1.RenewRequestH\x00R\x05renewB\x06\n" +
+	"\x04call\"\xb0\x02\n" +
+	"\n" +
+	"LeaseReply\x126\n" +
+	"\aacquire\x18\x01 \x01(\v2\x1a.repool.v1.AcquireResponseH\x00R\aacquire\x126\n" +
+	"\arelease\x18\x02 \x01(\v2\x1a.repool.v1.ReleaseResponseH\x00R\arelease\x123\n" +
+	"\x06report\x18\x03 \x01(\v2\x19.repool.v1.ReportResponseH\x00R\x06report\x120\n" +
+	"\x05renew\x18\x04 \x01(\v2\x18.repool.v1.RenewResponseH\x00R\x05renew\x12*\n" +
+	"\x05error\x18\x05 \x01(\v2\x12.repool.v1.ProblemH\x00R\x05error\x12\x16\n" +
+	"\x06status\x18\x06 \x01(\x05R\x06statusB\a\n" +
+	"\x05reply\"\xaa\x01\n" +
 	"\bResource\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\x05R\bcapacity\x127\n" +
@@ -1831,7 +2106,7 @@ const file_repool_v1_pool_proto_rawDesc = "" +
 	"\x12EVENT_KIND_BLOCKED\x10\x02\x12\x18\n" +
 	"\x14EVENT_KIND_RECOVERED\x10\x03\x12\x1c\n" +
 	"\x18EVENT_KIND_LEASE_EXPIRED\x10\x04\x12\x16\n" +
-	"\x12EVENT_KIND_REMOVED\x10\x052\x88\x05\n" +
+	"\x12EVENT_KIND_REMOVED\x10\x052\xc3\x05\n" +
 	"\vPoolService\x12C\n" +
 	"\bRegister\x12\x1a.repool.v1.RegisterRequest\x1a\x1b.repool.v1.RegisterResponse\x12I\n" +
 	"\n" +
@@ -1842,7 +2117,8 @@ const file_repool_v1_pool_proto_rawDesc = "" +
 	"\x06Report\x12\x18.repool.v1.ReportRequest\x1a\x19.repool.v1.ReportResponse\x12L\n" +
 	"\vGetResource\x12\x1d.repool.v1.GetResourceRequest\x1a\x1e.repool.v1.GetResourceResponse\x12R\n" +
 	"\rListResources\x12\x1f.repool.v1.ListResourcesRequest\x1a .repool.v1.ListResourcesResponse\x12H\n" +
-	"\x0fSubscribeEvents\x12!.repool.v1.SubscribeEventsRequest\x1a\x10.repool.v1.Event0\x01B1Z/github.com/repool/repool/api/repool/v1;repoolv1b\x06proto3"
+	"\x0fSubscribeEvents\x12!.repool.v1.SubscribeEventsRequest\x1a\x10.repool.v1.Event0\x01\x129\n" +
+	"\x06Leases\x12\x14.repool.v1.LeaseCall\x1a\x15.repool.v1.LeaseReply(\x010\x01B1Z/github.com/repool/repool/api/repool/v1;repoolv1b\x06proto3"
 
 var (
 	file_repool_v1_pool_proto_rawDescOnce sync.Once
@@ -1857,89 +2133,102 @@ func file_repool_v1_pool_proto_rawDescGZIP() []byte {
 }
 
 var file_repool_v1_pool_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_repool_v1_pool_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_repool_v1_pool_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_repool_v1_pool_proto_goTypes = []any{
 	(Outcome)(0),                   // 0: repool.v1.Outcome
 	(EventKind)(0),                 // 1: repool.v1.EventKind
-	(*Resource)(nil),               // 2: repool.v1.Resource
-	(*RegisterRequest)(nil),        // 3: repool.v1.RegisterRequest
-	(*RegisterResponse)(nil),       // 4: repool.v1.RegisterResponse
-	(*DeregisterRequest)(nil),      // 5: repool.v1.DeregisterRequest
-	(*DeregisterResponse)(nil),     // 6: repool.v1.DeregisterResponse
-	(*Lease)(nil),                  // 7: repool.v1.Lease
-	(*AcquireRequest)(nil),         // 8: repool.v1.AcquireRequest
-	(*AcquireResponse)(nil),        // 9: repool.v1.AcquireResponse
-	(*RenewRequest)(nil),           // 10: repool.v1.RenewRequest
-	(*RenewResponse)(nil),          // 11: repool.v1.RenewResponse
-	(*ReleaseRequest)(nil),         // 12: repool.v1.ReleaseRequest
-	(*NextLease)(nil),              // 13: repool.v1.NextLease
-	(*ReleaseResponse)(nil),        // 14: repool.v1.ReleaseResponse
-	(*NextResult)(nil),             // 15: repool.v1.NextResult
-	(*Problem)(nil),                // 16: repool.v1.Problem
-	(*ReportRequest)(nil),          // 17: repool.v1.ReportRequest
-	(*ReportResponse)(nil),         // 18: repool.v1.ReportResponse
-	(*GetResourceRequest)(nil),     // 19: repool.v1.GetResourceRequest
-	(*GetResourceResponse)(nil),    // 20: repool.v1.GetResourceResponse
-	(*ListResourcesRequest)(nil),   // 21: repool.v1.ListResourcesRequest
-	(*ListResourcesResponse)(nil),  // 22: repool.v1.ListResourcesResponse
-	(*ResourceInfo)(nil),           // 23: repool.v1.ResourceInfo
-	(*ContextStats)(nil),           // 24: repool.v1.ContextStats
-	(*SubscribeEventsRequest)(nil), // 25: repool.v1.SubscribeEventsRequest
-	(*Event)(nil),                  // 26: repool.v1.Event
-	nil,                            // 27: repool.v1.Resource.LabelsEntry
-	nil,                            // 28: repool.v1.AcquireRequest.LabelsEntry
-	nil,                            // 29: repool.v1.NextLease.LabelsEntry
-	nil,                            // 30: repool.v1.ResourceInfo.LabelsEntry
-	(*timestamppb.Timestamp)(nil),  // 31: google.protobuf.Timestamp
+	(*LeaseCall)(nil),              // 2: repool.v1.LeaseCall
+	(*LeaseReply)(nil),             // 3: repool.v1.LeaseReply
+	(*Resource)(nil),               // 4: repool.v1.Resource
+	(*RegisterRequest)(nil),        // 5: repool.v1.RegisterRequest
+	(*RegisterResponse)(nil),       // 6: repool.v1.RegisterResponse
+	(*DeregisterRequest)(nil),      // 7: repool.v1.DeregisterRequest
+	(*DeregisterResponse)(nil),     // 8: repool.v1.DeregisterResponse
+	(*Lease)(nil),                  // 9: repool.v1.Lease
+	(*AcquireRequest)(nil),         // 10: repool.v1.AcquireRequest
+	(*AcquireResponse)(nil),        // 11: repool.v1.AcquireResponse
+	(*RenewRequest)(nil),           // 12: repool.v1.RenewRequest
+	(*RenewResponse)(nil),          // 13: repool.v1.RenewResponse
+	(*ReleaseRequest)(nil),         // 14: repool.v1.ReleaseRequest
+	(*NextLease)(nil),              // 15: repool.v1.NextLease
+	(*ReleaseResponse)(nil),        // 16: repool.v1.ReleaseResponse
+	(*NextResult)(nil),             // 17: repool.v1.NextResult
+	(*Problem)(nil),                // 18: repool.v1.Problem
+	(*ReportRequest)(nil),          // 19: repool.v1.ReportRequest
+	(*ReportResponse)(nil),         // 20: repool.v1.ReportResponse
+	(*GetResourceRequest)(nil),     // 21: repool.v1.GetResourceRequest
+	(*GetResourceResponse)(nil),    // 22: repool.v1.GetResourceResponse
+	(*ListResourcesRequest)(nil),   // 23: repool.v1.ListResourcesRequest
+	(*ListResourcesResponse)(nil),  // 24: repool.v1.ListResourcesResponse
+	(*ResourceInfo)(nil),           // 25: repool.v1.ResourceInfo
+	(*ContextStats)(nil),           // 26: repool.v1.ContextStats
+	(*SubscribeEventsRequest)(nil), // 27: repool.v1.SubscribeEventsRequest
+	(*Event)(nil),                  // 28: repool.v1.Event
+	nil,                            // 29: repool.v1.Resource.LabelsEntry
+	nil,                            // 30: repool.v1.AcquireRequest.LabelsEntry
+	nil,                            // 31: repool.v1.NextLease.LabelsEntry
+	nil,                            // 32: repool.v1.ResourceInfo.LabelsEntry
+	(*timestamppb.Timestamp)(nil),  // 33: google.protobuf.Timestamp
 }
 var file_repool_v1_pool_proto_depIdxs = []int32{
-	27, // 0: repool.v1.Resource.labels:type_name -> repool.v1.Resource.LabelsEntry
-	2,  // 1: repool.v1.RegisterRequest.resources:type_name -> repool.v1.Resource
-	31, // 2: repool.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	28, // 3: repool.v1.AcquireRequest.labels:type_name -> repool.v1.AcquireRequest.LabelsEntry
-	7,  // 4: repool.v1.AcquireResponse.lease:type_name -> repool.v1.Lease
-	7,  // 5: repool.v1.RenewResponse.lease:type_name -> repool.v1.Lease
-	0,  // 6: repool.v1.ReleaseRequest.outcome:type_name -> repool.v1.Outcome
-	13, // 7: repool.v1.ReleaseRequest.next:type_name -> repool.v1.NextLease
-	29, // 8: repool.v1.NextLease.labels:type_name -> repool.v1.NextLease.LabelsEntry
-	15, // 9: repool.v1.ReleaseResponse.next:type_name -> repool.v1.NextResult
-	7,  // 10: repool.v1.NextResult.lease:type_name -> repool.v1.Lease
-	16, // 11: repool.v1.NextResult.error:type_name -> repool.v1.Problem
-	31, // 12: repool.v1.Problem.frees_at:type_name -> google.protobuf.Timestamp
-	0,  // 13: repool.v1.ReportRequest.outcome:type_name -> repool.v1.Outcome
-	23, // 14: repool.v1.GetResourceResponse.resource:type_name -> repool.v1.ResourceInfo
-	23, // 15: repool.v1.ListResourcesResponse.resources:type_name -> repool.v1.ResourceInfo
-	30, // 16: repool.v1.ResourceInfo.labels:type_name -> repool.v1.ResourceInfo.LabelsEntry
-	31, // 17: repool.v1.ResourceInfo.blocked_until:type_name -> google.protobuf.Timestamp
-	24, // 18: repool.v1.ResourceInfo.contexts:type_name -> repool.v1.ContextStats
-	24, // 19: repool.v1.ResourceInfo.aggregate:type_name -> repool.v1.ContextStats
-	31, // 20: repool.v1.ContextStats.blocked_until:type_name -> google.protobuf.Timestamp
-	1,  // 21: repool.v1.SubscribeEventsRequest.kinds:type_name -> repool.v1.EventKind
-	1,  // 22: repool.v1.Event.kind:type_name -> repool.v1.EventKind
-	31, // 23: repool.v1.Event.at:type_name -> google.protobuf.Timestamp
-	3,  // 24: repool.v1.PoolService.Register:input_type -> repool.v1.RegisterRequest
-	5,  // 25: repool.v1.PoolService.Deregister:input_type -> repool.v1.DeregisterRequest
-	8,  // 26: repool.v1.PoolService.Acquire:input_type -> repool.v1.AcquireRequest
-	10, // 27: repool.v1.PoolService.Renew:input_type -> repool.v1.RenewRequest
-	12, // 28: repool.v1.PoolService.Release:input_type -> repool.v1.ReleaseRequest
-	17, // 29: repool.v1.PoolService.Report:input_type -> repool.v1.ReportRequest
-	19, // 30: repool.v1.PoolService.GetResource:input_type -> repool.v1.GetResourceRequest
-	21, // 31: repool.v1.PoolService.ListResources:input_type -> repool.v1.ListResourcesRequest
-	25, // 32: repool.v1.PoolService.SubscribeEvents:input_type -> repool.v1.SubscribeEventsRequest
-	4,  // 33: repool.v1.PoolService.Register:output_type -> repool.v1.RegisterResponse
-	6,  // 34: repool.v1.PoolService.Deregister:output_type -> repool.v1.DeregisterResponse
-	9,  // 35: repool.v1.PoolService.Acquire:output_type -> repool.v1.AcquireResponse
-	11, // 36: repool.v1.PoolService.Renew:output_type -> repool.v1.RenewResponse
-	14, // 37: repool.v1.PoolService.Release:output_type -> repool.v1.ReleaseResponse
-	18, // 38: repool.v1.PoolService.Report:output_type -> repool.v1.ReportResponse
-	20, // 39: repool.v1.PoolService.GetResource:output_type -> repool.v1.GetResourceResponse
-	22, // 40: repool.v1.PoolService.ListResources:output_type -> repool.v1.ListResourcesResponse
-	26, // 41: repool.v1.PoolService.SubscribeEvents:output_type -> repool.v1.Event
-	33, // [33:42] is the sub-list for method output_type
-	24, // [24:33] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	10, // 0: repool.v1.LeaseCall.acquire:type_name -> repool.v1.AcquireRequest
+	14, // 1: repool.v1.LeaseCall.release:type_name -> repool.v1.ReleaseRequest
+	19, // 2: repool.v1.LeaseCall.report:type_name -> repool.v1.ReportRequest
+	12, // 3: repool.v1.LeaseCall.renew:type_name -> repool.v1.RenewRequest
+	11, // 4: repool.v1.LeaseReply.acquire:type_name -> repool.v1.AcquireResponse
+	16, // 5: repool.v1.LeaseReply.release:type_name -> repool.v1.ReleaseResponse
+	20, // 6: repool.v1.LeaseReply.report:type_name -> repool.v1.ReportResponse
+	13, // 7: repool.v1.LeaseReply.renew:type_name -> repool.v1.RenewResponse
+	18, // 8: repool.v1.LeaseReply.error:type_name -> repool.v1.Problem
+	29, // 9: repool.v1.Resource.labels:type_name -> repool.v1.Resource.LabelsEntry
+	4,  // 10: repool.v1.RegisterRequest.resources:type_name -> repool.v1.Resource
+	33, // 11: repool.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	30, // 12: repool.v1.AcquireRequest.labels:type_name -> repool.v1.AcquireRequest.LabelsEntry
+	9,  // 13: repool.v1.AcquireResponse.lease:type_name -> repool.v1.Lease
+	9,  // 14: repool.v1.RenewResponse.lease:type_name -> repool.v1.Lease
+	0,  // 15: repool.v1.ReleaseRequest.outcome:type_name -> repool.v1.Outcome
+	15, // 16: repool.v1.ReleaseRequest.next:type_name -> repool.v1.NextLease
+	31, // 17: repool.v1.NextLease.labels:type_name -> repool.v1.NextLease.LabelsEntry
+	17, // 18: repool.v1.ReleaseResponse.next:type_name -> repool.v1.NextResult
+	9,  // 19: repool.v1.NextResult.lease:type_name -> repool.v1.Lease
+	18, // 20: repool.v1.NextResult.error:type_name -> repool.v1.Problem
+	33, // 21: repool.v1.Problem.frees_at:type_name -> google.protobuf.Timestamp
+	0,  // 22: repool.v1.ReportRequest.outcome:type_name -> repool.v1.Outcome
+	25, // 23: repool.v1.GetResourceResponse.resource:type_name -> repool.v1.ResourceInfo
+	25, // 24: repool.v1.ListResourcesResponse.resources:type_name -> repool.v1.ResourceInfo
+	32, // 25: repool.v1.ResourceInfo.labels:type_name -> repool.v1.ResourceInfo.LabelsEntry
+	33, // 26: repool.v1.ResourceInfo.blocked_until:type_name -> google.protobuf.Timestamp
+	26, // 27: repool.v1.ResourceInfo.contexts:type_name -> repool.v1.ContextStats
+	26, // 28: repool.v1.ResourceInfo.aggregate:type_name -> repool.v1.ContextStats
+	33, // 29: repool.v1.ContextStats.blocked_until:type_name -> google.protobuf.Timestamp
+	1,  // 30: repool.v1.SubscribeEventsRequest.kinds:type_name -> repool.v1.EventKind
+	1,  // 31: repool.v1.Event.kind:type_name -> repool.v1.EventKind
+	33, // 32: repool.v1.Event.at:type_name -> google.protobuf.Timestamp
+	5,  // 33: repool.v1.PoolService.Register:input_type -> repool.v1.RegisterRequest
+	7,  // 34: repool.v1.PoolService.Deregister:input_type -> repool.v1.DeregisterRequest
+	10, // 35: repool.v1.PoolService.Acquire:input_type -> repool.v1.AcquireRequest
+	12, // 36: repool.v1.PoolService.Renew:input_type -> repool.v1.RenewRequest
+	14, // 37: repool.v1.PoolService.Release:input_type -> repool.v1.ReleaseRequest
+	19, // 38: repool.v1.PoolService.Report:input_type -> repool.v1.ReportRequest
+	21, // 39: repool.v1.PoolService.GetResource:input_type -> repool.v1.GetResourceRequest
+	23, // 40: repool.v1.PoolService.ListResources:input_type -> repool.v1.ListResourcesRequest
+	27, // 41: repool.v1.PoolService.SubscribeEvents:input_type -> repool.v1.SubscribeEventsRequest
+	2,  // 42: repool.v1.PoolService.Leases:input_type -> repool.v1.LeaseCall
+	6,  // 43: repool.v1.PoolService.Register:output_type -> repool.v1.RegisterResponse
+	8,  // 44: repool.v1.PoolService.Deregister:output_type -> repool.v1.DeregisterResponse
+	11, // 45: repool.v1.PoolService.Acquire:output_type -> repool.v1.AcquireResponse
+	13, // 46: repool.v1.PoolService.Renew:output_type -> repool.v1.RenewResponse
+	16, // 47: repool.v1.PoolService.Release:output_type -> repool.v1.ReleaseResponse
+	20, // 48: repool.v1.PoolService.Report:output_type -> repool.v1.ReportResponse
+	22, // 49: repool.v1.PoolService.GetResource:output_type -> repool.v1.GetResourceResponse
+	24, // 50: repool.v1.PoolService.ListResources:output_type -> repool.v1.ListResourcesResponse
+	28, // 51: repool.v1.PoolService.SubscribeEvents:output_type -> repool.v1.Event
+	3,  // 52: repool.v1.PoolService.Leases:output_type -> repool.v1.LeaseReply
+	43, // [43:53] is the sub-list for method output_type
+	33, // [33:43] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_repool_v1_pool_proto_init() }
@@ -1947,7 +2236,20 @@ func file_repool_v1_pool_proto_init() {
 	if File_repool_v1_pool_proto != nil {
 		return
 	}
-	file_repool_v1_pool_proto_msgTypes[13].OneofWrappers = []any{
+	file_repool_v1_pool_proto_msgTypes[0].OneofWrappers = []any{
+		(*LeaseCall_Acquire)(nil),
+		(*LeaseCall_Release)(nil),
+		(*LeaseCall_Report)(nil),
+		(*LeaseCall_Renew)(nil),
+	}
+	file_repool_v1_pool_proto_msgTypes[1].OneofWrappers = []any{
+		(*LeaseReply_Acquire)(nil),
+		(*LeaseReply_Release)(nil),
+		(*LeaseReply_Report)(nil),
+		(*LeaseReply_Renew)(nil),
+		(*LeaseReply_Error)(nil),
+	}
+	file_repool_v1_pool_proto_msgTypes[15].OneofWrappers = []any{
 		(*NextResult_Lease)(nil),
 		(*NextResult_Error)(nil),
 	}
@@ -1957,7 +2259,7 @@ func file_repool_v1_pool_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_repool_v1_pool_proto_rawDesc), len(file_repool_v1_pool_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   29,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,6 +28,7 @@ const (
 	PoolService_GetResource_FullMethodName     = "/repool.v1.PoolService/GetResource"
 	PoolService_ListResources_FullMethodName   = "/repool.v1.PoolService/ListResources"
 	PoolService_SubscribeEvents_FullMethodName = "/repool.v1.PoolService/SubscribeEvents"
+	PoolService_Leases_FullMethodName          = "/repool.v1.PoolService/Leases"
 )
 
 // PoolServiceClient is the client API for PoolService service.
@@ -70,6 +71,22 @@ type PoolServiceClient interface {
 	// SubscribeEvents streams the pool's events until the client cancels. A
 	// subscriber that cannot keep up is disconnected (RESOURCE_EXHAUSTED).
 	SubscribeEvents(ctx context.Context, in *SubscribeEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Event], error)
+	// Leases carries Acquire, Release (with or without next), Report and
+	// Renew calls on one stream, for a client that makes many: each call
+	// saves the HTTP/2 stream and headers of a unary call. Calls are done
+	// and answered one at a time, in the order sent; each is checked as its
+	// unary call is (credential, active server, rate limit at the unary
+	// method's cost, budgets) and has the same effects and durability: a
+	// reply is sent once the change is durable. A call refused for itself
+	// (INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION, RESOURCE_EXHAUSTED,
+	// ...) is answered with LeaseReply.error and the stream goes on; a
+	// refusal of the caller or of the server (UNAUTHENTICATED — a revoked
+	// key, a deleted tenant, an expired token —, PERMISSION_DENIED for a
+	// suspended tenant, UNAVAILABLE when this server is not the active one)
+	// ends the stream with the status the unary call would have been
+	// answered with, and with that answer's effects. A message with no call
+	// set is INVALID_ARGUMENT and ends the stream.
+	Leases(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[LeaseCall, LeaseReply], error)
 }
 
 type poolServiceClient struct {
@@ -179,6 +196,19 @@ func (c *poolServiceClient) SubscribeEvents(ctx context.Context, in *SubscribeEv
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type PoolService_SubscribeEventsClient = grpc.ServerStreamingClient[Event]
 
+func (c *poolServiceClient) Leases(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[LeaseCall, LeaseReply], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &PoolService_ServiceDesc.Streams[1], PoolService_Leases_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[LeaseCall, LeaseReply]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type PoolService_LeasesClient = grpc.BidiStreamingClient[LeaseCall, LeaseReply]
+
 // PoolServiceServer is the server API for PoolService service.
 // All implementations must embed UnimplementedPoolServiceServer
 // for forward compatibility.
@@ -219,6 +249,22 @@ type PoolServiceServer interface {
 	// SubscribeEvents streams the pool's events until the client cancels. A
 	// subscriber that cannot keep up is disconnected (RESOURCE_EXHAUSTED).
 	SubscribeEvents(*SubscribeEventsRequest, grpc.ServerStreamingServer[Event]) error
+	// Leases carries Acquire, Release (with or without next), Report and
+	// Renew calls on one stream, for a client that makes many: each call
+	// saves the HTTP/2 stream and headers of a unary call. Calls are done
+	// and answered one at a time, in the order sent; each is checked as its
+	// unary call is (credential, active server, rate limit at the unary
+	// method's cost, budgets) and has the same effects and durability: a
+	// reply is sent once the change is durable. A call refused for itself
+	// (INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION, RESOURCE_EXHAUSTED,
+	// ...) is answered with LeaseReply.error and the stream goes on; a
+	// refusal of the caller or of the server (UNAUTHENTICATED — a revoked
+	// key, a deleted tenant, an expired token —, PERMISSION_DENIED for a
+	// suspended tenant, UNAVAILABLE when this server is not the active one)
+	// ends the stream with the status the unary call would have been
+	// answered with, and with that answer's effects. A message with no call
+	// set is INVALID_ARGUMENT and ends the stream.
+	Leases(grpc.BidiStreamingServer[LeaseCall, LeaseReply]) error
 	mustEmbedUnimplementedPoolServiceServer()
 }
 
@@ -255,6 +301,9 @@ func (UnimplementedPoolServiceServer) ListResources(context.Context, *ListResour
 }
 func (UnimplementedPoolServiceServer) SubscribeEvents(*SubscribeEventsRequest, grpc.ServerStreamingServer[Event]) error {
 	return status.Error(codes.Unimplemented, "method SubscribeEvents not implemented")
+}
+func (UnimplementedPoolServiceServer) Leases(grpc.BidiStreamingServer[LeaseCall, LeaseReply]) error {
+	return status.Error(codes.Unimplemented, "method Leases not implemented")
 }
 func (UnimplementedPoolServiceServer) mustEmbedUnimplementedPoolServiceServer() {}
 func (UnimplementedPoolServiceServer) testEmbeddedByValue()                     {}
@@ -432,6 +481,13 @@ func _PoolService_SubscribeEvents_Handler(srv interface{}, stream grpc.ServerStr
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type PoolService_SubscribeEventsServer = grpc.ServerStreamingServer[Event]
 
+func _PoolService_Leases_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(PoolServiceServer).Leases(&grpc.GenericServerStream[LeaseCall, LeaseReply]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type PoolService_LeasesServer = grpc.BidiStreamingServer[LeaseCall, LeaseReply]
+
 // PoolService_ServiceDesc is the grpc.ServiceDesc for PoolService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -477,6 +533,12 @@ var PoolService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "SubscribeEvents",
 			Handler:       _PoolService_SubscribeEvents_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "Leases",
+			Handler:       _PoolService_Leases_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "repool/v1/pool.proto",
