@@ -129,7 +129,7 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 	"sec": func(s float64) string { return summary.FormatMS(s * 1000) },
 	// phases lists a rebalance's phases of one provider, in order.
 	"phases": func(p *summary.Phases) []phase {
-		return []phase{{"before", p.Before}, {"during the move", p.During}, {"after", p.After}}
+		return []phase{{"before", p.Before}, {"during the move", p.During}, {"settling (1 s)", p.Settling}, {"after", p.After}}
 	},
 	"pct": func(v float64) string { return fmt.Sprintf("%.2f%%", v*100) },
 	"row": func(r summary.Row) []string {
@@ -184,7 +184,7 @@ h2 { margin-top: 32px; border-bottom: 1px solid #ccc; }
 <tr><td>{{.}}</td><td>{{$p.Requests}}</td><td>{{$p.Errors}}</td><td>{{pct $p.ErrorRate}}</td><td>{{ms $p.AvgMS}}</td><td>{{ms $p.P95MS}}</td><td>{{ms $p.P99MS}}</td><td>{{ms $p.MaxMS}}</td><td>{{pct $p.FastFailWithin10ms}}</td><td>{{pct $p.FastFailWithin100ms}}</td><td>{{pct $p.FastFailMarked}}</td></tr>
 {{with $p.Fault}}<tr><td>&nbsp;&nbsp;in fault window</td><td>{{.Requests}}</td><td>{{.Errors}}</td><td>{{pct .ErrorRate}}</td><td>{{ms .AvgMS}}</td><td>{{ms .P95MS}}</td><td>{{ms .P99MS}}</td><td>{{ms .MaxMS}}</td><td>{{pct .FastFailWithin10ms}}</td><td>{{pct .FastFailWithin100ms}}</td><td>{{pct .FastFailMarked}}</td></tr>{{end}}
 {{end}}</table>
-{{with $s.Rebalance}}<p><b>rebalance</b>: {{.Tenant}} moved from group {{.From}} ({{.Server}}) to {{.To}} at {{printf "%.1f" .AtS}}s; move window (from the request until its calls were served through HAProxy again) {{sec .WindowS}}, request {{sec .RequestS}}, refused by the source {{sec .RefusedS}}. Calls by start: before the request, inside the move window, after it.</p>
+{{with $s.Rebalance}}<p><b>rebalance</b>: {{.Tenant}} moved from group {{.From}} ({{.Server}}) to {{.To}} at {{printf "%.1f" .AtS}}s; move window (from the request until its calls were served through HAProxy again) {{sec .WindowS}}, request {{sec .RequestS}}, refused by the source {{sec .RefusedS}}. Calls by start: before the request, inside the move window, in the second after it (settling), after that.</p>
 <table><tr><th>tenant</th><th>phase</th><th>calls</th><th>errors</th><th>p50</th><th>p99</th><th>max</th></tr>
 {{$r := .}}{{range $names}}{{$ph := index $r.Providers .}}{{$name := .}}{{range phases $ph}}<tr><td>{{$name}}{{if $ph.Moved}} (moved){{end}}</td><td class="text">{{.Name}}</td><td>{{.Requests}}</td><td>{{.Errors}}</td><td>{{ms .P50MS}}</td><td>{{ms .P99MS}}</td><td>{{ms .MaxMS}}</td></tr>
 {{end}}{{end}}{{range phases $r.Quiet}}<tr><td>quiet tenants, pooled</td><td class="text">{{.Name}}</td><td>{{.Requests}}</td><td>{{.Errors}}</td><td>{{ms .P50MS}}</td><td>{{ms .P99MS}}</td><td>{{ms .MaxMS}}</td></tr>

@@ -32,9 +32,16 @@ type Move struct {
 	WindowS float64 `json:"window_s"`
 }
 
+// Settle is how long after the move window the calls still count as part
+// of the move (the "settling" phase): the calls the sidecar retried
+// through the window are answered then, and the target's restored pool
+// and connections are new. "After" starts once it has passed, so that it
+// measures the rebalanced groups, not the handover's wake.
+const Settle = time.Second
+
 // Rebalance is a run's numbers around its move (the first of the plan):
 // per provider, the calls that started before the move request, inside
-// the move window, and after it.
+// the move window, in the Settle after it, and after that.
 type Rebalance struct {
 	Move
 	// Providers: per provider (tenant), its calls by phase.
@@ -47,9 +54,10 @@ type Rebalance struct {
 type Phases struct {
 	// Moved is true for the provider whose tenant was moved.
 	Moved  bool  `json:"moved"`
-	Before Stats `json:"before"`
-	During Stats `json:"during"`
-	After  Stats `json:"after"`
+	Before   Stats `json:"before"`
+	During   Stats `json:"during"`
+	Settling Stats `json:"settling"`
+	After    Stats `json:"after"`
 }
 
 // rebalance computes the Rebalance of the run's first move; nil without
@@ -66,7 +74,8 @@ func (s *Summary) rebalance(moves []Move) *Rebalance {
 		in := func(from, to time.Duration) func(Sample) bool {
 			return func(x Sample) bool { return keep(x.Provider) && x.Start >= from && x.Start < to }
 		}
-		return &Phases{Before: stats(s.samples, in(0, at)), During: stats(s.samples, in(at, end)), After: stats(s.samples, in(end, time.Duration(math.MaxInt64)))}
+		return &Phases{Before: stats(s.samples, in(0, at)), During: stats(s.samples, in(at, end)),
+			Settling: stats(s.samples, in(end, end+Settle)), After: stats(s.samples, in(end+Settle, time.Duration(math.MaxInt64)))}
 	}
 	moved := -1
 	for pi, name := range s.providerOrder {
@@ -87,7 +96,7 @@ func (r *Rebalance) targets(order []string) []Target {
 	var out []Target
 	for _, name := range order {
 		ph := r.Providers[name]
-		errs := ph.Before.Errors + ph.During.Errors + ph.After.Errors
+		errs := ph.Before.Errors + ph.During.Errors + ph.Settling.Errors + ph.After.Errors
 		out = append(out, Target{Name: "failed_calls", Provider: name, Want: "0 across the move", Got: fmt.Sprint(errs), OK: errs == 0, Short: true})
 	}
 	for _, name := range order {

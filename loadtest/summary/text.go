@@ -149,7 +149,7 @@ func (s *Summary) WriteText(w io.Writer) {
 			for _, x := range []struct {
 				phase string
 				st    Stats
-			}{{"before", ph.Before}, {"during", ph.During}, {"after", ph.After}} {
+			}{{"before", ph.Before}, {"during", ph.During}, {"settling", ph.Settling}, {"after", ph.After}} {
 				p("     %-12s %-7s %8d %10s %10s %10s %7d\n", label, x.phase, x.st.Requests, FormatMS(x.st.P50MS), FormatMS(x.st.P99MS), FormatMS(x.st.MaxMS), x.st.Errors)
 				label = ""
 			}
