@@ -53,7 +53,7 @@ type Rebalance struct {
 // Phases are one provider's calls by when they started.
 type Phases struct {
 	// Moved is true for the provider whose tenant was moved.
-	Moved  bool  `json:"moved"`
+	Moved    bool  `json:"moved"`
 	Before   Stats `json:"before"`
 	During   Stats `json:"during"`
 	Settling Stats `json:"settling"`

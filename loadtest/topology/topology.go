@@ -440,14 +440,10 @@ func (t *Topology) Close() error {
 		errs  []error
 		wg    sync.WaitGroup
 	)
-	if g := t.groups; g != nil {
-		if g.sync != nil {
-			g.sync.stop(syscall.SIGTERM, 5*time.Second)
-		}
-		if g.ha != nil {
-			wg.Go(g.ha.stop)
-		}
-		for _, n := range g.nodes {
+	// stopServers stops the server processes of nodes at once, collecting
+	// their exit errors.
+	stopServers := func(nodes []*node) {
+		for _, n := range nodes {
 			t.mu.Lock()
 			p := n.proc
 			t.mu.Unlock()
@@ -463,25 +459,20 @@ func (t *Topology) Close() error {
 			}
 		}
 	}
+	if g := t.groups; g != nil {
+		if g.sync != nil {
+			g.sync.stop(syscall.SIGTERM, 5*time.Second)
+		}
+		if g.ha != nil {
+			wg.Go(g.ha.stop)
+		}
+		stopServers(g.nodes)
+	}
 	for _, c := range t.clusters {
 		if c.ha != nil {
 			wg.Go(c.ha.stop)
 		}
-		for _, n := range c.servers {
-			t.mu.Lock()
-			p := n.proc
-			t.mu.Unlock()
-			if p != nil {
-				wg.Go(func() {
-					p.stop(syscall.SIGTERM, 5*time.Second)
-					if err := p.exitErr(); err != nil {
-						errMu.Lock()
-						errs = append(errs, fmt.Errorf("%s: %w", n.name, err))
-						errMu.Unlock()
-					}
-				})
-			}
-		}
+		stopServers(c.servers)
 	}
 	wg.Wait()
 	for _, c := range t.clusters {
