@@ -136,6 +136,8 @@ func (s *Server) syncPlacements(ctx context.Context) {
 			}
 		}
 	}
+	// Tenants deleted meanwhile are no longer anyone's: forget them.
+	s.pools.ForgetAway(func(t string) bool { _, ok := placed[t]; return ok || sh.isMoving(t) })
 	sh.lastFull = s.clock.Now()
 	if done {
 		sh.lastFP = fp

@@ -180,6 +180,19 @@ func (r *Registry) Serves(tenant string) error {
 	return nil
 }
 
+// ForgetAway drops what the registry remembers of the tenants refused as
+// served elsewhere that live does not report (deleted tenants), so that
+// the memory of other groups' tenants follows the placements.
+func (r *Registry) ForgetAway(live func(tenant string) bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for t := range r.away {
+		if !live(t) {
+			delete(r.away, t)
+		}
+	}
+}
+
 // Elsewhere returns the group tenant is known to be served by (or moving
 // to) and true, if it is refused here (Refuse, Away).
 func (r *Registry) Elsewhere(tenant string) (string, bool) {

@@ -237,3 +237,19 @@ func TestShardedRegistryServesOnlyAdmittedTenants(t *testing.T) {
 		t.Fatalf("Serves on an unsharded registry = %v, want nil", err)
 	}
 }
+
+// TestForgetAwayDropsOnlyWhatIsGone: the memory of tenants served
+// elsewhere keeps the live ones and drops the others.
+func TestForgetAwayDropsOnlyWhatIsGone(t *testing.T) {
+	r := NewRegistry(func(string) (*pool.Pool, error) { return pool.New(pool.Config{}) })
+	r.Shard()
+	r.Refuse("kept", "b")
+	r.Refuse("deleted", "b")
+	r.ForgetAway(func(tenant string) bool { return tenant == "kept" })
+	if g, ok := r.Elsewhere("kept"); !ok || g != "b" {
+		t.Fatalf("Elsewhere(kept) = %q, %v; want b, true", g, ok)
+	}
+	if _, ok := r.Elsewhere("deleted"); ok {
+		t.Fatal("Elsewhere(deleted) still remembered after ForgetAway")
+	}
+}
