@@ -139,7 +139,7 @@ func (c *Checkpointer) RestoreAll(ctx context.Context) (failed int, err error) {
 		return 0, fmt.Errorf("checkpoint: listing tenants: %w", err)
 	}
 	for _, t := range ts {
-		if err := c.restore(ctx, t.ID); err != nil {
+		if err := c.Restore(ctx, t.ID); err != nil {
 			if !errors.Is(err, store.ErrCorrupt) {
 				return failed, fmt.Errorf("checkpoint: restoring tenant %s: %w", t.ID, err)
 			}
@@ -152,15 +152,10 @@ func (c *Checkpointer) RestoreAll(ctx context.Context) (failed int, err error) {
 }
 
 // Restore places tenant here and restores its stored state (checkpoint and
-// journaled leases) into a new pool before any call can see it: how a
-// group's active server takes in a tenant moved to it. Errors as
-// RestoreAll's for one tenant (store.ErrCorrupt for a state the pool
-// refuses).
+// journaled leases) into a new pool before any call can see it: what
+// RestoreAll does for each tenant, and how a group's active server takes
+// in a tenant moved to it. store.ErrCorrupt for a state the pool refuses.
 func (c *Checkpointer) Restore(ctx context.Context, tenant string) error {
-	return c.restore(ctx, tenant)
-}
-
-func (c *Checkpointer) restore(ctx context.Context, tenant string) error {
 	st, err := c.cfg.Store.LoadCheckpoint(ctx, tenant)
 	if err != nil {
 		return err
@@ -183,13 +178,12 @@ func (c *Checkpointer) restore(ctx context.Context, tenant string) error {
 	// Accounted before the pool is published: the tenant's first call
 	// sees its budget with the restored state in it.
 	err = c.cfg.Pools.Admit(tenant, func(p *pool.Pool) error {
+		// Restore leaves the pool with no changes to write: it holds
+		// exactly the stored state, and the next checkpoint (below: not a
+		// full one) writes what changes from here.
 		if err := p.Restore(snap); err != nil {
 			return fmt.Errorf("%w: %v", store.ErrCorrupt, err)
 		}
-		// The pool now holds exactly the stored state: the next checkpoint
-		// writes what changes from here, not everything again (a tenant
-		// moved in can be moved on in milliseconds).
-		p.TakeChanges()
 		c.cfg.Restored(tenant, len(st.Resources), len(st.Cells))
 		return nil
 	})
@@ -201,15 +195,6 @@ func (c *Checkpointer) restore(ctx context.Context, tenant string) error {
 	c.savedHWM[tenant] = st.FencingHWM
 	c.mu.Unlock()
 	return nil
-}
-
-// Save writes tenant's pool state now, in one fenced transaction: what
-// changed since its last checkpoint, or all of it when that is due (the
-// first time, after a failure). It is how a server makes a tenant's state
-// durable before handing it to another group. A tenant without a pool
-// has nothing to write.
-func (c *Checkpointer) Save(ctx context.Context, tenant string) error {
-	return c.save(ctx, tenant)
 }
 
 func (c *Checkpointer) markFull(tenant string) {
@@ -228,7 +213,7 @@ func (c *Checkpointer) Round(ctx context.Context) error {
 	var errs []error
 	for _, tenant := range c.cfg.Pools.Tenants() {
 		tctx, cancel := context.WithTimeout(ctx, c.cfg.TenantTimeout)
-		err := c.save(tctx, tenant)
+		err := c.Save(tctx, tenant)
 		cancel()
 		if err != nil {
 			c.failures.WithLabelValues(tenant).Inc()
@@ -256,7 +241,12 @@ func (c *Checkpointer) tenantLock(tenant string) *sync.Mutex {
 	return m
 }
 
-func (c *Checkpointer) save(ctx context.Context, tenant string) error {
+// Save writes tenant's pool state now, in one fenced transaction: what
+// changed since its last write, nothing if nothing did, or all of it when
+// that is due (the first time, after a failure). A round saves every
+// tenant; a server also saves one before handing it to another group. A
+// tenant without a pool has nothing to write.
+func (c *Checkpointer) Save(ctx context.Context, tenant string) error {
 	l := c.tenantLock(tenant)
 	l.Lock()
 	defer l.Unlock()
@@ -373,7 +363,7 @@ func (c *Checkpointer) writeBatch(tenant string, batch []change) error {
 	}
 	if syncing {
 		// After the registrations: the pool's changes are newer.
-		if err := c.save(ctx, tenant); err != nil {
+		if err := c.Save(ctx, tenant); err != nil {
 			c.failures.WithLabelValues(tenant).Inc()
 			return err
 		}

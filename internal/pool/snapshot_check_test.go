@@ -13,7 +13,7 @@ import (
 // defect.
 func TestCheckSortedAndShuffledAgree(t *testing.T) {
 	valid := func() Snapshot {
-		var s Snapshot
+		s := Snapshot{LastToken: 1, LastLease: 1, Leases: []LeaseState{{ID: 1, Token: 1, Resource: "r007", Context: "a"}}}
 		for i := 0; i < 50; i++ {
 			id := fmt.Sprintf("r%03d", i)
 			s.Resources = append(s.Resources, ResourceState{ID: id, Capacity: 1})
@@ -28,14 +28,15 @@ func TestCheckSortedAndShuffledAgree(t *testing.T) {
 		"repeated id":      func(s *Snapshot) { s.Resources[10].ID = s.Resources[11].ID },
 		"unknown resource": func(s *Snapshot) { s.Cells[41].Resource = "r999" },
 		"repeated cell":    func(s *Snapshot) { s.Cells[21].Context = s.Cells[20].Context },
-		"lease unknown":    func(s *Snapshot) { s.Leases = []LeaseState{{ID: 1, Token: 1, Resource: "zzz", Context: "a"}} },
+		"lease unknown":    func(s *Snapshot) { s.Leases[0].Resource = "zzz" },
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for name, defect := range defects {
 		s := valid()
 		defect(&s)
 		sortedErr := s.Check()
-		shuffled := Snapshot{Resources: append([]ResourceState(nil), s.Resources...), Cells: append([]CellState(nil), s.Cells...), Leases: s.Leases}
+		shuffled := Snapshot{LastToken: s.LastToken, LastLease: s.LastLease, Leases: s.Leases,
+			Resources: append([]ResourceState(nil), s.Resources...), Cells: append([]CellState(nil), s.Cells...)}
 		rng.Shuffle(len(shuffled.Resources), func(i, j int) {
 			shuffled.Resources[i], shuffled.Resources[j] = shuffled.Resources[j], shuffled.Resources[i]
 		})

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/repool/repool/internal/pool"
 )
@@ -62,7 +63,7 @@ type Registry struct {
 	pools   map[string]*pool.Pool
 	deleted map[string]bool // removed tenants: one entry per tenant deleted while the process runs
 	closed  bool
-	sharded bool
+	sharded atomic.Bool       // set once, before traffic (Shard)
 	placed  map[string]bool   // sharded: tenants admitted here (with or without a pool)
 	away    map[string]string // sharded: tenants known to be placed on (or moving to) another group
 }
@@ -74,11 +75,7 @@ func NewRegistry(newPool func(tenant string) (*pool.Pool, error)) *Registry {
 }
 
 // Shard makes the registry serve only the tenants admitted to it (Admit).
-func (r *Registry) Shard() {
-	r.mu.Lock()
-	r.sharded = true
-	r.mu.Unlock()
-}
+func (r *Registry) Shard() { r.sharded.Store(true) }
 
 // Admit places tenant here. With fill, it makes the tenant's pool, fills
 // it (restores its stored state) outside the registry's lock, and only
@@ -124,9 +121,12 @@ func (r *Registry) Admit(tenant string, fill func(*pool.Pool) error) error {
 
 // Placed reports whether tenant is admitted here (always true unsharded).
 func (r *Registry) Placed(tenant string) bool {
+	if !r.sharded.Load() {
+		return true
+	}
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	return !r.sharded || r.placed[tenant]
+	return r.placed[tenant]
 }
 
 // Away marks tenant as served by group (moving there, or found placed
@@ -145,21 +145,11 @@ func (r *Registry) Away(tenant, group string) *pool.Pool {
 
 // Refuse marks tenant as on its way to group without dropping its pool:
 // new calls get an *ElsewhereError while calls that already hold the pool
-// finish. Admit or Away ends it.
+// finish. Away (or a later Admit) ends it.
 func (r *Registry) Refuse(tenant, group string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.away[tenant] = group
-}
-
-// Unrefuse takes back Refuse (a move that did not happen): the tenant is
-// served here again.
-func (r *Registry) Unrefuse(tenant string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.placed[tenant] || !r.sharded {
-		delete(r.away, tenant)
-	}
 }
 
 // Serves returns nil if this server serves tenant, and an
@@ -169,12 +159,15 @@ func (r *Registry) Unrefuse(tenant string) {
 // not serve is not the tenant's. A closed registry (a standby) answers
 // nil: the call is refused as not active.
 func (r *Registry) Serves(tenant string) error {
+	if !r.sharded.Load() {
+		return nil // one group: nothing is ever elsewhere (no lock on the hot path)
+	}
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if g, ok := r.away[tenant]; ok {
 		return &ElsewhereError{Tenant: tenant, Group: g}
 	}
-	if r.sharded && !r.closed && !r.placed[tenant] {
+	if !r.closed && !r.placed[tenant] {
 		return &ElsewhereError{Tenant: tenant}
 	}
 	return nil
@@ -240,7 +233,7 @@ func (r *Registry) Pool(tenant string) (*pool.Pool, error) {
 		return nil, fmt.Errorf("tenants: %q: %w", tenant, ErrDeleted)
 	case r.closed:
 		return nil, fmt.Errorf("tenants: %q: %w", tenant, ErrClosed)
-	case r.sharded && !r.placed[tenant]:
+	case r.sharded.Load() && !r.placed[tenant]:
 		return nil, &ElsewhereError{Tenant: tenant}
 	}
 	p, err := r.newPool(tenant)

@@ -1,15 +1,14 @@
 package topology
 
 import (
-	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-var update = flag.Bool("update", false, "rewrite the golden files")
+	"github.com/repool/repool/internal/lb/golden"
+)
 
 func TestHAProxyConfigGolden(t *testing.T) {
 	tests := []struct {
@@ -25,19 +24,7 @@ func TestHAProxyConfigGolden(t *testing.T) {
 			if err != nil {
 				t.Fatalf("renderHAProxy() = %v", err)
 			}
-			golden := filepath.Join("testdata", "haproxy-"+tt.name+".golden")
-			if *update {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("reading %s (run with -update to create it): %v", golden, err)
-			}
-			if got != string(want) {
-				t.Errorf("renderHAProxy() differs from %s (run with -update to accept):\n%s", golden, got)
-			}
+			golden.Check(t, filepath.Join("testdata", "haproxy-"+tt.name+".golden"), []byte(got), "renderHAProxy()")
 			// The real validator.
 			cfg := filepath.Join(t.TempDir(), "haproxy.cfg")
 			if err := os.WriteFile(cfg, []byte(got), 0o600); err != nil {
@@ -68,19 +55,7 @@ func TestHAProxyGroupsConfigGolden(t *testing.T) {
 	if err != nil {
 		t.Fatalf("renderHAProxyGroups() = %v", err)
 	}
-	golden := filepath.Join("testdata", "haproxy-groups.golden")
-	if *update {
-		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("reading %s (run with -update to create it): %v", golden, err)
-	}
-	if got != string(want) {
-		t.Errorf("renderHAProxyGroups() differs from %s (run with -update to accept):\n%s", golden, got)
-	}
+	golden.Check(t, filepath.Join("testdata", "haproxy-groups.golden"), []byte(got), "renderHAProxyGroups()")
 	if !strings.Contains(got, "use_backend %[req.hdr(x-repool-tenant),map(/tmp/rlt-x/repool-tenants.map,repool)]") {
 		t.Errorf("renderHAProxyGroups() has no tenant rule on the map file:\n%s", got)
 	}

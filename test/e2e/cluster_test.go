@@ -387,6 +387,32 @@ func (c *cluster) inventory() string {
 	return path
 }
 
+// frontEndAndClient starts the LB hosts and waits for the VIP on lb1 and
+// for HAProxy on both hosts to have exactly up (server names, as
+// upServers lists them) UP; then starts the sidecar and registers the
+// initial resources through it, and returns the backend that did.
+func (c *cluster) frontEndAndClient(up string) *backend {
+	c.tb.Helper()
+	c.loadBalancers()
+	lb1, lb2 := c.lbs["lb1"], c.lbs["lb2"]
+	testenv.Eventually(c.tb, 20*time.Second, "the VIP on lb1 only", func() bool {
+		h := vipHolders(hostLB1, hostLB2)
+		return len(h) == 1 && h[0] == "lb1"
+	})
+	testenv.Eventually(c.tb, 10*time.Second, "HAProxy on lb1 and lb2 to see "+up+" UP", func() bool {
+		return c.upServers(lb1) == up && c.upServers(lb2) == up
+	})
+	c.tb.Logf("HAProxy on lb1:\n%s", c.haproxyStatus(lb1))
+	c.startSidecar()
+	b := newBackend()
+	var ids []string
+	for i := range initialResources {
+		ids = append(ids, fmt.Sprintf("r-%03d", i))
+	}
+	testenv.Eventually(c.tb, 15*time.Second, "the first registration through the sidecar", func() bool { return b.register(ids...) })
+	return b
+}
+
 // tenantMap is the LB hosts' tenant map file (one file: both hosts'
 // sync loops write the same placements to it).
 func (c *cluster) tenantMap() string { return filepath.Join(c.dir, "repool-tenants.map") }

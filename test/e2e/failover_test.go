@@ -89,24 +89,8 @@ func TestFailover(t *testing.T) {
 		})
 	}
 
-	c.loadBalancers()
+	b := c.frontEndAndClient("s1")
 	lb1, lb2 := c.lbs["lb1"], c.lbs["lb2"]
-	testenv.Eventually(t, 20*time.Second, "the VIP on lb1 only", func() bool {
-		h := vipHolders(hostLB1, hostLB2)
-		return len(h) == 1 && h[0] == "lb1"
-	})
-	testenv.Eventually(t, 10*time.Second, "HAProxy on lb1 and lb2 to see s1 UP", func() bool {
-		return c.upServers(lb1) == "s1" && c.upServers(lb2) == "s1"
-	})
-	t.Logf("HAProxy on lb1:\n%s", c.haproxyStatus(lb1))
-
-	c.startSidecar()
-	b := newBackend()
-	var ids []string
-	for i := range initialResources {
-		ids = append(ids, fmt.Sprintf("r-%03d", i))
-	}
-	testenv.Eventually(t, 15*time.Second, "the first registration through the sidecar", func() bool { return b.register(ids...) })
 	t.Logf("cluster up in %v: PostgreSQL on db, s1 active, s2 and s3 standby, VIP %s on lb1, sidecar on client", time.Since(began).Round(time.Millisecond), vipAddr)
 
 	// The load, until the scenario ends (or fails: cleanups run last first,

@@ -61,25 +61,7 @@ func TestGroups(t *testing.T) {
 	defActive, bActive := active("default"), active("b")
 	t.Logf("active servers: %s (default), %s (b)", defActive.host.name, bActive.host.name)
 
-	c.loadBalancers()
-	lb1, lb2 := c.lbs["lb1"], c.lbs["lb2"]
-	testenv.Eventually(t, 20*time.Second, "the VIP on lb1 only", func() bool {
-		h := vipHolders(hostLB1, hostLB2)
-		return len(h) == 1 && h[0] == "lb1"
-	})
-	want := strings.Join([]string{defActive.host.name, bActive.host.name}, " ")
-	testenv.Eventually(t, 10*time.Second, "HAProxy on lb1 and lb2 to see one server UP per group", func() bool {
-		return c.upServers(lb1) == want && c.upServers(lb2) == want
-	})
-	t.Logf("HAProxy on lb1:\n%s", c.haproxyStatus(lb1))
-
-	c.startSidecar()
-	b := newBackend()
-	var ids []string
-	for i := range initialResources {
-		ids = append(ids, fmt.Sprintf("r-%03d", i))
-	}
-	testenv.Eventually(t, 15*time.Second, "the first registration through the sidecar", func() bool { return b.register(ids...) })
+	b := c.frontEndAndClient(defActive.host.name + " " + bActive.host.name)
 	t.Logf("cluster up in %v", time.Since(began).Round(time.Millisecond))
 
 	loadCtx, stopLoad := context.WithCancel(context.Background())

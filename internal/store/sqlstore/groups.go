@@ -113,19 +113,10 @@ func (s *Store) MoveTenant(ctx context.Context, tenant, to string) error {
 		return fmt.Errorf("%w: tenant %q: already on group %q", store.ErrInvalid, tenant, to)
 	}
 	err := s.c.InTx(ctx, true, func(tx Conn) error {
-		var status store.Status
-		var cur string
-		err := tx.QueryRow(ctx, `SELECT status, placement FROM tenants WHERE id = $1 `+s.c.ForUpdate, tenant).Scan(&status, &cur)
-		if errors.Is(err, sql.ErrNoRows) || (err == nil && status == store.StatusDeleted) {
-			return fmt.Errorf("tenant %q: %w", tenant, store.ErrNotFound)
+		if err := s.placedHere(ctx, tx, tenant, s.c.ForUpdate); err != nil {
+			return err
 		}
-		if err != nil {
-			return s.classify(err)
-		}
-		if cur != from {
-			return fmt.Errorf("%w: tenant %q is placed on group %q, not on %q", store.ErrFenced, tenant, cur, from)
-		}
-		_, err = tx.Exec(ctx, `UPDATE tenants SET placement = $2 WHERE id = $1`, tenant, to)
+		_, err := tx.Exec(ctx, `UPDATE tenants SET placement = $2 WHERE id = $1`, tenant, to)
 		return s.classify(err)
 	})
 	if err != nil {
@@ -135,8 +126,9 @@ func (s *Store) MoveTenant(ctx context.Context, tenant, to string) error {
 }
 
 // placedHere checks, in a fenced transaction, that tenant is live and
-// placed on this store's group, taking its row with lock (ForShare): a
-// tenant deleted is store.ErrNotFound, a tenant moved away store.ErrFenced.
+// placed on this store's group, taking its row with lock (ForShare for a
+// write of its state, ForUpdate to move it): a tenant deleted is
+// store.ErrNotFound, a tenant placed elsewhere store.ErrFenced.
 func (s *Store) placedHere(ctx context.Context, tx Conn, tenant, lock string) error {
 	var status store.Status
 	var cur string
