@@ -241,12 +241,11 @@ func (ps *ProviderStats) afterOpen(samples []Sample, pi int, wins []Window) {
 		if x.Dur <= 10*time.Millisecond {
 			coFast++
 		}
-		if openAt >= 0 {
-			continue
-		}
 		for _, w := range wins {
-			if x.Start >= w.Start && x.Start < w.End {
-				openAt, until = x.Start, w.End
+			// The answer's time, not the call's start: a call may have
+			// waited to retry before the breaker opened and refused it.
+			if end := x.Start + x.Dur; x.Start >= w.Start && x.Start < w.End && (openAt < 0 || end < openAt) {
+				openAt, until = end, w.End
 			}
 		}
 	}

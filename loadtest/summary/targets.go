@@ -39,7 +39,8 @@ type Target struct {
 	Short bool `json:"short"`
 }
 
-// fastFailReasons are the sidecar's answers that mean "known bad".
+// knownBadAnswer reports whether x is a sidecar answer that means "known
+// bad": the provider is known bad from the moment such an answer came.
 func knownBadAnswer(x Sample) bool {
 	return x.FastFail == "circuit-open" || x.FastFail == "bulkhead-full"
 }
@@ -93,9 +94,12 @@ func (s *Summary) degraded(pi int, name string, wins []Window) []Target {
 				failed++
 			}
 			if knownBadAnswer(x) {
+				// Known bad when the sidecar answered so, not when the call
+				// started: a call that waited to retry and was then refused
+				// circuit-open started before anything was known.
 				knownBad++
-				if at < 0 || x.Start < at {
-					at = x.Start
+				if end := x.Start + x.Dur; at < 0 || end < at {
+					at = end
 				}
 			}
 		}

@@ -38,11 +38,33 @@ func TestTargets(t *testing.T) {
 			}
 		}
 	})
+	t.Run("known bad when the answer came, not when the call started", func(t *testing.T) {
+		// A call that started at 2.1 s waited to retry and was refused
+		// circuit-open at 2.9 s; the calls started in between failed slowly
+		// (they waited too) and are not counted as after it.
+		samples := []Sample{ok(time.Second, 10*ms, 0), failed(2100*ms, 800*ms, 1, "circuit-open")}
+		for i := range 10 {
+			samples = append(samples, failed(2200*ms+time.Duration(i)*50*ms, 300*ms, 1, ""))
+		}
+		for i := range 1000 {
+			samples = append(samples, failed(3*time.Second+time.Duration(i)*ms, ms, 1, "circuit-open"))
+		}
+		s := run(t, "sidecar", `{}`, samples...)
+		if got := target(s, "known_bad_within_1s"); !got.OK || got.Got != "0.90s" {
+			t.Errorf("known_bad_within_1s = %+v, want met with 0.90s (2.9 s, the answer, minus 2 s)", got)
+		}
+		if got := target(s, "fast_fail_once_known_bad"); !got.OK || got.Got != "100.00% of 1000" {
+			t.Errorf("fast_fail_once_known_bad = %+v, want the 1000 calls started from 2.9 s, all fast", got)
+		}
+		if us := s.Providers["us"]; us.BreakerOpenedS == nil || *us.BreakerOpenedS != 2.9 {
+			t.Errorf("breaker_opened_s = %v, want 2.9 (the answer)", us.BreakerOpenedS)
+		}
+	})
 	t.Run("missed", func(t *testing.T) {
 		samples := []Sample{ok(time.Second, 10*ms, 0), ok(3*time.Second, 30*ms, 0),
 			failed(2*time.Second, time.Second, 1, "timeout"), failed(3500*ms, 2*ms, 1, "circuit-open"),
 			failed(3600*ms, 500*ms, 1, "")}
-		for i := range 998 {
+		for i := range 999 {
 			samples = append(samples, failed(3700*ms+time.Duration(i)*ms, ms, 1, "circuit-open"))
 		}
 		s := run(t, "sidecar", `{}`, samples...)

@@ -75,7 +75,7 @@ backend servers
     http-check expect status 200
     http-check disable-on-404
 {{- range .Servers}}
-    server {{.Name}} {{.Addr}} check port {{.Check}} check-proto h1 proto h2 inter 500ms fall 1 rise 1 on-marked-down shutdown-sessions{{if .Backup}} backup{{end}}
+    server {{.Name}} {{.Addr}} check port {{.Check}} check-proto h1 proto h2 inter 100ms fall 1 rise 1 on-marked-down shutdown-sessions{{if .Backup}} backup{{end}}
 {{- end}}
 `))
 
@@ -110,7 +110,7 @@ backend {{.Backend}}
     http-check expect status 200
     http-check disable-on-404
 {{- range .Servers}}
-    server {{.Name}} {{.Addr}} check port {{.Check}} check-proto h1 proto h2 inter 500ms fall 1 rise 1 on-marked-down shutdown-sessions
+    server {{.Name}} {{.Addr}} check port {{.Check}} check-proto h1 proto h2 inter 100ms fall 1 rise 1 on-marked-down shutdown-sessions
 {{- end}}
 {{end -}}
 `))

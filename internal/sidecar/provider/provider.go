@@ -131,7 +131,7 @@ func (p *Provider) Breaker() *resilience.Breaker { return p.breaker }
 // the resilience layers are composed, and their order is the design
 // (docs/sidecar.md):
 //
-//		breaker.Execute( retry( bulkhead( auth( call ) ) ) )
+//		breaker.Execute( retry( attempt rules + bulkhead( auth( call ) ) ) )
 //
 //	 1. The breaker is outermost, so an open breaker rejects the call before
 //	    any attempt, any token fetch and any timer — in well under a
@@ -143,10 +143,14 @@ func (p *Provider) Breaker() *resilience.Breaker { return p.breaker }
 //	    only once the breaker has admitted the call) and the provider's retry
 //	    budget; it retries UNAVAILABLE only.
 //	    A retry is not made once the breaker has opened meanwhile.
-//	 3. The bulkhead (breaker.Enter) bounds the attempts in flight to the
-//	    provider; an attempt beyond the bound fails at once, is not retried
-//	    and is not counted by the breaker. It is inside the retry so that a
-//	    call waiting to retry holds no slot.
+//	 3. Each attempt is admitted by breaker.Start: the attempt-level rules
+//	    (an outage: every attempt failing as unavailable for outage_after;
+//	    silence: attempts in flight and no answer for silence_after) open
+//	    the breaker, and silence ends the attempts in flight at once; the
+//	    bulkhead bounds the attempts in flight to the provider: an attempt
+//	    beyond the bound fails at once, is not retried and is not counted
+//	    by the breaker. It is inside the retry so that a call waiting to
+//	    retry holds no slot.
 //	 4. The auth layer is innermost, so each attempt carries a current token,
 //	    and a token the server refuses is replaced and the attempt repeated
 //	    once without spending a retry; an IssueToken that fails with
@@ -165,25 +169,24 @@ func (p *Provider) Do(ctx context.Context, method Method, call Call) error {
 		var trailer metadata.MD
 		retry := false
 		// A wait to retry ends as soon as the breaker opens (other calls
-		// found the provider down): the next attempt is then refused at
-		// once, circuit-open, instead of after the rest of the backoff.
-		err := p.retrier.DoUntil(ctx, p.breaker.Opening(), func(ctx context.Context) error {
+		// found the provider down: the next attempt is then refused at
+		// once, circuit-open) or the provider answers again (a failover's
+		// new active server is up), instead of at the end of its backoff.
+		err := p.retrier.DoUntil(ctx, p.breaker.Wake, func(ctx context.Context) error {
 			if retry {
-				// The breaker opened while this call waited to retry: stop
-				// now.
 				if err := p.breaker.Admit(); err != nil {
 					return err
 				}
 			}
 			retry = true
-			if err := p.breaker.Enter(); err != nil {
+			a, err := p.breaker.Start(ctx)
+			if err != nil {
 				return err
 			}
-			defer p.breaker.Leave()
-			return p.tokens.Do(ctx, func(ctx context.Context) error {
+			return a.End(p.tokens.Do(a.Context(), func(ctx context.Context) error {
 				trailer = nil
 				return call(ctx, p.pool, grpc.Trailer(&trailer))
-			})
+			}))
 		})
 		return withRetryAfter(ownTimeout(ctx, err, p.timeout), trailer)
 	})

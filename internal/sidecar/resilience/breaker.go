@@ -71,13 +71,31 @@ type BreakerPolicy struct {
 	// hang at once, so it trips one timeout after the fault); negative turns
 	// the rule off.
 	ConsecutiveTimeouts int `yaml:"consecutive_timeouts"`
+	// OutageAfter trips the breaker when every attempt (not call) for this
+	// long, at least 3 of them, failed as unavailable — a load balancer with
+	// no server up, a refused connection — and none was answered otherwise
+	// (Envoy's consecutive_gateway_failure, timed): a provider that went
+	// down is known bad within this time, not after several calls have
+	// spent their retries. It must outlast a failover's handover, which
+	// fails attempts the same way while it lasts (about 0.1 s behind
+	// HAProxy checking every 100 ms). Default 300ms; negative turns the rule
+	// off.
+	OutageAfter time.Duration `yaml:"outage_after"`
+	// SilenceAfter trips the breaker when attempts have been in flight for
+	// this long and the provider answered none of them, nor anything else,
+	// meanwhile (the slow-call rule for a silent provider: a blackhole
+	// accepts connections and answers nothing). The attempts in flight then
+	// end at once, their calls failing circuit-open, instead of each waiting
+	// for its timeout. It must exceed the provider's slowest normal answer.
+	// Default 500ms; negative turns the rule off.
+	SilenceAfter time.Duration `yaml:"silence_after"`
 	// MaxInFlight bounds the attempts in flight to the provider, the
 	// bulkhead (Envoy's max_requests): an attempt beyond it fails at once
-	// with ErrBulkheadFull, so a silent provider holds at most this many of
-	// the backend's workers. Waits between retries do not count. Default 8,
-	// which carries rate × latency up to 8 (1,000 calls/s at 8 ms) and the
-	// slow attempts of a failover's first tenth of a second; negative means
-	// no bound.
+	// with ErrBulkheadFull, so a silent or slow provider holds at most this
+	// many of the backend's workers. Waits between retries do not count.
+	// Default 4, which carries rate × latency up to 4 (1,000 calls/s at
+	// 4 ms); raise it for a provider that serves more, or that is slow by
+	// nature; negative means no bound.
 	MaxInFlight int `yaml:"max_in_flight"`
 }
 
@@ -88,7 +106,8 @@ func (p BreakerPolicy) WithDefaults() BreakerPolicy { return defaults.Fill(p, br
 var breakerDefaults = BreakerPolicy{
 	FailureRatio: 0.5, MinRequests: 20, Window: 10 * time.Second, Buckets: 10,
 	OpenTimeout: time.Second, HalfOpenProbes: 3,
-	ConsecutiveFailures: 5, ConsecutiveTimeouts: 3, MaxInFlight: 8,
+	ConsecutiveFailures: 5, ConsecutiveTimeouts: 3,
+	OutageAfter: 300 * time.Millisecond, SilenceAfter: 500 * time.Millisecond, MaxInFlight: 4,
 }
 
 // Validate names the first bad field (YAML name), after defaults.
@@ -109,6 +128,10 @@ func (p BreakerPolicy) Validate() error {
 		return fmt.Errorf("consecutive_failures %d: want at most 1000", p.ConsecutiveFailures)
 	case p.ConsecutiveTimeouts > 1000:
 		return fmt.Errorf("consecutive_timeouts %d: want at most 1000", p.ConsecutiveTimeouts)
+	case p.OutageAfter > time.Minute:
+		return fmt.Errorf("outage_after %v: want at most 1m", p.OutageAfter)
+	case p.SilenceAfter > time.Minute:
+		return fmt.Errorf("silence_after %v: want at most 1m", p.SilenceAfter)
 	case p.MaxInFlight > 1_000_000:
 		return fmt.Errorf("max_in_flight %d: want at most 1000000", p.MaxInFlight)
 	}
@@ -166,6 +189,9 @@ type Transition struct {
 	// Window and Ratio are the policy's window and failure ratio.
 	Window time.Duration
 	Ratio  float64
+	// After is the time of the attempt-level rule that opened the breaker
+	// (OutageAfter, SilenceAfter); zero for the other rules.
+	After time.Duration
 }
 
 // Reason says why the breaker opened; empty for other transitions.
@@ -178,6 +204,10 @@ func (t Transition) Reason() string {
 		return fmt.Sprintf("%d calls in a row failed; last failure %v", t.Failures, t.LastFailure)
 	case RuleConsecutiveTimeouts:
 		return fmt.Sprintf("%d calls in a row timed out (%v)", t.Failures, t.LastFailure)
+	case RuleOutage:
+		return fmt.Sprintf("every attempt for %v failed as unavailable; last failure %v", t.After, t.LastFailure)
+	case RuleSilence:
+		return fmt.Sprintf("attempts in flight and no answer for %v", t.After)
 	case RuleFailureRatio:
 		return fmt.Sprintf("failure ratio %.0f%% (%d of %d calls) in %v reached %.0f%%; last failure %v",
 			100*float64(t.Failures)/float64(t.Total), t.Failures, t.Total, t.Window, 100*t.Ratio, t.LastFailure)
@@ -198,6 +228,10 @@ const (
 	RuleConsecutiveFailures
 	// RuleConsecutiveTimeouts: BreakerPolicy.ConsecutiveTimeouts.
 	RuleConsecutiveTimeouts
+	// RuleOutage: BreakerPolicy.OutageAfter.
+	RuleOutage
+	// RuleSilence: BreakerPolicy.SilenceAfter.
+	RuleSilence
 )
 
 // BreakerConfig configures NewBreaker.
@@ -222,6 +256,10 @@ type BreakerConfig struct {
 	Probe func(context.Context) error
 	// ProbeTimeout bounds one probe. Default 1s.
 	ProbeTimeout time.Duration
+	// Clock tells the time for the attempt-level rules (OutageAfter,
+	// SilenceAfter). Default the wall clock; gobreaker's own window and
+	// open timeout always read the wall clock.
+	Clock interface{ Now() time.Time }
 }
 
 // Counts are the outcomes a breaker holds in its current window (closed) or
@@ -295,9 +333,22 @@ type Breaker struct {
 	lastFailure  atomic.Uint32 // codes.Code of the latest failure
 	tripRule     atomic.Uint32 // TripRule of the last trip
 
-	// openSignal is closed when the breaker next opens (and replaced by a
-	// fresh one): calls waiting to retry wake on it (Opening).
-	openSignal atomic.Pointer[chan struct{}]
+	// wakeSignal is closed when calls waiting to retry should try now (and
+	// replaced by a fresh one): the breaker opened, or an attempt succeeded
+	// after attempts had failed as unavailable (Wake).
+	wakeSignal atomic.Pointer[chan struct{}]
+
+	// The attempt-level rules (attempt.go), in unix nanos of now(): when
+	// the provider last answered an attempt, when attempts last started
+	// with none in flight, and since when (0: not) every attempt failed as
+	// unavailable, with how many attempts.
+	now            func() time.Time
+	lastAnswer     atomic.Int64
+	busySince      atomic.Int64
+	outageSince    atomic.Int64
+	outageAttempts atomic.Int32
+	forced         atomic.Uint32            // 1 + the TripRule being forced by trip; 0: none
+	abort          atomic.Pointer[abortGen] // the attempts in flight, ended by the silence rule
 
 	// Calls in a row that failed, and that timed out; written under
 	// gobreaker's lock (isSuccessful, onStateChange).
@@ -316,7 +367,12 @@ func NewBreaker(cfg BreakerConfig) *Breaker {
 		dropped:    m.droppedEvents.WithLabelValues(cfg.Provider),
 	}
 	signal := make(chan struct{})
-	b.openSignal.Store(&signal)
+	b.wakeSignal.Store(&signal)
+	b.abort.Store(newAbortGen())
+	b.now = time.Now
+	if cfg.Clock != nil {
+		b.now = cfg.Clock.Now
+	}
 	for _, ft := range [][2]State{{StateClosed, StateOpen}, {StateOpen, StateHalfOpen}, {StateHalfOpen, StateClosed}, {StateHalfOpen, StateOpen}} {
 		b.transitions[ft[0]][ft[1]] = m.transitions.WithLabelValues(cfg.Provider, ft[0].String(), ft[1].String())
 	}
@@ -376,11 +432,21 @@ func (b *Breaker) Execute(fn func() error) error {
 	return err
 }
 
-// Opening returns a channel that is closed when the breaker next opens: a
-// call waiting to retry selects on it, so that it stops waiting (and, at its
-// next attempt, Admit refuses it) as soon as other calls have found the
-// provider down, instead of at the end of its backoff.
-func (b *Breaker) Opening() <-chan struct{} { return *b.openSignal.Load() }
+// Wake returns a channel that is closed when a call waiting to retry should
+// stop waiting: when the breaker opens (its next attempt is then refused at
+// once, by Admit, instead of at the end of its backoff) and when an attempt
+// succeeds after attempts failed as unavailable (the provider is back, for
+// example a failover's new active server is up: the call retries at once
+// instead of at the end of its backoff).
+func (b *Breaker) Wake() <-chan struct{} { return *b.wakeSignal.Load() }
+
+// wake closes the current Wake channel and puts a fresh one in its place.
+func (b *Breaker) wake() {
+	fresh := make(chan struct{})
+	if old := b.wakeSignal.Swap(&fresh); old != nil {
+		close(*old)
+	}
+}
 
 // Admit returns the rejection Execute would return if the breaker is open,
 // or nil, without running or counting anything. It is for work with no
@@ -490,6 +556,12 @@ func (b *Breaker) trip(to State, at time.Time) Transition {
 	if to == StateOpen {
 		t.Rule = TripRule(b.tripRule.Load())
 		t.Failures, t.Total = b.tripFailures.Load(), b.tripTotal.Load()
+		switch t.Rule {
+		case RuleOutage:
+			t.After = b.policy.OutageAfter
+		case RuleSilence:
+			t.After = b.policy.SilenceAfter
+		}
 	}
 	return t
 }
@@ -500,6 +572,9 @@ func (b *Breaker) trip(to State, at time.Time) Transition {
 // ratio is reached. It only reads its argument and atomics, and stores
 // atomics.
 func (b *Breaker) readyToTrip(c gobreaker.Counts) bool {
+	if r := b.forced.Load(); r != 0 {
+		return b.tripped(TripRule(r-1), 0, 0)
+	}
 	if n := b.consecTimeouts.Load(); b.policy.ConsecutiveTimeouts > 0 && n >= uint32(b.policy.ConsecutiveTimeouts) {
 		return b.tripped(RuleConsecutiveTimeouts, n, 0)
 	}
@@ -550,11 +625,10 @@ func (b *Breaker) onStateChange(_ string, from, to gobreaker.State) {
 	b.since.Store(now.UnixNano())
 	b.consecFailures.Store(0)
 	b.consecTimeouts.Store(0)
+	b.outageSince.Store(0)
+	b.outageAttempts.Store(0)
 	if t == StateOpen {
-		fresh := make(chan struct{})
-		if old := b.openSignal.Swap(&fresh); old != nil {
-			close(*old)
-		}
+		b.wake()
 		b.opened.Store(now.UnixNano())
 		b.lastTrip.Store(now.UnixNano())
 		b.trips.Add(1)

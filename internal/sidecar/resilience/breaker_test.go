@@ -281,14 +281,14 @@ func TestBulkhead(t *testing.T) {
 			}
 		}
 	})
-	t.Run("the default is 8", func(t *testing.T) {
+	t.Run("the default is 4", func(t *testing.T) {
 		b := NewBreaker(BreakerConfig{Provider: "p"})
 		n := 0
 		for b.Enter() == nil {
 			n++
 		}
-		if n != 8 {
-			t.Fatalf("admitted %d, want 8", n)
+		if n != 4 {
+			t.Fatalf("admitted %d, want 4", n)
 		}
 	})
 }

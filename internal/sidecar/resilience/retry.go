@@ -121,7 +121,7 @@ func NewRetrier(cfg RetrierConfig) *Retrier {
 func (r *Retrier) Policy() RetryPolicy { return r.policy }
 
 // Do runs op, and runs it again after a backoff while it fails with a
-// retryable error, the policy allows another retry, the budget has one to
+// retryable error (or, on a retry, is refused by the bulkhead), the policy allows another retry, the budget has one to
 // spend and ctx's deadline leaves time for the wait. It returns op's last
 // error; if the budget refused a retry, that error also matches
 // ErrBudgetSpent; if ctx ended during a wait, ctx's error.
@@ -131,11 +131,12 @@ func (r *Retrier) Do(ctx context.Context, op func(context.Context) error) error 
 	return r.DoUntil(ctx, nil, op)
 }
 
-// DoUntil is Do, except that a wait to retry ends early when wake is
-// closed: op then runs at once (Breaker.Opening is such a channel, and op
-// the attempt that Breaker.Admit refuses once the breaker is open). A nil
-// wake never ends a wait.
-func (r *Retrier) DoUntil(ctx context.Context, wake <-chan struct{}, op func(context.Context) error) error {
+// DoUntil is Do, except that a wait to retry ends early when the channel
+// wake returns at the wait's start is closed: op then runs at once
+// (Breaker.Wake is such a function: its channel closes when the breaker
+// opens, and op is then the attempt that Breaker.Admit refuses, and when
+// the provider answers again). A nil wake never ends a wait.
+func (r *Retrier) DoUntil(ctx context.Context, wake func() <-chan struct{}, op func(context.Context) error) error {
 	r.budget.Call()
 	err := op(ctx)
 	if !Retryable(err) || r.policy.MaxRetries < 0 {
@@ -157,6 +158,10 @@ func (r *Retrier) DoUntil(ctx context.Context, wake <-chan struct{}, op func(con
 			r.refusals.Inc()
 			return fmt.Errorf("%w: %w", ErrBudgetSpent, err)
 		}
+		var woken <-chan struct{} // nil: never
+		if wake != nil {
+			woken = wake()
+		}
 		if timer == nil {
 			timer = r.clock.NewTimer(wait)
 		} else {
@@ -166,11 +171,15 @@ func (r *Retrier) DoUntil(ctx context.Context, wake <-chan struct{}, op func(con
 		case <-ctx.Done():
 			return fmt.Errorf("%w (waiting to retry after: %v)", ctx.Err(), err)
 		case <-timer.Chan():
-		case <-wake:
-			wake = nil // woken once; later waits run their course
+		case <-woken:
 		}
 		r.retries.Inc()
-		if err = op(ctx); !Retryable(err) {
+		// A retry the bulkhead refuses waits for another: it is a call the
+		// provider already failed for a reason worth a retry, and the
+		// attempts that fill the bulkhead will end (answered, timed out, or
+		// ended by the silence rule). Only a first attempt the bulkhead
+		// refuses fails at once.
+		if err = op(ctx); !Retryable(err) && !errors.Is(err, ErrBulkheadFull) {
 			return err
 		}
 	}

@@ -33,6 +33,8 @@ func TestRetrierRetriesOnlyUnavailable(t *testing.T) {
 		{"FAILED_PRECONDITION is not retried", []error{grpcErr(codes.FailedPrecondition)}, codes.FailedPrecondition, 1},
 		{"RESOURCE_EXHAUSTED is not retried", []error{grpcErr(codes.ResourceExhausted)}, codes.ResourceExhausted, 1},
 		{"UNAUTHENTICATED is not retried", []error{grpcErr(codes.Unauthenticated)}, codes.Unauthenticated, 1},
+		{"a first attempt the bulkhead refuses fails at once", []error{ErrBulkheadFull}, codes.Unavailable, 1},
+		{"a retry the bulkhead refuses is retried", []error{grpcErr(codes.Unavailable), ErrBulkheadFull}, codes.OK, 3},
 		{"UNAVAILABLE until max_retries", []error{grpcErr(codes.Unavailable), grpcErr(codes.Unavailable), grpcErr(codes.Unavailable), grpcErr(codes.Unavailable), grpcErr(codes.Unavailable)}, codes.Unavailable, 4},
 	}
 	for _, tt := range tests {
@@ -152,11 +154,10 @@ func TestRetryWaitEndsWhenTheBreakerOpens(t *testing.T) {
 	p := RetryPolicy{MaxRetries: 3, InitialInterval: time.Hour, MaxInterval: time.Hour, RandomizationFactor: -1, MaxElapsed: 10 * time.Hour}
 	r := NewRetrier(RetrierConfig{Provider: "p", Policy: p, Budget: NewBudget(BudgetPolicy{}, clk), Clock: clk})
 	b := NewBreaker(BreakerConfig{Provider: "p", Policy: BreakerPolicy{ConsecutiveFailures: 2, OpenTimeout: time.Hour}})
-	wake := b.Opening()
 	attempts := 0
 	done := make(chan error, 1)
 	go func() {
-		done <- r.DoUntil(context.Background(), wake, func(context.Context) error {
+		done <- r.DoUntil(context.Background(), b.Wake, func(context.Context) error {
 			attempts++
 			if attempts > 1 {
 				if err := b.Admit(); err != nil {
@@ -187,7 +188,7 @@ func TestRetryWaitEndsWhenTheBreakerOpens(t *testing.T) {
 		t.Fatal("the wait to retry did not end when the breaker opened")
 	}
 	select {
-	case <-b.Opening():
+	case <-b.Wake():
 		t.Fatal("the next opening's channel is already closed")
 	default:
 	}

@@ -1,0 +1,157 @@
+package resilience
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"google.golang.org/grpc/codes"
+)
+
+// The attempt-level rules. The breaker counts whole calls, after their
+// retries (CB(Retry(call))); these rules watch the attempts inside those
+// calls, so that the two shapes of a dead provider are known within a
+// fraction of a second instead of after several calls' worth of retries or
+// timeouts:
+//
+//   - outage: every attempt for BreakerPolicy.OutageAfter failed as
+//     unavailable (a load balancer with no server up, a refused
+//     connection) and none was answered otherwise. A failover's handover
+//     looks the same while it lasts, so OutageAfter must outlast it: the
+//     calls waiting to retry through a handover are woken when the first
+//     attempt succeeds (Wake), and so finish well before OutageAfter.
+//   - silence: attempts have been in flight for BreakerPolicy.SilenceAfter
+//     and none of them, nor any other, was answered meanwhile (a blackhole:
+//     connections open, nothing comes back). The attempts in flight are
+//     then ended at once (their calls fail circuit-open) instead of at
+//     their timeout.
+//
+// Either rule opens the breaker (RuleOutage, RuleSilence). They are checked
+// when an attempt starts and when one ends, so they cost nothing when no
+// call is made — and then nobody waits for the answer either.
+
+// errTrip is the outcome that opens the breaker for an attempt-level rule:
+// gobreaker opens only on a failed outcome, through ReadyToTrip.
+var errTrip = errors.New("an attempt-level rule opened the breaker")
+
+// abortGen is one generation of the attempts in flight: its context is
+// cancelled, and replaced, when the silence rule opens the breaker.
+type abortGen struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func newAbortGen() *abortGen {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &abortGen{ctx: ctx, cancel: cancel}
+}
+
+// Attempt is one admitted attempt; see Breaker.Start.
+type Attempt struct {
+	b     *Breaker
+	ctx   context.Context
+	gen   *abortGen
+	stop  func() bool
+	abort context.CancelFunc
+}
+
+// Context is the context the attempt must run with: the call's, ended also
+// when the silence rule gives up on the provider.
+func (a *Attempt) Context() context.Context { return a.ctx }
+
+// Start admits one attempt of a call, after the attempt-level rules and the
+// bulkhead: it returns an error matching ErrCircuitOpen when a rule finds
+// the provider silent or down (and opens the breaker), one matching
+// ErrBulkheadFull when MaxInFlight attempts are in flight, or the Attempt,
+// which must be ended once with End.
+func (b *Breaker) Start(ctx context.Context) (*Attempt, error) {
+	now := b.now()
+	if rule, ok := b.verdict(now); ok {
+		b.force(rule)
+		return nil, b.errOpen
+	}
+	if b.inFlight.Load() == 0 {
+		// Before Enter, so that whoever sees this attempt in flight also
+		// sees when the provider became busy.
+		b.busySince.Store(now.UnixNano())
+	}
+	if err := b.Enter(); err != nil {
+		return nil, err
+	}
+	gen := b.abort.Load()
+	actx, cancel := context.WithCancel(ctx)
+	return &Attempt{b: b, ctx: actx, gen: gen, stop: context.AfterFunc(gen.ctx, cancel), abort: cancel}, nil
+}
+
+// End ends the attempt with its outcome and returns the error to act on:
+// err itself, or the circuit-open rejection if the silence rule ended the
+// attempt. It records what the attempt says of the provider: an answer
+// (anything but our own deadline or cancellation), a failure as
+// unavailable, or a success that ends an outage and wakes the calls waiting
+// to retry.
+func (a *Attempt) End(err error) error {
+	b := a.b
+	a.stop()
+	a.abort()
+	b.Leave()
+	if err != nil && a.gen.ctx.Err() != nil {
+		return b.errOpen // the silence rule gave up on the provider
+	}
+	now := b.now()
+	switch c := Code(err); {
+	case err == nil || successful(err):
+		b.lastAnswer.Store(now.UnixNano())
+		if b.outageSince.Swap(0) != 0 {
+			b.outageAttempts.Store(0)
+			b.wake() // the provider is back: retry now
+		}
+	case Retryable(err) && !TenantElsewhere(err):
+		b.lastAnswer.Store(now.UnixNano())
+		b.outageSince.CompareAndSwap(0, now.UnixNano())
+		b.outageAttempts.Add(1)
+		if rule, ok := b.verdict(now); ok {
+			b.force(rule)
+		}
+	case c == codes.DeadlineExceeded || c == codes.Canceled:
+		// no answer
+	default:
+		b.lastAnswer.Store(now.UnixNano())
+		if b.outageSince.Swap(0) != 0 {
+			b.outageAttempts.Store(0)
+		}
+	}
+	return err
+}
+
+// outageMinAttempts is how many failed attempts the outage rule wants
+// besides its time, so that one slow failure is never an outage.
+const outageMinAttempts = 3
+
+// verdict applies the attempt-level rules at now.
+func (b *Breaker) verdict(now time.Time) (TripRule, bool) {
+	if d := b.policy.SilenceAfter; d > 0 && b.inFlight.Load() > 0 {
+		quiet := max(b.lastAnswer.Load(), b.busySince.Load())
+		if quiet != 0 && now.UnixNano()-quiet >= int64(d) {
+			return RuleSilence, true
+		}
+	}
+	if d := b.policy.OutageAfter; d > 0 {
+		if since := b.outageSince.Load(); since != 0 && now.UnixNano()-since >= int64(d) && b.outageAttempts.Load() >= outageMinAttempts {
+			return RuleOutage, true
+		}
+	}
+	return 0, false
+}
+
+// force opens the breaker for an attempt-level rule. For the silence rule it
+// first ends every attempt in flight.
+func (b *Breaker) force(rule TripRule) {
+	if !b.forced.CompareAndSwap(0, uint32(rule)+1) {
+		return // another attempt is opening it
+	}
+	if rule == RuleSilence {
+		b.abort.Swap(newAbortGen()).cancel()
+	}
+	_, _ = b.cb.Execute(func() (struct{}, error) { return struct{}{}, errTrip })
+	b.forced.Store(0)
+}

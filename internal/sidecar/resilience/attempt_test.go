@@ -1,0 +1,268 @@
+package resilience
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	repoolv1 "github.com/repool/repool/api/repool/v1"
+	"github.com/repool/repool/internal/clock"
+)
+
+// attemptBreaker is a breaker whose attempt-level rules read clk; its
+// window rules cannot trip it and it stays open for an hour.
+func attemptBreaker(clk *clock.Fake, p BreakerPolicy) (*Breaker, chan Transition) {
+	p.MinRequests, p.Window, p.OpenTimeout = 1000, time.Hour, time.Hour
+	p.ConsecutiveFailures, p.ConsecutiveTimeouts = -1, -1
+	ch := make(chan Transition, 4)
+	return NewBreaker(BreakerConfig{Provider: "p", Policy: p, Clock: clk, Notify: ch}), ch
+}
+
+// attempt runs one attempt through Start and End that ends with err, and
+// returns what End (or Start) returned.
+func attempt(b *Breaker, err error) error {
+	a, serr := b.Start(context.Background())
+	if serr != nil {
+		return serr
+	}
+	return a.End(err)
+}
+
+func wantOpen(t *testing.T, b *Breaker, ch chan Transition, rule TripRule) {
+	t.Helper()
+	if b.State() != StateOpen {
+		t.Fatalf("breaker %v, want open (%v)", b.State(), rule)
+	}
+	select {
+	case tr := <-ch:
+		if tr.Rule != rule || tr.Reason() == "" {
+			t.Fatalf("transition %+v (%q), want rule %v", tr, tr.Reason(), rule)
+		}
+	default:
+		t.Fatal("no transition notified")
+	}
+}
+
+func tenantElsewhere() error {
+	s, _ := status.New(codes.Unavailable, "tenant served by group b").WithDetails(&errdetails.ErrorInfo{
+		Domain: repoolv1.ErrorDomain, Reason: repoolv1.ReasonTenantElsewhere})
+	return s.Err()
+}
+
+// TestOutageRule: every attempt failing as unavailable for outage_after, 3
+// at least, opens the breaker; fewer attempts, a shorter time, an answer
+// in between or a tenant refused elsewhere do not.
+func TestOutageRule(t *testing.T) {
+	unavailable := grpcErr(codes.Unavailable)
+	p := BreakerPolicy{OutageAfter: 100 * time.Millisecond, SilenceAfter: -1}
+	t.Run("opens after outage_after", func(t *testing.T) {
+		clk := clock.NewFake(time.Now())
+		b, ch := attemptBreaker(clk, p)
+		for range 3 {
+			_ = attempt(b, unavailable)
+			clk.Advance(30 * time.Millisecond)
+		}
+		if b.State() != StateClosed {
+			t.Fatalf("breaker %v after 90 ms of failed attempts, want closed", b.State())
+		}
+		clk.Advance(10 * time.Millisecond)
+		_ = attempt(b, unavailable)
+		wantOpen(t, b, ch, RuleOutage)
+	})
+	t.Run("an attempt starting after outage_after is refused and opens it", func(t *testing.T) {
+		clk := clock.NewFake(time.Now())
+		b, ch := attemptBreaker(clk, p)
+		for range 3 {
+			_ = attempt(b, unavailable)
+		}
+		clk.Advance(100 * time.Millisecond)
+		if err := attempt(b, nil); !errors.Is(err, ErrCircuitOpen) {
+			t.Fatalf("attempt after 100 ms of outage = %v, want refused circuit-open", err)
+		}
+		wantOpen(t, b, ch, RuleOutage)
+	})
+	idle := errors.New("no attempt")
+	for _, tt := range []struct {
+		name  string
+		steps []error // one attempt each (idle: none), 40 ms apart
+	}{
+		{"two attempts are not an outage", []error{unavailable, idle, idle, idle, unavailable}},
+		{"a success ends it", []error{unavailable, unavailable, nil, unavailable, unavailable}},
+		{"a business answer ends it", []error{unavailable, unavailable, grpcErr(codes.NotFound), unavailable, unavailable}},
+		{"a tenant served elsewhere is not an outage", []error{tenantElsewhere(), tenantElsewhere(), tenantElsewhere(), tenantElsewhere(), tenantElsewhere()}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := clock.NewFake(time.Now())
+			b, _ := attemptBreaker(clk, p)
+			for _, err := range tt.steps {
+				if err != idle {
+					_ = attempt(b, err)
+				}
+				clk.Advance(40 * time.Millisecond)
+			}
+			if b.State() != StateClosed {
+				t.Fatalf("breaker %v after %v, want closed", b.State(), tt.steps)
+			}
+		})
+	}
+	t.Run("negative turns it off", func(t *testing.T) {
+		clk := clock.NewFake(time.Now())
+		b, _ := attemptBreaker(clk, BreakerPolicy{OutageAfter: -1, SilenceAfter: -1})
+		for range 50 {
+			_ = attempt(b, unavailable)
+			clk.Advance(time.Second)
+		}
+		if b.State() != StateClosed {
+			t.Fatalf("breaker %v with outage_after off, want closed", b.State())
+		}
+	})
+}
+
+// TestSilenceRule: attempts in flight and no answer for silence_after opens
+// the breaker and ends the attempts in flight, whose calls then fail
+// circuit-open.
+func TestSilenceRule(t *testing.T) {
+	p := BreakerPolicy{OutageAfter: -1, SilenceAfter: 500 * time.Millisecond}
+	t.Run("opens and ends the attempts in flight", func(t *testing.T) {
+		clk := clock.NewFake(time.Now())
+		b, ch := attemptBreaker(clk, p)
+		clk.Advance(time.Hour) // the last answer long ago does not count: the provider was idle
+		hanging, err := b.Start(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(499 * time.Millisecond)
+		second, err := b.Start(context.Background())
+		if err != nil {
+			t.Fatalf("Start 499 ms into the silence = %v, want admitted", err)
+		}
+		clk.Advance(time.Millisecond)
+		if err := attempt(b, nil); !errors.Is(err, ErrCircuitOpen) {
+			t.Fatalf("Start after 500 ms without an answer = %v, want refused circuit-open", err)
+		}
+		wantOpen(t, b, ch, RuleSilence)
+		for _, a := range []*Attempt{hanging, second} {
+			select {
+			case <-a.Context().Done():
+			case <-time.After(10 * time.Second):
+				t.Fatal("an attempt in flight was not ended")
+			}
+			if err := a.End(a.Context().Err()); !errors.Is(err, ErrCircuitOpen) {
+				t.Fatalf("End of an attempt the silence ended = %v, want circuit-open", err)
+			}
+		}
+		if n := b.InFlight(); n != 0 {
+			t.Fatalf("InFlight() = %d after every attempt ended, want 0", n)
+		}
+		// The next attempts are not ended by the old silence.
+		if a, err := b.Start(context.Background()); err == nil {
+			if a.Context().Err() != nil {
+				t.Fatal("a new attempt starts ended")
+			}
+			_ = a.End(nil)
+		}
+	})
+	t.Run("answers meanwhile keep it closed", func(t *testing.T) {
+		clk := clock.NewFake(time.Now())
+		b, _ := attemptBreaker(clk, p)
+		slow, _ := b.Start(context.Background())
+		for range 20 { // 2 s, an answer every 100 ms while one attempt hangs
+			clk.Advance(100 * time.Millisecond)
+			if err := attempt(b, grpcErr(codes.FailedPrecondition)); err == nil || errors.Is(err, ErrCircuitOpen) {
+				t.Fatalf("attempt = %v, want its own answer", err)
+			}
+		}
+		if b.State() != StateClosed || slow.Context().Err() != nil {
+			t.Fatalf("breaker %v, slow attempt ended %v: want closed and still in flight", b.State(), slow.Context().Err())
+		}
+		if err := slow.End(nil); err != nil {
+			t.Fatalf("End = %v, want nil", err)
+		}
+	})
+	t.Run("a timed-out attempt is no answer", func(t *testing.T) {
+		clk := clock.NewFake(time.Now())
+		b, ch := attemptBreaker(clk, p)
+		hanging, _ := b.Start(context.Background())
+		clk.Advance(300 * time.Millisecond)
+		_ = attempt(b, context.DeadlineExceeded)
+		clk.Advance(200 * time.Millisecond)
+		if err := attempt(b, nil); !errors.Is(err, ErrCircuitOpen) {
+			t.Fatalf("Start = %v, want circuit-open", err)
+		}
+		wantOpen(t, b, ch, RuleSilence)
+		_ = hanging.End(context.Canceled)
+	})
+}
+
+// TestWake: Wake's channel closes when the breaker opens and when an
+// attempt succeeds after attempts failed as unavailable, and not on an
+// ordinary success.
+func TestWake(t *testing.T) {
+	clk := clock.NewFake(time.Now())
+	b, _ := attemptBreaker(clk, BreakerPolicy{OutageAfter: time.Second, SilenceAfter: -1})
+	w := b.Wake()
+	_ = attempt(b, nil)
+	select {
+	case <-w:
+		t.Fatal("Wake closed on an ordinary success")
+	default:
+	}
+	_ = attempt(b, grpcErr(codes.Unavailable))
+	_ = attempt(b, nil)
+	select {
+	case <-w:
+	default:
+		t.Fatal("Wake not closed by the success that ended an outage")
+	}
+	if w2 := b.Wake(); w2 == w {
+		t.Fatal("Wake returns the closed channel, want a fresh one")
+	}
+}
+
+// TestAttemptsConcurrently: many goroutines start and end attempts with
+// mixed outcomes while the rules trip the breaker; every attempt is ended
+// once, the bulkhead never holds more than its bound, and it ends empty.
+func TestAttemptsConcurrently(t *testing.T) {
+	b := NewBreaker(BreakerConfig{Provider: "p", Policy: BreakerPolicy{OutageAfter: time.Millisecond,
+		SilenceAfter: 2 * time.Millisecond, MaxInFlight: 6, OpenTimeout: time.Millisecond}})
+	outcomes := []error{nil, grpcErr(codes.Unavailable), grpcErr(codes.NotFound), context.DeadlineExceeded}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	peak := 0
+	for g := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 1))
+			for range 300 {
+				_ = b.Execute(func() error {
+					a, err := b.Start(context.Background())
+					if err != nil {
+						return err
+					}
+					mu.Lock()
+					peak = max(peak, b.InFlight())
+					mu.Unlock()
+					if rng.IntN(4) == 0 {
+						select {
+						case <-a.Context().Done():
+						case <-time.After(time.Duration(rng.IntN(3)) * time.Millisecond):
+						}
+					}
+					return a.End(outcomes[rng.IntN(len(outcomes))])
+				})
+			}
+		}()
+	}
+	wg.Wait()
+	if n := b.InFlight(); n != 0 || peak > 6 {
+		t.Fatalf("InFlight() = %d at the end (want 0), peak %d (want ≤ 6)", n, peak)
+	}
+}
