@@ -184,18 +184,23 @@ func (e *Elector) checkTimeout() time.Duration {
 // lockTimeout is the lock_timeout of the election's sessions: how long one
 // pg_advisory_lock of a standby waits before the database answers
 // lock_not_available and the standby asks again. Takeover does not wait
-// for it — the database grants a freed lock to a waiting session at once —
-// so it only trades round trips (one per lockTimeout per standby) against
-// how long a wait can outlive its client: a standby whose network vanished
-// without a reset stays queued until its wait times out, and if it wins
-// the lock in that window the lock stays with a session nobody serves from
-// until the database's idle_session_timeout (SessionTimeout) ends it — as
-// with an answer lost in flight when standbys polled, only for longer.
-// Interval keeps that window as short as the leader's check period;
-// SessionTimeout/2 caps it so that the attempt's client-side bound
-// (SessionTimeout, in lock) always leaves the database at least as long
-// again to answer. 250 ms with the defaults; never below 1 ms, since 0
-// would disable the timeout.
+// for it — the database grants a freed lock to a waiting session at once.
+// What it sets:
+//   - round trips, and lines in the database's log: PostgreSQL logs every
+//     wait that times out (an ERROR and its STATEMENT), one pair per
+//     lockTimeout per standby; longer is quieter;
+//   - how long a wait can outlive its client: a standby whose network
+//     vanished without a reset stays queued until its wait times out, and
+//     if it wins the lock in that window the lock stays with a session
+//     nobody serves from until the database's idle_session_timeout
+//     (SessionTimeout) ends it, as with an answer lost in flight when
+//     standbys polled; shorter is safer.
+//
+// Interval keeps that window as short as the leader's check period, and
+// is the knob an operator already has; SessionTimeout/2 caps it so that
+// the attempt's client-side bound (SessionTimeout, in lock) always leaves
+// at least as long again for the answer to arrive. 250 ms with the
+// defaults; never below 1 ms, since 0 would disable the timeout.
 func (e *Elector) lockTimeout() time.Duration {
 	return max(time.Millisecond, min(e.cfg.Interval, e.cfg.SessionTimeout/2))
 }
