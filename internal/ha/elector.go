@@ -3,8 +3,11 @@
 // on a dedicated connection. Losing that session — the process dies, it is
 // paused past the session timeout, or the network drops — frees the lock
 // for a standby, and the former leader notices at its next check and steps
-// down. Writes are fenced separately, by epoch, in the store (store.HA), so
-// a leader that has not noticed yet can never overwrite its successor.
+// down. A standby waits for the lock in the database (pg_advisory_lock
+// under a lock_timeout), so it takes a freed lock as soon as the database
+// has freed it, not at its next poll. Writes are fenced separately, by
+// epoch, in the store (store.HA), so a leader that has not noticed yet can
+// never overwrite its successor.
 package ha
 
 import (
@@ -15,6 +18,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/repool/repool/internal/clock"
 	"github.com/repool/repool/internal/store/postgres"
@@ -32,8 +36,11 @@ type Config struct {
 	DSN string
 	// Name identifies this server in pg_stat_activity (application_name).
 	Name string
-	// Interval between lock attempts of a standby and session checks of
-	// the leader. Zero means 250ms; negative is an error.
+	// Interval between session checks of the leader, and the pause of a
+	// standby before it connects again after its session failed. It also
+	// bounds a standby's wait for the lock on one query (lockTimeout), but
+	// it does not pace takeover: a waiting standby gets a freed lock at
+	// once. Zero means 250ms; negative is an error.
 	Interval time.Duration
 	// SessionTimeout is how long the database keeps the leader's session
 	// (and so the lock) when the leader stops talking: PostgreSQL's
@@ -41,10 +48,11 @@ type Config struct {
 	// off for longer loses the lock. Zero means 2s; negative is an error;
 	// it must exceed Interval.
 	SessionTimeout time.Duration
-	// Clock paces the standby's attempts and the leader's checks; nil
-	// means the wall clock. The bounds on each round trip to the database
-	// (SessionTimeout, the check bound) stay on real time: they race the
-	// database's own idle_session_timeout, which no fake clock moves.
+	// Clock paces the leader's checks and the standby's reconnects; nil
+	// means the wall clock. A standby's wait for the lock is the
+	// database's (lock_timeout), and the bounds on each round trip to the
+	// database (SessionTimeout, the check bound) stay on real time: they
+	// race the database's own timeouts, which no fake clock moves.
 	Clock clock.Clock
 	// Log receives transitions.
 	Log *slog.Logger
@@ -122,11 +130,17 @@ func (t *Term) Resign() {
 
 // Campaign blocks until this server holds the leader lock, or ctx ends.
 //
-// A standby keeps one session and retries the lock on it every Interval; it
-// drops the session and connects anew only after an attempt fails (the
-// session broke, or the database took longer than SessionTimeout to
-// answer). The session that wins the lock is the one the Term keeps: the
-// lock belongs to it. The session is closed when ctx ends.
+// A standby keeps one session and waits on it for the lock in the
+// database: pg_advisory_lock, which the database grants the moment the
+// lock is freed (the leader's session ended), under the session's
+// lock_timeout (lockTimeout). A wait that times out (lock_not_available)
+// is asked again at once on the same session. The standby drops the
+// session and connects anew, after Interval, only when an attempt fails
+// otherwise (the session broke, or the database took longer than
+// SessionTimeout to answer). The session that wins the lock is the one the
+// Term keeps: the lock belongs to it. When ctx ends, a waiting attempt is
+// cancelled (pgx cancels the query and closes the connection) and the
+// session is closed.
 func (e *Elector) Campaign(ctx context.Context) (*Term, error) {
 	var conn *pgx.Conn
 	for {
@@ -135,24 +149,22 @@ func (e *Elector) Campaign(ctx context.Context) (*Term, error) {
 			conn, err = e.connect(ctx)
 		}
 		if err == nil {
-			var got bool
-			got, err = e.tryLock(ctx, conn)
-			if err == nil && got {
+			err = e.lock(ctx, conn)
+			if err == nil {
 				e.log.Info("acquired the leader lock")
 				return e.hold(conn), nil
 			}
-			if err != nil {
-				conn.Close(context.WithoutCancel(ctx))
-				conn = nil
+			if lockNotAvailable(err) && ctx.Err() == nil {
+				continue // not yet: wait again on the same session
 			}
+			conn.Close(context.WithoutCancel(ctx))
+			conn = nil
 		}
-		if err != nil && ctx.Err() == nil {
-			e.log.Warn("leader election: database unreachable", "err", err)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
 		}
+		e.log.Warn("leader election: database unreachable", "err", err)
 		if err := clock.Sleep(ctx, e.cfg.Clock, e.cfg.Interval); err != nil {
-			if conn != nil {
-				conn.Close(context.WithoutCancel(ctx))
-			}
 			return nil, err
 		}
 	}
@@ -169,21 +181,57 @@ func (e *Elector) checkTimeout() time.Duration {
 	return (e.cfg.SessionTimeout - e.cfg.Interval) / 2
 }
 
-// tryLock asks once for the leader lock on conn. The attempt is bounded by
-// SessionTimeout, so a kept session whose network vanished without a reset
-// fails the attempt (and is replaced) instead of stalling the campaign
-// until the kernel gives up on the connection.
-func (e *Elector) tryLock(ctx context.Context, conn *pgx.Conn) (bool, error) {
+// lockTimeout is the lock_timeout of the election's sessions: how long one
+// pg_advisory_lock of a standby waits before the database answers
+// lock_not_available and the standby asks again. Takeover does not wait
+// for it — the database grants a freed lock to a waiting session at once.
+// What it sets:
+//   - round trips, and lines in the database's log: PostgreSQL logs every
+//     wait that times out (an ERROR and its STATEMENT), one pair per
+//     lockTimeout per standby; longer is quieter;
+//   - how long a wait can outlive its client: a standby whose network
+//     vanished without a reset stays queued until its wait times out, and
+//     if it wins the lock in that window the lock stays with a session
+//     nobody serves from until the database's idle_session_timeout
+//     (SessionTimeout) ends it, as with an answer lost in flight when
+//     standbys polled; shorter is safer.
+//
+// Interval keeps that window as short as the leader's check period, and
+// is the knob an operator already has; SessionTimeout/2 caps it so that
+// the attempt's client-side bound (SessionTimeout, in lock) always leaves
+// at least as long again for the answer to arrive. 250 ms with the
+// defaults; never below 1 ms, since 0 would disable the timeout.
+func (e *Elector) lockTimeout() time.Duration {
+	return max(time.Millisecond, min(e.cfg.Interval, e.cfg.SessionTimeout/2))
+}
+
+// lock waits on conn, up to lockTimeout in the database, for the leader
+// lock: nil when this session holds it, an error for which
+// lockNotAvailable is true when the wait timed out. The attempt is bounded
+// on the client too, by SessionTimeout (above lockTimeout, so a healthy
+// database always answers first), so a kept session whose network vanished
+// without a reset fails the attempt (and is replaced) instead of stalling
+// the campaign until the kernel gives up on the connection. The session's
+// idle_session_timeout does not run while the query waits; that is fine
+// for a standby, which holds no lock for it to free.
+func (e *Elector) lock(ctx context.Context, conn *pgx.Conn) error {
 	cctx, cancel := context.WithTimeout(ctx, e.cfg.SessionTimeout)
 	defer cancel()
-	var got bool
-	err := conn.QueryRow(cctx, `SELECT pg_try_advisory_lock($1)`, e.cfg.LockID).Scan(&got)
-	return got, err
+	_, err := conn.Exec(cctx, `SELECT pg_advisory_lock($1)`, e.cfg.LockID)
+	return err
+}
+
+// lockNotAvailable reports whether err is the database's lock_not_available
+// (SQLSTATE 55P03): the wait for the lock reached lock_timeout.
+func lockNotAvailable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "55P03"
 }
 
 // connect opens a session for the election: named in pg_stat_activity, with
 // the session timeouts and keepalives that let the database free the lock
-// of a leader that stopped talking.
+// of a leader that stopped talking, and the lock_timeout that bounds a
+// standby's wait for the lock.
 func (e *Elector) connect(ctx context.Context) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig(e.cfg.DSN)
 	if err != nil {
@@ -193,6 +241,7 @@ func (e *Elector) connect(ctx context.Context) (*pgx.Conn, error) {
 	ms := e.cfg.SessionTimeout.Milliseconds()
 	cfg.RuntimeParams["idle_session_timeout"] = fmt.Sprint(ms)
 	cfg.RuntimeParams["idle_in_transaction_session_timeout"] = fmt.Sprint(ms)
+	cfg.RuntimeParams["lock_timeout"] = fmt.Sprint(e.lockTimeout().Milliseconds())
 	secs := max(1, int(e.cfg.SessionTimeout.Seconds()/2))
 	cfg.RuntimeParams["tcp_keepalives_idle"] = fmt.Sprint(secs)
 	cfg.RuntimeParams["tcp_keepalives_interval"] = "1"

@@ -39,3 +39,27 @@ func TestNewValidatesConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestLockTimeout: a standby's wait for the lock lasts Interval, at most
+// half of SessionTimeout (so that the answer has time to arrive within the
+// attempt's bound) and at least 1ms (0 would disable lock_timeout).
+func TestLockTimeout(t *testing.T) {
+	const dsn = "postgres://localhost/repool"
+	tests := []struct {
+		interval, sessionTimeout, want time.Duration
+	}{
+		{0, 0, 250 * time.Millisecond},
+		{20 * time.Millisecond, 5 * time.Second, 20 * time.Millisecond},
+		{time.Second, 1500 * time.Millisecond, 750 * time.Millisecond},
+		{100 * time.Microsecond, time.Second, time.Millisecond},
+	}
+	for _, tt := range tests {
+		e, err := New(Config{DSN: dsn, Interval: tt.interval, SessionTimeout: tt.sessionTimeout})
+		if err != nil {
+			t.Fatalf("New(Interval %v, SessionTimeout %v) = got error %v, want nil", tt.interval, tt.sessionTimeout, err)
+		}
+		if got := e.lockTimeout(); got != tt.want || got >= e.cfg.SessionTimeout {
+			t.Errorf("lockTimeout() with Interval %v, SessionTimeout %v = got %v, want %v (below SessionTimeout)", tt.interval, tt.sessionTimeout, got, tt.want)
+		}
+	}
+}

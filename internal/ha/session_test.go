@@ -19,12 +19,13 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // interval is the electors' Interval in these tests.
 const interval = 20 * time.Millisecond
 
-// TestStandbyKeepsOneSession: a standby retries the lock on one session
-// instead of connecting for every attempt; when the leader's session ends
-// that same session wins the lock and is the one the term keeps; a campaign
-// that is cancelled closes its session.
+// TestStandbyKeepsOneSession: a standby waits for the lock on one session,
+// asking again on it each time its lock_timeout expires, instead of
+// connecting for every attempt, and without waiting on its clock; when the
+// leader resigns that same session wins the lock and is the one the term
+// keeps.
 func TestStandbyKeepsOneSession(t *testing.T) {
-	const polls = 10
+	const waits = 10
 	dsn := testenv.Postgres(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -36,29 +37,26 @@ func TestStandbyKeepsOneSession(t *testing.T) {
 	}
 	defer leader.Resign()
 
-	// The standby's attempts are paced by a fake clock: each Advance is
-	// one more attempt, and the armed wait after it says it is over.
-	fake := clock.NewFake(time.Unix(0, 0))
+	// The standby's clock never moves: its waits are the database's
+	// (lock_timeout, here interval), and each one that expires is followed
+	// at once by the next, which restarts query_start of its backend.
+	start := time.Unix(0, 0)
+	fake := clock.NewFake(start)
 	bctx, bcancel := context.WithCancel(ctx)
 	defer bcancel()
 	won := campaign(bctx, elector(t, dsn, "b", fake))
-
-	// Every attempt restarts query_start of the backend it runs on.
 	pids, starts := map[int32]bool{}, map[time.Time]bool{}
-	for range polls {
-		if err := fake.Wait(ctx, 1); err != nil {
-			t.Fatalf("standby b: waiting for its next attempt = got error %v, want nil", err)
-		}
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("standby b to wait for the lock %d times", waits), func() bool {
 		for _, s := range sessions(ctx, t, obs, "b") {
 			pids[s.pid] = true
 			if s.queryStart != nil {
 				starts[*s.queryStart] = true
 			}
 		}
-		fake.Advance(interval)
-	}
-	if len(starts) < polls || len(pids) != 1 {
-		t.Fatalf("standby b: saw %d attempts on %d backends, want at least %d attempts on 1 backend", len(starts), len(pids), polls)
+		return len(starts) >= waits || len(pids) > 1
+	})
+	if len(pids) != 1 {
+		t.Fatalf("standby b: saw %d waits on %d backends, want at least %d waits on 1 backend", len(starts), len(pids), waits)
 	}
 	var standbyPID int32
 	for pid := range pids {
@@ -66,28 +64,15 @@ func TestStandbyKeepsOneSession(t *testing.T) {
 	}
 
 	leader.Resign()
-	// The database frees a's lock once it has seen a's session end, which
-	// is its own business: b's attempts go on, one per Advance, until one
-	// wins.
 	var term *Term
-	deadline := time.After(10 * time.Second)
-	for term == nil {
-		wctx, wcancel := context.WithTimeout(ctx, 100*time.Millisecond)
-		armed := fake.Wait(wctx, 1) == nil
-		wcancel()
-		if armed {
-			fake.Advance(interval)
+	select {
+	case r := <-won:
+		if r.err != nil {
+			t.Fatalf("Campaign(b) = got error %v, want a term once a resigns", r.err)
 		}
-		select {
-		case r := <-won:
-			if r.err != nil {
-				t.Fatalf("Campaign(b) = got error %v, want a term once a resigns", r.err)
-			}
-			term = r.term
-		case <-deadline:
-			t.Fatal("Campaign(b) did not win the lock within 10s of a resigning")
-		default:
-		}
+		term = r.term
+	case <-time.After(10 * time.Second): // a test timeout, not a measure
+		t.Fatal("Campaign(b) did not win the lock within 10s of a resigning")
 	}
 	defer term.Resign()
 	if got := holder(ctx, t, obs); got != standbyPID {
@@ -96,15 +81,124 @@ func TestStandbyKeepsOneSession(t *testing.T) {
 	if err := term.Err(); err != nil {
 		t.Fatalf("term.Err() = got %v, want nil while b leads", err)
 	}
+	if now := fake.Now(); !now.Equal(start) {
+		t.Fatalf("standby b's clock = got %v, want %v: nothing advanced it", now, start)
+	}
+}
+
+// TestStandbyTakesAFreedLockAtOnce: a standby waiting for the lock gets it
+// as soon as the leader's session ends (here: terminated, as when the
+// leader's process is killed), in the wait it had started before, with no
+// tick of its clock and long before its lock_timeout.
+func TestStandbyTakesAFreedLockAtOnce(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	obs := observer(ctx, t, dsn)
+
+	// The leader's checks are on a clock that never moves: it does not
+	// notice it lost its session, as a killed process would not.
+	leader, err := elector(t, dsn, "a", clock.NewFake(time.Unix(0, 0))).Campaign(ctx)
+	if err != nil {
+		t.Fatalf("Campaign(a) = got error %v, want a term", err)
+	}
+	defer leader.Resign()
+	leaderPID := holder(ctx, t, obs)
+
+	// A lock_timeout (Interval) far beyond the test's bounds: b can only
+	// win within them in the wait it is in when a's session ends.
+	start := time.Unix(0, 0)
+	fake := clock.NewFake(start)
+	b := slowElector(t, dsn, "b", fake)
+	bctx, bcancel := context.WithCancel(ctx)
+	defer bcancel()
+	won := campaign(bctx, b)
+	wait := waitForLock(ctx, t, obs, "b")
+
+	if _, err := obs.Exec(ctx, `SELECT pg_terminate_backend($1)`, leaderPID); err != nil {
+		t.Fatalf("pg_terminate_backend = got error %v, want nil", err)
+	}
+	var term *Term
+	select {
+	case r := <-won:
+		if r.err != nil {
+			t.Fatalf("Campaign(b) = got error %v, want a term once a's session ended", r.err)
+		}
+		term = r.term
+	case <-time.After(5 * time.Second): // a test timeout, not a measure
+		t.Fatal("Campaign(b) did not win the lock within 5s of a's session ending")
+	}
+	defer term.Resign()
+	if now := fake.Now(); !now.Equal(start) {
+		t.Fatalf("standby b's clock = got %v, want %v: the takeover waits for no tick", now, start)
+	}
+	if got := holder(ctx, t, obs); got != wait.pid {
+		t.Fatalf("leader lock holder = got pid %d, want the standby's session %d", got, wait.pid)
+	}
+	s := sessions(ctx, t, obs, "b")
+	if len(s) != 1 || s[0].queryStart == nil || !s[0].queryStart.Equal(*wait.queryStart) {
+		t.Fatalf("sessions of b = got %+v, want one whose last query is the wait that started at %v", s, *wait.queryStart)
+	}
+}
+
+// TestCancelEndsAWaitingCampaign: cancelling the context of a standby that
+// is waiting for the lock in the database ends its Campaign, cancels the
+// wait and closes the session, long before the wait would have timed out.
+func TestCancelEndsAWaitingCampaign(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	obs := observer(ctx, t, dsn)
+
+	leader, err := elector(t, dsn, "a", nil).Campaign(ctx)
+	if err != nil {
+		t.Fatalf("Campaign(a) = got error %v, want a term", err)
+	}
+	defer leader.Resign()
 
 	cctx, ccancel := context.WithCancel(ctx)
-	lost := campaign(cctx, elector(t, dsn, "c", nil))
-	waitSessions(ctx, t, obs, "c", 1)
+	defer ccancel()
+	lost := campaign(cctx, slowElector(t, dsn, "c", nil))
+	waitForLock(ctx, t, obs, "c")
 	ccancel()
-	if r := <-lost; !errors.Is(r.err, context.Canceled) {
-		t.Fatalf("Campaign(c) after cancel = got %v, %v, want context.Canceled", r.term, r.err)
+	select {
+	case r := <-lost:
+		if !errors.Is(r.err, context.Canceled) || r.term != nil {
+			t.Fatalf("Campaign(c) after cancel = got %v, %v, want context.Canceled", r.term, r.err)
+		}
+	case <-time.After(5 * time.Second): // a test timeout, not a measure
+		t.Fatal("Campaign(c) did not return within 5s of its context's cancel")
 	}
+	// The wait's lock_timeout is 30s: its backend ending within 10s is the
+	// query's cancellation, not its timeout.
 	waitSessions(ctx, t, obs, "c", 0)
+}
+
+// slowElector returns an Elector named name on c (nil: the wall clock)
+// whose waits for the lock each last 30s (lock_timeout = Interval).
+func slowElector(t *testing.T, dsn, name string, c clock.Clock) *Elector {
+	t.Helper()
+	e, err := New(Config{DSN: dsn, Name: name, Interval: 30 * time.Second, SessionTimeout: 2 * time.Minute, Clock: c})
+	if err != nil {
+		t.Fatalf("New(%s) = got error %v, want nil", name, err)
+	}
+	return e
+}
+
+// waitForLock waits up to 10s for the elector named name to have one
+// backend, waiting for an advisory lock, and returns it.
+func waitForLock(ctx context.Context, t *testing.T, obs *pgx.Conn, name string) session {
+	t.Helper()
+	var waiting session
+	testenv.Eventually(t, 10*time.Second, fmt.Sprintf("elector %s to wait for the lock", name), func() bool {
+		s := sessions(ctx, t, obs, name)
+		if len(s) != 1 || s[0].queryStart == nil || s[0].waitEventType == nil || s[0].waitEvent == nil {
+			return false
+		}
+		waiting = s[0]
+		return *s[0].waitEventType == "Lock" && *s[0].waitEvent == "advisory"
+	})
+	return waiting
 }
 
 type campaignResult struct {
@@ -125,18 +219,21 @@ func campaign(ctx context.Context, e *Elector) <-chan campaignResult {
 type session struct {
 	pid        int32
 	queryStart *time.Time
+	// waitEventType and waitEvent say what the backend waits for, if
+	// anything: Lock, advisory for a wait on an advisory lock.
+	waitEventType, waitEvent *string
 }
 
 // sessions lists the backends of the elector named name.
 func sessions(ctx context.Context, t *testing.T, obs *pgx.Conn, name string) []session {
 	t.Helper()
-	rows, err := obs.Query(ctx, `SELECT pid, query_start FROM pg_stat_activity WHERE application_name = $1`, "repool-leader:"+name)
+	rows, err := obs.Query(ctx, `SELECT pid, query_start, wait_event_type, wait_event FROM pg_stat_activity WHERE application_name = $1`, "repool-leader:"+name)
 	if err != nil {
 		t.Fatalf("query pg_stat_activity = got error %v, want nil", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (session, error) {
 		var s session
-		return s, r.Scan(&s.pid, &s.queryStart)
+		return s, r.Scan(&s.pid, &s.queryStart, &s.waitEventType, &s.waitEvent)
 	})
 	if err != nil {
 		t.Fatalf("read pg_stat_activity = got error %v, want nil", err)
@@ -154,7 +251,8 @@ func waitSessions(ctx context.Context, t *testing.T, obs *pgx.Conn, name string,
 }
 
 // elector returns an Elector named name on c (nil: the wall clock) that
-// tries every interval; the database keeps its idle session for 5s.
+// checks every interval, and waits for the lock at most interval per query
+// (lock_timeout); the database keeps its idle session for 5s.
 func elector(t *testing.T, dsn, name string, c clock.Clock) *Elector {
 	t.Helper()
 	e, err := New(Config{DSN: dsn, Name: name, Interval: interval, SessionTimeout: 5 * time.Second, Clock: c})

@@ -114,8 +114,11 @@ type Config struct {
 	// HASessionTimeout is how long a silent leader keeps the lock (and so
 	// how long a paused or cut-off leader delays failover). Default 2s.
 	HASessionTimeout time.Duration
-	// HAInterval is how often a standby tries the lock and the leader
-	// checks its session. Default 250ms.
+	// HAInterval is how often the leader checks its session, and how long
+	// a standby pauses before it reconnects after its session failed. It
+	// does not pace takeover: a standby waits for the lock in the database
+	// and gets it as soon as it is freed (each wait lasts at most
+	// HAInterval, then starts again). Default 250ms.
 	HAInterval time.Duration
 	// Group is the group of servers this one joins (tenant-sharded groups,
 	// HA only): the active/standby set that serves the tenants placed on

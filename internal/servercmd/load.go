@@ -146,7 +146,7 @@ func bindings() []binding {
 		{"ha", "join the active/standby group (postgres store only)", "false", boolean(func(c *server.Config) *bool { return &c.HA })},
 		{"ha-name", "this server's `name` in the leader election (default: the gRPC address)", "", str(func(c *server.Config) *string { return &c.HAName })},
 		{"ha-session-timeout", "how long a silent leader keeps the lock (`duration`)", d.HASessionTimeout.String(), dur(func(c *server.Config) *time.Duration { return &c.HASessionTimeout })},
-		{"ha-interval", "how often a standby tries the lock and the leader checks its session (`duration`)", d.HAInterval.String(), dur(func(c *server.Config) *time.Duration { return &c.HAInterval })},
+		{"ha-interval", "how often the leader checks its session, and a standby's pause before reconnecting (a standby waits for the lock in the database; `duration`)", d.HAInterval.String(), dur(func(c *server.Config) *time.Duration { return &c.HAInterval })},
 		{"group", "the `name` of the group of servers this one joins (tenant-sharded groups; needs --ha)", d.Group, str(func(c *server.Config) *string { return &c.Group })},
 		{"placement-interval", "how often a group's active server reads where tenants are placed (`duration`)", d.PlacementInterval.String(), dur(func(c *server.Config) *time.Duration { return &c.PlacementInterval })},
 		{"gc-percent", "garbage collector target, as GOGC (`percent`; -1: off, needs --memory-limit; GOGC wins if set)", strconv.Itoa(d.GCPercent), integer(func(c *server.Config) *int { return &c.GCPercent })},

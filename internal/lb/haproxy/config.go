@@ -104,7 +104,7 @@ var ErrHostsDiffer = errors.New("LB hosts differ in stats_socket or monitor_port
 // (TenantRule), which "haproxy -c" checked against an empty stand-in in
 // the temporary directory: HAProxy opens a map file as it loads the
 // configuration, and the real one need not exist where the render runs.
-// Client-native v5.0.0 writes durations as plain milliseconds ("inter 500",
+// Client-native v5.0.0 writes durations as plain milliseconds ("inter 100",
 // "timeout client 3600000"), which HAProxy reads as milliseconds.
 //
 // Render validates inv first. Errors wrap inventory.ErrInvalid (bad

@@ -135,6 +135,7 @@ func TestRenderDirectives(t *testing.T) {
 		" ssl ", " ca-file /etc/haproxy/tls/ca.crt ", " verify required ", " verifyhost repool.internal\n", " sni str(repool.internal) ",
 		" alpn h2 ", " check-ssl ", " check-sni repool.internal ", " check-alpn http/1.1 ", " check-proto h1 ", " port 8081 ",
 		" crt /etc/haproxy/tls/haproxy-client.pem ",
+		" fall 1 inter 100 ", " rise 1 ",
 	} {
 		if !strings.Contains(string(got), line) {
 			t.Errorf("Render(example) = got\n%s\nwant it to contain %q", got, line)

@@ -46,7 +46,7 @@ const (
 	DefaultMonitorPort    = 8404
 	DefaultNotifyScript   = "/etc/keepalived/notify.sh"
 	DefaultScriptUser     = "root"
-	DefaultCheckInter     = 500 * time.Millisecond
+	DefaultCheckInter     = 100 * time.Millisecond
 	DefaultCheckFall      = 1
 	DefaultCheckRise      = 1
 	DefaultConnectTimeout = 100 * time.Millisecond // HAProxy retries a refused connect only after min(connect, 1s): keep failover short
@@ -221,7 +221,9 @@ type Server struct {
 // (fast checks make a handover take well under a second).
 type Checks struct {
 	// Inter is the time between two checks of a server, a whole number of
-	// milliseconds. Default 500ms.
+	// milliseconds. Default 100ms: the new active server is UP at most
+	// about 100ms after it took the lock, for 10 checks/s per server per
+	// LB host (each a small GET of /readyz/active).
 	Inter time.Duration `yaml:"inter"`
 	// Fall is the number of consecutive failed checks that mark a server
 	// DOWN. Default 1.
