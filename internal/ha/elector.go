@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/repool/repool/internal/clock"
 	"github.com/repool/repool/internal/store/postgres"
@@ -38,9 +37,9 @@ type Config struct {
 	Name string
 	// Interval between session checks of the leader, and the pause of a
 	// standby before it connects again after its session failed. It also
-	// bounds a standby's wait for the lock on one query (lockTimeout), but
-	// it does not pace takeover: a waiting standby gets a freed lock at
-	// once. Zero means 250ms; negative is an error.
+	// bounds a standby's wait for the lock on one query (lockTimeout, at
+	// most 500ms), but it does not pace takeover: a waiting standby gets a
+	// freed lock at once. Zero means 250ms; negative is an error.
 	Interval time.Duration
 	// SessionTimeout is how long the database keeps the leader's session
 	// (and so the lock) when the leader stops talking: PostgreSQL's
@@ -133,14 +132,15 @@ func (t *Term) Resign() {
 // A standby keeps one session and waits on it for the lock in the
 // database: pg_advisory_lock, which the database grants the moment the
 // lock is freed (the leader's session ended), under the session's
-// lock_timeout (lockTimeout). A wait that times out (lock_not_available)
-// is asked again at once on the same session. The standby drops the
-// session and connects anew, after Interval, only when an attempt fails
-// otherwise (the session broke, or the database took longer than
-// SessionTimeout to answer). The session that wins the lock is the one the
-// Term keeps: the lock belongs to it. When ctx ends, a waiting attempt is
-// cancelled (pgx cancels the query and closes the connection) and the
-// session is closed.
+// lock_timeout (lockTimeout). A wait that times out is asked again at once
+// on the same session; the timeout is caught in the database (lock), so a
+// healthy standby's waits leave nothing in the database's log. The standby
+// drops the session and connects anew, after Interval, only when an
+// attempt fails otherwise (the session broke, or the database took longer
+// than SessionTimeout to answer). The session that wins the lock is the
+// one the Term keeps: the lock belongs to it. When ctx ends, a waiting
+// attempt is cancelled (pgx cancels the query and closes the connection)
+// and the session is closed.
 func (e *Elector) Campaign(ctx context.Context) (*Term, error) {
 	var conn *pgx.Conn
 	for {
@@ -149,13 +149,17 @@ func (e *Elector) Campaign(ctx context.Context) (*Term, error) {
 			conn, err = e.connect(ctx)
 		}
 		if err == nil {
-			err = e.lock(ctx, conn)
-			if err == nil {
+			var held bool
+			held, err = e.lock(ctx, conn)
+			if err == nil && held {
 				e.log.Info("acquired the leader lock")
 				return e.hold(conn), nil
 			}
-			if lockNotAvailable(err) && ctx.Err() == nil {
+			if err == nil && ctx.Err() == nil {
 				continue // not yet: wait again on the same session
+			}
+			if err == nil {
+				err = ctx.Err()
 			}
 			conn.Close(context.WithoutCancel(ctx))
 			conn = nil
@@ -181,51 +185,91 @@ func (e *Elector) checkTimeout() time.Duration {
 	return (e.cfg.SessionTimeout - e.cfg.Interval) / 2
 }
 
+// maxLockTimeout caps lockTimeout at half of PostgreSQL's default
+// deadlock_timeout (1s), so that a standby's wait never lasts long enough
+// to run the database's deadlock check or, with log_lock_waits on, to log
+// "still waiting for AdvisoryLock".
+const maxLockTimeout = 500 * time.Millisecond
+
 // lockTimeout is the lock_timeout of the election's sessions: how long one
-// pg_advisory_lock of a standby waits before the database answers
-// lock_not_available and the standby asks again. Takeover does not wait
-// for it — the database grants a freed lock to a waiting session at once.
-// What it sets:
-//   - round trips, and lines in the database's log: PostgreSQL logs every
-//     wait that times out (an ERROR and its STATEMENT), one pair per
-//     lockTimeout per standby; longer is quieter;
+// pg_advisory_lock of a standby waits before the database gives up on it
+// and the standby asks again. Takeover does not wait for it — the database
+// grants a freed lock to a waiting session at once — and a wait that times
+// out logs nothing (lock catches it in the database). What it sets:
+//   - round trips: one per lockTimeout per standby, each a short PL/pgSQL
+//     block and a look at the session's own rows of pg_locks; longer is
+//     cheaper;
 //   - how long a wait can outlive its client: a standby whose network
-//     vanished without a reset stays queued until its wait times out, and
+//     vanished without a reset stays queued until its wait times out (the
+//     database does not read the socket while the statement waits), and
 //     if it wins the lock in that window the lock stays with a session
 //     nobody serves from until the database's idle_session_timeout
-//     (SessionTimeout) ends it, as with an answer lost in flight when
-//     standbys polled; shorter is safer.
+//     (SessionTimeout) or keepalives end it, as with an answer lost in
+//     flight when standbys polled; shorter is safer.
 //
 // Interval keeps that window as short as the leader's check period, and
 // is the knob an operator already has; SessionTimeout/2 caps it so that
 // the attempt's client-side bound (SessionTimeout, in lock) always leaves
-// at least as long again for the answer to arrive. 250 ms with the
-// defaults; never below 1 ms, since 0 would disable the timeout.
+// at least as long again for the answer to arrive; maxLockTimeout keeps it
+// below the database's default deadlock_timeout. 250 ms with the defaults;
+// never below 1 ms, since 0 would disable the timeout.
 func (e *Elector) lockTimeout() time.Duration {
-	return max(time.Millisecond, min(e.cfg.Interval, e.cfg.SessionTimeout/2))
+	return max(time.Millisecond, min(e.cfg.Interval, e.cfg.SessionTimeout/2, maxLockTimeout))
+}
+
+// heldQuery is the query that says whether the session holds the advisory
+// lock whose key is the SQL expression key.
+func heldQuery(key string) string {
+	return `SELECT count(*) > 0 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND objid = (` + key + `::bigint & x'ffffffff'::bigint)::oid AND granted`
+}
+
+// lockSQL is one attempt of lock, sent as one simple-protocol query string
+// (one round trip): a DO block that waits for the lock and catches the
+// wait's timeout (lock_not_available), then the check's query. A DO block
+// takes no parameters, so the key is in the text: an int64 formatted by
+// %d, quoted so that even math.MinInt64 reads as a bigint. The string
+// runs as one implicit transaction and the block in a subtransaction of it
+// (its EXCEPTION clause); the lock it takes is a session lock, which no
+// (sub)transaction's end releases (TestLockAttempt).
+func (e *Elector) lockSQL() string {
+	key := fmt.Sprintf("'%d'", e.cfg.LockID)
+	return `DO $$BEGIN PERFORM pg_advisory_lock(` + key + `::bigint); EXCEPTION WHEN lock_not_available THEN NULL; END$$; ` + heldQuery(key)
 }
 
 // lock waits on conn, up to lockTimeout in the database, for the leader
-// lock: nil when this session holds it, an error for which
-// lockNotAvailable is true when the wait timed out. The attempt is bounded
-// on the client too, by SessionTimeout (above lockTimeout, so a healthy
-// database always answers first), so a kept session whose network vanished
-// without a reset fails the attempt (and is replaced) instead of stalling
-// the campaign until the kernel gives up on the connection. The session's
-// idle_session_timeout does not run while the query waits; that is fine
-// for a standby, which holds no lock for it to free.
-func (e *Elector) lock(ctx context.Context, conn *pgx.Conn) error {
+// lock, and says whether this session holds it when the wait ended: held
+// is false, with no error, when the wait timed out. The wait's timeout is
+// caught inside the database (lockSQL), so PostgreSQL does not log it as
+// an ERROR, as it would a statement failing on lock_timeout. The attempt
+// is bounded on the client too, by SessionTimeout (above lockTimeout, so a
+// healthy database always answers first), so a kept session whose network
+// vanished without a reset fails the attempt (and is replaced) instead of
+// stalling the campaign until the kernel gives up on the connection. The
+// session's idle_session_timeout does not run while the query waits; that
+// is fine for a standby, which holds no lock for it to free.
+func (e *Elector) lock(ctx context.Context, conn *pgx.Conn) (held bool, err error) {
 	cctx, cancel := context.WithTimeout(ctx, e.cfg.SessionTimeout)
 	defer cancel()
-	_, err := conn.Exec(cctx, `SELECT pg_advisory_lock($1)`, e.cfg.LockID)
-	return err
-}
-
-// lockNotAvailable reports whether err is the database's lock_not_available
-// (SQLSTATE 55P03): the wait for the lock reached lock_timeout.
-func lockNotAvailable(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "55P03"
+	results, err := conn.PgConn().Exec(cctx, e.lockSQL()).ReadAll()
+	for _, r := range results {
+		if err == nil {
+			err = r.Err
+		}
+	}
+	if err != nil {
+		return false, err
+	}
+	if len(results) != 2 || len(results[1].Rows) != 1 || len(results[1].Rows[0]) != 1 {
+		return false, fmt.Errorf("ha: lock attempt: got %d results, want the DO block's and one row of one column", len(results))
+	}
+	switch v := string(results[1].Rows[0][0]); v {
+	case "t":
+		return true, nil
+	case "f":
+		return false, nil
+	default:
+		return false, fmt.Errorf("ha: lock attempt: got %q, want a boolean", v)
+	}
 }
 
 // connect opens a session for the election: named in pg_stat_activity, with
@@ -284,7 +328,7 @@ func (e *Elector) hold(conn *pgx.Conn) *Term {
 func (e *Elector) check(ctx context.Context, conn *pgx.Conn) (held bool, err error) {
 	cctx, cancel := context.WithTimeout(ctx, e.checkTimeout())
 	defer cancel()
-	err = conn.QueryRow(cctx, `SELECT count(*) > 0 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND objid = ($1::bigint & x'ffffffff'::bigint)::oid AND granted`, e.cfg.LockID).Scan(&held)
+	err = conn.QueryRow(cctx, heldQuery("$1"), e.cfg.LockID).Scan(&held)
 	return held, err
 }
 

@@ -42,7 +42,8 @@ func TestNewValidatesConfig(t *testing.T) {
 
 // TestLockTimeout: a standby's wait for the lock lasts Interval, at most
 // half of SessionTimeout (so that the answer has time to arrive within the
-// attempt's bound) and at least 1ms (0 would disable lock_timeout).
+// attempt's bound), at most 500ms (below PostgreSQL's default
+// deadlock_timeout) and at least 1ms (0 would disable lock_timeout).
 func TestLockTimeout(t *testing.T) {
 	const dsn = "postgres://localhost/repool"
 	tests := []struct {
@@ -50,7 +51,9 @@ func TestLockTimeout(t *testing.T) {
 	}{
 		{0, 0, 250 * time.Millisecond},
 		{20 * time.Millisecond, 5 * time.Second, 20 * time.Millisecond},
-		{time.Second, 1500 * time.Millisecond, 750 * time.Millisecond},
+		{400 * time.Millisecond, 600 * time.Millisecond, 300 * time.Millisecond},
+		{time.Second, 1500 * time.Millisecond, 500 * time.Millisecond},
+		{2 * time.Second, 10 * time.Second, 500 * time.Millisecond},
 		{100 * time.Microsecond, time.Second, time.Millisecond},
 	}
 	for _, tt := range tests {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -83,6 +85,152 @@ func TestStandbyKeepsOneSession(t *testing.T) {
 	}
 	if now := fake.Now(); !now.Equal(start) {
 		t.Fatalf("standby b's clock = got %v, want %v: nothing advanced it", now, start)
+	}
+}
+
+// TestStandbyWaitLogsNothing: a standby waiting for the lock through many
+// lock_timeout expiries writes nothing to the server's log — no "lock
+// timeout" ERROR, no line of its backend at all — even with log_lock_waits
+// on, while the log does get what the server reports (a WARNING raised
+// after the waits shows up).
+func TestStandbyWaitLogsNothing(t *testing.T) {
+	const waits = 10
+	dsn := testenv.Postgres(t)
+	logPath := testenv.PostgresLog(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	obs := observer(ctx, t, dsn)
+	fi, err := os.Stat(logPath)
+	if err != nil {
+		t.Fatalf("stat the server log = got error %v, want nil", err)
+	}
+	from := fi.Size() // the log of this test only: the cluster is shared
+
+	leader, err := elector(t, dsn, "a", nil).Campaign(ctx)
+	if err != nil {
+		t.Fatalf("Campaign(a) = got error %v, want a term", err)
+	}
+	defer leader.Resign()
+
+	// log_lock_waits as many operators set it (superuser, as in these
+	// tests, may set it per session).
+	bctx, bcancel := context.WithCancel(ctx)
+	defer bcancel()
+	won := campaign(bctx, elector(t, dsn+"&log_lock_waits=on", "b", nil))
+	pids, starts := map[int32]bool{}, map[time.Time]bool{}
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("standby b to wait for the lock %d times", waits), func() bool {
+		for _, s := range sessions(ctx, t, obs, "b") {
+			pids[s.pid] = true
+			if s.queryStart != nil {
+				starts[*s.queryStart] = true
+			}
+		}
+		return len(starts) > waits
+	})
+	if len(pids) != 1 {
+		t.Fatalf("standby b: saw %d waits on %d backends, want them on 1 backend", len(starts), len(pids))
+	}
+	select {
+	case r := <-won:
+		t.Fatalf("Campaign(b) = got %v, %v while a leads, want it waiting", r.term, r.err)
+	default:
+	}
+
+	// A backend writes its log lines before its client hears of them, so
+	// once the marker is in the log every earlier wait's line would be.
+	marker := fmt.Sprintf("repool-ha-test-marker-%d", time.Now().UnixNano())
+	if _, err := obs.Exec(ctx, `DO $$BEGIN RAISE WARNING '`+marker+`'; END$$`); err != nil {
+		t.Fatalf("RAISE WARNING = got error %v, want nil", err)
+	}
+	var lines []string
+	testenv.Eventually(t, 10*time.Second, "the marker in the server log", func() bool {
+		lines = readLog(t, logPath, from)
+		for _, l := range lines {
+			if strings.Contains(l, marker) {
+				return true
+			}
+		}
+		return false
+	})
+	var standbyPID int32
+	for pid := range pids {
+		standbyPID = pid
+	}
+	tag := fmt.Sprintf("[%d]", standbyPID)
+	var bad []string
+	for _, l := range lines {
+		if strings.Contains(l, "lock timeout") || strings.Contains(l, tag) {
+			bad = append(bad, l)
+		}
+	}
+	if len(bad) > 0 {
+		t.Fatalf("server log during %d waits of standby b = got %d lines of its backend (pid %d) or about a lock timeout, first %q, want none", len(starts), len(bad), standbyPID, bad[:min(4, len(bad))])
+	}
+}
+
+// readLog returns the lines of the file at path from offset from on.
+func readLog(t *testing.T, path string, from int64) []string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatalf("open the server log = got error %v, want nil", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.NewSectionReader(f, from, 1<<40))
+	if err != nil {
+		t.Fatalf("read the server log = got error %v, want nil", err)
+	}
+	return strings.Split(string(b), "\n")
+}
+
+// TestLockAttempt: one attempt of a standby on a free lock takes it, and the
+// lock, taken inside the attempt's PL/pgSQL block (a subtransaction), stays
+// with the session after the attempt and its next statements; an attempt
+// on a taken lock ends at lock_timeout with held false and no error,
+// leaving the session idle and usable, and holding nothing.
+func TestLockAttempt(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	obs := observer(ctx, t, dsn)
+	e := elector(t, dsn, "a", nil)
+	a, err := e.connect(ctx)
+	if err != nil {
+		t.Fatalf("connect = got error %v, want nil", err)
+	}
+	defer a.Close(context.Background())
+	held, err := e.lock(ctx, a)
+	if err != nil || !held {
+		t.Fatalf("lock on a free lock = got %v, %v, want true, nil", held, err)
+	}
+	for i := range 2 { // the attempt's transaction and a later one ended
+		if got := holder(ctx, t, obs); got != int32(a.PgConn().PID()) {
+			t.Fatalf("leader lock holder after %d statements = got pid %d, want a's session %d", i, got, a.PgConn().PID())
+		}
+		if held, err := e.check(ctx, a); err != nil || !held {
+			t.Fatalf("check after %d statements = got %v, %v, want true, nil", i, held, err)
+		}
+	}
+
+	b, err := e.connect(ctx)
+	if err != nil {
+		t.Fatalf("connect = got error %v, want nil", err)
+	}
+	defer b.Close(context.Background())
+	for range 3 {
+		held, err := e.lock(ctx, b)
+		if err != nil || held {
+			t.Fatalf("lock on a held lock = got %v, %v, want false, nil", held, err)
+		}
+		if st := b.PgConn().TxStatus(); st != 'I' {
+			t.Fatalf("b's transaction status after a timed-out attempt = got %q, want 'I' (idle)", st)
+		}
+	}
+	if held, err := e.check(ctx, b); err != nil || held {
+		t.Fatalf("check of b = got %v, %v, want false, nil", held, err)
+	}
+	if got := holder(ctx, t, obs); got != int32(a.PgConn().PID()) {
+		t.Fatalf("leader lock holder = got pid %d, want a's session %d", got, a.PgConn().PID())
 	}
 }
 

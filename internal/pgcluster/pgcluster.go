@@ -210,7 +210,7 @@ func (c *Cluster) start(ctx context.Context, bin, data string, cred *syscall.Cre
 	if err != nil {
 		return err
 	}
-	logPath := filepath.Join(c.dir, "postgres.log")
+	logPath := c.LogPath()
 	logf, err := os.Create(logPath) // truncated: the log of this attempt only
 	if err != nil {
 		return err
@@ -274,6 +274,10 @@ func (c *Cluster) URL(db string) string {
 // Dir returns the cluster's temporary directory (data, Unix socket and
 // log), which Close removes.
 func (c *Cluster) Dir() string { return c.dir }
+
+// LogPath returns the server's log: its stderr and stdout, with the
+// default log_line_prefix ("%m [%p] ": time and backend pid).
+func (c *Cluster) LogPath() string { return filepath.Join(c.dir, "postgres.log") }
 
 // PID returns the server's (postmaster's) process ID, for a watchdog that
 // outlives this process.

@@ -43,6 +43,16 @@ func Postgres(tb testing.TB) string {
 	return c.URL(name)
 }
 
+// PostgresLog returns the path of the server log of the cluster that
+// Postgres uses (starting it if need be): the postmaster's stderr, where
+// every backend writes, each line prefixed with its time and backend pid
+// ("%m [%p] "). The cluster and so its log are shared by all the tests of
+// the binary: a test reads from the size the file had when it started.
+func PostgresLog(tb testing.TB) string {
+	tb.Helper()
+	return cluster(tb).LogPath()
+}
+
 // cluster returns the running cluster, starting it on first use.
 func cluster(tb testing.TB) *pgcluster.Cluster {
 	tb.Helper()
