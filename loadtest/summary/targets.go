@@ -81,10 +81,11 @@ func (s *Summary) targets(wins []Window) []Target {
 func (s *Summary) degraded(pi int, name string, wins []Window) []Target {
 	var failed, knownBad, after, afterFast int64
 	detect := time.Duration(-1) // worst time from a window's start to its first known-bad answer
-	kill, blackhole := false, false
+	kill, blackhole, brownout := false, false, true
 	for _, w := range wins {
 		kill = kill || w.Kind == "kill-active"
 		blackhole = blackhole || w.Kind == "blackhole"
+		brownout = brownout && w.Kind == "brownout"
 		at := time.Duration(-1)
 		for _, x := range s.samples {
 			if x.Provider != pi || x.Start < w.Start || x.Start >= w.End {
@@ -117,6 +118,13 @@ func (s *Summary) degraded(pi int, name string, wins []Window) []Target {
 		}
 	}
 	var out []Target
+	if brownout {
+		// A provider that answers most calls is not one to give up on:
+		// the breaker is meant to stay closed and the retries to land. A
+		// brownout is judged by its success rate against the naive
+		// client's (success_rate_vs_naive, -mode both).
+		return nil
+	}
 	if kill {
 		// Not asserted in short runs: the handover's length is the
 		// machine's (0.34 s at load 9, 0.85 s at load 14), and a short

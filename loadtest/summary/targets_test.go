@@ -4,6 +4,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/repool/repool/loadtest/arrival"
+	"github.com/repool/repool/loadtest/scenario"
 )
 
 // TestTargets: each target from a run whose numbers are known. The
@@ -104,5 +107,34 @@ func TestSuccessRateTarget(t *testing.T) {
 	}
 	if c := Compare(naive, worse); len(c.Targets) != 1 || c.Targets[0].OK {
 		t.Errorf("Compare().Targets = %+v, want the missed success-rate target", c.Targets)
+	}
+}
+
+// TestBrownoutTargets: a brownout (a provider that answers most calls) is
+// not one to give up on, so its failed calls are not held to the known-bad
+// targets; the healthy provider's and the run's targets still apply.
+func TestBrownoutTargets(t *testing.T) {
+	sc, err := scenario.Parse([]byte(`{"name":"t","rate":10,"duration":"10s","pre_allocated_vus":2,
+		"providers":[{"name":"eu"},{"name":"us"}],
+		"faults":[{"provider":"us","kind":"brownout","share":0.3,"at":"2s","for":"6s"}]}`), false)
+	if err != nil {
+		t.Fatalf("Parse() = %v", err)
+	}
+	rec := NewRecorder(sc.Names())
+	rec.Add(ok(time.Second, 10*time.Millisecond, 0))
+	rec.Add(ok(3*time.Second, 10*time.Millisecond, 0))
+	rec.Add(failed(3*time.Second, 400*time.Millisecond, 1, ""))
+	rec.Add(ok(4*time.Second, 30*time.Millisecond, 1))
+	s := Compute(Input{Mode: "sidecar", Scenario: sc, Recorder: rec, Windows: newPlanWindows(sc),
+		Stats: arrival.Stats{Iterations: 4, Elapsed: 10 * time.Second}})
+	names := map[string]bool{}
+	for _, tg := range s.Targets {
+		names[tg.Name] = true
+	}
+	if names["known_bad_within_1s"] || names["fast_fail_once_known_bad"] {
+		t.Errorf("targets %+v: a brownout's failed calls held to the known-bad targets", s.Targets)
+	}
+	if !names["healthy_p95"] || !names["dropped_iterations"] {
+		t.Errorf("targets %+v: want healthy_p95 and dropped_iterations still", s.Targets)
 	}
 }

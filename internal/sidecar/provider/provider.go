@@ -170,9 +170,10 @@ func (p *Provider) Do(ctx context.Context, method Method, call Call) error {
 		retry := false
 		// A wait to retry ends as soon as the breaker opens (other calls
 		// found the provider down: the next attempt is then refused at
-		// once, circuit-open) or the provider answers again (a failover's
-		// new active server is up), instead of at the end of its backoff.
-		err := p.retrier.DoUntil(ctx, p.breaker.Wake, func(ctx context.Context) error {
+		// once, circuit-open) or, one waiting call after another, when the
+		// provider answers again (a failover's new active server is up),
+		// instead of at the end of its backoff.
+		err := p.retrier.DoUntil(ctx, p.breaker, func(ctx context.Context) error {
 			if retry {
 				if err := p.breaker.Admit(); err != nil {
 					return err

@@ -18,8 +18,8 @@ import (
 //     unavailable (a load balancer with no server up, a refused
 //     connection) and none was answered otherwise. A failover's handover
 //     looks the same while it lasts, so OutageAfter must outlast it: the
-//     calls waiting to retry through a handover are woken when the first
-//     attempt succeeds (Wake), and so finish well before OutageAfter.
+//     calls waiting to retry through a handover get their turn as soon as
+//     an attempt succeeds (Turn), and so finish well before OutageAfter.
 //   - silence: attempts have been in flight for BreakerPolicy.SilenceAfter
 //     and none of them, nor any other, was answered meanwhile (a blackhole:
 //     connections open, nothing comes back). The attempts in flight are
@@ -87,8 +87,8 @@ func (b *Breaker) Start(ctx context.Context) (*Attempt, error) {
 // err itself, or the circuit-open rejection if the silence rule ended the
 // attempt. It records what the attempt says of the provider: an answer
 // (anything but our own deadline or cancellation), a failure as
-// unavailable, or a success that ends an outage and wakes the calls waiting
-// to retry.
+// unavailable, or a success, which ends an outage and gives a call waiting
+// to retry its turn.
 func (a *Attempt) End(err error) error {
 	b := a.b
 	a.stop()
@@ -103,8 +103,8 @@ func (a *Attempt) End(err error) error {
 		b.lastAnswer.Store(now.UnixNano())
 		if b.outageSince.Swap(0) != 0 {
 			b.outageAttempts.Store(0)
-			b.wake() // the provider is back: retry now
 		}
+		b.passTurn() // the provider answers: a waiting call may retry now
 	case Retryable(err) && !TenantElsewhere(err):
 		b.lastAnswer.Store(now.UnixNano())
 		b.outageSince.CompareAndSwap(0, now.UnixNano())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -201,28 +202,76 @@ func TestSilenceRule(t *testing.T) {
 	})
 }
 
-// TestWake: Wake's channel closes when the breaker opens and when an
-// attempt succeeds after attempts failed as unavailable, and not on an
-// ordinary success.
-func TestWake(t *testing.T) {
+// TestTurn: while calls wait to retry, each success gives one of them its
+// turn; without waiting calls a success gives none.
+func TestTurn(t *testing.T) {
 	clk := clock.NewFake(time.Now())
 	b, _ := attemptBreaker(clk, BreakerPolicy{OutageAfter: time.Second, SilenceAfter: -1})
-	w := b.Wake()
 	_ = attempt(b, nil)
 	select {
-	case <-w:
-		t.Fatal("Wake closed on an ordinary success")
+	case <-b.Turn():
+		t.Fatal("a turn given with no call waiting")
 	default:
 	}
+	b.Waiting(1)
+	b.Waiting(1)
 	_ = attempt(b, grpcErr(codes.Unavailable))
-	_ = attempt(b, nil)
 	select {
-	case <-w:
+	case <-b.Turn():
+		t.Fatal("a turn given on a failure")
 	default:
-		t.Fatal("Wake not closed by the success that ended an outage")
 	}
-	if w2 := b.Wake(); w2 == w {
-		t.Fatal("Wake returns the closed channel, want a fresh one")
+	_ = attempt(b, nil)
+	_ = attempt(b, nil) // the turn is not taken yet: no second one
+	<-b.Turn()
+	select {
+	case <-b.Turn():
+		t.Fatal("two turns for one untaken turn")
+	default:
+	}
+	b.Waiting(-1)
+	_ = attempt(b, grpcErr(codes.NotFound)) // a business answer: the provider works
+	<-b.Turn()
+	b.Waiting(-1)
+}
+
+// TestRetryTakesItsTurn: a call waiting an hour to retry retries as soon as
+// another attempt succeeds.
+func TestRetryTakesItsTurn(t *testing.T) {
+	clk := clock.NewFake(time.Now())
+	b, _ := attemptBreaker(clk, BreakerPolicy{OutageAfter: time.Hour, SilenceAfter: -1})
+	p := RetryPolicy{MaxRetries: 3, InitialInterval: time.Hour, MaxInterval: time.Hour, RandomizationFactor: -1, MaxElapsed: 10 * time.Hour}
+	r := NewRetrier(RetrierConfig{Provider: "p", Policy: p, Budget: NewBudget(BudgetPolicy{}, clk), Clock: clk})
+	done := make(chan error, 1)
+	tries := 0
+	go func() {
+		done <- r.DoUntil(context.Background(), b, func(ctx context.Context) error {
+			tries++
+			if tries == 1 {
+				return attempt(b, grpcErr(codes.Unavailable))
+			}
+			return attempt(b, nil)
+		})
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := clk.Wait(ctx, 1); err != nil {
+		t.Fatalf("no wait armed: %v", err)
+	}
+	for b.waiting.Load() == 0 { // the timer is armed just before the call counts itself waiting
+		if ctx.Err() != nil {
+			t.Fatal("the call never counted itself waiting")
+		}
+		runtime.Gosched()
+	}
+	_ = attempt(b, nil) // another call's attempt succeeds
+	select {
+	case err := <-done:
+		if err != nil || tries != 2 {
+			t.Fatalf("DoUntil() = %v after %d tries, want success on the 2nd", err, tries)
+		}
+	case <-ctx.Done():
+		t.Fatal("the waiting call did not take its turn")
 	}
 }
 

@@ -77,9 +77,10 @@ type BreakerPolicy struct {
 	// (Envoy's consecutive_gateway_failure, timed): a provider that went
 	// down is known bad within this time, not after several calls have
 	// spent their retries. It must outlast a failover's handover, which
-	// fails attempts the same way while it lasts (about 0.1 s behind
-	// HAProxy checking every 100 ms). Default 300ms; negative turns the rule
-	// off.
+	// fails attempts the same way while it lasts: 0.05 s on an idle
+	// machine behind HAProxy checking every 100 ms and a standby waiting on
+	// the leader lock, more for a server that restores a large pool.
+	// Default 200ms; negative turns the rule off.
 	OutageAfter time.Duration `yaml:"outage_after"`
 	// SilenceAfter trips the breaker when attempts have been in flight for
 	// this long and the provider answered none of them, nor anything else,
@@ -107,7 +108,7 @@ var breakerDefaults = BreakerPolicy{
 	FailureRatio: 0.5, MinRequests: 20, Window: 10 * time.Second, Buckets: 10,
 	OpenTimeout: time.Second, HalfOpenProbes: 3,
 	ConsecutiveFailures: 5, ConsecutiveTimeouts: 3,
-	OutageAfter: 300 * time.Millisecond, SilenceAfter: 500 * time.Millisecond, MaxInFlight: 4,
+	OutageAfter: 200 * time.Millisecond, SilenceAfter: 500 * time.Millisecond, MaxInFlight: 4,
 }
 
 // Validate names the first bad field (YAML name), after defaults.
@@ -333,10 +334,13 @@ type Breaker struct {
 	lastFailure  atomic.Uint32 // codes.Code of the latest failure
 	tripRule     atomic.Uint32 // TripRule of the last trip
 
-	// wakeSignal is closed when calls waiting to retry should try now (and
-	// replaced by a fresh one): the breaker opened, or an attempt succeeded
-	// after attempts had failed as unavailable (Wake).
+	// wakeSignal is closed when the breaker opens (and replaced by a fresh
+	// one): every call waiting to retry stops waiting (Wake).
 	wakeSignal atomic.Pointer[chan struct{}]
+	// turn passes one waiting call its turn to retry after each success
+	// (Turn); waiting counts the calls waiting (Waiting).
+	turn    chan struct{}
+	waiting atomic.Int32
 
 	// The attempt-level rules (attempt.go), in unix nanos of now(): when
 	// the provider last answered an attempt, when attempts last started
@@ -368,6 +372,7 @@ func NewBreaker(cfg BreakerConfig) *Breaker {
 	}
 	signal := make(chan struct{})
 	b.wakeSignal.Store(&signal)
+	b.turn = make(chan struct{}, 1)
 	b.abort.Store(newAbortGen())
 	b.now = time.Now
 	if cfg.Clock != nil {
@@ -432,13 +437,33 @@ func (b *Breaker) Execute(fn func() error) error {
 	return err
 }
 
-// Wake returns a channel that is closed when a call waiting to retry should
-// stop waiting: when the breaker opens (its next attempt is then refused at
-// once, by Admit, instead of at the end of its backoff) and when an attempt
-// succeeds after attempts failed as unavailable (the provider is back, for
-// example a failover's new active server is up: the call retries at once
-// instead of at the end of its backoff).
+// Wake returns a channel that is closed when the breaker next opens: a call
+// waiting to retry selects on it (Retrier.DoUntil), so that it stops
+// waiting (and, at its next attempt, Admit refuses it) as soon as other
+// calls have found the provider down, instead of at the end of its backoff.
 func (b *Breaker) Wake() <-chan struct{} { return *b.wakeSignal.Load() }
+
+// Turn returns the channel on which a call waiting to retry gets its turn
+// to retry now: each attempt that succeeds while calls wait gives one of
+// them its turn. The calls that waited through a failover's handover are
+// so answered one after the other as soon as the new active server
+// answers — each success passing the turn on — rather than at the end of
+// their backoffs, and never all at once (which the bulkhead would refuse).
+func (b *Breaker) Turn() <-chan struct{} { return b.turn }
+
+// Waiting counts the calls waiting to retry: +1 when one starts waiting, -1
+// when it stops.
+func (b *Breaker) Waiting(delta int) { b.waiting.Add(int32(delta)) }
+
+// passTurn gives one waiting call its turn, if a call waits.
+func (b *Breaker) passTurn() {
+	if b.waiting.Load() > 0 {
+		select {
+		case b.turn <- struct{}{}:
+		default: // a turn is already waiting to be taken
+		}
+	}
+}
 
 // wake closes the current Wake channel and puts a fresh one in its place.
 func (b *Breaker) wake() {

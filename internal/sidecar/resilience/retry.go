@@ -131,12 +131,21 @@ func (r *Retrier) Do(ctx context.Context, op func(context.Context) error) error 
 	return r.DoUntil(ctx, nil, op)
 }
 
-// DoUntil is Do, except that a wait to retry ends early when the channel
-// wake returns at the wait's start is closed: op then runs at once
-// (Breaker.Wake is such a function: its channel closes when the breaker
-// opens, and op is then the attempt that Breaker.Admit refuses, and when
-// the provider answers again). A nil wake never ends a wait.
-func (r *Retrier) DoUntil(ctx context.Context, wake func() <-chan struct{}, op func(context.Context) error) error {
+// Waker tells calls waiting to retry when to stop waiting. Breaker is one.
+type Waker interface {
+	// Wake returns a channel that is closed when every waiting call should
+	// stop waiting (the breaker opened: the next attempt is refused).
+	Wake() <-chan struct{}
+	// Turn returns a channel on which one waiting call at a time is told
+	// to retry now (the provider answered again).
+	Turn() <-chan struct{}
+	// Waiting counts the calls waiting: +1, then -1.
+	Waiting(delta int)
+}
+
+// DoUntil is Do, except that a wait to retry ends early when w says so:
+// op then runs at once. A nil w never ends a wait.
+func (r *Retrier) DoUntil(ctx context.Context, w Waker, op func(context.Context) error) error {
 	r.budget.Call()
 	err := op(ctx)
 	if !Retryable(err) || r.policy.MaxRetries < 0 {
@@ -158,20 +167,13 @@ func (r *Retrier) DoUntil(ctx context.Context, wake func() <-chan struct{}, op f
 			r.refusals.Inc()
 			return fmt.Errorf("%w: %w", ErrBudgetSpent, err)
 		}
-		var woken <-chan struct{} // nil: never
-		if wake != nil {
-			woken = wake()
-		}
 		if timer == nil {
 			timer = r.clock.NewTimer(wait)
 		} else {
 			timer.Reset(wait)
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w (waiting to retry after: %v)", ctx.Err(), err)
-		case <-timer.Chan():
-		case <-woken:
+		if cerr := r.wait(ctx, w, timer); cerr != nil {
+			return fmt.Errorf("%w (waiting to retry after: %v)", cerr, err)
 		}
 		r.retries.Inc()
 		// A retry the bulkhead refuses waits for another: it is a call the
@@ -183,6 +185,25 @@ func (r *Retrier) DoUntil(ctx context.Context, wake func() <-chan struct{}, op f
 			return err
 		}
 	}
+}
+
+// wait waits for timer, or until w says to stop waiting, or ctx ends (its
+// error).
+func (r *Retrier) wait(ctx context.Context, w Waker, timer clock.Timer) error {
+	var wake, turn <-chan struct{} // nil: never
+	if w != nil {
+		wake, turn = w.Wake(), w.Turn()
+		w.Waiting(1)
+		defer w.Waiting(-1)
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.Chan():
+	case <-wake:
+	case <-turn:
+	}
+	return nil
 }
 
 // backOff builds the wait schedule of one call, every field set: the

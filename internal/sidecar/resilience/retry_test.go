@@ -157,7 +157,7 @@ func TestRetryWaitEndsWhenTheBreakerOpens(t *testing.T) {
 	attempts := 0
 	done := make(chan error, 1)
 	go func() {
-		done <- r.DoUntil(context.Background(), b.Wake, func(context.Context) error {
+		done <- r.DoUntil(context.Background(), b, func(context.Context) error {
 			attempts++
 			if attempts > 1 {
 				if err := b.Admit(); err != nil {
