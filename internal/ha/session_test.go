@@ -33,10 +33,7 @@ func TestStandbyKeepsOneSession(t *testing.T) {
 	defer cancel()
 	obs := observer(ctx, t, dsn)
 
-	leader, err := elector(t, dsn, "a", nil).Campaign(ctx)
-	if err != nil {
-		t.Fatalf("Campaign(a) = got error %v, want a term", err)
-	}
+	leader := lead(ctx, t, dsn, nil)
 	defer leader.Resign()
 
 	// The standby's clock never moves: its waits are the database's
@@ -106,10 +103,7 @@ func TestStandbyWaitLogsNothing(t *testing.T) {
 	}
 	from := fi.Size() // the log of this test only: the cluster is shared
 
-	leader, err := elector(t, dsn, "a", nil).Campaign(ctx)
-	if err != nil {
-		t.Fatalf("Campaign(a) = got error %v, want a term", err)
-	}
+	leader := lead(ctx, t, dsn, nil)
 	defer leader.Resign()
 
 	// log_lock_waits as many operators set it (superuser, as in these
@@ -246,10 +240,7 @@ func TestStandbyTakesAFreedLockAtOnce(t *testing.T) {
 
 	// The leader's checks are on a clock that never moves: it does not
 	// notice it lost its session, as a killed process would not.
-	leader, err := elector(t, dsn, "a", clock.NewFake(time.Unix(0, 0))).Campaign(ctx)
-	if err != nil {
-		t.Fatalf("Campaign(a) = got error %v, want a term", err)
-	}
+	leader := lead(ctx, t, dsn, clock.NewFake(time.Unix(0, 0)))
 	defer leader.Resign()
 	leaderPID := holder(ctx, t, obs)
 
@@ -298,10 +289,7 @@ func TestCancelEndsAWaitingCampaign(t *testing.T) {
 	defer cancel()
 	obs := observer(ctx, t, dsn)
 
-	leader, err := elector(t, dsn, "a", nil).Campaign(ctx)
-	if err != nil {
-		t.Fatalf("Campaign(a) = got error %v, want a term", err)
-	}
+	leader := lead(ctx, t, dsn, nil)
 	defer leader.Resign()
 
 	cctx, ccancel := context.WithCancel(ctx)
@@ -442,10 +430,7 @@ func TestLeaderChecksEveryIntervalAndStepsDown(t *testing.T) {
 	defer cancel()
 	obs := observer(ctx, t, dsn)
 	fake := clock.NewFake(time.Unix(0, 0))
-	term, err := elector(t, dsn, "a", fake).Campaign(ctx)
-	if err != nil {
-		t.Fatalf("Campaign(a) = got error %v, want a term", err)
-	}
+	term := lead(ctx, t, dsn, fake)
 	defer term.Resign()
 	s := sessions(ctx, t, obs, "a")
 	if len(s) != 1 || s[0].queryStart == nil {
@@ -489,10 +474,7 @@ func TestResignReleasesTheLock(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	obs := observer(ctx, t, dsn)
-	term, err := elector(t, dsn, "a", clock.NewFake(time.Unix(0, 0))).Campaign(ctx)
-	if err != nil {
-		t.Fatalf("Campaign(a) = got error %v, want a term", err)
-	}
+	term := lead(ctx, t, dsn, clock.NewFake(time.Unix(0, 0)))
 	term.Resign()
 	if err := term.Err(); err == nil || err.Error() != "resigned" {
 		t.Fatalf("term.Err() after Resign = got %v, want resigned", err)
@@ -506,4 +488,15 @@ func TestResignReleasesTheLock(t *testing.T) {
 		t.Fatalf("Campaign(b) after a resigned = got error %v, want a term", err)
 	}
 	next.Resign()
+}
+
+// lead campaigns as "a" with clk (nil: the wall clock) and fails the test
+// unless it wins the lock.
+func lead(ctx context.Context, t *testing.T, dsn string, clk clock.Clock) *Term {
+	t.Helper()
+	term, err := elector(t, dsn, "a", clk).Campaign(ctx)
+	if err != nil {
+		t.Fatalf("Campaign(a) = got error %v, want a term", err)
+	}
+	return term
 }

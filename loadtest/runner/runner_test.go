@@ -124,8 +124,8 @@ func TestShortScenarios(t *testing.T) {
 					continue
 				}
 				// The targets a short run on a loaded machine can show
-				// (summary.Target.Short): a blackhole known bad within a
-				// second.
+				// (summary.Target.Short): a blackhole and an outage known
+				// bad within a second.
 				for _, tg := range r.Targets {
 					if tg.Short && !tg.OK {
 						t.Errorf("target %s{provider:%s}: want %s, got %s", tg.Name, tg.Provider, tg.Want, tg.Got)

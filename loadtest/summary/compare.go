@@ -61,7 +61,11 @@ func Compare(naive, sidecar *Summary) *Comparison {
 			add("error rate, "+where, "share", pn.Fault.ErrorRate, ps.Fault.ErrorRate)
 			add("fast-fail ≤10ms, "+where, "share", pn.Fault.FastFailWithin10ms, ps.Fault.FastFailWithin10ms)
 			add("fast-fail ≤100ms, "+where, "share", pn.Fault.FastFailWithin100ms, ps.Fault.FastFailWithin100ms)
-			if t := SuccessRateTarget(naive, sidecar, c.Provider); t != nil {
+			// A brownout is judged by its success rate; a provider that is
+			// down, silent or slow by its fast failures (the naive
+			// client's few successes there are calls that waited past the
+			// window's end: the error rate row shows them).
+			if t := SuccessRateTarget(naive, sidecar, c.Provider); t != nil && brownoutOnly(sidecar.Faults, c.Provider) {
 				c.Targets = append(c.Targets, *t)
 			}
 		}
@@ -129,4 +133,19 @@ func (r Row) ratio() string {
 		return fmt.Sprintf("%.0f×", math.Round(*r.Ratio))
 	}
 	return fmt.Sprintf("%.2f×", *r.Ratio)
+}
+
+// brownoutOnly reports whether every fault window of provider is a
+// brownout.
+func brownoutOnly(wins []Window, provider string) bool {
+	any := false
+	for _, w := range wins {
+		if w.Provider == provider {
+			if w.Kind != "brownout" {
+				return false
+			}
+			any = true
+		}
+	}
+	return any
 }

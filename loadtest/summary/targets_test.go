@@ -105,8 +105,18 @@ func TestSuccessRateTarget(t *testing.T) {
 	if got := SuccessRateTarget(naive, worse, "us"); got == nil || got.OK {
 		t.Errorf("worse sidecar = %+v, want missed", got)
 	}
+	// us is down in run's scenario: judged by its fast failures, not by
+	// its success rate.
+	if c := Compare(naive, worse); len(c.Targets) != 0 {
+		t.Errorf("Compare().Targets of an outage = %+v, want none", c.Targets)
+	}
+	for _, s := range []*Summary{naive, worse} {
+		for i := range s.Faults {
+			s.Faults[i].Kind = "brownout"
+		}
+	}
 	if c := Compare(naive, worse); len(c.Targets) != 1 || c.Targets[0].OK {
-		t.Errorf("Compare().Targets = %+v, want the missed success-rate target", c.Targets)
+		t.Errorf("Compare().Targets of a brownout = %+v, want the missed success-rate target", c.Targets)
 	}
 }
 

@@ -536,8 +536,11 @@ providers:
     retry_budget: {ratio: 1, min_per_second: 100}
     # The bulkhead must hold the attempts of a handover too: this backend
     # runs up to 40 iterations at once, and during a handover their attempts
-    # wait in HAProxy (the default, 8, sheds them as bulkhead-full).
-    breaker: {max_in_flight: 64}
+    # wait in HAProxy (the default, 4, sheds them as bulkhead-full). The
+    # attempt-level rules must outlast that handover (TLS on every hop, a
+    # loaded CI machine): the defaults, 200 ms without a server up and
+    # 500 ms without an answer, fit a handover on loopback, not this one.
+    breaker: {max_in_flight: 64, outage_after: 1s, silence_after: 1s}
 `, hostClient.addr, sidecarPort, vipAddr, grpcPort, security, keyFile, sidecarTimeout, sidecarTimeout)
 	path := filepath.Join(c.dir, "sidecar.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
