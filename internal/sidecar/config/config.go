@@ -46,7 +46,8 @@
 //	    breaker: {failure_ratio: 0.5, min_requests: 20, window: 10s,
 //	              buckets: 10, open_timeout: 5s, half_open_probes: 3,
 //	              consecutive_failures: 5, consecutive_timeouts: 3,
-//	              max_in_flight: 8}
+//	              outage_after: 200ms, silence_after: 500ms,
+//	              max_in_flight: 4}
 //
 // Without a file, one provider named "default" is built from
 // REPOOL_ENDPOINT (default 127.0.0.1:9090) and REPOOL_API_KEY.

@@ -36,7 +36,7 @@ policies:
     timeout: 5s
     retry: {max_retries: 4, initial_interval: 100ms, max_interval: 1s}
     retry_budget: {ratio: 0.1}
-    breaker: {min_requests: 5, open_timeout: 10s, max_in_flight: 4}
+    breaker: {min_requests: 5, open_timeout: 10s, max_in_flight: 16, outage_after: 1s, silence_after: -1s}
   spare: {timeout: 1s}
 `)
 	if err != nil {
@@ -45,7 +45,8 @@ policies:
 	hard := resilience.Policy{Timeout: 5 * time.Second,
 		Retry:       resilience.RetryPolicy{MaxRetries: 4, InitialInterval: 100 * time.Millisecond, MaxInterval: time.Second},
 		RetryBudget: resilience.BudgetPolicy{Ratio: 0.1},
-		Breaker:     resilience.BreakerPolicy{MinRequests: 5, OpenTimeout: 10 * time.Second, MaxInFlight: 4}}
+		Breaker: resilience.BreakerPolicy{MinRequests: 5, OpenTimeout: 10 * time.Second, MaxInFlight: 16,
+			OutageAfter: time.Second, SilenceAfter: -time.Second}}
 	us := hard
 	us.Timeout, us.Retry.MaxRetries, us.Breaker.MinRequests = 2*time.Second, 1, 7
 	asia := resilience.Policy{Retry: resilience.RetryPolicy{MaxRetries: 2}}
@@ -99,6 +100,8 @@ func TestPoliciesRejected(t *testing.T) {
 			`config: providers.eu.retry.max_interval 1s: want at least initial_interval 2s (over policy "hard")`},
 		{"the provider's own bad field", "providers:\n  eu: {endpoint: 127.0.0.1:9090, api_key: k, breaker: {buckets: 5000}}\n",
 			"config: providers.eu.breaker.buckets 5000: want 1 to 1000"},
+		{"an attempt-level rule too long", "providers:\n  eu: {endpoint: 127.0.0.1:9090, api_key: k, breaker: {silence_after: 2m}}\n",
+			"config: providers.eu.breaker.silence_after 2m0s: want at most 1m"},
 		{"unknown key in a policy", providers + "policies:\n  hard: {retri: {}}\n",
 			`line 4: unknown key "retri"`},
 	}
