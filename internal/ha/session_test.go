@@ -63,16 +63,7 @@ func TestStandbyKeepsOneSession(t *testing.T) {
 	}
 
 	leader.Resign()
-	var term *Term
-	select {
-	case r := <-won:
-		if r.err != nil {
-			t.Fatalf("Campaign(b) = got error %v, want a term once a resigns", r.err)
-		}
-		term = r.term
-	case <-time.After(10 * time.Second): // a test timeout, not a measure
-		t.Fatal("Campaign(b) did not win the lock within 10s of a resigning")
-	}
+	term := await(t, won, 10*time.Second, "a resigns")
 	defer term.Resign()
 	if got := holder(ctx, t, obs); got != standbyPID {
 		t.Fatalf("leader lock holder = got pid %d, want the standby's session %d", got, standbyPID)
@@ -257,16 +248,7 @@ func TestStandbyTakesAFreedLockAtOnce(t *testing.T) {
 	if _, err := obs.Exec(ctx, `SELECT pg_terminate_backend($1)`, leaderPID); err != nil {
 		t.Fatalf("pg_terminate_backend = got error %v, want nil", err)
 	}
-	var term *Term
-	select {
-	case r := <-won:
-		if r.err != nil {
-			t.Fatalf("Campaign(b) = got error %v, want a term once a's session ended", r.err)
-		}
-		term = r.term
-	case <-time.After(5 * time.Second): // a test timeout, not a measure
-		t.Fatal("Campaign(b) did not win the lock within 5s of a's session ending")
-	}
+	term := await(t, won, 5*time.Second, "a's session ended")
 	defer term.Resign()
 	if now := fake.Now(); !now.Equal(start) {
 		t.Fatalf("standby b's clock = got %v, want %v: the takeover waits for no tick", now, start)
@@ -350,6 +332,23 @@ func campaign(ctx context.Context, e *Elector) <-chan campaignResult {
 		c <- campaignResult{t, err}
 	}()
 	return c
+}
+
+// await returns the term campaign b won once `after` happened, and fails
+// the test if b lost or did not win within d (a test timeout, not a
+// measure).
+func await(t *testing.T, won <-chan campaignResult, d time.Duration, after string) *Term {
+	t.Helper()
+	select {
+	case r := <-won:
+		if r.err != nil {
+			t.Fatalf("Campaign(b) = got error %v, want a term once %s", r.err, after)
+		}
+		return r.term
+	case <-time.After(d):
+		t.Fatalf("Campaign(b) did not win the lock within %v once %s", d, after)
+	}
+	return nil
 }
 
 type session struct {
