@@ -186,6 +186,7 @@ func (p *Provider) Do(ctx context.Context, method Method, call Call) error {
 			}
 			return a.End(p.tokens.Do(a.Context(), func(ctx context.Context) error {
 				trailer = nil
+				a.Sent() // from here the provider owes an answer (the silence rule)
 				return call(ctx, p.pool, grpc.Trailer(&trailer))
 			}))
 		})

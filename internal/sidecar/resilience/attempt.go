@@ -20,11 +20,13 @@ import (
 //     looks the same while it lasts, so OutageAfter must outlast it: the
 //     calls waiting to retry through a handover get their turn as soon as
 //     an attempt succeeds (Turn), and so finish well before OutageAfter.
-//   - silence: attempts have been in flight for BreakerPolicy.SilenceAfter
-//     and none of them, nor any other, was answered meanwhile (a blackhole:
-//     connections open, nothing comes back). The attempts in flight are
-//     then ended at once (their calls fail circuit-open) instead of at
-//     their timeout.
+//   - silence: attempts have been sent and waiting for an answer for
+//     BreakerPolicy.SilenceAfter and none of them, nor any other, was
+//     answered meanwhile (a blackhole: connections open, nothing comes
+//     back). The attempts in flight are then ended at once (their calls
+//     fail circuit-open) instead of at their timeout. An attempt counts
+//     once it is sent (Attempt.Sent), not while it waits for its token: a
+//     cold sidecar's first token fetch is not the provider's silence.
 //
 // Either rule opens the breaker (RuleOutage, RuleSilence). They are checked
 // when an attempt starts and when one ends, so they cost nothing when no
@@ -53,6 +55,7 @@ type Attempt struct {
 	gen   *abortGen
 	stop  func() bool
 	abort context.CancelFunc
+	sent  bool
 }
 
 // Context is the context the attempt must run with: the call's, ended also
@@ -70,17 +73,29 @@ func (b *Breaker) Start(ctx context.Context) (*Attempt, error) {
 		b.force(rule)
 		return nil, b.errOpen
 	}
-	if b.inFlight.Load() == 0 {
-		// Before Enter, so that whoever sees this attempt in flight also
-		// sees when the provider became busy.
-		b.busySince.Store(now.UnixNano())
-	}
 	if err := b.Enter(); err != nil {
 		return nil, err
 	}
 	gen := b.abort.Load()
 	actx, cancel := context.WithCancel(ctx)
 	return &Attempt{b: b, ctx: actx, gen: gen, stop: context.AfterFunc(gen.ctx, cancel), abort: cancel}, nil
+}
+
+// Sent marks the attempt as sent to the provider: from now on it waits for
+// the provider's answer, and counts for the silence rule. Call it right
+// before the request goes out; calling it again does nothing.
+func (a *Attempt) Sent() {
+	if a.sent {
+		return
+	}
+	a.sent = true
+	b := a.b
+	if b.waitingAnswer.Load() == 0 {
+		// Before the count, so that whoever sees this attempt waiting also
+		// sees since when the provider has had attempts to answer.
+		b.busySince.Store(b.now().UnixNano())
+	}
+	b.waitingAnswer.Add(1)
 }
 
 // End ends the attempt with its outcome and returns the error to act on:
@@ -93,6 +108,9 @@ func (a *Attempt) End(err error) error {
 	b := a.b
 	a.stop()
 	a.abort()
+	if a.sent {
+		b.waitingAnswer.Add(-1)
+	}
 	b.Leave()
 	if err != nil && a.gen.ctx.Err() != nil {
 		return b.errOpen // the silence rule gave up on the provider
@@ -129,7 +147,7 @@ const outageMinAttempts = 3
 
 // verdict applies the attempt-level rules at now.
 func (b *Breaker) verdict(now time.Time) (TripRule, bool) {
-	if d := b.policy.SilenceAfter; d > 0 && b.inFlight.Load() > 0 {
+	if d := b.policy.SilenceAfter; d > 0 && b.waitingAnswer.Load() > 0 {
 		quiet := max(b.lastAnswer.Load(), b.busySince.Load())
 		if quiet != 0 && now.UnixNano()-quiet >= int64(d) {
 			return RuleSilence, true

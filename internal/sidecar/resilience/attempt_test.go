@@ -26,14 +26,26 @@ func attemptBreaker(clk *clock.Fake, p BreakerPolicy) (*Breaker, chan Transition
 	return NewBreaker(BreakerConfig{Provider: "p", Policy: p, Clock: clk, Notify: ch}), ch
 }
 
-// attempt runs one attempt through Start and End that ends with err, and
-// returns what End (or Start) returned.
+// attempt runs one attempt through Start, Sent and End that ends with
+// err, and returns what End (or Start) returned.
 func attempt(b *Breaker, err error) error {
 	a, serr := b.Start(context.Background())
 	if serr != nil {
 		return serr
 	}
+	a.Sent()
 	return a.End(err)
+}
+
+// sent starts an attempt and sends it.
+func sent(t *testing.T, b *Breaker) *Attempt {
+	t.Helper()
+	a, err := b.Start(context.Background())
+	if err != nil {
+		t.Fatalf("Start = %v, want admitted", err)
+	}
+	a.Sent()
+	return a
 }
 
 func wantOpen(t *testing.T, b *Breaker, ch chan Transition, rule TripRule) {
@@ -135,15 +147,9 @@ func TestSilenceRule(t *testing.T) {
 		clk := clock.NewFake(time.Now())
 		b, ch := attemptBreaker(clk, p)
 		clk.Advance(time.Hour) // the last answer long ago does not count: the provider was idle
-		hanging, err := b.Start(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
+		hanging := sent(t, b)
 		clk.Advance(499 * time.Millisecond)
-		second, err := b.Start(context.Background())
-		if err != nil {
-			t.Fatalf("Start 499 ms into the silence = %v, want admitted", err)
-		}
+		second := sent(t, b) // 499 ms into the silence: admitted
 		clk.Advance(time.Millisecond)
 		if err := attempt(b, nil); !errors.Is(err, ErrCircuitOpen) {
 			t.Fatalf("Start after 500 ms without an answer = %v, want refused circuit-open", err)
@@ -173,7 +179,7 @@ func TestSilenceRule(t *testing.T) {
 	t.Run("answers meanwhile keep it closed", func(t *testing.T) {
 		clk := clock.NewFake(time.Now())
 		b, _ := attemptBreaker(clk, p)
-		slow, _ := b.Start(context.Background())
+		slow := sent(t, b)
 		for range 20 { // 2 s, an answer every 100 ms while one attempt hangs
 			clk.Advance(100 * time.Millisecond)
 			if err := attempt(b, grpcErr(codes.FailedPrecondition)); err == nil || errors.Is(err, ErrCircuitOpen) {
@@ -187,10 +193,29 @@ func TestSilenceRule(t *testing.T) {
 			t.Fatalf("End = %v, want nil", err)
 		}
 	})
+	t.Run("an attempt waiting for its token is not waiting for an answer", func(t *testing.T) {
+		clk := clock.NewFake(time.Now())
+		b, ch := attemptBreaker(clk, p)
+		cold, err := b.Start(context.Background()) // a cold sidecar fetches its token
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(2 * time.Second)
+		if err := attempt(b, nil); err != nil || b.State() != StateClosed {
+			t.Fatalf("attempt after 2 s of a token fetch = %v, breaker %v; want answered, closed", err, b.State())
+		}
+		cold.Sent() // the token came: now it waits for the provider
+		clk.Advance(500 * time.Millisecond)
+		if err := attempt(b, nil); !errors.Is(err, ErrCircuitOpen) {
+			t.Fatalf("Start 500 ms after the send = %v, want circuit-open", err)
+		}
+		wantOpen(t, b, ch, RuleSilence)
+		_ = cold.End(context.Canceled)
+	})
 	t.Run("a timed-out attempt is no answer", func(t *testing.T) {
 		clk := clock.NewFake(time.Now())
 		b, ch := attemptBreaker(clk, p)
-		hanging, _ := b.Start(context.Background())
+		hanging := sent(t, b)
 		clk.Advance(300 * time.Millisecond)
 		_ = attempt(b, context.DeadlineExceeded)
 		clk.Advance(200 * time.Millisecond)
@@ -296,6 +321,9 @@ func TestAttemptsConcurrently(t *testing.T) {
 					if err != nil {
 						return err
 					}
+					if rng.IntN(8) != 0 {
+						a.Sent()
+					}
 					mu.Lock()
 					peak = max(peak, b.InFlight())
 					mu.Unlock()
@@ -311,7 +339,7 @@ func TestAttemptsConcurrently(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if n := b.InFlight(); n != 0 || peak > 6 {
-		t.Fatalf("InFlight() = %d at the end (want 0), peak %d (want ≤ 6)", n, peak)
+	if n, w := b.InFlight(), b.waitingAnswer.Load(); n != 0 || w != 0 || peak > 6 {
+		t.Fatalf("InFlight() = %d and %d waiting for an answer at the end (want 0 and 0), peak %d (want ≤ 6)", n, w, peak)
 	}
 }

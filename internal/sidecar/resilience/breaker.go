@@ -82,9 +82,9 @@ type BreakerPolicy struct {
 	// the leader lock, more for a server that restores a large pool.
 	// Default 200ms; negative turns the rule off.
 	OutageAfter time.Duration `yaml:"outage_after"`
-	// SilenceAfter trips the breaker when attempts have been in flight for
-	// this long and the provider answered none of them, nor anything else,
-	// meanwhile (the slow-call rule for a silent provider: a blackhole
+	// SilenceAfter trips the breaker when attempts have been sent and
+	// waiting for this long (Attempt.Sent) and the provider answered none
+	// of them, nor anything else, meanwhile (the slow-call rule for a silent provider: a blackhole
 	// accepts connections and answers nothing). The attempts in flight then
 	// end at once, their calls failing circuit-open, instead of each waiting
 	// for its timeout. It must exceed the provider's slowest normal answer.
@@ -343,14 +343,16 @@ type Breaker struct {
 	waiting atomic.Int32
 
 	// The attempt-level rules (attempt.go), in unix nanos of now(): when
-	// the provider last answered an attempt, when attempts last started
-	// with none in flight, and since when (0: not) every attempt failed as
-	// unavailable, with how many attempts.
+	// the provider last answered an attempt, when attempts were last sent
+	// with none waiting for an answer, and since when (0: not) every
+	// attempt failed as unavailable, with how many attempts; and the
+	// attempts sent and waiting for an answer.
 	now            func() time.Time
 	lastAnswer     atomic.Int64
 	busySince      atomic.Int64
 	outageSince    atomic.Int64
 	outageAttempts atomic.Int32
+	waitingAnswer  atomic.Int32
 	forced         atomic.Uint32            // 1 + the TripRule being forced by trip; 0: none
 	abort          atomic.Pointer[abortGen] // the attempts in flight, ended by the silence rule
 
