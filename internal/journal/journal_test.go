@@ -132,7 +132,11 @@ func TestStopWithAFullQueue(t *testing.T) {
 	w, _ := New(st, time.Second, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	wait := w.Start(ctx)
-	const senders = 5000 // more than the queue holds
+	// More than the queue and the batch the writer took before it blocked
+	// hold together: the writer may have taken up to maxBatch changes off
+	// the queue (it yields to the senders while its batch is small), and
+	// the queue must still fill behind them.
+	senders := cap(w.ops) + maxBatch + 1000
 	errs := make(chan error, senders)
 	for i := range senders {
 		go func() { errs <- w.Leased(context.Background(), "t", pool.Lease{ID: uint64(i + 1)}) }()
