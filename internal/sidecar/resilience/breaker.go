@@ -77,7 +77,7 @@ type BreakerPolicy struct {
 	// (Envoy's consecutive_gateway_failure, timed): a provider that went
 	// down is known bad within this time, not after several calls have
 	// spent their retries. It must outlast a failover's handover, which
-	// fails attempts the same way while it lasts: 0.05 s on an idle
+	// fails attempts the same way while it lasts: 0.05–0.07 s on an idle
 	// machine behind HAProxy checking every 100 ms and a standby waiting on
 	// the leader lock, more for a server that restores a large pool.
 	// Default 200ms; negative turns the rule off.
