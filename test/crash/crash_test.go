@@ -212,10 +212,13 @@ func (h *harness) run(kills int) {
 
 	s := h.start()
 	h.ready(s)
-	m := keyRE.FindStringSubmatch(s.out.String())
-	if m == nil {
-		t.Fatalf("first start printed no demo API key:\n%s", s.out.String())
-	}
+	// The server is ready (it serves) a moment before it prints the demo
+	// tenant's key: the key is printed last, once nothing can fail.
+	var m []string
+	testenv.Eventually(t, 30*time.Second, "the first start to print the demo API key", func() bool {
+		m = keyRE.FindStringSubmatch(s.out.String())
+		return m != nil
+	})
 	h.key = m[1]
 	conn, err := grpc.NewClient(h.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
