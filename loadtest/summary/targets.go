@@ -81,11 +81,10 @@ func (s *Summary) targets(wins []Window) []Target {
 func (s *Summary) degraded(pi int, name string, wins []Window) []Target {
 	var failed, knownBad, after, afterFast int64
 	detect := time.Duration(-1) // worst time from a window's start to its first known-bad answer
-	kill, shown, brownout := false, false, true
+	kill, shown := false, false
 	for _, w := range wins {
 		kill = kill || w.Kind == "kill-active"
 		shown = shown || w.Kind == "blackhole" || w.Kind == "down"
-		brownout = brownout && w.Kind == "brownout"
 		at := time.Duration(-1)
 		for _, x := range s.samples {
 			if x.Provider != pi || x.Start < w.Start || x.Start >= w.End {
@@ -118,7 +117,7 @@ func (s *Summary) degraded(pi int, name string, wins []Window) []Target {
 		}
 	}
 	var out []Target
-	if brownout {
+	if brownoutOnly(wins, name) {
 		// A provider that answers most calls is not one to give up on:
 		// the breaker is meant to stay closed and the retries to land. A
 		// brownout is judged by its success rate against the naive

@@ -50,12 +50,12 @@ func newAbortGen() *abortGen {
 
 // Attempt is one admitted attempt; see Breaker.Start.
 type Attempt struct {
-	b     *Breaker
-	ctx   context.Context
-	gen   *abortGen
-	stop  func() bool
-	abort context.CancelFunc
-	sent  bool
+	b      *Breaker
+	ctx    context.Context
+	gen    *abortGen
+	stop   func() bool        // unhooks cancel from gen
+	cancel context.CancelFunc // ends ctx
+	sent   bool
 }
 
 // Context is the context the attempt must run with: the call's, ended also
@@ -78,7 +78,7 @@ func (b *Breaker) Start(ctx context.Context) (*Attempt, error) {
 	}
 	gen := b.abort.Load()
 	actx, cancel := context.WithCancel(ctx)
-	return &Attempt{b: b, ctx: actx, gen: gen, stop: context.AfterFunc(gen.ctx, cancel), abort: cancel}, nil
+	return &Attempt{b: b, ctx: actx, gen: gen, stop: context.AfterFunc(gen.ctx, cancel), cancel: cancel}, nil
 }
 
 // Sent marks the attempt as sent to the provider: from now on it waits for
@@ -107,7 +107,7 @@ func (a *Attempt) Sent() {
 func (a *Attempt) End(err error) error {
 	b := a.b
 	a.stop()
-	a.abort()
+	a.cancel()
 	if a.sent {
 		b.waitingAnswer.Add(-1)
 	}
@@ -115,28 +115,24 @@ func (a *Attempt) End(err error) error {
 	if err != nil && a.gen.ctx.Err() != nil {
 		return b.errOpen // the silence rule gave up on the provider
 	}
+	if c := Code(err); c == codes.DeadlineExceeded || c == codes.Canceled {
+		return err // no answer
+	}
 	now := b.now()
-	switch c := Code(err); {
-	case err == nil || successful(err):
-		b.lastAnswer.Store(now.UnixNano())
-		if b.outageSince.Swap(0) != 0 {
-			b.outageAttempts.Store(0)
-		}
-		b.passTurn() // the provider answers: a waiting call may retry now
-	case Retryable(err) && !TenantElsewhere(err):
-		b.lastAnswer.Store(now.UnixNano())
+	b.lastAnswer.Store(now.UnixNano())
+	if Retryable(err) && !TenantElsewhere(err) {
 		b.outageSince.CompareAndSwap(0, now.UnixNano())
 		b.outageAttempts.Add(1)
 		if rule, ok := b.verdict(now); ok {
 			b.force(rule)
 		}
-	case c == codes.DeadlineExceeded || c == codes.Canceled:
-		// no answer
-	default:
-		b.lastAnswer.Store(now.UnixNano())
-		if b.outageSince.Swap(0) != 0 {
-			b.outageAttempts.Store(0)
-		}
+		return err
+	}
+	if b.outageSince.Swap(0) != 0 { // any other answer ends an outage
+		b.outageAttempts.Store(0)
+	}
+	if err == nil || successful(err) {
+		b.passTurn() // the provider works: a waiting call may retry now
 	}
 	return err
 }

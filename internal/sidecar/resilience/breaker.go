@@ -84,8 +84,9 @@ type BreakerPolicy struct {
 	OutageAfter time.Duration `yaml:"outage_after"`
 	// SilenceAfter trips the breaker when attempts have been sent and
 	// waiting for this long (Attempt.Sent) and the provider answered none
-	// of them, nor anything else, meanwhile (the slow-call rule for a silent provider: a blackhole
-	// accepts connections and answers nothing). The attempts in flight then
+	// of them, nor anything else, meanwhile (the slow-call rule for a
+	// silent provider: a blackhole accepts connections and answers
+	// nothing). The attempts in flight then
 	// end at once, their calls failing circuit-open, instead of each waiting
 	// for its timeout. It must exceed the provider's slowest normal answer.
 	// Default 500ms; negative turns the rule off.
@@ -353,7 +354,7 @@ type Breaker struct {
 	outageSince    atomic.Int64
 	outageAttempts atomic.Int32
 	waitingAnswer  atomic.Int32
-	forced         atomic.Uint32            // 1 + the TripRule being forced by trip; 0: none
+	forced         atomic.Uint32            // 1 + the TripRule being forced by force; 0: none
 	abort          atomic.Pointer[abortGen] // the attempts in flight, ended by the silence rule
 
 	// Calls in a row that failed, and that timed out; written under

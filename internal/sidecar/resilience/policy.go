@@ -65,7 +65,8 @@ type GuardConfig struct {
 	// Policy is the provider's policy; zero fields mean their defaults. It
 	// must be valid.
 	Policy Policy
-	// Clock tells the time for the budget and the retrier and schedules
+	// Clock tells the time for the budget, the retrier and the breaker's
+	// attempt-level rules, and schedules
 	// the retrier's waits. Default the wall clock.
 	Clock clock.Clock
 	// Metrics receives the breaker's and the retrier's metrics. Default:
@@ -106,7 +107,7 @@ func NewGuard(cfg GuardConfig, prev *Guard) *Guard {
 		g.Breaker = prev.Breaker
 	} else {
 		g.Breaker = NewBreaker(BreakerConfig{Provider: cfg.Provider, Policy: p.Breaker, Metrics: cfg.Metrics,
-			Notify: cfg.Notify, Probe: cfg.Probe, ProbeTimeout: p.Timeout})
+			Notify: cfg.Notify, Probe: cfg.Probe, ProbeTimeout: p.Timeout, Clock: cfg.Clock})
 	}
 	if prev != nil && prev.Policy.RetryBudget == p.RetryBudget {
 		g.Budget = prev.Budget

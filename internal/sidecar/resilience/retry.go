@@ -121,8 +121,9 @@ func NewRetrier(cfg RetrierConfig) *Retrier {
 func (r *Retrier) Policy() RetryPolicy { return r.policy }
 
 // Do runs op, and runs it again after a backoff while it fails with a
-// retryable error (or, on a retry, is refused by the bulkhead), the policy allows another retry, the budget has one to
-// spend and ctx's deadline leaves time for the wait. It returns op's last
+// retryable error (or, on a retry, is refused by the bulkhead), the policy
+// allows another retry, the budget has one to spend and ctx's deadline
+// leaves time for the wait. It returns op's last
 // error; if the budget refused a retry, that error also matches
 // ErrBudgetSpent; if ctx ended during a wait, ctx's error.
 //
