@@ -3,12 +3,15 @@
 //   SIDECAR=http://127.0.0.1:7070 PROVIDER=default node docs/clients/backend.mjs
 //
 // It follows the pool's event stream (server-sent events) while it registers three resources,
-// acquires a lease once, then releases with "next" once per use (one round trip per use).
+// acquires a lease once, then releases with "next" once per use (one round trip per use). A transient
+// answer (the sidecar's retry_after_ms says when to come back) is retried, a release's too.
 const base = `${process.env.SIDECAR ?? 'http://127.0.0.1:7070'}/v1/providers/${process.env.PROVIDER ?? 'default'}`;
 const retry = new Set(['no_resource_available', 'rate_limited', 'circuit_open', 'unavailable', 'deadline_exceeded']);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+let calls = 0; // round trips to the sidecar
 
 async function call(method, path, body) {
+  calls++;
   const resp = await fetch(base + path, {
     method,
     headers: body === undefined ? {} : { 'Content-Type': 'application/json' },
@@ -28,6 +31,22 @@ async function acquire(context) {
     try {
       return (await call('POST', '/acquire', { context, ttl_seconds: 30 })).lease;
     } catch (e) {
+      if (!retry.has(e.code)) throw e;
+      await sleep(e.retry_after_ms || 1000);
+    }
+  }
+}
+
+// release releases a lease, retrying a transient answer: safe, since the lease id and fencing token
+// name this one lease. A retry that finds the lease gone (not_found) means an earlier try released it
+// and its answer was lost: released, with no next lease (one granted then expires with its TTL).
+async function release(lease, outcome, next) {
+  const body = { fencing_token: lease.fencing_token, outcome, ...(next ? { next } : {}) };
+  for (let retried = false; ; retried = true) {
+    try {
+      return await call('POST', `/leases/${lease.lease_id}/release`, body);
+    } catch (e) {
+      if (retried && e.code === 'not_found') return {};
       if (!retry.has(e.code)) throw e;
       await sleep(e.retry_after_ms || 1000);
     }
@@ -70,23 +89,22 @@ await sleep(200); // let the subscription open before the resources are register
 await call('POST', '/resources', { resources: [0, 1, 2].map((i) => ({ id: `js-${i}`, capacity: 2 })) });
 let lease = await acquire('search');
 let uses = 0;
+const start = calls;
 for (let i = 0; i < 50; i++) {
   const ok = i % 5 !== 0; // stands for the real work done with lease.resource_id
-  const ans = await call('POST', `/leases/${lease.lease_id}/release`, {
-    fencing_token: lease.fencing_token, outcome: ok ? 'SUCCESS' : 'FAILURE',
-    next: { context: 'search', ttl_seconds: 30 },
-  });
+  const ans = await release(lease, ok ? 'SUCCESS' : 'FAILURE', { context: 'search', ttl_seconds: 30 });
   uses++;
-  if (ans.next.lease) {
+  if (ans.next?.lease) {
     lease = ans.next.lease;
-  } else { // released, but nothing was free: wait as told, then acquire
-    await sleep(ans.next.error.retry_after_ms || 100);
+  } else { // released, but no next lease: wait as told, then acquire
+    await sleep(ans.next?.error?.retry_after_ms || 100);
     lease = await acquire('search');
   }
 }
-await call('POST', `/leases/${lease.lease_id}/release`, { fencing_token: lease.fencing_token });
+const trips = calls - start;
+await release(lease, 'SUCCESS');
 const timer = setTimeout(() => stop.abort(), 10000);
 const seen = await watching;
 clearTimeout(timer);
 const res = (await call('GET', '/resources/js-0')).resource;
-console.log(`node: ${uses} uses in ${uses} round trips; ${seen.filter((e) => e.resource_id.startsWith('js-')).length} registered events; js-0 quarantine ${res.quarantine}`);
+console.log(`node: ${uses} uses in ${trips} round trips; ${seen.filter((e) => e.resource_id.startsWith('js-')).length} registered events; js-0 quarantine ${res.quarantine}`);

@@ -4,7 +4,8 @@
     SIDECAR=http://127.0.0.1:7070 PROVIDER=default python3 docs/clients/backend.py
 
 It registers three resources, acquires a lease once, then uses a resource and releases its lease
-with "next" in one call per use (one round trip per use), and reads a resource's statistics.
+with "next" in one call per use (one round trip per use), and reads a resource's statistics. A
+transient answer (the sidecar's retry_after_ms says when to come back) is retried, a release's too.
 """
 import json
 import os
@@ -15,6 +16,7 @@ import urllib.request
 BASE = os.environ.get("SIDECAR", "http://127.0.0.1:7070") + "/v1/providers/" + os.environ.get("PROVIDER", "default")
 # Answers worth waiting for: the sidecar says how long (retry_after_ms).
 RETRY = {"no_resource_available", "rate_limited", "circuit_open", "unavailable", "deadline_exceeded"}
+calls = 0  # round trips to the sidecar
 
 
 class APIError(Exception):
@@ -26,6 +28,8 @@ class APIError(Exception):
 
 
 def call(method, path, body=None):
+    global calls
+    calls += 1
     data = None if body is None else json.dumps(body).encode()
     headers = {"Content-Type": "application/json"} if data else {}
     req = urllib.request.Request(BASE + path, data=data, method=method, headers=headers)
@@ -46,25 +50,46 @@ def acquire(context):
             time.sleep(e.retry_after_ms / 1000 or 1)
 
 
+def release(lease, outcome, next_=None):
+    """Releases a lease, retrying a transient answer: safe, since the lease id and fencing token name
+    this one lease. A retry that finds the lease gone (not_found) means an earlier try released it and
+    its answer was lost: released, with no next lease (one granted then expires with its TTL)."""
+    body = {"fencing_token": lease["fencing_token"], "outcome": outcome}
+    if next_:
+        body["next"] = next_
+    retried = False
+    while True:
+        try:
+            return call("POST", f"/leases/{lease['lease_id']}/release", body)
+        except APIError as e:
+            if retried and e.code == "not_found":
+                return {}
+            if e.code not in RETRY:
+                raise
+            retried = True
+            time.sleep(e.retry_after_ms / 1000 or 1)
+
+
 def main():
     call("POST", "/resources", {"resources": [{"id": f"py-{i}", "capacity": 2} for i in range(3)]})
     lease, uses = acquire("search"), 0
+    start = calls
     for i in range(50):
         ok = i % 5 != 0  # stands for the real work done with lease["resource_id"]
-        ans = call("POST", f"/leases/{lease['lease_id']}/release", {
-            "fencing_token": lease["fencing_token"], "outcome": "SUCCESS" if ok else "FAILURE",
-            "next": {"context": "search", "ttl_seconds": 30}})
+        ans = release(lease, "SUCCESS" if ok else "FAILURE", {"context": "search", "ttl_seconds": 30})
         uses += 1
-        if "lease" in ans["next"]:
-            lease = ans["next"]["lease"]
-        else:  # released, but nothing was free: wait as told, then acquire
-            time.sleep(ans["next"]["error"]["retry_after_ms"] / 1000 or 0.1)
+        nxt = ans.get("next", {})
+        if "lease" in nxt:
+            lease = nxt["lease"]
+        else:  # released, but no next lease: wait as told, then acquire
+            time.sleep(nxt.get("error", {}).get("retry_after_ms", 0) / 1000 or 0.1)
             lease = acquire("search")
-    call("POST", f"/leases/{lease['lease_id']}/release", {"fencing_token": lease["fencing_token"]})
+    trips = calls - start
+    release(lease, "SUCCESS")
     res = call("GET", "/resources/py-0")["resource"]
     page = call("GET", "/resources?page_size=2")
     rate = next((c["success_rate"] for c in res["contexts"] if c["context"] == "search"), None)
-    print(f"python: {uses} uses in {uses} round trips; py-0 quarantine {res['quarantine']}, "
+    print(f"python: {uses} uses in {trips} round trips; py-0 quarantine {res['quarantine']}, "
           f"search success rate {rate if rate is None else round(rate, 2)}; first page {len(page['resources'])} resources")
 
 

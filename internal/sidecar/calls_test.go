@@ -297,8 +297,9 @@ func TestOneProviderOpenWhileAnotherServes(t *testing.T) {
 }
 
 // TestSilentProviderFailsFast: a provider that answers nothing holds at
-// most max_in_flight (4) calls; the next ones fail at once (503, fast-fail
-// bulkhead-full, no attempt made), and once those timeouts came in a row
+// most the bulkhead's min_in_flight (4) calls; the next ones fail once it
+// has answered nothing for slow_after, long before the 4 time out (503,
+// fast-fail bulkhead-full, no attempt made), and once those timeouts came in a row
 // the breaker is open. Default breaker policy otherwise.
 func TestSilentProviderFailsFast(t *testing.T) {
 	fake := fakeserver.Start(t, fakeserver.Config{Acquire: func(ctx context.Context, _ *repoolv1.AcquireRequest) (*repoolv1.AcquireResponse, error) {
@@ -307,7 +308,8 @@ func TestSilentProviderFailsFast(t *testing.T) {
 	}})
 	pc := fast(fake)
 	pc.Timeout = time.Second
-	pc.Breaker = resilience.BreakerPolicy{OpenTimeout: time.Minute, MaxInFlight: 4} // the defaults otherwise
+	pc.Breaker = resilience.BreakerPolicy{OpenTimeout: time.Minute} // the defaults otherwise
+	pc.Bulkhead = resilience.BulkheadPolicy{}                       // the default bulkhead
 	h := start(t, one("p", pc), sidecar.Options{})
 	hung := make(chan response, 4)
 	for range 4 {

@@ -219,7 +219,8 @@ func fast(fake *fakeserver.Server) config.Provider {
 		// may stall the fake server for longer than the attempt-level
 		// rules allow (the load tests run those against real servers).
 		Breaker: resilience.BreakerPolicy{MinRequests: 20, OpenTimeout: time.Minute,
-			ConsecutiveFailures: -1, ConsecutiveTimeouts: -1, OutageAfter: -1, SilenceAfter: -1, MaxInFlight: -1},
+			ConsecutiveFailures: -1, ConsecutiveTimeouts: -1, OutageAfter: -1, SilenceAfter: -1},
+		Bulkhead: resilience.BulkheadPolicy{MaxInFlight: -1},
 	}
 }
 

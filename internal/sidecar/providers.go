@@ -221,7 +221,7 @@ func (s *Sidecar) Apply(cfg config.Config) error {
 		prov, err := provider.New(provider.Config{
 			Name: name, Timeout: pc.Timeout, Pool: repoolv1.NewPoolServiceClient(e.up.conn), Tokens: e.up.tokens,
 			Health:  health,
-			Breaker: e.guard.Breaker, Retrier: e.guard.Retrier, Metrics: s.provMetrics,
+			Breaker: e.guard.Breaker, Retrier: e.guard.Retrier, Bulkhead: e.guard.Bulkhead, Metrics: s.provMetrics,
 		})
 		if err != nil {
 			return fail(err)
@@ -300,12 +300,12 @@ func (l lookup) Lookup(name string) (httpapi.Handle, bool) {
 	return httpapi.Handle{}, false
 }
 
-// Breakers returns every provider's breaker status.
-func (l lookup) Breakers() []resilience.Status {
+// All returns every provider in effect.
+func (l lookup) All() []*provider.Provider {
 	set := *l.s.set.Load()
-	out := make([]resilience.Status, 0, len(set))
+	out := make([]*provider.Provider, 0, len(set))
 	for _, e := range set {
-		out = append(out, e.guard.Breaker.Status())
+		out = append(out, e.prov)
 	}
 	return out
 }

@@ -7,11 +7,17 @@ package clients
 import (
 	"bytes"
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -72,7 +78,14 @@ func stack(t *testing.T) string {
 // TestClients runs each client of docs/clients against its own server and
 // sidecar (the clients register resources of their own names, but each
 // starts from a fresh pool) and checks what it printed: 50 uses in 50 round
-// trips, and for Node the registered events it read from the stream.
+// trips, and for Node the registered events it read from the stream. Then
+// again through a proxy that answers two of the releases as a sidecar does
+// when something on the way is transient: one refused before it reaches the
+// server (503 unavailable, bulkhead-full, retry_after_ms), and one carried
+// out whose answer is lost (504 deadline_exceeded). Each client must retry
+// both, take the retried release's not_found as released, and still make
+// its 50 uses, in 53 round trips (the refused release's retry; the lost
+// one's retry and the acquire after it).
 func TestClients(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -83,30 +96,90 @@ func TestClients(t *testing.T) {
 		argv []string
 		want []string
 	}{
-		{"python", []string{"python3", "docs/clients/backend.py"}, []string{"python: 50 uses in 50 round trips", "py-0 quarantine none", "first page 2 resources"}},
-		{"node", []string{"node", "docs/clients/backend.mjs"}, []string{"node: 50 uses in 50 round trips", "3 registered events", "js-0 quarantine none"}},
-		{"go", []string{"go", "run", "./docs/clients/go"}, []string{"go: 50 uses in 50 round trips", "go-0 quarantine none"}},
+		{"python", []string{"python3", "docs/clients/backend.py"}, []string{"py-0 quarantine none", "first page 2 resources"}},
+		{"node", []string{"node", "docs/clients/backend.mjs"}, []string{"3 registered events", "js-0 quarantine none"}},
+		{"go", []string{"go", "run", "./docs/clients/go"}, []string{"go-0 quarantine none"}},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			if _, err := exec.LookPath(c.argv[0]); err != nil {
-				t.Fatalf("%s is not installed (scripts/test installs it): %v", c.argv[0], err)
+		for _, transient := range []bool{false, true} {
+			name := c.name
+			if transient {
+				name += "/transient releases"
 			}
-			base := stack(t)
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, c.argv[0], c.argv[1:]...)
-			cmd.Dir = root
-			cmd.Env = append(os.Environ(), "SIDECAR="+base, "PROVIDER=default")
-			out, err := cmd.CombinedOutput()
-			if err != nil {
-				t.Fatalf("%s: %v\n%s", strings.Join(c.argv, " "), err, out)
-			}
-			t.Logf("%s", bytes.TrimSpace(out))
-			for _, w := range c.want {
-				if !strings.Contains(string(out), w) {
-					t.Errorf("%s printed %q, want it to say %q", c.name, out, w)
+			t.Run(name, func(t *testing.T) {
+				if _, err := exec.LookPath(c.argv[0]); err != nil {
+					t.Fatalf("%s is not installed (scripts/test installs it): %v", c.argv[0], err)
 				}
-			}
-		})
+				base, want := stack(t), c.name+": 50 uses in 50 round trips"
+				var inj *injector
+				if transient {
+					inj = inject(t, base)
+					base, want = inj.url, c.name+": 50 uses in 53 round trips"
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer cancel()
+				cmd := exec.CommandContext(ctx, c.argv[0], c.argv[1:]...)
+				cmd.Dir = root
+				cmd.Env = append(os.Environ(), "SIDECAR="+base, "PROVIDER=default")
+				out, err := cmd.CombinedOutput()
+				if err != nil {
+					t.Fatalf("%s: %v\n%s", strings.Join(c.argv, " "), err, out)
+				}
+				t.Logf("%s", bytes.TrimSpace(out))
+				for _, w := range append(c.want, want) {
+					if !strings.Contains(string(out), w) {
+						t.Errorf("%s printed %q, want it to say %q", c.name, out, w)
+					}
+				}
+				if inj != nil && inj.injected.Load() != 2 {
+					t.Errorf("the proxy answered %d releases itself, want 2", inj.injected.Load())
+				}
+			})
+		}
 	}
+}
+
+// injector is a proxy in front of a sidecar that answers the 3rd release it
+// sees with a refusal (not forwarded) and the 7th with a lost answer
+// (forwarded, then answered 504).
+type injector struct {
+	url      string
+	releases atomic.Int32
+	injected atomic.Int32
+}
+
+func inject(t *testing.T, sidecar string) *injector {
+	t.Helper()
+	target, err := url.Parse(sidecar)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inj := &injector{}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/release") {
+			proxy.ServeHTTP(w, r)
+			return
+		}
+		switch inj.releases.Add(1) {
+		case 3:
+			inj.injected.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("X-Repool-Fast-Fail", "bulkhead-full")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `{"error":{"code":"unavailable","message":"injected: the bulkhead refused the attempt","retry_after_ms":5}}`)
+		case 7:
+			inj.injected.Add(1)
+			rec := httptest.NewRecorder()
+			proxy.ServeHTTP(rec, r) // the release happens; its answer is lost
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("X-Repool-Fast-Fail", "timeout")
+			w.WriteHeader(http.StatusGatewayTimeout)
+			_, _ = io.WriteString(w, `{"error":{"code":"deadline_exceeded","message":"injected: the answer was lost"}}`)
+		default:
+			proxy.ServeHTTP(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	inj.url = srv.URL
+	return inj
 }

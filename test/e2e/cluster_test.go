@@ -534,13 +534,14 @@ providers:
     # second: lock, restore, one HAProxy check interval).
     retry: {max_retries: 10, initial_interval: 50ms, multiplier: 1.5, max_interval: 250ms, randomization_factor: 0.5, max_elapsed: %s}
     retry_budget: {ratio: 1, min_per_second: 100}
-    # The bulkhead must hold the attempts of a handover too: this backend
-    # runs up to 40 iterations at once, and during a handover their attempts
-    # wait in HAProxy (the default, 4, sheds them as bulkhead-full). The
-    # attempt-level rules must outlast that handover (TLS on every hop, a
-    # loaded CI machine): the defaults, 200 ms without a server up and
-    # 500 ms without an answer, fit a handover on loopback, not this one.
-    breaker: {max_in_flight: 64, outage_after: 1s, silence_after: 1s}
+    # The attempt-level rules and the bulkhead must outlast a handover (TLS
+    # on every hop, a loaded CI machine): during one, up to 40 iterations'
+    # attempts wait in HAProxy with no answer. The defaults, 200 ms without
+    # a server up, 500 ms without an answer and slow_after 100 ms (beyond
+    # which the bulkhead refuses attempts over min_in_flight), fit a
+    # handover on loopback, not this one.
+    breaker: {outage_after: 1s, silence_after: 1s}
+    bulkhead: {slow_after: 1s}
 `, hostClient.addr, sidecarPort, vipAddr, grpcPort, security, keyFile, sidecarTimeout, sidecarTimeout)
 	path := filepath.Join(c.dir, "sidecar.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -136,9 +137,10 @@ func answersOf(t *testing.T, out string, n int) []answer {
 }
 
 // startRun starts ./scripts/run with env in its own process group and
-// waits until it says the system is running; the test's cleanup stops the
-// group (the script, the server and the sidecar).
-func startRun(t *testing.T, root string, env []string) {
+// waits until it says the system is running; it returns a function that
+// stops the group (the script, the server and the sidecar), which the
+// test's cleanup also calls.
+func startRun(t *testing.T, root string, env []string) (stop func()) {
 	t.Helper()
 	var out testenv.Output
 	cmd := exec.Command("./scripts/run")
@@ -150,17 +152,21 @@ func startRun(t *testing.T, root string, env []string) {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		pgid := cmd.Process.Pid
-		_ = syscall.Kill(-pgid, syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-			<-exited
-			t.Errorf("./scripts/run did not stop within 30s of SIGTERM; output:\n%s", out.String())
-		}
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			pgid := cmd.Process.Pid
+			_ = syscall.Kill(-pgid, syscall.SIGTERM)
+			select {
+			case <-exited:
+			case <-time.After(30 * time.Second):
+				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				<-exited
+				t.Errorf("./scripts/run did not stop within 30s of SIGTERM; output:\n%s", out.String())
+			}
+		})
+	}
+	t.Cleanup(stop)
 	// scripts/run builds both binaries first: minutes on a cold cache.
 	deadline := time.Now().Add(10 * time.Minute)
 	for !strings.Contains(out.String(), "repool is running") {
@@ -174,4 +180,5 @@ func startRun(t *testing.T, root string, env []string) {
 			t.Fatalf("./scripts/run did not say it was running within 10 minutes; output:\n%s", out.String())
 		}
 	}
+	return stop
 }

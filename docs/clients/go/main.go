@@ -4,7 +4,9 @@
 //	SIDECAR=http://127.0.0.1:7070 PROVIDER=default go run ./docs/clients/go
 //
 // It registers three resources, acquires a lease once, then releases with
-// "next" once per use (one round trip per use) and reads a resource back.
+// "next" once per use (one round trip per use) and reads a resource back. A
+// transient answer (the sidecar's retry_after_ms says when to come back) is
+// retried, a release's too.
 package main
 
 import (
@@ -55,6 +57,9 @@ func env(k, def string) string {
 
 var client = &http.Client{Timeout: 10 * time.Second}
 
+// calls counts the round trips to the sidecar.
+var calls int
+
 // call sends body (if not nil) as JSON and decodes the answer into out.
 func call(method, path string, body, out any) error {
 	var rd io.Reader
@@ -72,6 +77,7 @@ func call(method, path string, body, out any) error {
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	calls++
 	resp, err := client.Do(req)
 	if err != nil {
 		return err
@@ -88,6 +94,47 @@ func call(method, path string, body, out any) error {
 	return json.NewDecoder(resp.Body).Decode(out)
 }
 
+// transient reports whether an error is worth trying again after e.wait().
+func transient(e *APIError) bool {
+	switch e.Code {
+	case "no_resource_available", "rate_limited", "circuit_open", "unavailable", "deadline_exceeded":
+		return true
+	}
+	return false
+}
+
+// Next is a release's next lease, or why there is none.
+type Next struct {
+	Lease *Lease
+	Error *APIError
+}
+
+// release releases a lease, retrying a transient answer: safe, since the
+// lease id and fencing token name this one lease. A retry that finds the
+// lease gone (not_found) means an earlier try released it and its answer was
+// lost: released, with no next lease (one granted then expires with its TTL).
+func release(lease Lease, outcome string, next map[string]any) (Next, error) {
+	body := map[string]any{"fencing_token": lease.FencingToken, "outcome": outcome}
+	if next != nil {
+		body["next"] = next
+	}
+	for retried := false; ; retried = true {
+		var ans struct{ Next Next }
+		err := call("POST", "/leases/"+lease.LeaseID+"/release", body, &ans)
+		e, ok := err.(*APIError)
+		switch {
+		case err == nil:
+			return ans.Next, nil
+		case ok && retried && e.Code == "not_found":
+			return Next{}, nil
+		case ok && transient(e):
+			time.Sleep(e.wait())
+		default:
+			return Next{}, err
+		}
+	}
+}
+
 func acquire(context string) (Lease, error) {
 	for {
 		var ans struct{ Lease Lease }
@@ -96,7 +143,7 @@ func acquire(context string) (Lease, error) {
 		switch {
 		case err == nil:
 			return ans.Lease, nil
-		case ok && (e.Code == "no_resource_available" || e.Code == "rate_limited" || e.Code == "circuit_open" || e.Code == "unavailable"):
+		case ok && transient(e):
 			time.Sleep(e.wait())
 		default:
 			return Lease{}, err
@@ -114,37 +161,31 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	uses := 0
+	uses, start := 0, calls
 	for i := 0; i < 50; i++ {
 		outcome := "SUCCESS" // stands for the real work done with lease.ResourceID
 		if i%5 == 0 {
 			outcome = "FAILURE"
 		}
-		var ans struct {
-			Next struct {
-				Lease *Lease
-				Error *APIError
-			}
-		}
-		err := call("POST", "/leases/"+lease.LeaseID+"/release", map[string]any{
-			"fencing_token": lease.FencingToken, "outcome": outcome,
-			"next": map[string]any{"context": "search", "ttl_seconds": 30},
-		}, &ans)
+		next, err := release(lease, outcome, map[string]any{"context": "search", "ttl_seconds": 30})
 		if err != nil {
 			log.Fatal(err)
 		}
 		uses++
-		if ans.Next.Lease != nil {
-			lease = *ans.Next.Lease
+		if next.Lease != nil {
+			lease = *next.Lease
 			continue
 		}
-		// Released, but nothing was free: wait as told, then acquire.
-		time.Sleep(ans.Next.Error.wait())
+		// Released, but no next lease: wait as told, then acquire.
+		if next.Error != nil {
+			time.Sleep(next.Error.wait())
+		}
 		if lease, err = acquire("search"); err != nil {
 			log.Fatal(err)
 		}
 	}
-	if err := call("POST", "/leases/"+lease.LeaseID+"/release", map[string]any{"fencing_token": lease.FencingToken}, &struct{}{}); err != nil {
+	trips := calls - start
+	if _, err := release(lease, "SUCCESS", nil); err != nil {
 		log.Fatal(err)
 	}
 	var got struct {
@@ -159,5 +200,5 @@ func main() {
 	if err := call("GET", "/resources/go-0", nil, &got); err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("go: %d uses in %d round trips; go-0 quarantine %s, %d contexts\n", uses, uses, got.Resource.Quarantine, len(got.Resource.Contexts))
+	fmt.Printf("go: %d uses in %d round trips; go-0 quarantine %s, %d contexts\n", uses, trips, got.Resource.Quarantine, len(got.Resource.Contexts))
 }

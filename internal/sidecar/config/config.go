@@ -46,8 +46,8 @@
 //	    breaker: {failure_ratio: 0.5, min_requests: 20, window: 10s,
 //	              buckets: 10, open_timeout: 5s, half_open_probes: 3,
 //	              consecutive_failures: 5, consecutive_timeouts: 3,
-//	              outage_after: 200ms, silence_after: 500ms,
-//	              max_in_flight: 4}
+//	              outage_after: 200ms, silence_after: 500ms}
+//	    bulkhead: {min_in_flight: 4, max_in_flight: 256, slow_after: 100ms}
 //
 // Without a file, one provider named "default" is built from
 // REPOOL_ENDPOINT (default 127.0.0.1:9090) and REPOOL_API_KEY.
@@ -170,7 +170,7 @@ type Provider struct {
 	// Policy names the provider's resilience policy in Config.Policies.
 	// Default "default".
 	Policy string `yaml:"policy"`
-	// Timeout, Retry, RetryBudget and Breaker are the provider's own
+	// Timeout, Retry, RetryBudget, Breaker and Bulkhead are the provider's own
 	// resilience settings (resilience.Policy's fields, the same keys): each
 	// field set here overrides that field of the named policy, one by one;
 	// a field left out (zero) is the policy's. WithDefaults resolves them:
@@ -184,12 +184,14 @@ type Provider struct {
 	RetryBudget resilience.BudgetPolicy `yaml:"retry_budget"`
 	// Breaker is the circuit breaker policy.
 	Breaker resilience.BreakerPolicy `yaml:"breaker"`
+	// Bulkhead bounds the attempts in flight to the provider.
+	Bulkhead resilience.BulkheadPolicy `yaml:"bulkhead"`
 }
 
 // Resilience returns the provider's own resilience fields as a policy:
 // after WithDefaults, its whole resolved policy.
 func (p Provider) Resilience() resilience.Policy {
-	return resilience.Policy{Timeout: p.Timeout, Retry: p.Retry, RetryBudget: p.RetryBudget, Breaker: p.Breaker}
+	return resilience.Policy{Timeout: p.Timeout, Retry: p.Retry, RetryBudget: p.RetryBudget, Breaker: p.Breaker, Bulkhead: p.Bulkhead}
 }
 
 // policyName returns the name of the provider's policy.
@@ -205,7 +207,7 @@ func (p Provider) policyName() string {
 // name (Validate refuses it) resolves over the built-in default.
 func (c Config) resolvePolicy(p Provider) Provider {
 	r := c.Policies[p.policyName()].Overlay(p.Resilience()).WithDefaults()
-	p.Timeout, p.Retry, p.RetryBudget, p.Breaker = r.Timeout, r.Retry, r.RetryBudget, r.Breaker
+	p.Timeout, p.Retry, p.RetryBudget, p.Breaker, p.Bulkhead = r.Timeout, r.Retry, r.RetryBudget, r.Breaker, r.Bulkhead
 	return p
 }
 

@@ -29,14 +29,15 @@ func TestPoliciesResolve(t *testing.T) {
 	c, err := loadPolicies(t, `
 providers:
   eu:   {endpoint: 127.0.0.1:9090, api_key: k, policy: hard-outage}
-  us:   {endpoint: 127.0.0.1:9091, api_key: k, policy: hard-outage, timeout: 2s, retry: {max_retries: 1}, breaker: {min_requests: 7}}
+  us:   {endpoint: 127.0.0.1:9091, api_key: k, policy: hard-outage, timeout: 2s, retry: {max_retries: 1}, breaker: {min_requests: 7}, bulkhead: {slow_after: 300ms}}
   asia: {endpoint: 127.0.0.1:9092, api_key: k, retry: {max_retries: 2}}
 policies:
   hard-outage:
     timeout: 5s
     retry: {max_retries: 4, initial_interval: 100ms, max_interval: 1s}
     retry_budget: {ratio: 0.1}
-    breaker: {min_requests: 5, open_timeout: 10s, max_in_flight: 16, outage_after: 1s, silence_after: -1s}
+    breaker: {min_requests: 5, open_timeout: 10s, outage_after: 1s, silence_after: -1s}
+    bulkhead: {min_in_flight: 2, max_in_flight: 16}
   spare: {timeout: 1s}
 `)
 	if err != nil {
@@ -45,10 +46,10 @@ policies:
 	hard := resilience.Policy{Timeout: 5 * time.Second,
 		Retry:       resilience.RetryPolicy{MaxRetries: 4, InitialInterval: 100 * time.Millisecond, MaxInterval: time.Second},
 		RetryBudget: resilience.BudgetPolicy{Ratio: 0.1},
-		Breaker: resilience.BreakerPolicy{MinRequests: 5, OpenTimeout: 10 * time.Second, MaxInFlight: 16,
-			OutageAfter: time.Second, SilenceAfter: -time.Second}}
+		Breaker:     resilience.BreakerPolicy{MinRequests: 5, OpenTimeout: 10 * time.Second, OutageAfter: time.Second, SilenceAfter: -time.Second},
+		Bulkhead:    resilience.BulkheadPolicy{MinInFlight: 2, MaxInFlight: 16}}
 	us := hard
-	us.Timeout, us.Retry.MaxRetries, us.Breaker.MinRequests = 2*time.Second, 1, 7
+	us.Timeout, us.Retry.MaxRetries, us.Breaker.MinRequests, us.Bulkhead.SlowAfter = 2*time.Second, 1, 7, 300*time.Millisecond
 	asia := resilience.Policy{Retry: resilience.RetryPolicy{MaxRetries: 2}}
 	for name, want := range map[string]resilience.Policy{"eu": hard, "us": us, "asia": asia} {
 		if got := c.Providers[name].Resilience(); got != want.WithDefaults() {

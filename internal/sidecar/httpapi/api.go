@@ -34,7 +34,6 @@ import (
 	repoolv1 "github.com/repool/repool/api/repool/v1"
 	"github.com/repool/repool/internal/clock"
 	"github.com/repool/repool/internal/sidecar/provider"
-	"github.com/repool/repool/internal/sidecar/resilience"
 )
 
 // Handle is a provider in use by one request.
@@ -51,8 +50,8 @@ type Handle struct {
 type Providers interface {
 	// Lookup returns the named provider, or false if there is none.
 	Lookup(name string) (Handle, bool)
-	// Breakers returns every provider's breaker status.
-	Breakers() []resilience.Status
+	// All returns every provider in effect, for the status views.
+	All() []*provider.Provider
 	// Names returns the names of the providers, sorted.
 	Names() []string
 }
@@ -384,14 +383,26 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // breakerView is one provider in GET /v1/breakers.
 type breakerView struct {
-	Provider       string     `json:"provider"`
-	State          string     `json:"state"`
-	Since          time.Time  `json:"since"`
-	SecondsInState float64    `json:"seconds_in_state"`
-	RetryAfterMS   int64      `json:"retry_after_ms,omitempty"`
-	Counts         countsView `json:"counts"`
-	Trips          uint64     `json:"trips"`
-	LastTrip       *tripView  `json:"last_trip,omitempty"`
+	Provider       string       `json:"provider"`
+	State          string       `json:"state"`
+	Since          time.Time    `json:"since"`
+	SecondsInState float64      `json:"seconds_in_state"`
+	RetryAfterMS   int64        `json:"retry_after_ms,omitempty"`
+	Counts         countsView   `json:"counts"`
+	Trips          uint64       `json:"trips"`
+	LastTrip       *tripView    `json:"last_trip,omitempty"`
+	Bulkhead       bulkheadView `json:"bulkhead"`
+}
+
+// bulkheadView is a provider's bulkhead in GET /v1/breakers.
+type bulkheadView struct {
+	Limit        int     `json:"limit"`
+	MinInFlight  int     `json:"min_in_flight"`
+	MaxInFlight  int     `json:"max_in_flight"`
+	InFlight     int     `json:"in_flight"`
+	Waiting      int     `json:"waiting"`
+	Slow         bool    `json:"slow"`
+	LastAnswerMS float64 `json:"last_answer_ms"`
 }
 
 type countsView struct {
@@ -409,11 +420,12 @@ type tripView struct {
 }
 
 func (a *API) breakers(w http.ResponseWriter, _ *http.Request) {
-	st := a.providers.Breakers()
-	sort.Slice(st, func(i, j int) bool { return st[i].Provider < st[j].Provider })
-	views := make([]breakerView, 0, len(st))
+	provs := a.providers.All()
+	sort.Slice(provs, func(i, j int) bool { return provs[i].Name() < provs[j].Name() })
+	views := make([]breakerView, 0, len(provs))
 	now := time.Now()
-	for _, s := range st {
+	for _, p := range provs {
+		s, bh, bp := p.Breaker().Status(), p.Bulkhead().Status(), p.Bulkhead().Policy()
 		v := breakerView{
 			Provider: s.Provider, State: s.State.String(), Since: s.Since.UTC(),
 			SecondsInState: now.Sub(s.Since).Seconds(), RetryAfterMS: s.RetryAfter.Milliseconds(),
@@ -423,6 +435,9 @@ func (a *API) breakers(w http.ResponseWriter, _ *http.Request) {
 				ConsecutiveFailures: s.Counts.ConsecutiveFailures,
 			},
 			Trips: s.Trips,
+			Bulkhead: bulkheadView{Limit: bh.Limit, MinInFlight: bp.MinInFlight, MaxInFlight: bp.MaxInFlight,
+				InFlight: bh.InFlight, Waiting: bh.Waiting, Slow: bh.Slow,
+				LastAnswerMS: float64(bh.LastAnswer.Microseconds()) / 1000},
 		}
 		if !s.LastTrip.IsZero() {
 			v.LastTrip = &tripView{At: s.LastTrip.UTC(), Reason: s.LastTripReason}
@@ -497,7 +512,7 @@ func (a *API) readyz(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) healthz(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "providers": len(a.providers.Breakers())})
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "providers": len(a.providers.All())})
 }
 
 // OpenAPI is the OpenAPI 3 document of this API, served at GET

@@ -88,9 +88,7 @@ func (o onlyProvider) Lookup(name string) (httpapi.Handle, bool) {
 
 func (o onlyProvider) Names() []string { return []string{fuzzProvider} }
 
-func (o onlyProvider) Breakers() []resilience.Status {
-	return []resilience.Status{o.p.Breaker().Status()}
-}
+func (o onlyProvider) All() []*provider.Provider { return []*provider.Provider{o.p} }
 
 // newFuzzSidecar starts the fake and the API until tb ends. The fake's
 // event stream sends one event, seq AfterSeq+1, and then ends with
@@ -150,6 +148,7 @@ func newFuzzSidecar(tb testing.TB) *fuzzSidecar {
 	p, err := provider.New(provider.Config{
 		Name: fuzzProvider, Timeout: testenv.FuzzBound, Pool: repoolv1.NewPoolServiceClient(conn), Tokens: tokens,
 		Breaker: breaker, Metrics: provider.NewMetrics(reg),
+		Bulkhead: resilience.NewBulkhead(resilience.BulkheadConfig{Provider: fuzzProvider, Metrics: resMetrics}),
 		Retrier: resilience.NewRetrier(resilience.RetrierConfig{Provider: fuzzProvider,
 			Budget: resilience.NewBudget(resilience.BudgetPolicy{}, nil), Metrics: resMetrics}),
 	})

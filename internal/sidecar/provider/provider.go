@@ -86,6 +86,8 @@ type Config struct {
 	Breaker *resilience.Breaker
 	// Retrier retries transient failures within the provider's budget.
 	Retrier *resilience.Retrier
+	// Bulkhead bounds the attempts in flight to the provider.
+	Bulkhead *resilience.Bulkhead
 	// Metrics counts the calls.
 	Metrics *Metrics
 }
@@ -95,14 +97,15 @@ type Config struct {
 // belong to whoever created them, and may outlive the Provider across
 // configuration reloads.
 type Provider struct {
-	name    string
-	timeout time.Duration
-	pool    repoolv1.PoolServiceClient
-	tokens  *token.Source
-	breaker *resilience.Breaker
-	retrier *resilience.Retrier
-	series  *series
-	health  healthpb.HealthClient
+	name     string
+	timeout  time.Duration
+	pool     repoolv1.PoolServiceClient
+	tokens   *token.Source
+	breaker  *resilience.Breaker
+	retrier  *resilience.Retrier
+	bulkhead *resilience.Bulkhead
+	series   *series
+	health   healthpb.HealthClient
 }
 
 // New returns a Provider.
@@ -110,12 +113,12 @@ func New(cfg Config) (*Provider, error) {
 	switch {
 	case cfg.Name == "":
 		return nil, errors.New("provider: Config.Name is required")
-	case cfg.Timeout <= 0, cfg.Pool == nil, cfg.Tokens == nil, cfg.Breaker == nil, cfg.Retrier == nil, cfg.Metrics == nil:
-		return nil, fmt.Errorf("provider %q: Config.Timeout, Pool, Tokens, Breaker, Retrier and Metrics are required", cfg.Name)
+	case cfg.Timeout <= 0, cfg.Pool == nil, cfg.Tokens == nil, cfg.Breaker == nil, cfg.Retrier == nil, cfg.Bulkhead == nil, cfg.Metrics == nil:
+		return nil, fmt.Errorf("provider %q: Config.Timeout, Pool, Tokens, Breaker, Retrier, Bulkhead and Metrics are required", cfg.Name)
 	}
 	return &Provider{
 		name: cfg.Name, timeout: cfg.Timeout, pool: cfg.Pool, tokens: cfg.Tokens,
-		breaker: cfg.Breaker, retrier: cfg.Retrier, health: cfg.Health,
+		breaker: cfg.Breaker, retrier: cfg.Retrier, bulkhead: cfg.Bulkhead, health: cfg.Health,
 		series: newSeries(cfg.Metrics, cfg.Name,
 			resilience.FastFailCircuitOpen, resilience.FastFailBulkhead, resilience.FastFailTimeout, resilience.FastFailUpstream),
 	}, nil
@@ -127,11 +130,14 @@ func (p *Provider) Name() string { return p.name }
 // Breaker returns the provider's circuit breaker.
 func (p *Provider) Breaker() *resilience.Breaker { return p.breaker }
 
+// Bulkhead returns the provider's bulkhead.
+func (p *Provider) Bulkhead() *resilience.Bulkhead { return p.bulkhead }
+
 // Do runs one logical call to the provider. This is the only place where
 // the resilience layers are composed, and their order is the design
 // (docs/sidecar.md):
 //
-//		breaker.Execute( retry( attempt rules + bulkhead( auth( call ) ) ) )
+//		breaker.Execute( retry( attempt rules( bulkhead( auth( call ) ) ) ) )
 //
 //	 1. The breaker is outermost, so an open breaker rejects the call before
 //	    any attempt, any token fetch and any timer — in well under a
@@ -143,15 +149,19 @@ func (p *Provider) Breaker() *resilience.Breaker { return p.breaker }
 //	    only once the breaker has admitted the call) and the provider's retry
 //	    budget; it retries UNAVAILABLE only.
 //	    A retry is not made once the breaker has opened meanwhile.
-//	 3. Each attempt is admitted by breaker.Start: the attempt-level rules
+//	 3. Each attempt is admitted by breaker.Start, the attempt-level rules
 //	    (an outage: every attempt failing as unavailable for outage_after;
-//	    silence: attempts in flight and no answer for silence_after) open
-//	    the breaker, and silence ends the attempts in flight at once; the
-//	    bulkhead bounds the attempts in flight to the provider: an attempt
-//	    beyond the bound fails at once, is not retried and is not counted
-//	    by the breaker. It is inside the retry so that a call waiting to
-//	    retry holds no slot.
-//	 4. The auth layer is innermost, so each attempt carries a current token,
+//	    silence: attempts in flight and no answer for silence_after), which
+//	    open the breaker; silence ends the attempts in flight at once, and
+//	    the attempts waiting in the bulkhead with them.
+//	 4. The bulkhead (its own type, resilience.Bulkhead) then bounds the
+//	    attempts in flight by a limit that follows the provider's latency:
+//	    while the provider answers fast an attempt beyond the limit waits
+//	    for a slot (and the limit grows), while it is slow one is refused at
+//	    once; a refusal is not retried and not counted by the breaker. It is
+//	    inside the retry so that a call waiting to retry holds no slot, and
+//	    inside the attempt rules so that their abort ends its waits.
+//	 5. The auth layer is innermost, so each attempt carries a current token,
 //	    and a token the server refuses is replaced and the attempt repeated
 //	    once without spending a retry; an IssueToken that fails with
 //	    UNAVAILABLE is retried like the call itself.
@@ -184,11 +194,19 @@ func (p *Provider) Do(ctx context.Context, method Method, call Call) error {
 			if err != nil {
 				return err
 			}
-			return a.End(p.tokens.Do(a.Context(), func(ctx context.Context) error {
+			if err := p.bulkhead.Enter(a.Context()); err != nil {
+				return a.End(err)
+			}
+			err = p.tokens.Do(a.Context(), func(ctx context.Context) error {
 				trailer = nil
-				a.Sent() // from here the provider owes an answer (the silence rule)
+				if a.SentAt().IsZero() { // from here the provider owes an answer
+					a.Sent()          // (the silence rule)
+					p.bulkhead.Sent() // (the bulkhead's slowness)
+				}
 				return call(ctx, p.pool, grpc.Trailer(&trailer))
-			}))
+			})
+			p.bulkhead.Leave(a.SentAt())
+			return a.End(err)
 		})
 		return withRetryAfter(ownTimeout(ctx, err, p.timeout), trailer)
 	})

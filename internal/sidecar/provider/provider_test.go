@@ -36,8 +36,9 @@ func openProvider(tb testing.TB) (*Provider, *refusingIssuer) {
 	br := resilience.NewBreaker(resilience.BreakerConfig{Provider: "p", Policy: resilience.BreakerPolicy{MinRequests: 1, OpenTimeout: time.Hour}})
 	_ = br.Execute(func() error { return status.Error(codes.Unavailable, "down") })
 	p, err := New(Config{Name: "p", Timeout: time.Second, Pool: repoolv1.NewPoolServiceClient(nil), Tokens: tokens, Breaker: br,
-		Retrier: resilience.NewRetrier(resilience.RetrierConfig{Provider: "p", Budget: resilience.NewBudget(resilience.BudgetPolicy{}, nil)}),
-		Metrics: NewMetrics(nil)})
+		Retrier:  resilience.NewRetrier(resilience.RetrierConfig{Provider: "p", Budget: resilience.NewBudget(resilience.BudgetPolicy{}, nil)}),
+		Bulkhead: resilience.NewBulkhead(resilience.BulkheadConfig{Provider: "p"}),
+		Metrics:  NewMetrics(nil)})
 	if err != nil {
 		tb.Fatalf("New() = %v", err)
 	}
@@ -94,7 +95,8 @@ func TestUnavailableAfterOurDeadlineIsOurTimeout(t *testing.T) {
 		Breaker: resilience.NewBreaker(resilience.BreakerConfig{Provider: "p", Policy: resilience.BreakerPolicy{MinRequests: 100, OpenTimeout: time.Hour}}),
 		Retrier: resilience.NewRetrier(resilience.RetrierConfig{Provider: "p", Policy: resilience.RetryPolicy{MaxRetries: 2, InitialInterval: time.Millisecond, MaxInterval: time.Millisecond},
 			Budget: resilience.NewBudget(resilience.BudgetPolicy{}, nil)}),
-		Metrics: NewMetrics(nil)})
+		Bulkhead: resilience.NewBulkhead(resilience.BulkheadConfig{Provider: "p"}),
+		Metrics:  NewMetrics(nil)})
 	if err != nil {
 		t.Fatal(err)
 	}

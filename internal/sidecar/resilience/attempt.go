@@ -55,26 +55,25 @@ type Attempt struct {
 	gen    *abortGen
 	stop   func() bool        // unhooks cancel from gen
 	cancel context.CancelFunc // ends ctx
-	sent   bool
+	sent   time.Time          // zero until Sent
 }
+
+// SentAt is when the attempt was sent (Sent), or zero if it was not.
+func (a *Attempt) SentAt() time.Time { return a.sent }
 
 // Context is the context the attempt must run with: the call's, ended also
 // when the silence rule gives up on the provider.
 func (a *Attempt) Context() context.Context { return a.ctx }
 
-// Start admits one attempt of a call, after the attempt-level rules and the
-// bulkhead: it returns an error matching ErrCircuitOpen when a rule finds
-// the provider silent or down (and opens the breaker), one matching
-// ErrBulkheadFull when MaxInFlight attempts are in flight, or the Attempt,
-// which must be ended once with End.
+// Start admits one attempt of a call after the attempt-level rules: it
+// returns an error matching ErrCircuitOpen when a rule finds the provider
+// silent or down (and opens the breaker), or the Attempt, which must be
+// ended once with End.
 func (b *Breaker) Start(ctx context.Context) (*Attempt, error) {
 	now := b.now()
 	if rule, ok := b.verdict(now); ok {
 		b.force(rule)
 		return nil, b.errOpen
-	}
-	if err := b.Enter(); err != nil {
-		return nil, err
 	}
 	gen := b.abort.Load()
 	actx, cancel := context.WithCancel(ctx)
@@ -85,15 +84,15 @@ func (b *Breaker) Start(ctx context.Context) (*Attempt, error) {
 // the provider's answer, and counts for the silence rule. Call it right
 // before the request goes out; calling it again does nothing.
 func (a *Attempt) Sent() {
-	if a.sent {
+	if !a.sent.IsZero() {
 		return
 	}
-	a.sent = true
 	b := a.b
+	a.sent = b.now()
 	if b.waitingAnswer.Load() == 0 {
 		// Before the count, so that whoever sees this attempt waiting also
 		// sees since when the provider has had attempts to answer.
-		b.busySince.Store(b.now().UnixNano())
+		b.busySince.Store(a.sent.UnixNano())
 	}
 	b.waitingAnswer.Add(1)
 }
@@ -108,14 +107,13 @@ func (a *Attempt) End(err error) error {
 	b := a.b
 	a.stop()
 	a.cancel()
-	if a.sent {
+	if !a.sent.IsZero() {
 		b.waitingAnswer.Add(-1)
 	}
-	b.Leave()
 	if err != nil && a.gen.ctx.Err() != nil {
 		return b.errOpen // the silence rule gave up on the provider
 	}
-	if c := Code(err); c == codes.DeadlineExceeded || c == codes.Canceled {
+	if c := Code(err); c == codes.DeadlineExceeded || c == codes.Canceled || errors.Is(err, ErrBulkheadFull) {
 		return err // no answer
 	}
 	now := b.now()

@@ -20,12 +20,6 @@ import (
 // half-open breaker, a fixed 250 ms: its probes settle soon).
 var ErrCircuitOpen = errors.New("circuit breaker is open")
 
-// ErrBulkheadFull is matched (errors.Is) by the rejection of an attempt
-// that would exceed the provider's bound on attempts in flight
-// (BreakerPolicy.MaxInFlight). Such an attempt never reaches the provider,
-// is not retried, and is not counted by the breaker.
-var ErrBulkheadFull = errors.New("too many calls in flight to the provider")
-
 // halfOpenRetryAfter is the retry-after hint of a half-open breaker whose
 // probes are all in flight: they settle within one call timeout, usually
 // much sooner.
@@ -67,9 +61,9 @@ type BreakerPolicy struct {
 	// ConsecutiveTimeouts trips the breaker when this many calls in a row
 	// ended in DEADLINE_EXCEEDED (the sidecar's timeout or a proxy's 504):
 	// the slow-call rule for a silent provider, which answers nothing and
-	// costs every caller a full timeout. Default 3 (up to MaxInFlight calls
-	// hang at once, so it trips one timeout after the fault); negative turns
-	// the rule off.
+	// costs every caller a full timeout. Default 3 (the bulkhead's
+	// min_in_flight calls hang at once, so it trips one timeout after the
+	// fault); negative turns the rule off.
 	ConsecutiveTimeouts int `yaml:"consecutive_timeouts"`
 	// OutageAfter trips the breaker when every attempt (not call) for this
 	// long, at least 3 of them, failed as unavailable — a load balancer with
@@ -91,14 +85,6 @@ type BreakerPolicy struct {
 	// for its timeout. It must exceed the provider's slowest normal answer.
 	// Default 500ms; negative turns the rule off.
 	SilenceAfter time.Duration `yaml:"silence_after"`
-	// MaxInFlight bounds the attempts in flight to the provider, the
-	// bulkhead (Envoy's max_requests): an attempt beyond it fails at once
-	// with ErrBulkheadFull, so a silent or slow provider holds at most this
-	// many of the backend's workers. Waits between retries do not count.
-	// Default 4, which carries rate × latency up to 4 (1,000 calls/s at
-	// 4 ms); raise it for a provider that serves more, or that is slow by
-	// nature; negative means no bound.
-	MaxInFlight int `yaml:"max_in_flight"`
 }
 
 // WithDefaults returns p with defaults in place of zero values.
@@ -109,7 +95,7 @@ var breakerDefaults = BreakerPolicy{
 	FailureRatio: 0.5, MinRequests: 20, Window: 10 * time.Second, Buckets: 10,
 	OpenTimeout: time.Second, HalfOpenProbes: 3,
 	ConsecutiveFailures: 5, ConsecutiveTimeouts: 3,
-	OutageAfter: 200 * time.Millisecond, SilenceAfter: 500 * time.Millisecond, MaxInFlight: 4,
+	OutageAfter: 200 * time.Millisecond, SilenceAfter: 500 * time.Millisecond,
 }
 
 // Validate names the first bad field (YAML name), after defaults.
@@ -134,8 +120,6 @@ func (p BreakerPolicy) Validate() error {
 		return fmt.Errorf("outage_after %v: want at most 1m", p.OutageAfter)
 	case p.SilenceAfter > time.Minute:
 		return fmt.Errorf("silence_after %v: want at most 1m", p.SilenceAfter)
-	case p.MaxInFlight > 1_000_000:
-		return fmt.Errorf("max_in_flight %d: want at most 1000000", p.MaxInFlight)
 	}
 	return nil
 }
@@ -286,8 +270,6 @@ type Status struct {
 	// LastTrip is zero if the breaker never opened.
 	LastTrip       time.Time
 	LastTripReason string
-	// InFlight is the attempts in flight under the bulkhead.
-	InFlight int
 }
 
 // Breaker is one provider's circuit breaker: sony/gobreaker's local
@@ -313,16 +295,10 @@ type Breaker struct {
 
 	// Rejections, allocated once so that rejecting allocates nothing.
 	errOpen, errBusy *openError
-	errFull          *bulkheadError
 
 	probe        func(context.Context) error
 	probeTimeout time.Duration
 	probing      atomic.Bool // a probe goroutine is running
-
-	// The bulkhead: attempts in flight, and its bound (0: none).
-	inFlight    atomic.Int64
-	maxInFlight int64
-	rejected    prometheus.Counter
 
 	// Written by the callbacks, under gobreaker's lock, with atomics only;
 	// read anywhere.
@@ -386,11 +362,6 @@ func NewBreaker(cfg BreakerConfig) *Breaker {
 	}
 	b.errOpen = &openError{b: b, cause: gobreaker.ErrOpenState}
 	b.errBusy = &openError{b: b, cause: gobreaker.ErrTooManyRequests}
-	b.errFull = &bulkheadError{b: b}
-	b.rejected = m.bulkheadRejections.WithLabelValues(cfg.Provider)
-	if p.MaxInFlight > 0 {
-		b.maxInFlight = int64(p.MaxInFlight)
-	}
 	b.probe, b.probeTimeout = cfg.Probe, cfg.ProbeTimeout
 	if b.probeTimeout <= 0 {
 		b.probeTimeout = time.Second
@@ -451,7 +422,7 @@ func (b *Breaker) Wake() <-chan struct{} { return *b.wakeSignal.Load() }
 // them its turn. The calls that waited through a failover's handover are
 // so answered one after the other as soon as the new active server
 // answers — each success passing the turn on — rather than at the end of
-// their backoffs, and never all at once (which the bulkhead would refuse).
+// their backoffs, and never all at once.
 func (b *Breaker) Turn() <-chan struct{} { return b.turn }
 
 // Waiting counts the calls waiting to retry: +1 when one starts waiting, -1
@@ -518,25 +489,6 @@ func (b *Breaker) startProbe() {
 	}()
 }
 
-// Enter admits one attempt to the provider under the bulkhead
-// (MaxInFlight), or returns at once, without allocating, an error matching
-// ErrBulkheadFull. Every nil return must be paired with one Leave.
-func (b *Breaker) Enter() error {
-	n := b.inFlight.Add(1)
-	if b.maxInFlight > 0 && n > b.maxInFlight {
-		b.inFlight.Add(-1)
-		b.rejected.Inc()
-		return b.errFull
-	}
-	return nil
-}
-
-// Leave ends an attempt admitted by Enter.
-func (b *Breaker) Leave() { b.inFlight.Add(-1) }
-
-// InFlight returns the attempts in flight (admitted by Enter, not yet left).
-func (b *Breaker) InFlight() int { return int(b.inFlight.Load()) }
-
 // State returns the breaker's state, moving an open breaker whose timeout
 // has passed to half-open.
 func (b *Breaker) State() State { return fromGobreaker(b.cb.State()) }
@@ -564,8 +516,7 @@ func (b *Breaker) Status() Status {
 			Exclusions: c.TotalExclusions, ConsecutiveSuccesses: c.ConsecutiveSuccesses,
 			ConsecutiveFailures: c.ConsecutiveFailures,
 		},
-		Trips:    b.trips.Load(),
-		InFlight: b.InFlight(),
+		Trips: b.trips.Load(),
 	}
 	if st == StateOpen {
 		s.RetryAfter = b.RetryAfter()
@@ -702,13 +653,3 @@ func (e *openError) Unwrap() error { return e.cause }
 
 // RetryAfter is how long the breaker stays open.
 func (e *openError) RetryAfter() time.Duration { return e.b.RetryAfter() }
-
-// bulkheadError is the bulkhead's rejection, allocated once per breaker.
-type bulkheadError struct{ b *Breaker }
-
-func (e *bulkheadError) Error() string {
-	return fmt.Sprintf("provider %q: %d calls already in flight (max_in_flight)", e.b.provider, e.b.maxInFlight)
-}
-
-// Is makes the rejection match ErrBulkheadFull.
-func (e *bulkheadError) Is(target error) bool { return target == ErrBulkheadFull }

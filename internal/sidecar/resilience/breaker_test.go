@@ -238,61 +238,6 @@ func grpcErr504() error {
 	return status.Error(codes.Unavailable, "unexpected HTTP status code received from server: 504 (Gateway Timeout)")
 }
 
-// TestBulkhead: at most max_in_flight attempts are admitted; the next one
-// is rejected at once, without allocating, with an error that is neither
-// retried nor counted by the breaker; Leave frees a slot.
-func TestBulkhead(t *testing.T) {
-	m := NewMetrics(nil)
-	b := NewBreaker(BreakerConfig{Provider: "p", Policy: BreakerPolicy{MaxInFlight: 3}, Metrics: m})
-	for i := range 3 {
-		if err := b.Enter(); err != nil {
-			t.Fatalf("Enter() #%d = %v, want nil", i+1, err)
-		}
-	}
-	err := b.Enter()
-	if !errors.Is(err, ErrBulkheadFull) || Retryable(err) || Code(err) != codes.Unavailable || FastFail(err) != FastFailBulkhead {
-		t.Fatalf("Enter() with 3 in flight = %v (retryable %v, code %v, fast-fail %q); want ErrBulkheadFull, not retryable, UNAVAILABLE, %q",
-			err, Retryable(err), Code(err), FastFail(err), FastFailBulkhead)
-	}
-	if got := b.Status().InFlight; got != 3 {
-		t.Fatalf("Status().InFlight = %d, want 3", got)
-	}
-	if got := testing.AllocsPerRun(100, func() { _ = b.Enter() }); got != 0 {
-		t.Fatalf("a rejection allocates %v times, want 0", got)
-	}
-	// 1 + AllocsPerRun's 100 runs and its warm-up run.
-	if got := testutil.ToFloat64(m.bulkheadRejections.WithLabelValues("p")); got != 102 {
-		t.Fatalf("bulkhead rejections = %v, want 102", got)
-	}
-	b.Leave()
-	if err := b.Enter(); err != nil {
-		t.Fatalf("Enter() after a Leave = %v, want nil", err)
-	}
-	// The breaker ignores the rejections, however many.
-	run(b, 100, err)
-	if c := b.Status().Counts; b.State() != StateClosed || c.Failures != 0 || c.Exclusions != 100 {
-		t.Fatalf("after 100 rejections: %v, counts %+v; want closed, 100 exclusions", b.State(), c)
-	}
-	t.Run("negative means no bound", func(t *testing.T) {
-		b := NewBreaker(BreakerConfig{Provider: "p", Policy: BreakerPolicy{MaxInFlight: -1}})
-		for i := range 10_000 {
-			if err := b.Enter(); err != nil {
-				t.Fatalf("Enter() #%d = %v, want nil", i+1, err)
-			}
-		}
-	})
-	t.Run("the default is 4", func(t *testing.T) {
-		b := NewBreaker(BreakerConfig{Provider: "p"})
-		n := 0
-		for b.Enter() == nil {
-			n++
-		}
-		if n != 4 {
-			t.Fatalf("admitted %d, want 4", n)
-		}
-	})
-}
-
 // TestBreakerProbe: with a probe, a half-open breaker keeps rejecting
 // callers while its own probes run, one after the other; they close it when
 // all succeed, and open it again when one fails.

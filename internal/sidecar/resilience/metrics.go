@@ -16,6 +16,8 @@ type Metrics struct {
 	retries            *prometheus.CounterVec
 	budgetRefusals     *prometheus.CounterVec
 	bulkheadRejections *prometheus.CounterVec
+	bulkheadWaits      *prometheus.CounterVec
+	bulkheadLimit      *prometheus.GaugeVec
 
 	perprovider.Vecs // every vector above: registered, and forgotten (Forget)
 }
@@ -46,10 +48,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"provider"}),
 		bulkheadRejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "repool_sidecar_bulkhead_rejections_total",
-			Help: "Attempts refused at once because max_in_flight attempts to the provider were already in flight.",
+			Help: "Attempts the bulkhead refused: the provider was slow or not answering and its attempts in flight were at the bulkhead's limit.",
+		}, []string{"provider"}),
+		bulkheadWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "repool_sidecar_bulkhead_waits_total",
+			Help: "Attempts that found the bulkhead at its limit and waited for a slot (the provider was answering fast).",
+		}, []string{"provider"}),
+		bulkheadLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "repool_sidecar_bulkhead_limit",
+			Help: "The bulkhead's current limit on attempts in flight to the provider (it follows the provider's latency, between min_in_flight and max_in_flight).",
 		}, []string{"provider"}),
 	}
-	m.Vecs = perprovider.Vecs{m.state, m.transitions, m.droppedEvents, m.retries, m.budgetRefusals, m.bulkheadRejections}
+	m.Vecs = perprovider.Vecs{m.state, m.transitions, m.droppedEvents, m.retries, m.budgetRefusals, m.bulkheadRejections, m.bulkheadWaits, m.bulkheadLimit}
 	m.Register(reg)
 	return m
 }

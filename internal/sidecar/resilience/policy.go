@@ -10,8 +10,8 @@ import (
 )
 
 // Policy is one provider's whole resilience policy, as data: the timeout of
-// a logical call, the retries, the retry budget and the circuit breaker
-// (with its bulkhead, max_in_flight). The sidecar's configuration names
+// a logical call, the retries, the retry budget, the circuit breaker and
+// the bulkhead. The sidecar's configuration names
 // policies (policies: {hard-outage: {...}}) and providers refer to them;
 // NewGuard builds a provider's breaker, budget and retrier from one
 // resolved Policy. The zero value of every field means its default.
@@ -22,8 +22,10 @@ type Policy struct {
 	Retry RetryPolicy `yaml:"retry"`
 	// RetryBudget bounds the retries.
 	RetryBudget BudgetPolicy `yaml:"retry_budget"`
-	// Breaker is the circuit breaker policy, bulkhead included.
+	// Breaker is the circuit breaker policy.
 	Breaker BreakerPolicy `yaml:"breaker"`
+	// Bulkhead bounds the attempts in flight to the provider.
+	Bulkhead BulkheadPolicy `yaml:"bulkhead"`
 }
 
 // DefaultTimeout is a Policy's default Timeout.
@@ -31,7 +33,7 @@ const DefaultTimeout = 3 * time.Second
 
 // WithDefaults returns p with defaults in place of zero values.
 func (p Policy) WithDefaults() Policy {
-	return defaults.Fill(p, Policy{Timeout: DefaultTimeout, Retry: retryDefaults, RetryBudget: budgetDefaults, Breaker: breakerDefaults})
+	return defaults.Fill(p, Policy{Timeout: DefaultTimeout, Retry: retryDefaults, RetryBudget: budgetDefaults, Breaker: breakerDefaults, Bulkhead: bulkheadDefaults})
 }
 
 // Validate names the first bad field by its YAML path below the policy
@@ -50,6 +52,9 @@ func (p Policy) Validate() error {
 	if err := p.Breaker.Validate(); err != nil {
 		return fmt.Errorf("breaker.%w", err)
 	}
+	if err := p.Bulkhead.Validate(); err != nil {
+		return fmt.Errorf("bulkhead.%w", err)
+	}
 	return nil
 }
 
@@ -65,9 +70,9 @@ type GuardConfig struct {
 	// Policy is the provider's policy; zero fields mean their defaults. It
 	// must be valid.
 	Policy Policy
-	// Clock tells the time for the budget, the retrier and the breaker's
-	// attempt-level rules, and schedules
-	// the retrier's waits. Default the wall clock.
+	// Clock tells the time for the budget, the retrier, the breaker's
+	// attempt-level rules and the bulkhead, and schedules the retrier's and
+	// the bulkhead's waits. Default the wall clock.
 	Clock clock.Clock
 	// Metrics receives the breaker's and the retrier's metrics. Default:
 	// metrics that are not registered anywhere.
@@ -79,21 +84,24 @@ type GuardConfig struct {
 }
 
 // Guard is one provider's resilience built from one Policy: its circuit
-// breaker, its retry budget and the retrier that spends it.
+// breaker, its retry budget, the retrier that spends it, and its bulkhead.
 // provider.Provider.Do composes them.
 type Guard struct {
 	// Policy is the policy it was built from, defaults applied.
-	Policy  Policy
-	Breaker *Breaker
-	Budget  *Budget
-	Retrier *Retrier
+	Policy   Policy
+	Breaker  *Breaker
+	Budget   *Budget
+	Retrier  *Retrier
+	Bulkhead *Bulkhead
 }
 
-// NewGuard builds the breaker, the budget and the retrier of cfg.Policy.
-// prev, when set, is the guard the same provider had before a reload, over
-// the same connection: its breaker (with its state and counts) is kept if
-// the breaker policy and the timeout (which bounds its probes) are
-// unchanged, and its budget (with its window) if the budget policy is.
+// NewGuard builds the breaker, the budget, the retrier and the bulkhead of
+// cfg.Policy. prev, when set, is the guard the same provider had before a
+// reload, over the same connection: its breaker (with its state and counts)
+// is kept if the breaker policy and the timeout (which bounds its probes)
+// are unchanged, its budget (with its window) if the budget policy is, and
+// its bulkhead (with its limit and the attempts in flight) if the bulkhead
+// policy is.
 func NewGuard(cfg GuardConfig, prev *Guard) *Guard {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
@@ -113,6 +121,11 @@ func NewGuard(cfg GuardConfig, prev *Guard) *Guard {
 		g.Budget = prev.Budget
 	} else {
 		g.Budget = NewBudget(p.RetryBudget, cfg.Clock)
+	}
+	if prev != nil && prev.Policy.Bulkhead == p.Bulkhead {
+		g.Bulkhead = prev.Bulkhead
+	} else {
+		g.Bulkhead = NewBulkhead(BulkheadConfig{Provider: cfg.Provider, Policy: p.Bulkhead, Clock: cfg.Clock, Metrics: cfg.Metrics})
 	}
 	g.Retrier = NewRetrier(RetrierConfig{Provider: cfg.Provider, Policy: p.Retry, Budget: g.Budget,
 		Clock: cfg.Clock, Metrics: cfg.Metrics})

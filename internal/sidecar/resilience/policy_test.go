@@ -40,10 +40,10 @@ func TestNewGuard(t *testing.T) {
 // TestPolicyOverlay: the overlay takes every field the other policy sets,
 // one by one, nested ones included.
 func TestPolicyOverlay(t *testing.T) {
-	base := Policy{Timeout: time.Second, Retry: RetryPolicy{MaxRetries: 4, InitialInterval: time.Millisecond}, Breaker: BreakerPolicy{MaxInFlight: 2}}
+	base := Policy{Timeout: time.Second, Retry: RetryPolicy{MaxRetries: 4, InitialInterval: time.Millisecond}, Bulkhead: BulkheadPolicy{MaxInFlight: 2}}
 	got := base.Overlay(Policy{Retry: RetryPolicy{MaxRetries: -1}, RetryBudget: BudgetPolicy{Ratio: 0.3}})
 	want := Policy{Timeout: time.Second, Retry: RetryPolicy{MaxRetries: -1, InitialInterval: time.Millisecond},
-		RetryBudget: BudgetPolicy{Ratio: 0.3}, Breaker: BreakerPolicy{MaxInFlight: 2}}
+		RetryBudget: BudgetPolicy{Ratio: 0.3}, Bulkhead: BulkheadPolicy{MaxInFlight: 2}}
 	if got != want {
 		t.Fatalf("Overlay = %+v, want %+v", got, want)
 	}

@@ -1,0 +1,367 @@
+package resilience
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/repool/repool/internal/clock"
+	"github.com/repool/repool/internal/defaults"
+)
+
+// ErrBulkheadFull is matched (errors.Is) by the bulkhead's refusal of an
+// attempt (Bulkhead.Enter): the provider is slow or has stopped answering
+// and its attempts in flight are at the bulkhead's limit. Such an attempt
+// never reaches the provider and is not counted by the breaker; a first
+// attempt so refused fails at once, a retry waits for its next try. The
+// refusal has a RetryAfter() time.Duration method.
+var ErrBulkheadFull = errors.New("too many calls in flight to a slow provider")
+
+// BulkheadPolicy configures a provider's bulkhead, which bounds the attempts
+// in flight to the provider by a limit that follows the provider's latency:
+// it grows while attempts wait for a slot and the provider answers fast,
+// and halves, down to MinInFlight, with each slow answer. An attempt beyond
+// the limit waits for a slot while the provider is fast, and is refused at
+// once (ErrBulkheadFull) while it is slow: a healthy provider is never
+// refused, and a slow or silent one holds at most MinInFlight of the
+// backend's workers (more only for as long as it takes to answer slowly).
+// The zero value of every field means its default (see WithDefaults).
+type BulkheadPolicy struct {
+	// MinInFlight is the least the limit falls to: the attempts a slow or
+	// silent provider may hold. Default 4; at least 1 and at most
+	// MaxInFlight.
+	MinInFlight int `yaml:"min_in_flight"`
+	// MaxInFlight is the most the limit grows to (Envoy's max_requests);
+	// attempts beyond it wait for a slot while the provider is fast.
+	// Default 256; negative turns the bulkhead off (no bound, no refusal).
+	MaxInFlight int `yaml:"max_in_flight"`
+	// SlowAfter is the answer time at which the provider counts as slow:
+	// an attempt answered after at least this long halves the limit and
+	// makes the bulkhead refuse instead of wait until an answer comes
+	// faster, and so does a provider that answered no attempt for this
+	// long while attempts are in flight. It must exceed the provider's
+	// normal answer time under load (its distance included). Default
+	// 100ms.
+	SlowAfter time.Duration `yaml:"slow_after"`
+}
+
+// WithDefaults returns p with defaults in place of zero values.
+func (p BulkheadPolicy) WithDefaults() BulkheadPolicy { return defaults.Fill(p, bulkheadDefaults) }
+
+// bulkheadDefaults are the defaults of BulkheadPolicy's fields.
+var bulkheadDefaults = BulkheadPolicy{MinInFlight: 4, MaxInFlight: 256, SlowAfter: 100 * time.Millisecond}
+
+// Validate names the first bad field (YAML name), after defaults.
+func (p BulkheadPolicy) Validate() error {
+	p = p.WithDefaults()
+	switch {
+	case p.MaxInFlight > 1_000_000:
+		return fmt.Errorf("max_in_flight %d: want at most 1000000 (or negative: no bulkhead)", p.MaxInFlight)
+	case p.MinInFlight < 1:
+		return fmt.Errorf("min_in_flight %d: want at least 1", p.MinInFlight)
+	case p.MaxInFlight > 0 && p.MinInFlight > p.MaxInFlight:
+		return fmt.Errorf("min_in_flight %d: want at most max_in_flight (%d)", p.MinInFlight, p.MaxInFlight)
+	case p.SlowAfter < time.Millisecond || p.SlowAfter > time.Minute:
+		return fmt.Errorf("slow_after %v: want 1ms to 1m", p.SlowAfter)
+	}
+	return nil
+}
+
+// BulkheadConfig configures NewBulkhead.
+type BulkheadConfig struct {
+	// Provider names the bulkhead in metrics and errors. Required.
+	Provider string
+	// Policy is the bulkhead policy; zero fields mean their defaults. It
+	// must be valid.
+	Policy BulkheadPolicy
+	// Clock tells the time and schedules the waits. Default the wall clock.
+	Clock clock.Clock
+	// Metrics receives the refusals, the waits and the limit. Default:
+	// metrics that are not registered anywhere.
+	Metrics *Metrics
+}
+
+// BulkheadStatus is a snapshot of a bulkhead, for the /v1/breakers view.
+type BulkheadStatus struct {
+	// Limit is the current limit; 0 when the bulkhead is off.
+	Limit int
+	// InFlight are the attempts admitted and not yet ended; Waiting, those
+	// waiting for a slot.
+	InFlight, Waiting int
+	// Slow is true while the bulkhead refuses instead of waiting: the last
+	// answer was slow, or no answer came for SlowAfter with attempts in
+	// flight.
+	Slow bool
+	// LastAnswer is the time the last answered attempt took.
+	LastAnswer time.Duration
+}
+
+// Bulkhead bounds the attempts in flight to one provider (see
+// BulkheadPolicy). Safe for concurrent use; it holds no goroutine.
+type Bulkhead struct {
+	provider string
+	policy   BulkheadPolicy
+	clock    clock.Clock
+	off      bool
+	errFull  *bulkheadError // allocated once: a refusal allocates nothing
+
+	rejected, waits prometheus.Counter
+	limitGauge      prometheus.Gauge
+
+	// lastAnswer is the time the last answered attempt took, in
+	// nanoseconds, for RetryAfter without the lock.
+	lastAnswer atomic.Int64
+
+	mu       sync.Mutex
+	inFlight int // admitted, not yet left
+	sent     int // of those, sent to the provider (Sent)
+	limit    int
+	waiters  []*slotWaiter // first in, first served
+	// quietSince is when the provider last answered an attempt, or when
+	// attempts were sent with none waiting for an answer (unix nanos of
+	// clock).
+	quietSince int64
+	// slow: the last answered attempt took SlowAfter or more.
+	slow bool
+}
+
+// slotWaiter is one attempt waiting for a slot: ch receives true when it is
+// given one, false when it is refused.
+type slotWaiter struct{ ch chan bool }
+
+// NewBulkhead returns a bulkhead at its least limit. cfg.Policy must be
+// valid.
+func NewBulkhead(cfg BulkheadConfig) *Bulkhead {
+	p := cfg.Policy.WithDefaults()
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	m := cfg.Metrics
+	if m == nil {
+		m = NewMetrics(nil)
+	}
+	b := &Bulkhead{provider: cfg.Provider, policy: p, clock: cfg.Clock, off: p.MaxInFlight < 0, limit: p.MinInFlight,
+		rejected:   m.bulkheadRejections.WithLabelValues(cfg.Provider),
+		waits:      m.bulkheadWaits.WithLabelValues(cfg.Provider),
+		limitGauge: m.bulkheadLimit.WithLabelValues(cfg.Provider),
+	}
+	b.errFull = &bulkheadError{b: b}
+	if b.off {
+		b.limit = 0
+	}
+	b.limitGauge.Set(float64(b.limit))
+	return b
+}
+
+// Policy returns the bulkhead's policy, defaults applied.
+func (b *Bulkhead) Policy() BulkheadPolicy { return b.policy }
+
+// Enter admits one attempt: at once when the attempts in flight are below
+// the limit and nobody waits; otherwise, while the provider is fast, after
+// waiting for a slot in turn. It returns an error matching ErrBulkheadFull
+// when the provider is slow (at once, or when it turns slow during the
+// wait), or ctx's error when ctx ends first. Every nil return must be
+// paired with one Leave.
+func (b *Bulkhead) Enter(ctx context.Context) error {
+	now := b.clock.Now().UnixNano()
+	b.mu.Lock()
+	if b.off || (b.inFlight < b.limit && len(b.waiters) == 0) {
+		b.inFlight++
+		b.mu.Unlock()
+		return nil
+	}
+	if b.slowLocked(now) {
+		b.mu.Unlock()
+		b.rejected.Inc()
+		return b.errFull
+	}
+	w := &slotWaiter{ch: make(chan bool, 1)}
+	b.waiters = append(b.waiters, w)
+	b.mu.Unlock()
+	b.waits.Inc()
+	return b.wait(ctx, w)
+}
+
+// wait waits for w's slot: until it is given one or refused, until the
+// provider has answered nothing for SlowAfter (refused), or until ctx ends.
+func (b *Bulkhead) wait(ctx context.Context, w *slotWaiter) error {
+	var timer clock.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		// Check again when the provider will have been quiet for SlowAfter
+		// (or SlowAfter from now, if nothing waits for its answer).
+		d := b.policy.SlowAfter
+		b.mu.Lock()
+		if b.sent > 0 {
+			d = max(d-time.Duration(b.clock.Now().UnixNano()-b.quietSince), 0)
+		}
+		b.mu.Unlock()
+		if timer == nil {
+			timer = b.clock.NewTimer(d)
+		} else {
+			timer.Reset(d)
+		}
+		select {
+		case ok := <-w.ch:
+			return b.given(ok)
+		case <-ctx.Done():
+			if !b.dequeue(w, func() bool { return true }) {
+				// Given a slot or refused meanwhile: a slot goes back.
+				if <-w.ch {
+					b.Leave(time.Time{})
+				}
+			}
+			return ctx.Err()
+		case <-timer.Chan():
+			if b.dequeue(w, func() bool { return b.slowLocked(b.clock.Now().UnixNano()) }) {
+				b.rejected.Inc()
+				return b.errFull
+			}
+			select {
+			case ok := <-w.ch:
+				return b.given(ok)
+			default: // still waiting: the provider answered meanwhile
+			}
+		}
+	}
+}
+
+// given turns a waiter's answer into Enter's result.
+func (b *Bulkhead) given(ok bool) error {
+	if ok {
+		return nil
+	}
+	b.rejected.Inc()
+	return b.errFull
+}
+
+// dequeue removes w from the waiters if it still waits and cond, checked
+// under the lock, holds; it reports whether it did.
+func (b *Bulkhead) dequeue(w *slotWaiter, cond func() bool) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, x := range b.waiters {
+		if x == w {
+			if !cond() {
+				return false
+			}
+			b.waiters = append(b.waiters[:i], b.waiters[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// Sent marks an admitted attempt as sent to the provider, once: from now
+// on the provider owes it an answer. An attempt that waits for its token is
+// not yet sent, so that a cold sidecar's first token fetch does not make
+// the provider look silent.
+func (b *Bulkhead) Sent() {
+	now := b.clock.Now().UnixNano()
+	b.mu.Lock()
+	if b.sent == 0 {
+		b.quietSince = now
+	}
+	b.sent++
+	b.mu.Unlock()
+}
+
+// slowLocked reports whether the provider is slow at now: its last answer
+// was, or attempts were sent and it answered none for SlowAfter.
+func (b *Bulkhead) slowLocked(now int64) bool {
+	return b.slow || (b.sent > 0 && now-b.quietSince >= int64(b.policy.SlowAfter))
+}
+
+// Leave ends an attempt admitted by Enter. sent is when the attempt went to
+// the provider (and Sent was called); zero if it never did (its token could
+// not be had, say), and then it says nothing of the provider's speed.
+//
+// An attempt answered within SlowAfter grows the limit by one if attempts
+// wait for a slot; one answered after SlowAfter or later halves it (not
+// below MinInFlight) and, if that leaves no slot, refuses every waiting
+// attempt. A freed slot goes to the first waiting attempt.
+func (b *Bulkhead) Leave(sent time.Time) {
+	now := b.clock.Now()
+	var took time.Duration
+	if !sent.IsZero() {
+		took = max(now.Sub(sent), 0)
+		b.lastAnswer.Store(int64(took))
+	}
+	b.mu.Lock()
+	b.inFlight--
+	limit := b.limit
+	if !sent.IsZero() {
+		b.sent--
+		b.quietSince = now.UnixNano()
+	}
+	if !sent.IsZero() && !b.off {
+		b.slow = took >= b.policy.SlowAfter
+		switch {
+		case b.slow:
+			b.limit = max(b.policy.MinInFlight, b.limit/2)
+			if b.inFlight >= b.limit {
+				for _, w := range b.waiters {
+					w.ch <- false
+				}
+				b.waiters = b.waiters[:0]
+			}
+		case len(b.waiters) > 0 && b.limit < b.policy.MaxInFlight:
+			b.limit++
+		}
+	}
+	for len(b.waiters) > 0 && (b.off || b.inFlight < b.limit) {
+		w := b.waiters[0]
+		b.waiters = b.waiters[1:]
+		b.inFlight++
+		w.ch <- true
+	}
+	changed := b.limit != limit
+	limit = b.limit
+	b.mu.Unlock()
+	if changed {
+		b.limitGauge.Set(float64(limit))
+	}
+}
+
+// Status returns a snapshot of the bulkhead.
+func (b *Bulkhead) Status() BulkheadStatus {
+	now := b.clock.Now().UnixNano()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return BulkheadStatus{Limit: b.limit, InFlight: b.inFlight, Waiting: len(b.waiters),
+		Slow: !b.off && b.slowLocked(now), LastAnswer: time.Duration(b.lastAnswer.Load())}
+}
+
+// RetryAfter is how long a refused attempt should wait before it tries
+// again: the time the provider's last answer took, at least SlowAfter and
+// at most a second.
+func (b *Bulkhead) RetryAfter() time.Duration {
+	return min(max(time.Duration(b.lastAnswer.Load()), b.policy.SlowAfter), time.Second)
+}
+
+// bulkheadError is the bulkhead's refusal, allocated once per bulkhead.
+type bulkheadError struct{ b *Bulkhead }
+
+func (e *bulkheadError) Error() string {
+	last := "none yet"
+	if d := e.b.lastAnswer.Load(); d > 0 {
+		last = time.Duration(d).Round(time.Millisecond).String()
+	}
+	return fmt.Sprintf("provider %q is slow or not answering (slow_after %v; last answer took %s): its calls in flight fill the bulkhead",
+		e.b.provider, e.b.policy.SlowAfter, last)
+}
+
+// Is makes the refusal match ErrBulkheadFull.
+func (e *bulkheadError) Is(target error) bool { return target == ErrBulkheadFull }
+
+// RetryAfter is the bulkhead's hint.
+func (e *bulkheadError) RetryAfter() time.Duration { return e.b.RetryAfter() }
