@@ -505,7 +505,7 @@ func (inv *Inventory) Validate() error {
 		defaultGroup = defaultGroup || s.Group == DefaultGroup
 	}
 	if len(inv.Servers) > 0 && !defaultGroup {
-		v.fail("servers", "no server is in group %q: calls without a tenant (IssueToken) and tenants missing from the tenant map go to it", DefaultGroup)
+		v.fail("servers", "no server is in group %q: calls without a tenant (a new sidecar's first IssueToken), control-plane requests about no tenant and tenants missing from the tenant map go to it", DefaultGroup)
 	}
 	v.ms("checks.inter", inv.Checks.Inter)
 	v.positive("checks.fall", inv.Checks.Fall)
