@@ -215,8 +215,9 @@ func (p *Process) Output() string { return p.out.String() }
 // if inv has more than one group and the file does not exist (HAProxy
 // refuses to start without it). It returns once the stats socket
 // answers; tb.Cleanup stops HAProxy (SIGTERM, then SIGKILL after 5 s) and
-// waits for it. If another process took the VIP's or lb1's monitor port
-// first, Start moves both to fresh free ports in inv and tries again.
+// waits for it. If another process took a port of the VIP or lb1's monitor port
+// first, Start moves them (gRPC, control and monitor ports) to fresh free
+// ports in inv and tries again.
 func Start(tb testing.TB, inv *inventory.Inventory, dir string) *Process {
 	tb.Helper()
 	for attempt := 1; ; attempt++ {
@@ -227,7 +228,7 @@ func Start(tb testing.TB, inv *inventory.Inventory, dir string) *Process {
 		if !inUse || attempt == 3 {
 			tb.Fatalf("haproxytest: haproxy did not start")
 		}
-		inv.VIP.GRPCPort = testenv.FreePort(tb)
+		inv.VIP.GRPCPort, inv.VIP.ControlPort = testenv.FreePort(tb), testenv.FreePort(tb)
 		for i := range inv.LBHosts {
 			if inv.LBHosts[i].Name == "lb1" {
 				inv.LBHosts[i].MonitorPort = testenv.FreePort(tb)
