@@ -81,13 +81,19 @@ func toStatus(log *slog.Logger, err error) error {
 
 // elsewhere is the UNAVAILABLE status of a call whose tenant another group
 // of servers serves (or is moving to): retryable, with the ErrorInfo
-// detail naming the reason and, when known, the group.
+// detail naming the reason, the caller's own tenant (the one its
+// credential names: a client that called without the route entry, such as
+// a first IssueToken, learns where to send the call) and, when known, the
+// group.
 func elsewhere(err error) error {
 	info := &errdetails.ErrorInfo{Domain: repoolv1.ErrorDomain, Reason: repoolv1.ReasonTenantElsewhere, Metadata: map[string]string{}}
 	var e *tenants.ElsewhereError
 	msg := tenants.ErrElsewhere.Error()
 	if errors.As(err, &e) {
 		msg = e.Error()
+		if e.Tenant != "" {
+			info.Metadata[repoolv1.ErrorInfoTenant] = e.Tenant
+		}
 		if e.Group != "" {
 			info.Metadata[repoolv1.ErrorInfoGroup] = e.Group
 		}

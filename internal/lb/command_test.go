@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -296,7 +297,11 @@ func (f *fakePlacements) set(pl map[string]string) {
 // TestSyncPlacements runs "haproxy sync-placements" with a fake placement
 // source against a real HAProxy with two groups: --file-only writes the
 // map file alone, --once applies it, and the loop follows a move until
-// its context ends.
+// its context ends. The control frontend routes by the same map: a request
+// about a tenant reaches its group's active server, one about no tenant
+// the default group's, nothing outside /api/v1/ is forwarded, and a server
+// the gRPC backend does not send traffic to (standby, drained) gets no
+// control-plane request either.
 func TestSyncPlacements(t *testing.T) {
 	def := haproxytest.NewServer(t, "def1", http.StatusOK)
 	big := haproxytest.NewServer(t, "big1", http.StatusOK)
@@ -373,6 +378,35 @@ func TestSyncPlacements(t *testing.T) {
 		}
 	}
 
+	control := func(path string) string {
+		code, body := haproxytest.Control(t, inv, path)
+		if code != http.StatusOK {
+			return strconv.Itoa(code)
+		}
+		return body
+	}
+	for path, want := range map[string]string{
+		"/api/v1/tenants/t2/limits": "big1", "/api/v1/tenants/t2": "big1", "/api/v1/tenants/t1/keys": "def1",
+		"/api/v1/tenants/unknown": "def1", "/api/v1/tenants": "def1", "/api/v1/groups": "def1",
+		"/metrics": "404", "/readyz/active": "404",
+	} {
+		if got := control(path); got != want {
+			t.Errorf("GET %s through the control frontend = answered by %s, want %s", path, got, want)
+		}
+	}
+	// A standby (404: NOLB in its group's backend) gets no control-plane
+	// request: the control backend's server tracks the gRPC backend's.
+	big.SetStatus(http.StatusNotFound)
+	haproxytest.WaitStatus(t, p.Runtime, map[string]string{"def1": "UP", "big1": "NOLB"})
+	if got := control("/api/v1/tenants/t2/limits"); got != "503" {
+		t.Errorf("GET t2's limits with big's only server a standby = %s, want 503 (no server)", got)
+	}
+	big.SetStatus(http.StatusOK)
+	haproxytest.WaitStatus(t, p.Runtime, map[string]string{"def1": "UP", "big1": "UP"})
+	testenv.Eventually(t, haproxytest.WaitFor, "the control backend to follow big1 back UP", func() bool {
+		return control("/api/v1/tenants/t2/limits") == "big1"
+	})
+
 	stdout, _, err := run(t, "haproxy", "status", "--socket", p.Socket)
 	if err != nil {
 		t.Fatalf("Command(haproxy status) = got error %v, want nil", err)
@@ -385,5 +419,8 @@ func TestSyncPlacements(t *testing.T) {
 	stdout, _, err = run(t, "haproxy", "drain", "big1", "--force", "--socket", p.Socket)
 	if err != nil || stdout != "repool_big/big1: drain\n" {
 		t.Errorf("Command(haproxy drain big1) = got %q, %v, want repool_big/big1: drain", stdout, err)
+	}
+	if got := control("/api/v1/tenants/t2/limits"); got != "503" {
+		t.Errorf("GET t2's limits with big1 drained = %s, want 503: drain applies to the control backend too", got)
 	}
 }

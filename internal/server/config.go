@@ -241,8 +241,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: checkpoint_interval %v is below 100ms", c.CheckpointInterval)
 	case c.ReportFlush < 10*time.Millisecond || c.ReportFlush > time.Minute:
 		return fmt.Errorf("config: report_flush %v is outside [10ms, 1m]", c.ReportFlush)
-	case c.TokenTTL < time.Minute || c.TokenTTL > 24*time.Hour:
-		return fmt.Errorf("config: token_ttl %v is outside [1m, 24h]", c.TokenTTL)
+	case c.TokenTTL < 10*time.Second || c.TokenTTL > 24*time.Hour:
+		return fmt.Errorf("config: token_ttl %v is outside [10s, 24h]", c.TokenTTL)
 	case c.OperatorTokenTTL < time.Minute:
 		return fmt.Errorf("config: operator_token_ttl %v is below 1m", c.OperatorTokenTTL)
 	case c.GlobalResources < 1 || c.GlobalCells < 1 || c.GlobalResources > budget.MaxBudget || c.GlobalCells > budget.MaxBudget:

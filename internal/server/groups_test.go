@@ -60,6 +60,33 @@ func elsewhereGroup(err error) (string, bool) {
 	return "", false
 }
 
+// TestGroupsIssueTokenNamesTheTenant: an IssueToken that reaches a group
+// that does not serve the key's tenant (a client that did not know its
+// tenant, so the front end sent it to the default group) is refused as
+// TENANT_ELSEWHERE naming the group and the caller's own tenant, so that
+// the client can send it again with the tenant's route entry; an unknown
+// key learns nothing.
+func TestGroupsIssueTokenNamesTheTenant(t *testing.T) {
+	a, b := groupPair(t)
+	_, err := b.authc.IssueToken(withKey(a.key), &repoolv1.IssueTokenRequest{})
+	var info *errdetails.ErrorInfo
+	for _, d := range status.Convert(err).Details() {
+		if i, ok := d.(*errdetails.ErrorInfo); ok {
+			info = i
+		}
+	}
+	if status.Code(err) != codes.Unavailable || info.GetReason() != repoolv1.ReasonTenantElsewhere ||
+		info.GetMetadata()[repoolv1.ErrorInfoTenant] != "demo" || info.GetMetadata()[repoolv1.ErrorInfoGroup] != "default" {
+		t.Fatalf("IssueToken(demo's key) on group b = %v (%v), want UNAVAILABLE TENANT_ELSEWHERE naming tenant demo and group default", err, info)
+	}
+	if _, err := b.authc.IssueToken(withKey("rpk_notakey"), &repoolv1.IssueTokenRequest{}); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("IssueToken(unknown key) on group b = %v, want UNAUTHENTICATED", err)
+	}
+	if resp, err := a.authc.IssueToken(withKey(a.key), &repoolv1.IssueTokenRequest{}); err != nil || resp.GetTenant() != "demo" {
+		t.Fatalf("IssueToken(demo's key) on the default group = %v, %v; want a token for demo", resp, err)
+	}
+}
+
 // TestGroupsMoveATenantLive: a tenant is served by its group's active
 // server only (the other group refuses it, retryably, naming the group);
 // moved to the other group, it is refused by the source from then on and

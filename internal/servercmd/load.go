@@ -99,7 +99,7 @@ func bindings() []binding {
 		{"durable-reports", "answer a report only once its statistics are durable (group-committed)", "false", boolean(func(c *server.Config) *bool { return &c.DurableReports })},
 		{"store-fsync", "sync a SQLite store to disk at every commit: acknowledged writes survive a power loss, not only a crash of the process", "false", boolean(func(c *server.Config) *bool { return &c.StoreFsync })},
 		{"store-shared-files", "open a SQLite store whose files other local users may read (refused by default)", "false", boolean(func(c *server.Config) *bool { return &c.StoreSharedFiles })},
-		{"token-ttl", "lifetime of tokens from AuthService.IssueToken (`duration`)", d.TokenTTL.String(), dur(func(c *server.Config) *time.Duration { return &c.TokenTTL })},
+		{"token-ttl", "lifetime of tokens from AuthService.IssueToken, 10s to 24h (`duration`)", d.TokenTTL.String(), dur(func(c *server.Config) *time.Duration { return &c.TokenTTL })},
 		{"operator-token-ttl", "lifetime of the operator token printed on first start (`duration`)", d.OperatorTokenTTL.String(), dur(func(c *server.Config) *time.Duration { return &c.OperatorTokenTTL })},
 		{"global-resources", "global budget of resources (`n`)", strconv.FormatInt(d.GlobalResources, 10), i64(func(c *server.Config) *int64 { return &c.GlobalResources })},
 		{"global-cells", "global budget of cells (`n`)", strconv.FormatInt(d.GlobalCells, 10), i64(func(c *server.Config) *int64 { return &c.GlobalCells })},

@@ -46,6 +46,9 @@ type serverChild struct {
 	Name     string `json:"name"`
 	// Group is the server's group (--group); empty: the default group.
 	Group string `json:"group,omitempty"`
+	// TokenTTL is the lifetime of the tokens it issues (--token-ttl);
+	// zero: the server's default.
+	TokenTTL time.Duration `json:"token_ttl,omitempty"`
 }
 
 // serverHello is a server child's ready line.
@@ -122,7 +125,7 @@ func runServer(ctx context.Context, raw string, stdout, stderr io.Writer) error 
 		Store: c.Store, GRPCAddr: c.GRPCAddr, HTTPAddr: c.HTTPAddr, HA: c.HA, HAName: c.Name, Group: group,
 		// The load test measures failure handling, not the tenant's
 		// request limit: lift it far above any scenario's rate.
-		RatePerSecond: 1e6, Burst: 1_000_000, ShutdownGrace: 2 * time.Second,
+		RatePerSecond: 1e6, Burst: 1_000_000, ShutdownGrace: 2 * time.Second, TokenTTL: c.TokenTTL,
 	}, server.Options{Out: &banner, Log: log})
 	if err != nil {
 		return err

@@ -47,6 +47,13 @@ type groups struct {
 	placed map[string]string // tenant → group, guarded by Topology.mu
 }
 
+// groupTokenTTL is the lifetime of the tokens the groups' servers issue:
+// the shortest the server allows, so that a scenario's sidecars (with a
+// token policy that uses them for 5 s) renew them every few seconds, and a
+// tenant's tokens expire and are renewed on its new group within seconds
+// of a move.
+const groupTokenTTL = 10 * time.Second
+
 // Move is what MoveTenant measured.
 type Move struct {
 	Tenant, From, To string
@@ -79,7 +86,7 @@ func (t *Topology) startGroups(ctx context.Context) error {
 	}
 	dsn := t.cfg.Postgres.URL(db)
 	for _, name := range g.names {
-		n := &node{name: name + "-s1", ha: true, group: name, store: dsn, grpc: "127.0.0.1:0", http: "127.0.0.1:0"}
+		n := &node{name: name + "-s1", ha: true, group: name, store: dsn, grpc: "127.0.0.1:0", http: "127.0.0.1:0", tokenTTL: groupTokenTTL}
 		n.logPath = filepath.Join(t.cfg.Dir, n.name+".log")
 		g.nodes = append(g.nodes, n)
 	}
@@ -183,7 +190,7 @@ func (t *Topology) startGroups(ctx context.Context) error {
 
 // startGroupNode starts a server of a group and returns its ready line.
 func (t *Topology) startGroupNode(ctx context.Context, n *node) (serverHello, error) {
-	cmd, err := childCmd(roleServer, serverChild{Store: n.store, GRPCAddr: n.grpc, HTTPAddr: n.http, HA: true, Name: n.name, Group: n.group})
+	cmd, err := childCmd(roleServer, serverChild{Store: n.store, GRPCAddr: n.grpc, HTTPAddr: n.http, HA: true, Name: n.name, Group: n.group, TokenTTL: n.tokenTTL})
 	if err != nil {
 		return serverHello{}, err
 	}

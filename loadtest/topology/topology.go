@@ -130,6 +130,8 @@ type node struct {
 	http    string
 	logPath string
 	proc    *proc
+	// tokenTTL is the lifetime of the tokens it issues; zero: the default.
+	tokenTTL time.Duration
 }
 
 // Start starts the topology. On error it stops what it started.

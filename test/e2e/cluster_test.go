@@ -257,7 +257,9 @@ func (c *cluster) groupFlags(h host) []string {
 	if !ok {
 		return nil
 	}
-	return []string{"--group", g, "--placement-interval", "100ms"}
+	// Tokens of the shortest lifetime, which the sidecars renew every
+	// few seconds (see startSidecarFor): renewals happen after each move.
+	return []string{"--group", g, "--placement-interval", "100ms", "--token-ttl", "1m"}
 }
 
 var (
@@ -511,12 +513,25 @@ func (c *cluster) upServers(l *lb) string {
 // provider on the VIP.
 func (c *cluster) startSidecar() {
 	c.tb.Helper()
+	c.sidecar = c.startSidecarFor("sidecar", sidecarPort, c.apiKey)
+}
+
+// startSidecarFor runs a sidecar named name on the client's address and
+// port with one provider, "default", on the VIP holding apiKey, and waits
+// for it to answer. With groups (TestGroups) its tokens are used for 30 s
+// of their 1 min and renewed after 1.5 to 3 s.
+func (c *cluster) startSidecarFor(name string, port int, apiKey string) *proc {
+	c.tb.Helper()
 	security := "insecure: true"
 	if c.tls != nil {
 		security = fmt.Sprintf("tls: {ca_file: %s, server_name: %s}", c.tls.caFile, serverName)
 	}
-	keyFile := filepath.Join(c.dir, "api.key")
-	if err := os.WriteFile(keyFile, []byte(c.apiKey+"\n"), 0o600); err != nil {
+	tokens := ""
+	if c.groups != nil {
+		tokens = "token: {skew: 30s, refresh_at: 0.1}"
+	}
+	keyFile := filepath.Join(c.dir, name+"-api.key")
+	if err := os.WriteFile(keyFile, []byte(apiKey+"\n"), 0o600); err != nil {
 		c.tb.Fatal(err)
 	}
 	cfg := fmt.Sprintf(`# The e2e client's sidecar (test/e2e).
@@ -542,24 +557,28 @@ providers:
     # handover on loopback, not this one.
     breaker: {outage_after: 1s, silence_after: 1s}
     bulkhead: {slow_after: 1s}
-`, hostClient.addr, sidecarPort, vipAddr, grpcPort, security, keyFile, sidecarTimeout, sidecarTimeout)
-	path := filepath.Join(c.dir, "sidecar.yaml")
+    %s
+`, hostClient.addr, port, vipAddr, grpcPort, security, keyFile, sidecarTimeout, sidecarTimeout, tokens)
+	path := filepath.Join(c.dir, name+".yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		c.tb.Fatal(err)
 	}
-	c.sidecar = c.ps.start("sidecar", hostClient.ns(), nil, c.sidecarBin, "--config", path)
-	testenv.Eventually(c.tb, 15*time.Second, "the sidecar to answer /healthz", func() bool {
-		resp, err := probe.Get(sidecarURL("/healthz"))
+	p := c.ps.start(name, hostClient.ns(), nil, c.sidecarBin, "--config", path)
+	testenv.Eventually(c.tb, 15*time.Second, name+" to answer /healthz", func() bool {
+		resp, err := probe.Get(sidecarAt(port, "/healthz"))
 		if err != nil {
 			return false
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
+	return p
 }
 
-func sidecarURL(path string) string {
-	return fmt.Sprintf("http://%s:%d%s", hostClient.addr, sidecarPort, path)
+func sidecarURL(path string) string { return sidecarAt(sidecarPort, path) }
+
+func sidecarAt(port int, path string) string {
+	return fmt.Sprintf("http://%s:%d%s", hostClient.addr, port, path)
 }
 
 // dump logs every process's output and the LB files (on failure).

@@ -24,7 +24,10 @@ const (
 	// ReasonTenantElsewhere (on an UNAVAILABLE status): the tenant is
 	// served by another group of servers, or is being moved to one; retry
 	// through the front end, which routes by TenantRouteKey. Metadata
-	// "group" names the group the tenant is placed on, when known.
+	// "group" names the group the tenant is placed on, when known, and
+	// "tenant" the caller's own tenant (the one its credential names), so
+	// that a client that did not know it — an IssueToken sent without
+	// TenantRouteKey — can send the call again with the entry.
 	ReasonTenantElsewhere = "TENANT_ELSEWHERE"
 )
 
@@ -34,12 +37,14 @@ const (
 	ErrorInfoFreesAt      = "frees_at"
 	ErrorInfoRetryAfterMS = "retry_after_ms"
 	ErrorInfoGroup        = "group"
+	ErrorInfoTenant       = "tenant"
 )
 
 // TenantRouteKey is the metadata entry a client behind a tenant-routing
-// front end sends on every call: the tenant of its token
-// (IssueTokenResponse.tenant). HAProxy maps it to the backend of the group
-// that serves the tenant. It is a routing hint only: the server serves a
+// front end sends on every call, IssueToken included once it knows its
+// tenant: the tenant of its token (IssueTokenResponse.tenant), or the
+// tenant a TENANT_ELSEWHERE refusal named (ErrorInfoTenant). HAProxy maps
+// it to the backend of the group that serves the tenant. It is a routing hint only: the server serves a
 // call for the tenant its credential names, whatever this entry says, and
 // refuses as UNAVAILABLE (reason TENANT_ELSEWHERE) a tenant it does not
 // serve.

@@ -25,6 +25,7 @@ const (
 	Backend         = "repool"             // the backend of the default group's servers
 	Defaults        = "repool"             // the (named) defaults section
 	GRPCFrontend    = "grpc"               // gRPC frontend on the VIP (h2c, or TLS with h2)
+	ControlFrontend = "control"            // control-plane frontend on the VIP (HTTP/1.1, or TLS)
 	MonitorFrontend = "monitor"            // monitor-uri frontend for Keepalived
 	MonitorURI      = inventory.MonitorURI // answered 200 while HAProxy runs
 	// HealthURI is what HAProxy checks on each server's HTTP port:
@@ -52,6 +53,26 @@ func GroupOf(backend string) (string, bool) {
 		return "", false
 	}
 	return g, true
+}
+
+// ControlBackendFor returns the backend of the control plane of a group's
+// servers (their HTTP ports): "control_" + BackendFor(group). Its servers
+// track the group's backend's (same state, no checks of their own).
+func ControlBackendFor(group string) string { return controlPrefix + BackendFor(group) }
+
+const controlPrefix = "control_"
+
+// ControlAPI is the path prefix the control frontend forwards; anything
+// else is answered 404 by HAProxy.
+const ControlAPI = "/api/v1/"
+
+// ControlRule is the control frontend's use_backend rule with more than
+// one group: the control backend of the group the tenant map names for
+// the tenant in the path (/api/v1/tenants/{id}/...: the fifth field), and
+// the default group's for a path without one (/api/v1/tenants,
+// /api/v1/groups) or a tenant the map does not hold.
+func ControlRule(mapFile string) string {
+	return controlPrefix + "%[path,field(5,/),map(" + mapFile + "," + Backend + ")]"
 }
 
 // TenantRule is the gRPC frontend's use_backend rule with more than one
@@ -176,6 +197,7 @@ func Render(ctx context.Context, inv *inventory.Inventory, opts Options) ([]byte
 		// "haproxy -c" on commit opened the empty stand-in map; the file
 		// names the inventory's.
 		out = bytes.ReplaceAll(out, []byte(TenantRule(checkMap)), []byte(TenantRule(inv.HAProxy.TenantMap)))
+		out = bytes.ReplaceAll(out, []byte(ControlRule(checkMap)), []byte(ControlRule(inv.HAProxy.TenantMap)))
 	}
 	return append([]byte(Header), out...), nil
 }
@@ -289,6 +311,10 @@ func build(conf configuration.Configuration, tx string, inv *inventory.Inventory
 		}
 	}
 
+	if err := buildControlFrontend(conf, tx, inv, tenantMap); err != nil {
+		return err
+	}
+
 	// The monitor frontend Keepalived's track script checks: 200 on
 	// MonitorURI while this HAProxy runs, whatever the servers' health (a
 	// cluster without an active server must not move the VIP back and forth).
@@ -308,6 +334,102 @@ func build(conf configuration.Configuration, tx string, inv *inventory.Inventory
 	for _, g := range groups {
 		if err := buildBackend(conf, tx, inv, g); err != nil {
 			return err
+		}
+	}
+	for _, g := range groups {
+		if err := buildControlBackend(conf, tx, inv, g); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// buildControlFrontend writes the control-plane frontend on the VIP: it
+// forwards /api/v1/ (and nothing else) to the active server of the group
+// of the tenant the path names, so that an operator or tenant admin never
+// has to find which server leads which group. The server checks the
+// bearer token and the role as it does for a direct request.
+func buildControlFrontend(conf configuration.Configuration, tx string, inv *inventory.Inventory, tenantMap string) error {
+	if err := conf.CreateFrontend(&models.Frontend{
+		Name: ControlFrontend, Mode: "http", DefaultBackend: ControlBackendFor(inventory.DefaultGroup), Maxconn: ptr(int64(controlMaxConn)),
+	}, tx, 0); err != nil {
+		return fmt.Errorf("frontend %s: %w", ControlFrontend, err)
+	}
+	bind := models.BindParams{Name: "vip-control", Transparent: true}
+	if tls := inv.TLS; tls.On() {
+		bind.Ssl, bind.SslCertificate, bind.Alpn, bind.SslMinVer = true, tls.Cert, "http/1.1", "TLSv1.2"
+		if tls.ClientCA != "" {
+			bind.SslCafile, bind.Verify = tls.ClientCA, "required"
+		}
+	}
+	if err := conf.CreateBind("frontend", ControlFrontend, &models.Bind{
+		Address:    inv.VIP.IP().String(),
+		Port:       ptr(int64(inv.VIP.ControlPort)),
+		BindParams: bind,
+	}, tx, 0); err != nil {
+		return fmt.Errorf("frontend %s bind: %w", ControlFrontend, err)
+	}
+	if err := conf.CreateHTTPRequestRule("frontend", ControlFrontend, &models.HTTPRequestRule{
+		Index: ptr(int64(0)), Type: "deny", DenyStatus: ptr(int64(404)), Cond: "unless", CondTest: "{ path_beg " + ControlAPI + " }",
+	}, tx, 0); err != nil {
+		return fmt.Errorf("frontend %s http-request deny: %w", ControlFrontend, err)
+	}
+	if len(inv.Groups()) > 1 {
+		if err := conf.CreateBackendSwitchingRule(ControlFrontend, &models.BackendSwitchingRule{
+			Index: ptr(int64(0)), Name: ControlRule(tenantMap),
+		}, tx, 0); err != nil {
+			return fmt.Errorf("frontend %s use_backend: %w", ControlFrontend, err)
+		}
+	}
+	return nil
+}
+
+// buildControlBackend writes the control-plane backend of group g: each
+// server's HTTP port, tracking the server in the group's backend, so that
+// only the active server gets requests (a standby is NOLB there too),
+// drain, ready and maint of the server apply here as well, and no check
+// is added.
+func buildControlBackend(conf configuration.Configuration, tx string, inv *inventory.Inventory, g string) error {
+	backend := ControlBackendFor(g)
+	if err := conf.CreateBackend(&models.Backend{
+		Name:     backend,
+		Mode:     "http",
+		AdvCheck: "httpchk",
+		Redispatch: &models.Redispatch{
+			Enabled:  ptr(models.RedispatchEnabledEnabled),
+			Interval: -1,
+		},
+	}, tx, 0); err != nil {
+		return fmt.Errorf("backend %s: %w", backend, err)
+	}
+	// HAProxy lets a server track another only if both backends agree on
+	// disable-on-404; the tracking servers send no checks themselves.
+	if err := conf.CreateHTTPCheck("backend", backend, &models.HTTPCheck{
+		Index: ptr(int64(0)), Type: models.HTTPCheckTypeDisableDashOnDash404,
+	}, tx, 0); err != nil {
+		return fmt.Errorf("backend %s http-check: %w", backend, err)
+	}
+	for _, s := range inv.Servers {
+		if s.Group != g {
+			continue
+		}
+		params := models.ServerParams{
+			Track:        BackendFor(g) + "/" + s.Name,
+			OnMarkedDown: "shutdown-sessions",
+		}
+		if tls := inv.TLS; tls.On() {
+			params.Ssl, params.SslCafile, params.Verify = "enabled", tls.ServerCA, "required"
+			params.Sni, params.Verifyhost, params.Alpn = "str("+tls.ServerName+")", tls.ServerName, "http/1.1"
+			params.SslMinVer = "TLSv1.2"
+			params.SslCertificate = tls.ClientCert
+		}
+		if err := conf.CreateServer("backend", backend, &models.Server{
+			Name:         s.Name,
+			Address:      s.Address,
+			Port:         ptr(int64(s.HTTPPort)),
+			ServerParams: params,
+		}, tx, 0); err != nil {
+			return fmt.Errorf("backend %s server %s: %w", backend, s.Name, err)
 		}
 	}
 	return nil
@@ -386,6 +508,10 @@ func buildBackend(conf configuration.Configuration, tx string, inv *inventory.In
 // monitorMaxConn bounds the monitor frontend: Keepalived's track script
 // makes one connection a second.
 const monitorMaxConn = 100
+
+// controlMaxConn bounds the control frontend's client connections:
+// operators' and tenant admins' requests, not the data plane's.
+const controlMaxConn = 1000
 
 func ptr[T any](v T) *T { return &v }
 

@@ -207,7 +207,9 @@ func TestRenderConcurrent(t *testing.T) {
 // TestRenderGroups renders the example with its third server moved to a
 // group of its own: one backend per group, each with the health check,
 // and the tenant rule in the gRPC frontend naming the inventory's map file
-// (the real HAProxy checks the result against an empty map there).
+// (the real HAProxy checks the result against an empty map there); and
+// one control-plane backend per group, on the servers' HTTP ports, each
+// server tracking its gRPC twin, chosen by the tenant in the path.
 func TestRenderGroups(t *testing.T) {
 	inv := loadExample(t)
 	inv.Servers[2].Group = "big"
@@ -222,13 +224,16 @@ func TestRenderGroups(t *testing.T) {
 		"\nbackend repool\n  mode http\n  option redispatch -1\n  option httpchk\n  http-check send meth GET uri /readyz/active\n  http-check expect status 200\n  http-check disable-on-404\n  server repool1 ",
 		"\n  server repool2 ",
 		"\nbackend repool_big\n  mode http\n  option redispatch -1\n  option httpchk\n  http-check send meth GET uri /readyz/active\n  http-check expect status 200\n  http-check disable-on-404\n  server repool3 ",
+		"  http-request deny deny_status 404 unless { path_beg /api/v1/ }\n  use_backend control_%[path,field(5,/),map(" + inv.HAProxy.TenantMap + ",repool)]\n  default_backend control_repool\n",
+		"\nbackend control_repool_big\n  mode http\n  option redispatch -1\n  option httpchk\n  http-check disable-on-404\n  server repool3 10.0.0.23:8081 ",
+		" track repool_big/repool3 ",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("Render(two groups) = got\n%s\nwant it to contain %q", got, want)
 		}
 	}
-	if n := strings.Count(got, "  server "); n != 3 {
-		t.Errorf("Render(two groups) has %d server lines, want 3", n)
+	if n := strings.Count(got, "  server "); n != 6 {
+		t.Errorf("Render(two groups) has %d server lines, want 6 (each server in its group's backend and control backend)", n)
 	}
 	if strings.Contains(got, os.TempDir()+"/repool-haproxy-render-") {
 		t.Errorf("Render(two groups) = got\n%s\nwant no trace of the render's temporary map", got)

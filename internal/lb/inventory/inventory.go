@@ -41,6 +41,7 @@ var ErrInvalid = errors.New("invalid inventory")
 // Defaults for the fields that may be left out. See each field for its meaning.
 const (
 	DefaultGRPCPort       = 9090 // VIP.GRPCPort and Server.GRPCPort
+	DefaultControlPort    = 8081 // VIP.ControlPort
 	DefaultHTTPPort       = 8081 // Server.HTTPPort
 	DefaultStatsSocket    = "/run/haproxy/admin.sock"
 	DefaultMonitorPort    = 8404
@@ -155,6 +156,11 @@ type VIP struct {
 	// with the tls section, h2c without).
 	// Default 9090.
 	GRPCPort int `yaml:"grpc_port"`
+	// ControlPort is the port of HAProxy's control-plane frontend on the
+	// VIP (HTTP/1.1; TLS with the tls section): /api/v1/ requests go to
+	// the active server of the group of the tenant the path names (the
+	// default group's for the others). Default 8081.
+	ControlPort int `yaml:"control_port"`
 }
 
 // IP returns the VIP without its prefix length. It is meaningful only on a
@@ -332,6 +338,7 @@ func Parse(r io.Reader) (*Inventory, error) {
 // place defaults are applied.
 func (inv *Inventory) setDefaults() {
 	orDefault(&inv.VIP.GRPCPort, DefaultGRPCPort)
+	orDefault(&inv.VIP.ControlPort, DefaultControlPort)
 	for i := range inv.LBHosts {
 		h := &inv.LBHosts[i]
 		def := LBHost{Interface: inv.VIP.Interface, StatsSocket: DefaultStatsSocket, MonitorPort: DefaultMonitorPort}
@@ -447,6 +454,9 @@ func (inv *Inventory) Validate() error {
 		if h.MonitorPort == inv.VIP.GRPCPort {
 			v.fail(f+".monitor_port", "%d is also vip.grpc_port", h.MonitorPort)
 		}
+		if h.MonitorPort == inv.VIP.ControlPort {
+			v.fail(f+".monitor_port", "%d is also vip.control_port", h.MonitorPort)
+		}
 		v.path(f+".notify_log", h.NotifyLog)
 	}
 	switch {
@@ -495,7 +505,7 @@ func (inv *Inventory) Validate() error {
 		defaultGroup = defaultGroup || s.Group == DefaultGroup
 	}
 	if len(inv.Servers) > 0 && !defaultGroup {
-		v.fail("servers", "no server is in group %q: calls without a tenant (IssueToken) and tenants missing from the tenant map go to it", DefaultGroup)
+		v.fail("servers", "no server is in group %q: calls without a tenant (a new sidecar's first IssueToken), control-plane requests about no tenant and tenants missing from the tenant map go to it", DefaultGroup)
 	}
 	v.ms("checks.inter", inv.Checks.Inter)
 	v.positive("checks.fall", inv.Checks.Fall)
@@ -598,6 +608,10 @@ func (v *validator) vip(vip VIP) {
 		}
 	}
 	v.port("vip.grpc_port", vip.GRPCPort)
+	v.port("vip.control_port", vip.ControlPort)
+	if vip.ControlPort == vip.GRPCPort {
+		v.fail("vip.control_port", "%d is also vip.grpc_port", vip.ControlPort)
+	}
 }
 
 func (v *validator) name(field, name string, seen map[string]string) {

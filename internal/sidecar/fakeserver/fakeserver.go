@@ -147,13 +147,21 @@ func (s *Server) RouteCalls(method, tenant string) int64 {
 }
 
 // TenantElsewhere is the refusal of a call for a tenant this server's group
-// does not serve, as the real server answers it: UNAVAILABLE with an
-// ErrorInfo of reason TENANT_ELSEWHERE naming the tenant's group.
-func TenantElsewhere(group string) error {
+// does not serve: UNAVAILABLE with an ErrorInfo of reason TENANT_ELSEWHERE
+// naming the tenant's group (and not the tenant: see TenantElsewhereOf).
+func TenantElsewhere(group string) error { return TenantElsewhereOf("", group) }
+
+// TenantElsewhereOf is TenantElsewhere naming the caller's tenant too, as
+// the real server answers it.
+func TenantElsewhereOf(tenant, group string) error {
+	md := map[string]string{repoolv1.ErrorInfoGroup: group}
+	if tenant != "" {
+		md[repoolv1.ErrorInfoTenant] = tenant
+	}
 	st, err := status.New(codes.Unavailable, "tenant is served by group "+group).WithDetails(&errdetails.ErrorInfo{
 		Domain:   repoolv1.ErrorDomain,
 		Reason:   repoolv1.ReasonTenantElsewhere,
-		Metadata: map[string]string{repoolv1.ErrorInfoGroup: group},
+		Metadata: md,
 	})
 	if err != nil {
 		panic(err) // an ErrorInfo always marshals

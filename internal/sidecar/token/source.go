@@ -7,6 +7,14 @@
 // if Redis still holds that very token — and the call is retried once with a
 // fresh one (Source.Do). A second refusal is an invalid-credentials error
 // (ErrInvalidCredentials), which the circuit breaker ignores.
+//
+// Behind a front end that routes by tenant (tenant-sharded groups), every
+// call, IssueToken included, must carry the tenant (TenantRouteKey) to
+// reach the group that serves it. A Source remembers the tenant its key
+// acts for once it has seen it — in a token, or in the TENANT_ELSEWHERE
+// refusal of an IssueToken sent without it, which names the caller's own
+// tenant — and sends it with every IssueToken from then on; the refused
+// IssueToken is sent again at once with the tenant.
 package token
 
 import (
@@ -22,6 +30,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/singleflight"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -109,8 +118,9 @@ type Source struct {
 	ahead, miss, unauthenticated prometheus.Counter
 
 	cur     atomic.Pointer[Token]
-	nextTry atomic.Int64 // clock unix nanos before which no refresh-ahead starts
-	failing atomic.Bool  // a refresh-ahead failed and was logged
+	tenant  atomic.Pointer[string] // the key's tenant once known; see Tenant
+	nextTry atomic.Int64           // clock unix nanos before which no refresh-ahead starts
+	failing atomic.Bool            // a refresh-ahead failed and was logged
 	group   singleflight.Group
 
 	life context.Context // cancelled by Close; parent of every fetch
@@ -300,10 +310,37 @@ func (s *Source) fetch(stale *Token, reason prometheus.Counter) (*Token, error) 
 	return t, nil
 }
 
-// issue calls IssueToken with the API key.
+// Tenant returns the tenant the source's API key acts for, "" until a
+// token or a TENANT_ELSEWHERE refusal has named it.
+func (s *Source) Tenant() string {
+	if t := s.tenant.Load(); t != nil {
+		return *t
+	}
+	return ""
+}
+
+func (s *Source) setTenant(tenant string) {
+	if tenant != "" && tenant != s.Tenant() {
+		s.tenant.Store(&tenant)
+	}
+}
+
+// issue calls IssueToken with the API key and, once known, the tenant
+// (TenantRouteKey), by which a front end with tenant-sharded groups sends
+// it to the tenant's group. An IssueToken refused as TENANT_ELSEWHERE (it
+// reached a group that does not serve the tenant: sent before the tenant
+// was known, or while the front end's map lagged a move) names the
+// caller's tenant; when that is news, it is remembered and the call sent
+// once more, at once, with it. Any other refusal, or a second one, is the
+// error (UNAVAILABLE: the retry layer tries again).
 func (s *Source) issue(ctx context.Context) (*Token, error) {
-	resp, err := s.issuer.IssueToken(metadata.AppendToOutgoingContext(ctx, "x-api-key", s.apiKey), &repoolv1.IssueTokenRequest{})
-	s.issuances.WithLabelValues(status.Code(err).String()).Inc()
+	sent := s.Tenant()
+	resp, err := s.issueAs(ctx, sent)
+	if named := elsewhereTenant(err); named != "" && named != sent {
+		s.log.Info("IssueToken reached a group that does not serve the key's tenant; sending it again with the tenant", "tenant", named)
+		s.setTenant(named)
+		resp, err = s.issueAs(ctx, named)
+	}
 	switch {
 	case status.Code(err) == codes.Unauthenticated:
 		return nil, &credentialsError{err: err}
@@ -312,8 +349,36 @@ func (s *Source) issue(ctx context.Context) (*Token, error) {
 	case resp.GetToken() == "" || resp.GetExpiresAt() == nil:
 		return nil, status.Error(codes.Internal, "IssueToken answered without a token or an expiry")
 	}
+	s.setTenant(resp.GetTenant())
 	now := s.clock.Now()
 	return s.token(&entry{Token: resp.GetToken(), IssuedAt: now.UnixMilli(), ExpiresAt: resp.GetExpiresAt().AsTime().UnixMilli(), Tenant: resp.GetTenant()}, ""), nil
+}
+
+// issueAs calls IssueToken once, with the tenant's route entry unless
+// tenant is empty, and counts the answer.
+func (s *Source) issueAs(ctx context.Context, tenant string) (*repoolv1.IssueTokenResponse, error) {
+	md := []string{"x-api-key", s.apiKey}
+	if tenant != "" {
+		md = append(md, repoolv1.TenantRouteKey, tenant)
+	}
+	resp, err := s.issuer.IssueToken(metadata.AppendToOutgoingContext(ctx, md...), &repoolv1.IssueTokenRequest{})
+	s.issuances.WithLabelValues(status.Code(err).String()).Inc()
+	return resp, err
+}
+
+// elsewhereTenant returns the tenant an UNAVAILABLE TENANT_ELSEWHERE
+// refusal names (the caller's own), "" for any other error.
+func elsewhereTenant(err error) string {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.Unavailable {
+		return ""
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == repoolv1.ErrorDomain && info.GetReason() == repoolv1.ReasonTenantElsewhere {
+			return info.GetMetadata()[repoolv1.ErrorInfoTenant]
+		}
+	}
+	return ""
 }
 
 // token builds a Token from an entry, with its jittered refresh point.
@@ -341,6 +406,7 @@ func (s *Source) token(e *entry, raw string) *Token {
 
 // hold caches t locally and re-arms the refresher.
 func (s *Source) hold(t *Token) {
+	s.setTenant(t.Tenant)
 	s.cur.Store(t)
 	s.nextTry.Store(0)
 	s.poke()

@@ -85,6 +85,11 @@ func newServer(tb testing.TB, name string, status int, tlsCfg *tls.Config) *Serv
 	s.status.Store(int32(status))
 
 	check := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, haproxy.ControlAPI) && r.ProtoMajor == 1 {
+			// The control plane, as the control frontend forwards it.
+			fmt.Fprint(w, s.Name)
+			return
+		}
 		if r.URL.Path != haproxy.HealthURI || r.ProtoMajor != 1 {
 			http.Error(w, "unexpected "+r.Proto+" "+r.URL.Path, http.StatusBadRequest)
 			return
@@ -154,7 +159,7 @@ func (s *Server) SetStatus(status int) { s.status.Store(int32(status)) }
 func LoopbackInventory(tb testing.TB, dir string, servers ...*Server) *inventory.Inventory {
 	tb.Helper()
 	var b strings.Builder
-	fmt.Fprintf(&b, "vip: {address: 127.0.0.1/8, interface: lo, router_id: 1, auth_pass: test, grpc_port: %d}\n", testenv.FreePort(tb))
+	fmt.Fprintf(&b, "vip: {address: 127.0.0.1/8, interface: lo, router_id: 1, auth_pass: test, grpc_port: %d, control_port: %d}\n", testenv.FreePort(tb), testenv.FreePort(tb))
 	fmt.Fprintf(&b, "lb_hosts:\n")
 	fmt.Fprintf(&b, "  - {name: lb1, address: 127.0.0.2, priority: 150, state: BACKUP, monitor_port: %d, stats_socket: %s}\n",
 		testenv.FreePort(tb), filepath.Join(dir, "lb1.sock"))
@@ -210,8 +215,9 @@ func (p *Process) Output() string { return p.out.String() }
 // if inv has more than one group and the file does not exist (HAProxy
 // refuses to start without it). It returns once the stats socket
 // answers; tb.Cleanup stops HAProxy (SIGTERM, then SIGKILL after 5 s) and
-// waits for it. If another process took the VIP's or lb1's monitor port
-// first, Start moves both to fresh free ports in inv and tries again.
+// waits for it. If another process took a port of the VIP or lb1's monitor port
+// first, Start moves them (gRPC, control and monitor ports) to fresh free
+// ports in inv and tries again.
 func Start(tb testing.TB, inv *inventory.Inventory, dir string) *Process {
 	tb.Helper()
 	for attempt := 1; ; attempt++ {
@@ -222,7 +228,7 @@ func Start(tb testing.TB, inv *inventory.Inventory, dir string) *Process {
 		if !inUse || attempt == 3 {
 			tb.Fatalf("haproxytest: haproxy did not start")
 		}
-		inv.VIP.GRPCPort = testenv.FreePort(tb)
+		inv.VIP.GRPCPort, inv.VIP.ControlPort = testenv.FreePort(tb), testenv.FreePort(tb)
 		for i := range inv.LBHosts {
 			if inv.LBHosts[i].Name == "lb1" {
 				inv.LBHosts[i].MonitorPort = testenv.FreePort(tb)
@@ -396,6 +402,23 @@ func Call(tb testing.TB, inv *inventory.Inventory, tenant string) string {
 		tb.Fatalf("haproxytest: Health/Check via %s (tenant %q) = got header %v, want one %s", target, tenant, header, ServedByKey)
 	}
 	return by[0]
+}
+
+// Control sends one HTTP/1.1 GET of path to HAProxy's control frontend
+// on the VIP and returns the status and the body: the name of the server
+// that answered when it is 200.
+func Control(tb testing.TB, inv *inventory.Inventory, path string) (int, string) {
+	tb.Helper()
+	tr := &http.Transport{DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	url := "http://" + net.JoinHostPort(inv.VIP.IP().String(), strconv.Itoa(inv.VIP.ControlPort)) + path
+	resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get(url)
+	if err != nil {
+		tb.Fatalf("haproxytest: GET %s = got error %v, want nil", url, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
 }
 
 // Get sends one h2c request to HAProxy's gRPC frontend on the VIP and
