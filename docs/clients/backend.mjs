@@ -89,12 +89,17 @@ await sleep(200); // let the subscription open before the resources are register
 await call('POST', '/resources', { resources: [0, 1, 2].map((i) => ({ id: `js-${i}`, capacity: 2 })) });
 let lease = await acquire('search');
 let uses = 0;
+let failedNext = 0; let sameAfterFailure = 0; // a FAILURE's next lease: another resource, by default
 const start = calls;
 for (let i = 0; i < 50; i++) {
   const ok = i % 5 !== 0; // stands for the real work done with lease.resource_id
   const ans = await release(lease, ok ? 'SUCCESS' : 'FAILURE', { context: 'search', ttl_seconds: 30 });
   uses++;
   if (ans.next?.lease) {
+    if (!ok) {
+      failedNext++;
+      if (ans.next.lease.resource_id === lease.resource_id) sameAfterFailure++;
+    }
     lease = ans.next.lease;
   } else { // released, but no next lease: wait as told, then acquire
     await sleep(ans.next?.error?.retry_after_ms || 100);
@@ -107,4 +112,4 @@ const timer = setTimeout(() => stop.abort(), 10000);
 const seen = await watching;
 clearTimeout(timer);
 const res = (await call('GET', '/resources/js-0')).resource;
-console.log(`node: ${uses} uses in ${trips} round trips; ${seen.filter((e) => e.resource_id.startsWith('js-')).length} registered events; js-0 quarantine ${res.quarantine}`);
+console.log(`node: ${uses} uses in ${trips} round trips; after ${failedNext} failures the next lease was the same resource ${sameAfterFailure} times; ${seen.filter((e) => e.resource_id.startsWith('js-')).length} registered events; js-0 quarantine ${res.quarantine}`);

@@ -73,6 +73,7 @@ def release(lease, outcome, next_=None):
 def main():
     call("POST", "/resources", {"resources": [{"id": f"py-{i}", "capacity": 2} for i in range(3)]})
     lease, uses = acquire("search"), 0
+    failed_next = same_after_failure = 0  # a FAILURE's next lease: another resource, by default
     start = calls
     for i in range(50):
         ok = i % 5 != 0  # stands for the real work done with lease["resource_id"]
@@ -80,6 +81,9 @@ def main():
         uses += 1
         nxt = ans.get("next", {})
         if "lease" in nxt:
+            if not ok:
+                failed_next += 1
+                same_after_failure += nxt["lease"]["resource_id"] == lease["resource_id"]
             lease = nxt["lease"]
         else:  # released, but no next lease: wait as told, then acquire
             time.sleep(nxt.get("error", {}).get("retry_after_ms", 0) / 1000 or 0.1)
@@ -89,7 +93,8 @@ def main():
     res = call("GET", "/resources/py-0")["resource"]
     page = call("GET", "/resources?page_size=2")
     rate = next((c["success_rate"] for c in res["contexts"] if c["context"] == "search"), None)
-    print(f"python: {uses} uses in {trips} round trips; py-0 quarantine {res['quarantine']}, "
+    print(f"python: {uses} uses in {trips} round trips; after {failed_next} failures the next lease was "
+          f"the same resource {same_after_failure} times; py-0 quarantine {res['quarantine']}, "
           f"search success rate {rate if rate is None else round(rate, 2)}; first page {len(page['resources'])} resources")
 
 

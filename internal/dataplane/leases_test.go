@@ -422,3 +422,67 @@ func TestCallsCounted(t *testing.T) {
 		}
 	}
 }
+
+// TestExclude: exclude on an acquire and on a release's next, unary and on
+// the Leases stream: an excluded resource is not leased; after a FAILURE
+// the released resource is not the next lease unless keep_failed; every
+// resource excluded is no_resource_available with why all_excluded; too
+// many ids are an invalid argument naming the field.
+func TestExclude(t *testing.T) {
+	e, _ := newSwitchEnv(t)
+	a := as("key-a")
+	if _, err := e.client.Register(a, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "r1", Capacity: 100}, {Id: "r2", Capacity: 100}}}); err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		resp, err := e.client.Acquire(a, &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 60, Exclude: []string{"r1"}})
+		if err != nil || resp.GetLease().GetResourceId() != "r2" {
+			t.Fatalf("unary acquire excluding r1 = %v, %v; want r2", resp, err)
+		}
+	}
+	_, err := e.client.Acquire(a, &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 60, Exclude: []string{"r1", "r2"}})
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "excluded") {
+		t.Fatalf("unary acquire excluding both = %v, want RESOURCE_EXHAUSTED naming the exclusion", err)
+	}
+	many := make([]string, 33)
+	for i := range many {
+		many[i] = fmt.Sprint("r", i)
+	}
+	if _, err := e.client.Acquire(a, &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 60, Exclude: many}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "exclude names 33 resources") {
+		t.Fatalf("unary acquire excluding 33 = %v, want INVALID_ARGUMENT naming exclude", err)
+	}
+
+	st := openLeases(t, e, "key-a")
+	call := acquireCall("x", 60)
+	call.GetAcquire().Exclude = []string{"r2"}
+	reply, err := do(st, call)
+	l := reply.GetAcquire().GetLease()
+	if err != nil || l.GetResourceId() != "r1" {
+		t.Fatalf("stream acquire excluding r2 = %v, %v; want r1", reply, err)
+	}
+	call.GetAcquire().Exclude = []string{"r1", "r2"}
+	reply, err = do(st, call)
+	if pr := wantProblem(t, "stream acquire excluding both", reply, err, codes.ResourceExhausted, "no_resource_available"); pr.GetWhy() != "all_excluded" {
+		t.Fatalf("why = %q, want all_excluded", pr.GetWhy())
+	}
+	for range 6 { // 3 failures each: fewer than quarantine a resource
+		reply, err = do(st, releaseCall(l, repoolv1.Outcome_FAILURE, &repoolv1.NextLease{Context: "x", TtlSeconds: 60}))
+		next := reply.GetRelease().GetNext().GetLease()
+		if err != nil || next == nil || next.GetResourceId() == l.GetResourceId() {
+			t.Fatalf("release FAILURE of %s with next = %v, %v; want the other resource", l.GetResourceId(), reply, err)
+		}
+		l = next
+	}
+	reply, err = do(st, releaseCall(l, repoolv1.Outcome_FAILURE, &repoolv1.NextLease{Context: "x", TtlSeconds: 60, KeepFailed: true, Exclude: []string{other(l.GetResourceId())}}))
+	if next := reply.GetRelease().GetNext().GetLease(); err != nil || next.GetResourceId() != l.GetResourceId() {
+		t.Fatalf("release FAILURE with keep_failed and the other resource excluded = %v, %v; want the failed resource again", reply, err)
+	}
+}
+
+// other is the other of the two resources r1 and r2.
+func other(id string) string {
+	if id == "r1" {
+		return "r2"
+	}
+	return "r1"
+}

@@ -290,7 +290,7 @@ func (s *Service) Acquire(ctx context.Context, req *repoolv1.AcquireRequest) (*r
 	if err != nil {
 		return nil, err
 	}
-	l, err := p.Acquire(req.GetContext(), ttl, req.GetLabels())
+	l, err := p.AcquireExcluding(req.GetContext(), ttl, req.GetLabels(), req.GetExclude())
 	if err != nil {
 		return nil, err
 	}
@@ -396,7 +396,7 @@ func (s *Service) releaseNext(ctx context.Context, tenant string, p *pool.Pool, 
 		return nil, fmt.Errorf("%w: next.%s", pool.ErrInvalidArgument, msg)
 	}
 	_, l, nextErr, err := p.ReleaseNext(id, req.GetFencingToken(), toOutcome(req.GetOutcome()),
-		pool.Next{Context: n.GetContext(), TTL: ttl, Labels: n.GetLabels()})
+		pool.Next{Context: n.GetContext(), TTL: ttl, Labels: n.GetLabels(), Exclude: n.GetExclude(), KeepFailed: n.GetKeepFailed()})
 	if err != nil {
 		return nil, err
 	}

@@ -172,6 +172,11 @@ func (p *Pool) score(s *picker, b *batch, ctx int32, now int64, selector map[str
 			ok[i] = ok[i] && matches(p.res[b.idx[i]].labels, selector)
 		}
 	}
+	if p.avoid.n > 0 {
+		for i := 0; i < b.n; i++ {
+			ok[i] = ok[i] && !p.avoid.has(b.idx[i])
+		}
+	}
 	var alpha, beta [maxBatch]float64
 	for i := 0; i < b.n; i++ {
 		if !ok[i] {
@@ -380,7 +385,7 @@ func (p *Pool) acquireProbe(ctx int32, context string, ttl time.Duration, select
 			switch {
 			case !r.live || slot < 0 || p.cellAt(slot).q.state != qProbation:
 				return probeStale
-			case r.active >= r.capacity || r.q.state != qNone || !matches(r.labels, selector):
+			case r.active >= r.capacity || r.q.state != qNone || !matches(r.labels, selector) || p.avoid.has(idx):
 				return probeWait
 			}
 			p.cellAt(slot).q.state = qProbing
@@ -399,7 +404,7 @@ func (p *Pool) acquireProbe(ctx int32, context string, ttl time.Duration, select
 		switch {
 		case !r.live || r.q.state != qProbation:
 			return probeStale
-		case r.active >= r.capacity || !matches(r.labels, selector) || p.blockedFor(idx, ctx):
+		case r.active >= r.capacity || !matches(r.labels, selector) || p.blockedFor(idx, ctx) || p.avoid.has(idx):
 			return probeWait
 		}
 		r.q.state = qProbing

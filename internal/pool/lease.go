@@ -87,15 +87,27 @@ func (p *Pool) releaseLocked(id, token uint64, outcome Outcome, now int64) (crea
 	return created, nil
 }
 
-// Next asks ReleaseNext for the next lease: Acquire's arguments.
+// Next asks ReleaseNext for the next lease: AcquireExcluding's arguments,
+// and whether to keep the released resource among the candidates after a
+// failure.
 type Next struct {
 	Context string
 	TTL     time.Duration
 	Labels  map[string]string
+	// Exclude names resources not to lease (AcquireExcluding).
+	Exclude []string
+	// KeepFailed keeps the released resource among the candidates after a
+	// Failure or Blocked outcome; by default it is excluded, unless it is
+	// the only resource that can serve now.
+	KeepFailed bool
 }
 
 // ReleaseNext releases lease id as Release does and, under the same lock,
-// leases the next resource for next as Acquire does: one call per use.
+// leases the next resource for next as AcquireExcluding does: one call per
+// use. After a Failure or Blocked outcome the released resource is excluded
+// from the next lease too (unless next.KeepFailed), so that a backend moves
+// on from the resource that just failed; when it is the only one that can
+// serve now, it is leased again.
 //
 // next is checked before anything changes: a bad field fails the call with
 // ErrInvalidArgument and nothing is released. Once the release has
@@ -117,16 +129,25 @@ func (p *Pool) ReleaseNext(id, token uint64, outcome Outcome, next Next) (create
 			return false, Lease{}, nil, err
 		}
 	}
+	if err := validExclude("next.exclude", next.Exclude); err != nil {
+		return false, Lease{}, nil, err
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := p.closedErr(); err != nil {
 		return false, Lease{}, nil, err
 	}
 	now := p.clock.Now().UnixNano()
+	failed := int32(-1) // the released resource, if its outcome excludes it
+	if (outcome == Failure || outcome == Blocked) && !next.KeepFailed {
+		if rec, err := p.lookupLease(id, token, now); err == nil {
+			failed = rec.res
+		}
+	}
 	if created, err = p.releaseLocked(id, token, outcome, now); err != nil {
 		return false, Lease{}, nil, err
 	}
-	l, nextErr = p.acquireLocked(next.Context, next.TTL, next.Labels, now)
+	l, nextErr = p.acquireAvoiding(next.Context, next.TTL, next.Labels, next.Exclude, failed, now)
 	return created, l, nextErr, nil
 }
 

@@ -89,6 +89,7 @@ type Pool struct {
 	freeCells  []int32 // free slots of sparse
 	ncells     int
 	probeRes   []int32   // whole-quarantined resources whose cooldown ended
+	avoid      avoidSet  // the resources the acquire under way must not lease
 	explore    reservoir // for contexts without statistics yet
 	leases     leaseTable
 	expiries   minHeap[uint64]   // lease expiry → lease id

@@ -84,3 +84,45 @@ func TestRefusalsAreInOurWords(t *testing.T) {
 		}
 	}
 }
+
+// TestExcludeThroughTheSidecar: against the real server, "exclude" on an
+// acquire and on a release's next, and "keep_failed", in the sidecar's
+// JSON: after a FAILURE the next lease is another resource; every resource
+// excluded is 429 no_resource_available, why all_excluded; a bad exclude is
+// a 400 naming the field.
+func TestExcludeThroughTheSidecar(t *testing.T) {
+	addr, key := realServer(t)
+	h := start(t, config.Config{Providers: map[string]config.Provider{"demo": {Endpoint: addr, APIKey: key}}}, sidecar.Options{})
+	const p = "/v1/providers/demo"
+	h.do("POST", p+"/resources", `{"resources":[{"id":"a","capacity":10},{"id":"b","capacity":10}]}`)
+	r := h.do("POST", p+"/acquire", `{"context":"search","ttl_seconds":30,"exclude":["a"]}`)
+	lease, _ := r.body["lease"].(map[string]any)
+	if r.status != 200 || lease["resource_id"] != "b" {
+		t.Fatalf("acquire excluding a = %d %s, want b", r.status, r.raw)
+	}
+	r = h.do("POST", p+"/acquire", `{"context":"search","ttl_seconds":30,"exclude":["a","b"]}`)
+	if r.status != 429 || r.errCode() != "no_resource_available" || r.errField("why") != "all_excluded" {
+		t.Fatalf("acquire excluding both = %d %s, want 429 no_resource_available, why all_excluded", r.status, r.raw)
+	}
+	r = h.do("POST", p+"/acquire", `{"context":"search","ttl_seconds":30,"exclude":"a"}`)
+	if r.status != 400 || !strings.Contains(r.errField("message"), "exclude") {
+		t.Fatalf("acquire with exclude as a string = %d %s, want 400 naming exclude", r.status, r.raw)
+	}
+	for range 4 {
+		r = h.do("POST", p+"/leases/"+lease["lease_id"].(string)+"/release",
+			fmt.Sprintf(`{"fencing_token":%q,"outcome":"FAILURE","next":{"context":"search","ttl_seconds":30}}`, lease["fencing_token"]))
+		next, _ := r.body["next"].(map[string]any)
+		l2, _ := next["lease"].(map[string]any)
+		if r.status != 200 || l2 == nil || l2["resource_id"] == lease["resource_id"] {
+			t.Fatalf("release FAILURE of %v with next = %d %s, want the other resource", lease["resource_id"], r.status, r.raw)
+		}
+		lease = l2
+	}
+	r = h.do("POST", p+"/leases/"+lease["lease_id"].(string)+"/release",
+		fmt.Sprintf(`{"fencing_token":%q,"outcome":"FAILURE","next":{"context":"search","ttl_seconds":30,"keep_failed":true,"exclude":[%q]}}`,
+			lease["fencing_token"], map[string]string{"a": "b", "b": "a"}[lease["resource_id"].(string)]))
+	next, _ := r.body["next"].(map[string]any)
+	if l2, _ := next["lease"].(map[string]any); r.status != 200 || l2["resource_id"] != lease["resource_id"] {
+		t.Fatalf("release FAILURE with keep_failed, the other excluded = %d %s, want %v again", r.status, r.raw, lease["resource_id"])
+	}
+}

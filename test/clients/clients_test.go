@@ -78,7 +78,9 @@ func stack(t *testing.T) string {
 // TestClients runs each client of docs/clients against its own server and
 // sidecar (the clients register resources of their own names, but each
 // starts from a fresh pool) and checks what it printed: 50 uses in 50 round
-// trips, and for Node the registered events it read from the stream. Then
+// trips, after each failure a next lease on another resource (the
+// default exclusion), and for Node the registered events it read from the
+// stream. Then
 // again through a proxy that answers two of the releases as a sidecar does
 // when something on the way is transient: one refused before it reaches the
 // server (503 unavailable, bulkhead-full, retry_after_ms), and one carried
@@ -96,9 +98,9 @@ func TestClients(t *testing.T) {
 		argv []string
 		want []string
 	}{
-		{"python", []string{"python3", "docs/clients/backend.py"}, []string{"py-0 quarantine none", "first page 2 resources"}},
-		{"node", []string{"node", "docs/clients/backend.mjs"}, []string{"3 registered events", "js-0 quarantine none"}},
-		{"go", []string{"go", "run", "./docs/clients/go"}, []string{"go-0 quarantine none"}},
+		{"python", []string{"python3", "docs/clients/backend.py"}, []string{"py-0 quarantine none", "first page 2 resources", "the same resource 0 times"}},
+		{"node", []string{"node", "docs/clients/backend.mjs"}, []string{"3 registered events", "js-0 quarantine none", "the same resource 0 times"}},
+		{"go", []string{"go", "run", "./docs/clients/go"}, []string{"go-0 quarantine none", "the same resource 0 times"}},
 	} {
 		for _, transient := range []bool{false, true} {
 			name := c.name

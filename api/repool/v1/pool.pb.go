@@ -734,7 +734,12 @@ type AcquireRequest struct {
 	// Lease lifetime, 1 to 3600 seconds. Required: there is no default.
 	TtlSeconds int32 `protobuf:"varint,2,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
 	// Only resources carrying all these labels are considered.
-	Labels        map[string]string `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Resources not to lease (ids, at most 32; unknown ids are ignored): a
+	// backend that just saw one fail asks for another. When every resource
+	// that could serve now is excluded, the answer is RESOURCE_EXHAUSTED
+	// with why "all_excluded".
+	Exclude       []string `protobuf:"bytes,4,rep,name=exclude,proto3" json:"exclude,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -786,6 +791,13 @@ func (x *AcquireRequest) GetTtlSeconds() int32 {
 func (x *AcquireRequest) GetLabels() map[string]string {
 	if x != nil {
 		return x.Labels
+	}
+	return nil
+}
+
+func (x *AcquireRequest) GetExclude() []string {
+	if x != nil {
+		return x.Exclude
 	}
 	return nil
 }
@@ -1019,7 +1031,15 @@ type NextLease struct {
 	// Lease lifetime, 1 to 3600 seconds. Required.
 	TtlSeconds int32 `protobuf:"varint,2,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
 	// Only resources carrying all these labels are considered.
-	Labels        map[string]string `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Resources not to lease, as AcquireRequest.exclude. A release whose
+	// outcome is FAILURE or BLOCKED also excludes the released resource,
+	// unless keep_failed is set; when that resource is the only one that can
+	// serve now, it is leased again (rather than none).
+	Exclude []string `protobuf:"bytes,4,rep,name=exclude,proto3" json:"exclude,omitempty"`
+	// Do not exclude the released resource after a FAILURE or BLOCKED
+	// outcome (work pinned to one resource).
+	KeepFailed    bool `protobuf:"varint,5,opt,name=keep_failed,json=keepFailed,proto3" json:"keep_failed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1073,6 +1093,20 @@ func (x *NextLease) GetLabels() map[string]string {
 		return x.Labels
 	}
 	return nil
+}
+
+func (x *NextLease) GetExclude() []string {
+	if x != nil {
+		return x.Exclude
+	}
+	return nil
+}
+
+func (x *NextLease) GetKeepFailed() bool {
+	if x != nil {
+		return x.KeepFailed
+	}
+	return false
 }
 
 type ReleaseResponse struct {
@@ -1215,7 +1249,7 @@ type Problem struct {
 	RetryAfterMs int32 `protobuf:"varint,3,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
 	// For no_resource_available: why (none_registered, none_match,
 	// all_leased, all_quarantined, all_leased_or_quarantined, lease_limit,
-	// tokens_used_up).
+	// tokens_used_up, all_excluded).
 	Why string `protobuf:"bytes,4,opt,name=why,proto3" json:"why,omitempty"`
 	// For no_resource_available, when known: the earliest moment a resource
 	// that could serve frees up by itself (a cooldown's end or a lease's
@@ -1997,12 +2031,13 @@ const file_repool_v1_pool_proto_rawDesc = "" +
 	"\acontext\x18\x03 \x01(\tR\acontext\x12#\n" +
 	"\rfencing_token\x18\x04 \x01(\x04R\ffencingToken\x129\n" +
 	"\n" +
-	"expires_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\xc5\x01\n" +
+	"expires_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\xdf\x01\n" +
 	"\x0eAcquireRequest\x12\x18\n" +
 	"\acontext\x18\x01 \x01(\tR\acontext\x12\x1f\n" +
 	"\vttl_seconds\x18\x02 \x01(\x05R\n" +
 	"ttlSeconds\x12=\n" +
-	"\x06labels\x18\x03 \x03(\v2%.repool.v1.AcquireRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\x03 \x03(\v2%.repool.v1.AcquireRequest.LabelsEntryR\x06labels\x12\x18\n" +
+	"\aexclude\x18\x04 \x03(\tR\aexclude\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"9\n" +
@@ -2019,12 +2054,15 @@ const file_repool_v1_pool_proto_rawDesc = "" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x04R\ffencingToken\x12,\n" +
 	"\aoutcome\x18\x03 \x01(\x0e2\x12.repool.v1.OutcomeR\aoutcome\x12(\n" +
-	"\x04next\x18\x04 \x01(\v2\x14.repool.v1.NextLeaseR\x04next\"\xbb\x01\n" +
+	"\x04next\x18\x04 \x01(\v2\x14.repool.v1.NextLeaseR\x04next\"\xf6\x01\n" +
 	"\tNextLease\x12\x18\n" +
 	"\acontext\x18\x01 \x01(\tR\acontext\x12\x1f\n" +
 	"\vttl_seconds\x18\x02 \x01(\x05R\n" +
 	"ttlSeconds\x128\n" +
-	"\x06labels\x18\x03 \x03(\v2 .repool.v1.NextLease.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\x03 \x03(\v2 .repool.v1.NextLease.LabelsEntryR\x06labels\x12\x18\n" +
+	"\aexclude\x18\x04 \x03(\tR\aexclude\x12\x1f\n" +
+	"\vkeep_failed\x18\x05 \x01(\bR\n" +
+	"keepFailed\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"<\n" +

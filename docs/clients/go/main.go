@@ -162,6 +162,7 @@ func main() {
 		log.Fatal(err)
 	}
 	uses, start := 0, calls
+	failedNext, sameAfterFailure := 0, 0 // a FAILURE's next lease: another resource, by default
 	for i := 0; i < 50; i++ {
 		outcome := "SUCCESS" // stands for the real work done with lease.ResourceID
 		if i%5 == 0 {
@@ -173,6 +174,12 @@ func main() {
 		}
 		uses++
 		if next.Lease != nil {
+			if outcome == "FAILURE" {
+				failedNext++
+				if next.Lease.ResourceID == lease.ResourceID {
+					sameAfterFailure++
+				}
+			}
 			lease = *next.Lease
 			continue
 		}
@@ -200,5 +207,5 @@ func main() {
 	if err := call("GET", "/resources/go-0", nil, &got); err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("go: %d uses in %d round trips; go-0 quarantine %s, %d contexts\n", uses, trips, got.Resource.Quarantine, len(got.Resource.Contexts))
+	fmt.Printf("go: %d uses in %d round trips; after %d failures the next lease was the same resource %d times; go-0 quarantine %s, %d contexts\n", uses, trips, failedNext, sameAfterFailure, got.Resource.Quarantine, len(got.Resource.Contexts))
 }

@@ -391,15 +391,7 @@ func buildControlFrontend(conf configuration.Configuration, tx string, inv *inve
 // is added.
 func buildControlBackend(conf configuration.Configuration, tx string, inv *inventory.Inventory, g string) error {
 	backend := ControlBackendFor(g)
-	if err := conf.CreateBackend(&models.Backend{
-		Name:     backend,
-		Mode:     "http",
-		AdvCheck: "httpchk",
-		Redispatch: &models.Redispatch{
-			Enabled:  ptr(models.RedispatchEnabledEnabled),
-			Interval: -1,
-		},
-	}, tx, 0); err != nil {
+	if err := conf.CreateBackend(httpBackend(backend), tx, 0); err != nil {
 		return fmt.Errorf("backend %s: %w", backend, err)
 	}
 	// HAProxy lets a server track another only if both backends agree on
@@ -435,22 +427,27 @@ func buildControlBackend(conf configuration.Configuration, tx string, inv *inven
 	return nil
 }
 
+// httpBackend is a backend of servers checked over HTTP (httpchk) that
+// redispatches on the last connection retry (-1, HAProxy's default
+// interval; client-native writes a zero interval, which disables it).
+func httpBackend(name string) *models.Backend {
+	return &models.Backend{
+		Name:     name,
+		Mode:     "http",
+		AdvCheck: "httpchk",
+		Redispatch: &models.Redispatch{
+			Enabled:  ptr(models.RedispatchEnabledEnabled),
+			Interval: -1,
+		},
+	}
+}
+
 // buildBackend writes the backend of group g's servers.
 func buildBackend(conf configuration.Configuration, tx string, inv *inventory.Inventory, g string) error {
 	backend := BackendFor(g)
 	// The backend: only the group's active server passes the check (200); a standby
 	// answers 404 and is NOLB (disable-on-404), anything else is DOWN.
-	if err := conf.CreateBackend(&models.Backend{
-		Name:     backend,
-		Mode:     "http",
-		AdvCheck: "httpchk",
-		// Redispatch on the last connection retry (-1, HAProxy's default
-		// interval; client-native writes a zero interval, which disables it).
-		Redispatch: &models.Redispatch{
-			Enabled:  ptr(models.RedispatchEnabledEnabled),
-			Interval: -1,
-		},
-	}, tx, 0); err != nil {
+	if err := conf.CreateBackend(httpBackend(backend), tx, 0); err != nil {
 		return fmt.Errorf("backend %s: %w", backend, err)
 	}
 	for i, c := range []*models.HTTPCheck{
