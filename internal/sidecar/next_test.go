@@ -126,3 +126,24 @@ func TestExcludeThroughTheSidecar(t *testing.T) {
 		t.Fatalf("release FAILURE with keep_failed, the other excluded = %d %s, want %v again", r.status, r.raw, lease["resource_id"])
 	}
 }
+
+// TestCapacityZeroIsRefused: a resource registered with "capacity": 0 is a
+// 400 that says what to write, and nothing is registered; left out, the
+// capacity is 1.
+func TestCapacityZeroIsRefused(t *testing.T) {
+	addr, key := realServer(t)
+	h := start(t, config.Config{Providers: map[string]config.Provider{"demo": {Endpoint: addr, APIKey: key}}}, sidecar.Options{})
+	const p = "/v1/providers/demo"
+	r := h.do("POST", p+"/resources", `{"resources":[{"id":"a"},{"id":"b","capacity":0}]}`)
+	if r.status != 400 || !strings.Contains(r.errField("message"), "resources[1].capacity is 0; want 1 to 1048576") {
+		t.Fatalf("register with capacity 0 = %d %s, want 400 naming resources[1].capacity", r.status, r.raw)
+	}
+	if r = h.do("GET", p+"/resources/a", ""); r.status != 404 {
+		t.Fatalf("resource a after the refused register = %d %s, want 404: nothing registered", r.status, r.raw)
+	}
+	h.do("POST", p+"/resources", `{"resources":[{"id":"a"}]}`)
+	res, _ := h.do("GET", p+"/resources/a", "").body["resource"].(map[string]any)
+	if res["capacity"] != float64(1) {
+		t.Fatalf("capacity left out = %v, want 1", res["capacity"])
+	}
+}

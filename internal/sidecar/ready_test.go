@@ -41,7 +41,7 @@ func TestReadyz(t *testing.T) {
 	if reason, _ := badkey["reason"].(string); !strings.Contains(reason, "API key") {
 		t.Errorf("bad key reason = %q, want it to name the API key", reason)
 	}
-	if reason, _ := nowhere["reason"].(string); !strings.Contains(reason, "unreachable") && !strings.Contains(reason, "in time") {
+	if reason, _ := nowhere["reason"].(string); !strings.Contains(reason, "nothing is listening") && !strings.Contains(reason, "in time") {
 		t.Errorf("unreachable reason = %q", reason)
 	}
 	if r = h.do("GET", "/readyz?provider=good", ""); r.status != 200 || r.body["status"] != "ready" {

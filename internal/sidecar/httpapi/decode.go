@@ -88,6 +88,13 @@ func fieldList(md protoreflect.MessageDescriptor) string {
 	return strings.Join(names, ", ")
 }
 
+// zeroRefused are the integer fields whose 0 in gRPC means "the default"
+// (proto3 cannot tell 0 from absent), so that a JSON body that writes 0 is
+// refused with what to write instead rather than taken as the default.
+var zeroRefused = map[protoreflect.FullName]string{
+	"repool.v1.Resource.capacity": "want 1 to 1048576 leases at once (leave it out for 1)",
+}
+
 func checkField(at string, v any, fd protoreflect.FieldDescriptor) error {
 	if v == nil {
 		return nil // null: the field's default
@@ -131,6 +138,13 @@ func checkValue(at string, v any, fd protoreflect.FieldDescriptor) error {
 			return wrongType(at, v, "true or false")
 		}
 	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
+		if hint, ok := zeroRefused[fd.FullName()]; ok {
+			if n, isNum := v.(json.Number); isNum {
+				if z, err := strconv.ParseInt(n.String(), 10, 64); err == nil && z == 0 {
+					return badRequest("%s is 0; %s", at, hint)
+				}
+			}
+		}
 		return checkInt(at, v, math.MinInt32, math.MaxInt32, false)
 	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
 		return checkInt(at, v, 0, math.MaxUint32, false)

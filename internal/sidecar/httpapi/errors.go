@@ -221,6 +221,9 @@ func message(err error) string {
 	msg := err.Error()
 	if errors.As(err, &gs) {
 		msg = gs.GRPCStatus().Message()
+		if c := resilience.TransportCause(err); c != "" {
+			msg = c // what the transport said, in our words
+		}
 	}
 	if errors.Is(err, resilience.ErrBudgetSpent) {
 		msg = "retry budget spent; last attempt: " + msg

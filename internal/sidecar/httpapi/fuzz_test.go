@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
 	"github.com/repool/repool/internal/sidecar/fakeserver"
@@ -262,6 +263,56 @@ type want struct {
 	sent   proto.Message
 }
 
+// quotedInt32 reports whether the JSON body gives a 32-bit integer field
+// of md (at any depth) as a string — protojson accepts "30", the API's
+// documentation does not (only 64-bit integers may be strings) — or a
+// resource's capacity as 0.
+func quotedInt32(body []byte, md protoreflect.MessageDescriptor) bool {
+	var v any
+	if json.Unmarshal(body, &v) != nil {
+		return false
+	}
+	var walk func(v any, md protoreflect.MessageDescriptor) bool
+	walk = func(v any, md protoreflect.MessageDescriptor) bool {
+		obj, ok := v.(map[string]any)
+		if !ok {
+			return false
+		}
+		for k, x := range obj {
+			fd := md.Fields().ByJSONName(k)
+			if fd == nil {
+				fd = md.Fields().ByName(protoreflect.Name(k))
+			}
+			if fd == nil {
+				continue
+			}
+			items := []any{x}
+			if arr, ok := x.([]any); ok && fd.IsList() {
+				items = arr
+			}
+			for _, it := range items {
+				switch fd.Kind() {
+				case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
+					if _, isStr := it.(string); isStr {
+						return true
+					}
+					// A resource's capacity written as 0 is refused
+					// (docs/sidecar.md: leave it out for 1).
+					if n, isNum := it.(float64); isNum && n == 0 && fd.FullName() == "repool.v1.Resource.capacity" {
+						return true
+					}
+				case protoreflect.MessageKind:
+					if !fd.IsMap() && walk(it, fd.Message()) {
+						return true
+					}
+				}
+			}
+		}
+		return false
+	}
+	return walk(v, md)
+}
+
 // expect is the oracle of FuzzRequests, written from the API's
 // documentation rather than its code.
 func expect(rt fuzzRoute, prov, param string, body []byte) want {
@@ -285,7 +336,7 @@ func expect(rt fuzzRoute, prov, param string, body []byte) want {
 	switch {
 	case len(body) > fuzzMaxBody:
 		return want{status: 413, code: "body_too_large"}
-	case len(bytes.TrimSpace(body)) == 0, protojson.Unmarshal(body, msg) != nil:
+	case len(bytes.TrimSpace(body)) == 0, protojson.Unmarshal(body, msg) != nil, quotedInt32(body, msg.ProtoReflect().Descriptor()):
 		return want{status: 400, code: "invalid_argument"}
 	}
 	if l, ok := msg.(interface{ GetLeaseId() string }); ok && strings.Contains(rt.path, "{x}") {
@@ -320,6 +371,7 @@ func FuzzRequests(f *testing.F) {
 		for _, body := range []string{
 			`{"resources":[{"id":"proxy-1","capacity":2},{"id":"proxy-2"}]}`,
 			`{"resources":[{"id":"r","labels":{"region":"eu"}}]}`,
+			`{"resources":[{"id":"r","capacity":0}]}`, `{"resources":[{"id":"r","capacity":-0}]}`,
 			`{"context":"product-list","ttl_seconds":30}`,
 			`{"context":"search","ttl_seconds":"30","exclude":["a"]}`,
 			`{"fencing_token":"1099511627777","outcome":"SUCCESS"}`,

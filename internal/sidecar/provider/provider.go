@@ -338,7 +338,7 @@ func (p *Provider) Ready(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return errors.New("no token: the provider did not answer in time")
 		}
-		return fmt.Errorf("no token: the provider is unreachable (%s)", codeWords(status.Code(err)))
+		return fmt.Errorf("no token: %s", resilience.Cause(err))
 	}
 	if p.health == nil {
 		return nil
@@ -351,7 +351,7 @@ func (p *Provider) Ready(ctx context.Context) error {
 	case ctx.Err() != nil:
 		return errors.New("the provider's health check did not answer in time")
 	}
-	return fmt.Errorf("the provider's health check failed (%s)", codeWords(status.Code(err)))
+	return fmt.Errorf("the provider's health check failed: %s", resilience.Cause(err))
 }
 
 // CheckHealth is a provider's one health check, both the half-open
@@ -388,19 +388,6 @@ func (e *notServingError) Error() string {
 // it.
 func (e *notServingError) GRPCStatus() *status.Status {
 	return status.New(codes.Unavailable, e.Error())
-}
-
-// codeWords names a gRPC code for a message.
-func codeWords(c codes.Code) string {
-	switch c {
-	case codes.Unavailable:
-		return "unreachable or not accepting connections"
-	case codes.DeadlineExceeded:
-		return "no answer in time"
-	case codes.Unauthenticated:
-		return "credentials refused"
-	}
-	return "gRPC code " + c.String()
 }
 
 // rateLimitedError is a RESOURCE_EXHAUSTED answer with the server's

@@ -118,6 +118,9 @@ func (a *Attempt) End(err error) error {
 	}
 	now := b.now()
 	b.lastAnswer.Store(now.UnixNano())
+	if err != nil && !successful(err) && !excluded(err) {
+		b.failed(err) // the cause a trip or a rejection will name
+	}
 	if Retryable(err) && !TenantElsewhere(err) {
 		b.outageSince.CompareAndSwap(0, now.UnixNano())
 		b.outageAttempts.Add(1)

@@ -170,8 +170,10 @@ type Transition struct {
 	// failures in a row (the consecutive rules; Total 0). Both zero
 	// otherwise.
 	Failures, Total uint32
-	// LastFailure is the code of the latest failure before the transition.
+	// LastFailure is the code of the latest failure before the transition,
+	// and Cause that failure in words (Cause), "" if none was seen.
 	LastFailure codes.Code
+	Cause       string
 	// Window and Ratio are the policy's window and failure ratio.
 	Window time.Duration
 	Ratio  float64
@@ -185,20 +187,24 @@ func (t Transition) Reason() string {
 	if t.To != StateOpen {
 		return ""
 	}
+	last := t.LastFailure.String()
+	if t.Cause != "" {
+		last = t.Cause
+	}
 	switch t.Rule {
 	case RuleConsecutiveFailures:
-		return fmt.Sprintf("%d calls in a row failed; last failure %v", t.Failures, t.LastFailure)
+		return fmt.Sprintf("%d calls in a row failed; last failure: %s", t.Failures, last)
 	case RuleConsecutiveTimeouts:
-		return fmt.Sprintf("%d calls in a row timed out (%v)", t.Failures, t.LastFailure)
+		return fmt.Sprintf("%d calls in a row timed out; last: %s", t.Failures, last)
 	case RuleOutage:
-		return fmt.Sprintf("every attempt for %v failed as unavailable; last failure %v", t.After, t.LastFailure)
+		return fmt.Sprintf("every attempt for %v failed as unavailable; last failure: %s", t.After, last)
 	case RuleSilence:
 		return fmt.Sprintf("attempts in flight and no answer for %v", t.After)
 	case RuleFailureRatio:
-		return fmt.Sprintf("failure ratio %.0f%% (%d of %d calls) in %v reached %.0f%%; last failure %v",
-			100*float64(t.Failures)/float64(t.Total), t.Failures, t.Total, t.Window, 100*t.Ratio, t.LastFailure)
+		return fmt.Sprintf("failure ratio %.0f%% (%d of %d calls) in %v reached %.0f%%; last failure: %s",
+			100*float64(t.Failures)/float64(t.Total), t.Failures, t.Total, t.Window, 100*t.Ratio, last)
 	}
-	return fmt.Sprintf("a half-open probe failed (%v)", t.LastFailure)
+	return fmt.Sprintf("a half-open probe failed: %s", last)
 }
 
 // TripRule names the rule that opened a breaker.
@@ -302,14 +308,15 @@ type Breaker struct {
 
 	// Written by the callbacks, under gobreaker's lock, with atomics only;
 	// read anywhere.
-	since        atomic.Int64  // unix nanos of the last transition
-	opened       atomic.Int64  // unix nanos of the last transition to open
-	lastTrip     atomic.Int64  // unix nanos of the last trip
-	trips        atomic.Uint64 // transitions to open
-	tripFailures atomic.Uint32 // failures in the window that tripped it
-	tripTotal    atomic.Uint32 // counted outcomes in that window; 0: a probe failed
-	lastFailure  atomic.Uint32 // codes.Code of the latest failure
-	tripRule     atomic.Uint32 // TripRule of the last trip
+	since        atomic.Int64           // unix nanos of the last transition
+	opened       atomic.Int64           // unix nanos of the last transition to open
+	lastTrip     atomic.Int64           // unix nanos of the last trip
+	trips        atomic.Uint64          // transitions to open
+	tripFailures atomic.Uint32          // failures in the window that tripped it
+	tripTotal    atomic.Uint32          // counted outcomes in that window; 0: a probe failed
+	lastFailure  atomic.Uint32          // codes.Code of the latest failure
+	lastCause    atomic.Pointer[string] // Cause of the latest failure
+	tripRule     atomic.Uint32          // TripRule of the last trip
 
 	// wakeSignal is closed when the breaker opens (and replaced by a fresh
 	// one): every call waiting to retry stops waiting (Wake).
@@ -532,6 +539,9 @@ func (b *Breaker) Status() Status {
 func (b *Breaker) trip(to State, at time.Time) Transition {
 	t := Transition{Provider: b.provider, To: to, At: at, Window: b.policy.Window, Ratio: b.policy.FailureRatio,
 		LastFailure: codes.Code(b.lastFailure.Load())}
+	if c := b.lastCause.Load(); c != nil {
+		t.Cause = *c
+	}
 	if to == StateOpen {
 		t.Rule = TripRule(b.tripRule.Load())
 		t.Failures, t.Total = b.tripFailures.Load(), b.tripTotal.Load()
@@ -584,8 +594,12 @@ func (b *Breaker) isSuccessful(err error) bool {
 		b.consecTimeouts.Store(0)
 		return true
 	}
+	if err == errTrip {
+		b.consecFailures.Add(1)
+		return false // an attempt-level rule's trip: the failure it saw is recorded already
+	}
 	c := Code(err)
-	b.lastFailure.Store(uint32(c))
+	b.failed(err)
 	b.consecFailures.Add(1)
 	if c == codes.DeadlineExceeded {
 		b.consecTimeouts.Add(1)
@@ -593,6 +607,14 @@ func (b *Breaker) isSuccessful(err error) bool {
 		b.consecTimeouts.Store(0)
 	}
 	return false
+}
+
+// failed records the code and the cause of a failure, for the trip reason
+// and the rejections' messages.
+func (b *Breaker) failed(err error) {
+	b.lastFailure.Store(uint32(Code(err)))
+	cause := Cause(err)
+	b.lastCause.Store(&cause)
 }
 
 // onStateChange runs under gobreaker's lock, so it only records: atomics,
@@ -639,10 +661,14 @@ type openError struct {
 }
 
 func (e *openError) Error() string {
-	if e.cause == gobreaker.ErrTooManyRequests {
-		return fmt.Sprintf("provider %q: circuit breaker is half-open and its probes are in flight", e.b.provider)
+	why := ""
+	if at := e.b.lastTrip.Load(); at != 0 {
+		why = " (" + e.b.trip(StateOpen, time.Unix(0, at)).Reason() + ")"
 	}
-	return fmt.Sprintf("provider %q: circuit breaker is open", e.b.provider)
+	if e.cause == gobreaker.ErrTooManyRequests {
+		return fmt.Sprintf("provider %q: circuit breaker is half-open and its probes are in flight%s", e.b.provider, why)
+	}
+	return fmt.Sprintf("provider %q: circuit breaker is open%s", e.b.provider, why)
 }
 
 // Is makes the rejection match ErrCircuitOpen.

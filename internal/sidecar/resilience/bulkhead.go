@@ -25,7 +25,8 @@ var ErrBulkheadFull = errors.New("too many calls in flight to a slow provider")
 // BulkheadPolicy configures a provider's bulkhead, which bounds the attempts
 // in flight to the provider by a limit that follows the provider's latency:
 // it grows while attempts wait for a slot and the provider answers fast,
-// and halves, down to MinInFlight, with each slow answer. An attempt beyond
+// and halves, down to MinInFlight, when it answers slowly (at most once per
+// SlowAfter). An attempt beyond
 // the limit waits for a slot while the provider is fast, and is refused at
 // once (ErrBulkheadFull) while it is slow: a healthy provider is never
 // refused, and a slow or silent one holds at most MinInFlight of the
@@ -128,6 +129,11 @@ type Bulkhead struct {
 	quietSince int64
 	// slow: the last answered attempt took SlowAfter or more.
 	slow bool
+	// lastCut is when a slow answer last halved the limit (unix nanos of
+	// clock): at most one cut per SlowAfter, so that the answers of one
+	// slow spell (a burst of them after a stall) halve it once, as TCP
+	// halves its window once per round trip.
+	lastCut int64
 }
 
 // slotWaiter is one attempt waiting for a slot: ch receives true when it is
@@ -287,8 +293,9 @@ func (b *Bulkhead) slowLocked(now int64) bool {
 //
 // An attempt answered within SlowAfter grows the limit by one if attempts
 // wait for a slot; one answered after SlowAfter or later halves it (not
-// below MinInFlight) and, if that leaves no slot, refuses every waiting
-// attempt. A freed slot goes to the first waiting attempt.
+// below MinInFlight; at most once per SlowAfter) and, if no slot is left,
+// refuses every waiting attempt. A freed slot goes to the first waiting
+// attempt.
 func (b *Bulkhead) Leave(sent time.Time) {
 	now := b.clock.Now()
 	var took time.Duration
@@ -307,7 +314,10 @@ func (b *Bulkhead) Leave(sent time.Time) {
 		b.slow = took >= b.policy.SlowAfter
 		switch {
 		case b.slow:
-			b.limit = max(b.policy.MinInFlight, b.limit/2)
+			if now.UnixNano()-b.lastCut >= int64(b.policy.SlowAfter) {
+				b.limit = max(b.policy.MinInFlight, b.limit/2)
+				b.lastCut = now.UnixNano()
+			}
 			if b.inFlight >= b.limit {
 				for _, w := range b.waiters {
 					w.ch <- false

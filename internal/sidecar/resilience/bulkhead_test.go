@@ -105,8 +105,13 @@ func TestBulkheadRefusesForASlowProvider(t *testing.T) {
 	clk.Advance(300 * time.Millisecond)
 	b.Leave(sent[0])
 	b.Leave(sent[1])
-	if s := b.Status(); s.Limit != 2 || s.InFlight != 6 || !s.Slow || s.LastAnswer != 300*time.Millisecond {
-		t.Fatalf("after two slow answers: %+v, want limit 2 (8 halved twice, not below 2), 6 in flight, slow, last answer 300ms", s)
+	if s := b.Status(); s.Limit != 4 || s.InFlight != 6 || !s.Slow || s.LastAnswer != 300*time.Millisecond {
+		t.Fatalf("after two slow answers at once: %+v, want limit 4 (8 halved once: one cut per slow_after), 6 in flight, slow, last answer 300ms", s)
+	}
+	clk.Advance(100 * time.Millisecond)
+	b.Leave(sent[2]) // another slow answer, slow_after later
+	if s := b.Status(); s.Limit != 2 || s.LastAnswer != 400*time.Millisecond {
+		t.Fatalf("after a slow answer slow_after later: %+v, want limit 2 (halved again, not below 2), last answer 400ms", s)
 	}
 	err := b.Enter(context.Background())
 	if !errors.Is(err, ErrBulkheadFull) || Retryable(err) || Code(err) != codes.Unavailable || FastFail(err) != FastFailBulkhead || !excluded(err) {
@@ -114,10 +119,10 @@ func TestBulkheadRefusesForASlowProvider(t *testing.T) {
 			err, Retryable(err), Code(err), FastFail(err), excluded(err), FastFailBulkhead)
 	}
 	var hint interface{ RetryAfter() time.Duration }
-	if !errors.As(err, &hint) || hint.RetryAfter() != 300*time.Millisecond {
-		t.Fatalf("the refusal's retry-after = %v, want the last answer's 300ms", hint)
+	if !errors.As(err, &hint) || hint.RetryAfter() != 400*time.Millisecond {
+		t.Fatalf("the refusal's retry-after = %v, want the last answer's 400ms", hint)
 	}
-	if msg := err.Error(); !strings.Contains(msg, `"p"`) || !strings.Contains(msg, "300ms") || !strings.Contains(msg, "slow_after 100ms") {
+	if msg := err.Error(); !strings.Contains(msg, `"p"`) || !strings.Contains(msg, "400ms") || !strings.Contains(msg, "slow_after 100ms") {
 		t.Fatalf("refusal %q: want the provider, its last answer time and slow_after named", msg)
 	}
 	if got := testing.AllocsPerRun(100, func() { _ = b.Enter(context.Background()) }); got != 0 {
@@ -127,7 +132,7 @@ func TestBulkheadRefusesForASlowProvider(t *testing.T) {
 	if got := testutil.ToFloat64(m.bulkheadRejections.WithLabelValues("p")); got != 102 {
 		t.Fatalf("rejections = %v, want 102", got)
 	}
-	for _, s := range sent[2:7] {
+	for _, s := range sent[3:7] {
 		b.Leave(s) // slow too: 1 left in flight, below the limit of 2
 	}
 	if err := b.Enter(context.Background()); err != nil {

@@ -3,6 +3,7 @@ package resilience
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -176,4 +177,79 @@ func FastFail(err error) string {
 		return FastFailUpstream
 	}
 	return ""
+}
+
+// Cause says in our words why an attempt or a call failed, for an error
+// message, /v1/breakers and /readyz: a transport's failure as
+// TransportCause words it, anything else as its gRPC code and message. ""
+// for nil.
+func Cause(err error) string {
+	if err == nil {
+		return ""
+	}
+	if c := TransportCause(err); c != "" {
+		return c
+	}
+	s, ok := status.FromError(err)
+	if !ok {
+		return err.Error()
+	}
+	switch s.Code() {
+	case codes.Unauthenticated:
+		return "credentials refused: " + s.Message()
+	case codes.DeadlineExceeded:
+		return "no answer in time: " + s.Message()
+	}
+	return s.Code().String() + ": " + s.Message()
+}
+
+// TransportCause words what grpc-go reports with a transport's text — as
+// UNAVAILABLE, or UNIMPLEMENTED for a gRPC server without repool's
+// services — and tells the cases apart: nothing listening at the address, a
+// name that does not resolve, an endpoint that answers HTTP/1.1 (not a gRPC
+// server: a server's HTTP port, say), one that does not speak TLS, a
+// certificate that does not verify, a proxy's own HTTP answer, a gRPC
+// server that is not a repool server. "" for anything else.
+func TransportCause(err error) string {
+	s, ok := status.FromError(err)
+	if !ok || err == nil {
+		return ""
+	}
+	msg := s.Message()
+	if s.Code() == codes.Unimplemented && strings.HasPrefix(msg, "unknown service ") {
+		return "not a repool server: " + msg
+	}
+	if s.Code() != codes.Unavailable {
+		return ""
+	}
+	switch {
+	case strings.Contains(msg, "connect: connection refused"):
+		return "connection refused by " + dialAddr(msg) + ": nothing is listening there"
+	case strings.Contains(msg, "no such host"):
+		return "cannot resolve the endpoint's name (" + dialAddr(msg) + ")"
+	case strings.Contains(msg, "Error while dialing") && strings.Contains(msg, "i/o timeout"):
+		return "connecting to " + dialAddr(msg) + " timed out"
+	case strings.Contains(msg, "looked like an HTTP/1.1 header"), strings.Contains(msg, "malformed HTTP response"):
+		return "not a gRPC server: the endpoint answers HTTP/1.1 (a server's HTTP port instead of its gRPC port?)"
+	case strings.Contains(msg, "first record does not look like a TLS handshake"):
+		return "TLS: the endpoint does not speak TLS (plaintext, or not a gRPC server)"
+	case strings.Contains(msg, "x509: "), strings.Contains(msg, "remote error: tls:"):
+		return "TLS: " + msg[strings.LastIndex(msg, "tls: ")+len("tls: "):]
+	case hopStatus(s) != 0:
+		return fmt.Sprintf("a proxy on the way answered HTTP %d instead of the server", hopStatus(s))
+	}
+	return ""
+}
+
+// dialAddr returns the address of grpc-go's "dial tcp ADDR: ..." text, or
+// "the endpoint" when there is none.
+func dialAddr(msg string) string {
+	_, rest, ok := strings.Cut(msg, "dial tcp ")
+	if !ok {
+		return "the endpoint"
+	}
+	if i := strings.Index(rest, ": "); i > 0 {
+		return rest[:i]
+	}
+	return "the endpoint"
 }
