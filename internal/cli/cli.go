@@ -21,6 +21,10 @@ func IsHelp(arg string) bool {
 	return false
 }
 
+// IsVersion reports whether arg asks for the build's version as a flag:
+// -version or --version.
+func IsVersion(arg string) bool { return arg == "-version" || arg == "--version" }
+
 // Parse runs parse, which parses fs (itself, or through a loader such as
 // servercmd.Load), and routes what fs prints. After -h or --help it prints
 // fs.Usage to stdout and returns flag.ErrHelp, which a main turns into exit

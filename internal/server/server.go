@@ -32,6 +32,7 @@ import (
 	"github.com/repool/repool/internal/audit"
 	"github.com/repool/repool/internal/auth"
 	"github.com/repool/repool/internal/budget"
+	"github.com/repool/repool/internal/buildinfo"
 	"github.com/repool/repool/internal/checkpoint"
 	"github.com/repool/repool/internal/clock"
 	"github.com/repool/repool/internal/control"
@@ -153,7 +154,8 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 			}
 		}
 	}()
-	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildinfo.Read().Collector("server"))
 	s.refusedConns = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "repool_connections_refused_total",
 		Help: "Connections closed as soon as accepted because the listener held its most (--grpc-max-connections, --http-max-connections).",

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/repool/repool/internal/buildinfo"
 	"github.com/repool/repool/internal/cli"
 	"github.com/repool/repool/internal/lb"
 )
@@ -39,6 +40,7 @@ func commands() []command {
 		{"admin-token", "--role ROLE [flags]", "print a control-plane bearer token signed with the store's key", adminToken},
 		{"haproxy", "render|status|drain|ready|maint|sync-placements ...", "HAProxy config from the LB inventory; runtime control", lbCommand("haproxy")},
 		{"keepalived", "render ...", "keepalived.conf for one LB host", lbCommand("keepalived")},
+		{"version", "", "the build: version, commit, Go version (also --version)", version},
 		{"help", "[COMMAND]", "this text, or a command's flags (as COMMAND -h)", help},
 	}
 }
@@ -78,6 +80,9 @@ func lookup(name string) (command, bool) {
 // for (a main exits 0 for it) and any other error for the main to print
 // (exit 1): a usage error comes after the usage, on env.Stderr.
 func Run(ctx context.Context, args []string, env Env) error {
+	if len(args) == 1 && cli.IsVersion(args[0]) {
+		return version(ctx, nil, env)
+	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		if len(args) > 0 && cli.IsHelp(args[0]) {
 			fmt.Fprint(env.Stdout, usage())
@@ -91,6 +96,15 @@ func Run(ctx context.Context, args []string, env Env) error {
 		return fmt.Errorf("unknown command %q: want %s", args[0], strings.Join(names(), ", "))
 	}
 	return c.run(ctx, args[1:], env)
+}
+
+// version prints the build (buildinfo).
+func version(_ context.Context, args []string, env Env) error {
+	if len(args) > 0 {
+		return fmt.Errorf("version: takes no arguments, got %q", args)
+	}
+	fmt.Fprintln(env.Stdout, buildinfo.Read().String(Prog))
+	return nil
 }
 
 // help prints the usage, or a command's help.

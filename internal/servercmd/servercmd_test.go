@@ -24,7 +24,7 @@ func call(t *testing.T, args []string, env map[string]string) (stdout, stderr st
 // COMMAND") on stdout, ending with nil or flag.ErrHelp (exit status 0),
 // with the command's flags.
 func TestHelp(t *testing.T) {
-	commands := []string{"run", "admin-token", "haproxy", "keepalived", "help"}
+	commands := []string{"run", "admin-token", "haproxy", "keepalived", "version", "help"}
 	runFlags := []string{"usage: " + Prog + " [run] [flags]", "-grpc-addr", "-http-addr", "-store", "-config", "-ha", "REPOOL_STORE"}
 	adminFlags := []string{"usage: " + Prog + " admin-token --role ROLE", "-role", "-tenant", "-ttl", "-store", "-config"}
 	tests := []struct {
@@ -51,6 +51,8 @@ func TestHelp(t *testing.T) {
 		{"haproxy maint -h", []string{"haproxy", "maint", "-h"}, []string{"-socket", "-force"}},
 		{"keepalived --help", []string{"keepalived", "--help"}, []string{"keepalived render"}},
 		{"keepalived render -h", []string{"keepalived", "render", "-h"}, []string{"-inventory", "-host", "-out"}},
+		{"--version", []string{"--version"}, []string{"repool server ", "(commit ", "; go1."}},
+		{"version", []string{"version"}, []string{"repool server ", "(commit ", "; go1."}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -79,8 +81,8 @@ func TestUsageErrors(t *testing.T) {
 		wantErr    string
 		wantStderr string
 	}{
-		{"unknown command", []string{"bogus"}, `unknown command "bogus": want run, admin-token, haproxy, keepalived, help`, "usage:"},
-		{"help of an unknown command", []string{"help", "bogus"}, `help: unknown command "bogus": want run, admin-token, haproxy, keepalived, help`, "usage:"},
+		{"unknown command", []string{"bogus"}, `unknown command "bogus": want run, admin-token, haproxy, keepalived, version, help`, "usage:"},
+		{"help of an unknown command", []string{"help", "bogus"}, `help: unknown command "bogus": want run, admin-token, haproxy, keepalived, version, help`, "usage:"},
 		{"help of two commands", []string{"help", "run", "admin-token"}, "help: want at most one COMMAND", ""},
 		{"stray argument to run", []string{"run", "bogus"}, "unexpected arguments: [bogus]", ""},
 		{"unknown flag", []string{"--bogus"}, "flag provided but not defined: -bogus", "usage: " + Prog + " [run] [flags]"},

@@ -30,6 +30,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 
+	"github.com/repool/repool/internal/buildinfo"
 	"github.com/repool/repool/internal/clock"
 	"github.com/repool/repool/internal/sidecar/config"
 	"github.com/repool/repool/internal/sidecar/httpapi"
@@ -106,7 +107,8 @@ func New(cfg config.Config, opts Options) (_ *Sidecar, err error) {
 	}
 	if opts.Registry == nil {
 		opts.Registry = prometheus.NewRegistry()
-		opts.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		opts.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+			buildinfo.Read().Collector("sidecar"))
 	}
 	s := &Sidecar{
 		log: opts.Log, clock: opts.Clock, reg: opts.Registry, loader: opts.Loader, reload: opts.Reload,

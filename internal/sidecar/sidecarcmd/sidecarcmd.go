@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/repool/repool/internal/buildinfo"
 	"github.com/repool/repool/internal/cli"
 	"github.com/repool/repool/internal/sidecar"
 	"github.com/repool/repool/internal/sidecar/config"
@@ -29,6 +30,7 @@ type Env struct {
 }
 
 const usage = `usage: sidecar [--config FILE] [--listen ADDR] [--allow-remote] [--log-level LEVEL]
+       sidecar --version
        sidecar help
 
 Serve the loopback HTTP/JSON API through which backends use repool's
@@ -52,6 +54,10 @@ func Run(ctx context.Context, args []string, env Env, ready func(*sidecar.Sideca
 	logLevel := fs.String("log-level", "", "debug, info, warn or error (default info; env REPOOL_SIDECAR_LOG_LEVEL)")
 	if len(args) == 1 && args[0] == "help" {
 		args = []string{"-h"}
+	}
+	if len(args) == 1 && cli.IsVersion(args[0]) {
+		fmt.Fprintln(stdout, buildinfo.Read().String(Prog))
+		return nil
 	}
 	if err := cli.Parse(fs, stdout, stderr, func() error { return fs.Parse(args) }); err != nil {
 		return err

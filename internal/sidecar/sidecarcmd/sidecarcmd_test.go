@@ -163,3 +163,16 @@ func TestHelp(t *testing.T) {
 		}
 	}
 }
+
+// TestVersion: --version prints the build on stdout and starts nothing.
+func TestVersion(t *testing.T) {
+	for _, args := range [][]string{{"--version"}, {"-version"}} {
+		var stdout, stderr strings.Builder
+		if err := Run(context.Background(), args, Env{Getenv: env(nil), Stdout: &stdout, Stderr: &stderr}, nil); err != nil {
+			t.Fatalf("Run(%q) = %v, want nil", args, err)
+		}
+		if out := stdout.String(); !strings.HasPrefix(out, "repool sidecar ") || !strings.Contains(out, "(commit ") || stderr.Len() > 0 {
+			t.Fatalf("Run(%q) printed %q (stderr %q), want the build line", args, out, stderr.String())
+		}
+	}
+}
