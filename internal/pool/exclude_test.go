@@ -166,3 +166,43 @@ func TestAcquireExcludingAllocates(t *testing.T) {
 		t.Fatalf("AcquireExcluding allocates %v times per call, want 0", n)
 	}
 }
+
+// TestRecoveryKeepsHistory: a resource that failed most of its calls and
+// was quarantined keeps its decayed history when one probe succeeds — its
+// counts are not reset to the prior's few — so that, under a policy whose
+// QuarantineBelow is above its kept rate, its next failure quarantines it
+// again at once instead of after FailuresToQuarantine more.
+func TestRecoveryKeepsHistory(t *testing.T) {
+	p, fc := newTestPool(t, Config{QuarantineBelow: 0.3})
+	register(t, p, Spec{ID: "bad"})
+	for i := range 20 { // 2 successes in 20: quarantined for its low rate
+		o := Failure
+		if i%10 == 0 {
+			o = Success
+		}
+		if _, err := p.Report(Report{Resource: "bad", Context: "job", Outcome: o}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	info, _ := p.Get("bad")
+	if len(info.Contexts) != 1 || info.Contexts[0].Quarantine != QuarantineBlocked {
+		t.Fatalf("after 18 failures in 20: %+v, want the cell quarantined", info.Contexts)
+	}
+	fc.Advance(time.Hour) // the cooldown ends: the next acquire is the probe
+	l := mustAcquire(t, p, "job")
+	if _, err := p.Release(l.ID, l.Token, Success); err != nil {
+		t.Fatal(err)
+	}
+	info, _ = p.Get("bad")
+	c := info.Contexts[0]
+	if c.Quarantine != QuarantineNone || c.SuccessRate > 0.3 || c.Failures < 5 {
+		t.Fatalf("after a successful probe: %+v; want out of quarantine with its history kept (its failures, its low rate), not the prior's", c)
+	}
+	l = mustAcquire(t, p, "job")
+	if _, err := p.Release(l.ID, l.Token, Failure); err != nil {
+		t.Fatal(err)
+	}
+	if info, _ = p.Get("bad"); info.Contexts[0].Quarantine != QuarantineBlocked {
+		t.Fatalf("after one failure following the probe: %+v, want quarantined again at once", info.Contexts[0])
+	}
+}

@@ -146,10 +146,11 @@ func (p *Pool) record(idx, ctx int32, o Outcome, now int64) (created bool) {
 			if c.q.level > 0 {
 				c.q.level--
 			}
-			// The history that got it quarantined is stale now: start again
-			// from the resource's prior plus this success.
-			a, b := prior(r.agg, now, p.hl, p.cfg.PriorWeight)
-			c.c = counts{a: a + 1, b: b, upd: now}
+			// The history that got it quarantined stays, decayed (this
+			// success is in it already): one lucky probe does not make a
+			// resource that failed most of its calls look new, and a relapse
+			// is quarantined again at its next failure, not after
+			// FailuresToQuarantine more.
 			p.counters.Recovered++
 			p.emit(Event{Kind: EventRecovered, Resource: r.id, Context: context, At: time.Unix(0, now)})
 		} else {
@@ -174,8 +175,7 @@ func (p *Pool) record(idx, ctx int32, o Outcome, now int64) (created bool) {
 			if r.q.level > 0 {
 				r.q.level--
 			}
-			r.agg = counts{a: 1, upd: now}
-			p.updateAvail(idx)
+			p.updateAvail(idx) // its aggregate history stays, as a cell's does
 			p.counters.Recovered++
 			p.emit(Event{Kind: EventRecovered, Resource: r.id, At: time.Unix(0, now)})
 		} else {
