@@ -222,9 +222,17 @@ func (a *API) knownGroups(ctx context.Context) string {
 		if !g.Live {
 			server = "no active server"
 		}
-		fmt.Fprintf(&b, "%s (%s, %s, %d tenants)", g.Name, state, server, g.Tenants)
+		fmt.Fprintf(&b, "%s (%s, %s, %s)", g.Name, state, server, tenantsCount(g.Tenants))
 	}
 	return b.String()
+}
+
+// tenantsCount is "1 tenant", "n tenants".
+func tenantsCount(n int) string {
+	if n == 1 {
+		return "1 tenant"
+	}
+	return strconv.Itoa(n) + " tenants"
 }
 
 // groupRefused answers a *store.GroupUnavailableError: why the group
@@ -307,7 +315,7 @@ func (a *API) setGroup(w http.ResponseWriter, r *http.Request, c caller) error {
 		if ts, lerr := a.cfg.Store.ListTenants(r.Context(), store.TenantFilter{Group: name}); lerr == nil {
 			n = len(ts)
 		}
-		return conflict("group %q still has %d tenants placed on it: drain it, move them away (GET /api/v1/tenants?group=%s lists them), then retire it", name, n, name)
+		return conflict("group %q still has %s placed on it: drain it, move them away (GET /api/v1/tenants?group=%s lists them), then retire it", name, tenantsCount(n), name)
 	case err != nil:
 		return err
 	}

@@ -234,7 +234,7 @@ func TestGroupsDrainAndRetire(t *testing.T) {
 		t.Fatalf("POST move to the draining group = %d %+v, want 409 draining", code, e)
 	}
 	// Retiring a group that still has a tenant is refused.
-	if code := a.api(t, "PUT", "/api/v1/groups/b", a.op, `{"state":"retired"}`, &e); code != http.StatusConflict || !strings.Contains(e.Error.Message, "1 tenants") {
+	if code := a.api(t, "PUT", "/api/v1/groups/b", a.op, `{"state":"retired"}`, &e); code != http.StatusConflict || !strings.Contains(e.Error.Message, "1 tenant placed") {
 		t.Fatalf("PUT group b retired with a tenant on it = %d %+v, want 409 naming it", code, e)
 	}
 
