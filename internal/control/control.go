@@ -185,6 +185,8 @@ func (a *API) routes() http.Handler {
 		{http.MethodGet, tenant + "/audit", tenantRead, a.listAudit},
 		{http.MethodPost, tenant + "/move", operatorOnly, a.moveTenant},
 		{http.MethodGet, "/api/v1/groups", operatorOnly, a.listGroups},
+		{http.MethodPut, "/api/v1/groups/{name}", operatorOnly, a.setGroup},
+		{http.MethodPost, "/api/v1/groups/{name}/recover", operatorOnly, a.recoverTenant},
 	}
 	mux := http.NewServeMux()
 	allowed := map[string][]string{}

@@ -78,7 +78,18 @@ func (a *API) createTenant(w http.ResponseWriter, r *http.Request, c caller) err
 		}
 		req.Group = store.DefaultGroup
 	}
+	if a.cfg.Groups != nil && req.Group != "" {
+		// The store refuses a group that is not known and active; a group
+		// without an active server is refused here: its tenants would not
+		// be served.
+		if err := a.canTake(r.Context(), req.Group); err != nil {
+			return err
+		}
+	}
 	t, err := a.cfg.Store.CreateTenant(r.Context(), store.Tenant{ID: req.ID, Name: req.Name, Group: req.Group})
+	if errors.As(err, new(*store.GroupUnavailableError)) {
+		return a.groupRefused(r.Context(), err)
+	}
 	if errors.Is(err, store.ErrExists) {
 		return &apiError{http.StatusConflict, codeAlreadyExists,
 			fmt.Sprintf("tenant %q already exists (ids of deleted tenants are never reused)", req.ID)}
@@ -92,8 +103,9 @@ func (a *API) createTenant(w http.ResponseWriter, r *http.Request, c caller) err
 	return nil
 }
 
-// listTenants serves GET /api/v1/tenants[?include_deleted=true]:
-// {"tenants":[...]} ordered by id; tombstones only when asked for.
+// listTenants serves GET /api/v1/tenants[?include_deleted=true][&group=G]:
+// {"tenants":[...]} ordered by id; tombstones only when asked for; only
+// the tenants placed on group G when it is given.
 func (a *API) listTenants(w http.ResponseWriter, r *http.Request, _ caller) error {
 	var f store.TenantFilter
 	if s := r.URL.Query().Get("include_deleted"); s != "" {
@@ -102,6 +114,12 @@ func (a *API) listTenants(w http.ResponseWriter, r *http.Request, _ caller) erro
 			return invalidArgument("include_deleted %s: want true or false", shortQuote(s))
 		}
 		f.IncludeDeleted = b
+	}
+	if g := r.URL.Query().Get("group"); g != "" {
+		if store.ValidateGroup(g) != nil {
+			return invalidArgument("group %s: want a lowercase letter, then up to %d of [a-z0-9-]", shortQuote(g), store.MaxGroupLen-1)
+		}
+		f.Group = g
 	}
 	ts, err := a.cfg.Store.ListTenants(r.Context(), f)
 	if err != nil {

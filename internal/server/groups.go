@@ -196,6 +196,11 @@ func (s *Server) moveTenant(ctx context.Context, tenant, to string) (time.Durati
 	if t.Group != sh.group || !s.pools.Placed(tenant) {
 		return 0, &tenants.ElsewhereError{Tenant: tenant, Group: t.Group}
 	}
+	// A target that cannot take the tenant is refused before anything
+	// changes here (the handover checks it again, atomically).
+	if err := sh.canTake(ctx, to); err != nil {
+		return 0, err
+	}
 	sh.setMoving(tenant, true)
 	defer sh.setMoving(tenant, false)
 	start := s.clock.Now()
@@ -225,6 +230,45 @@ func (s *Server) moveTenant(ctx context.Context, tenant, to string) (time.Durati
 	return refused, nil
 }
 
+// canTake returns a *store.GroupUnavailableError unless group is known,
+// active and live (a server holds its leader lock) as the store sees it now.
+func (sh *sharding) canTake(ctx context.Context, group string) error {
+	gs, err := sh.store.GroupList(ctx)
+	if err != nil {
+		return err
+	}
+	for _, g := range gs {
+		switch {
+		case g.Name != group:
+		case g.State == "":
+			return &store.GroupUnavailableError{Group: group, Reason: store.GroupUnknown}
+		case g.State != store.GroupActive:
+			return &store.GroupUnavailableError{Group: group, Reason: string(g.State)}
+		case !g.Live:
+			return &store.GroupUnavailableError{Group: group, Reason: store.GroupNoServer}
+		default:
+			return nil
+		}
+	}
+	return &store.GroupUnavailableError{Group: group, Reason: store.GroupUnknown}
+}
+
+// warnGroupState logs, as the server becomes active, that an operator drained
+// or retired its group: it serves the tenants still placed there and is
+// given no new one.
+func (s *Server) warnGroupState(ctx context.Context) {
+	gs, err := s.shard.store.GroupList(ctx)
+	if err != nil {
+		return
+	}
+	for _, g := range gs {
+		if g.Name == s.shard.group && g.State != store.GroupActive {
+			s.log.Warn("this server's group is "+string(g.State)+": it is given no new tenants (PUT /api/v1/groups/"+g.Name+` {"state":"active"} reopens it)`,
+				"group", g.Name, "state", g.State, "tenants", g.Tenants)
+		}
+	}
+}
+
 // groupsAPI is the control plane's view of the server's group.
 type groupsAPI struct{ s *Server }
 
@@ -249,4 +293,20 @@ func (g groupsAPI) Holds() control.Holdings {
 
 func (g groupsAPI) MoveTenant(ctx context.Context, tenant, to string) (time.Duration, error) {
 	return g.s.moveTenant(ctx, tenant, to)
+}
+
+func (g groupsAPI) SetState(ctx context.Context, group string, state store.GroupState) (store.GroupInfo, error) {
+	return g.s.shard.store.SetGroupState(ctx, group, state)
+}
+
+// RecoverTenant re-places a tenant stranded on a group without an active
+// server (store.Groups.RecoverTenant, fenced by this server's epoch). The
+// target's active server takes it in at its next placement poll, as after
+// a move: restored from the store, leases from the journal.
+func (g groupsAPI) RecoverTenant(ctx context.Context, tenant, to string) (store.Recovered, error) {
+	rec, err := g.s.shard.store.RecoverTenant(ctx, tenant, to)
+	if err == nil {
+		g.s.log.Warn("recovered a tenant stranded on a group without an active server", "tenant", tenant, "from", rec.From, "to", to, "fenced_epoch", rec.FencedEpoch)
+	}
+	return rec, err
 }

@@ -318,6 +318,7 @@ func (s *Server) becomeActive(ctx context.Context, epoch uint32) error {
 		// with their group named. A full pass: this term knows nothing yet.
 		s.shard.lastFP = ""
 		s.syncPlacements(ctx)
+		s.warnGroupState(ctx)
 	}
 	s.log.Info("server active", "grpc", s.grpcLn.Addr().String(), "http", s.httpLn.Addr().String(),
 		"store", s.storeURL.Redacted(), "epoch", epoch, "restore_failures", failed)

@@ -4,9 +4,12 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/repool/repool/internal/lb/tenantmap"
 	"github.com/repool/repool/internal/store"
 	"github.com/repool/repool/internal/store/open"
+	"github.com/repool/repool/internal/store/postgres"
 	"github.com/repool/repool/internal/testenv"
 )
 
@@ -39,6 +42,24 @@ func TestOpenPlacementsFollowsTheStore(t *testing.T) {
 	}
 	if again, _ := fp.PlacementsFingerprint(ctx); again != before {
 		t.Fatalf("fingerprint changed without a change: %q then %q", before, again)
+	}
+	// Group b's active server, as far as the store sees one: its epoch
+	// raised (which registers the group) and its leader lock held.
+	bst, err := open.Store(ctx, dsn, store.Options{Group: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bst.Close()
+	if _, err := bst.BumpEpoch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close(ctx)
+	if _, err := lock.Exec(ctx, `SELECT pg_advisory_lock($1)`, postgres.GroupLockID("b")); err != nil {
+		t.Fatal(err)
 	}
 	if err := st.(store.Groups).MoveTenant(ctx, "acme", "b"); err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/repool/repool/internal/clock"
@@ -63,7 +64,11 @@ type Store interface {
 	// CreateTenant creates an active tenant with t.ID and t.Name; Status,
 	// CreatedAt and DeletedAt of t are ignored (CreatedAt comes from the
 	// store's clock). It returns the stored tenant, or ErrExists if a tenant
-	// or a tombstone with that id exists: ids are never reused.
+	// or a tombstone with that id exists: ids are never reused. t.Group
+	// must be a known group in state active (*GroupUnavailableError
+	// otherwise, nothing created); empty places it on the live active group
+	// with the fewest tenants (see Groups), or, when no group at all is
+	// live (a store no server serves yet), on the default group.
 	CreateTenant(ctx context.Context, t Tenant) (Tenant, error)
 	// GetTenant returns the tenant with that id, including a tombstone
 	// (Status == StatusDeleted): callers must check Status.
@@ -170,30 +175,112 @@ type Store interface {
 }
 
 // Groups is what tenant-sharded groups need beyond Store: where tenants
-// are placed, the groups that exist, and the fenced handover of a tenant
-// from one group to another.
+// are placed, the registry of the groups that exist and may take tenants,
+// the fenced handover of a tenant from one group to another, and the
+// recovery of a tenant whose group has no active server.
+//
+// A group is known once it is registered: the default group always is,
+// and BumpEpoch registers the handle's group (a server registers its group
+// as it becomes active). A group takes tenants (CreateTenant, MoveTenant,
+// RecoverTenant) only while it is known and GroupActive; it is live while
+// a server holds its leader lock (PostgreSQL: the group's session advisory
+// lock; a store of one server: the default group, always).
 type Groups interface {
 	// Placements returns the group of every tenant that is not deleted.
 	Placements(ctx context.Context) (map[string]string, error)
-	// GroupList returns every group that exists (a server of it has raised
-	// its epoch, or a tenant is placed on it), ordered by name, with its
+	// GroupList returns every known group, and every group a tenant is
+	// placed on, ordered by name, with its state, whether it is live, its
 	// epoch and the number of tenants placed on it.
 	GroupList(ctx context.Context) ([]GroupInfo, error)
 	// MoveTenant places tenant on group to, in one fenced transaction: it
 	// fails with ErrFenced, and changes nothing, unless this store's group
 	// (Options.Group) still holds its epoch and the tenant is still placed
 	// on it. ErrNotFound for an unknown or deleted tenant, ErrInvalid for
-	// a bad group or a move to the group it is on. After it commits, this
-	// group's writes of the tenant's pool fail with ErrFenced.
+	// a bad group or a move to the group it is on, a *GroupUnavailableError
+	// unless to is known, active and live. After it commits, this group's
+	// writes of the tenant's pool fail with ErrFenced.
 	MoveTenant(ctx context.Context, tenant, to string) error
+	// SetGroupState sets a known group's state and returns it. A
+	// *GroupUnavailableError (Reason GroupUnknown) for a group that is not
+	// known; ErrConflict to retire a group that still has tenants placed
+	// on it; ErrInvalid for a bad state or to retire the default group.
+	SetGroupState(ctx context.Context, group string, state GroupState) (GroupInfo, error)
+	// RecoverTenant re-places tenant, stranded on a group that has no
+	// active server, on group to, in one transaction fenced by this
+	// store's own epoch: it raises the stranded group's epoch (a server of
+	// it still running on its old epoch can write nothing more) and checks,
+	// holding that epoch's row, that no server holds the stranded group's
+	// leader lock; then it places the tenant on to, whose active server
+	// restores it from the store (checkpoint and lease journal) as after a
+	// move. ErrConflict if the tenant's group is live (move it instead),
+	// ErrNotFound, ErrInvalid (already on to), *GroupUnavailableError for
+	// to, ErrFenced if this store's group was deposed.
+	RecoverTenant(ctx context.Context, tenant, to string) (Recovered, error)
+}
+
+// GroupState is what an operator allows a known group: to take new
+// tenants (active), to keep those it has and take no more (draining), or
+// nothing (retired: no tenants, and a server of it that starts gets none).
+type GroupState string
+
+const (
+	GroupActive   GroupState = "active"
+	GroupDraining GroupState = "draining"
+	GroupRetired  GroupState = "retired"
+)
+
+// ValidGroupState reports whether s is one of the group states.
+func ValidGroupState(s GroupState) bool {
+	return s == GroupActive || s == GroupDraining || s == GroupRetired
 }
 
 // GroupInfo is one group as the store knows it.
 type GroupInfo struct {
-	Name    string
+	Name string
+	// State is the group's state; empty for a group some tenant is placed
+	// on that is not in the registry (a store changed by hand).
+	State GroupState
+	// Live: a server of the group holds its leader lock now.
+	Live    bool
 	Epoch   uint32
 	Tenants int
+	// ChangedAt is when an operator last set State (zero if never).
+	ChangedAt time.Time
 }
+
+// CanTake reports whether the group may take a tenant now.
+func (g GroupInfo) CanTake() bool { return g.State == GroupActive && g.Live }
+
+// Recovered is what RecoverTenant did.
+type Recovered struct {
+	// From is the group the tenant was stranded on.
+	From string
+	// FencedEpoch is that group's epoch as RecoverTenant raised it.
+	FencedEpoch uint32
+}
+
+// Why a group cannot take a tenant.
+const (
+	GroupUnknown  = "unknown"
+	GroupNoServer = "no active server"
+)
+
+// GroupUnavailableError: the group named cannot take a tenant, and nothing
+// was changed. Reason is GroupUnknown, GroupNoServer, or the group's
+// state (draining, retired). It wraps ErrGroupUnavailable.
+type GroupUnavailableError struct {
+	Group  string
+	Reason string
+}
+
+func (e *GroupUnavailableError) Error() string {
+	return fmt.Sprintf("store: group %q cannot take tenants: %s", e.Group, e.Reason)
+}
+
+func (e *GroupUnavailableError) Unwrap() error { return ErrGroupUnavailable }
+
+// ErrGroupUnavailable is what every *GroupUnavailableError wraps.
+var ErrGroupUnavailable = errors.New("store: group cannot take tenants")
 
 // HA is what the active/standby servers need beyond Store. Only the
 // PostgreSQL store implements it: high availability needs a shared

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/repool/repool/internal/store"
 	"github.com/repool/repool/internal/store/storetest"
@@ -116,5 +119,24 @@ func TestGroups(t *testing.T) {
 	dsn := testenv.Postgres(t)
 	storetest.Groups(t, func(t *testing.T, g string) storetest.GroupStore {
 		return openTest(t, dsn, store.Options{Group: g})
+	}, func(t *testing.T, g string) func() {
+		conn, err := pgx.Connect(context.Background(), dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(context.Background(), `SELECT pg_advisory_lock($1)`, GroupLockID(g)); err != nil {
+			t.Fatal(err)
+		}
+		var once sync.Once
+		// Unlocked before the session ends, so that the lock is free when
+		// release returns (a closed session frees it a moment later).
+		release := func() {
+			once.Do(func() {
+				conn.Exec(context.Background(), `SELECT pg_advisory_unlock($1)`, GroupLockID(g))
+				conn.Close(context.Background())
+			})
+		}
+		t.Cleanup(release)
+		return release
 	})
 }

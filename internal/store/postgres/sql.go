@@ -24,18 +24,46 @@ const (
 
 // dialect is PostgreSQL's sqlstore.Dialect: times are timestamptz.
 var dialect = sqlstore.Dialect{
-	ForShare:  forShare,
-	ForUpdate: forUpdate,
-	Time:      func(t time.Time) any { return t },
-	TimeDest:  func(t *time.Time) any { return timeDest{t} },
-	Classify:  classify,
-	IsUnique:  isUnique,
+	ForShare:   forShare,
+	ForUpdate:  forUpdate,
+	Time:       func(t time.Time) any { return t },
+	TimeDest:   func(t *time.Time) any { return timeDest{t} },
+	Classify:   classify,
+	IsUnique:   isUnique,
+	LiveGroups: liveGroups,
+}
+
+// liveGroupsSQL lists the session advisory locks (bigint keys: classid the
+// high half, objid the low half, objsubid 1) granted in this database.
+const liveGroupsSQL = `
+SELECT (classid::bigint << 32) | objid::bigint FROM pg_locks
+WHERE locktype = 'advisory' AND granted AND objsubid = 1
+AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
+
+// liveGroups reads which leader locks (GroupLockID) are held now: a
+// group is live while a server holds its lock (its active server, or one
+// taking over). A non-HA server's writer lock is the default group's.
+func liveGroups(ctx context.Context, c sqlstore.Conn) (func(group string) bool, error) {
+	held := map[int64]bool{}
+	err := c.Query(ctx, func(row sqlstore.Row) error {
+		var k int64
+		if err := row.Scan(&k); err != nil {
+			return err
+		}
+		held[k] = true
+		return nil
+	}, liveGroupsSQL)
+	if err != nil {
+		return nil, err
+	}
+	return func(g string) bool { return held[GroupLockID(g)] }, nil
 }
 
 // newSQL returns the shared CRUD over s's pool.
 func (s *Store) newSQL() *sqlstore.Store {
 	c := conn{s.pool}
-	return sqlstore.New(sqlstore.Config{Dialect: dialect, Read: c, Write: c, InTx: s.inSQLTx, Options: s.opts})
+	return sqlstore.New(sqlstore.Config{Dialect: dialect, Read: c, Write: c, InTx: s.inSQLTx, Options: s.opts,
+		CheckFence: func(ctx context.Context, tx sqlstore.Conn) error { return s.checkFence(ctx, txOf(tx)) }})
 }
 
 // inSQLTx is sqlstore's transaction: read committed, fenced on demand.

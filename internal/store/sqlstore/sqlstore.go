@@ -63,6 +63,10 @@ type Dialect struct {
 	// IsUnique reports whether err is a unique (or primary key)
 	// violation.
 	IsUnique func(error) bool
+	// LiveGroups returns, as of now, whether a server holds each group's
+	// leader lock (PostgreSQL: its session advisory lock). Nil for a store
+	// of one server: the default group is live, no other is.
+	LiveGroups func(ctx context.Context, c Conn) (func(group string) bool, error)
 }
 
 // Config is a Store's dialect and connections.
@@ -78,6 +82,11 @@ type Config struct {
 	InTx func(ctx context.Context, fenced bool, fn func(tx Conn) error) error
 	// Options are the store's options (clock, read-only).
 	Options store.Options
+	// CheckFence checks the fence (as InTx does with fenced) inside a
+	// transaction InTx runs unfenced, for a transaction that must take
+	// other locks first. Nil: such transactions are fenced by InTx
+	// (a database whose write transactions lock it whole).
+	CheckFence func(ctx context.Context, tx Conn) error
 }
 
 // Store implements the tenant, key, limit, audit, signing-key and epoch

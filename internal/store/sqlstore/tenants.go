@@ -43,21 +43,33 @@ func (s *Store) CreateTenant(ctx context.Context, t store.Tenant) (store.Tenant,
 		return store.Tenant{}, err
 	}
 	out := store.Tenant{ID: t.ID, Name: t.Name, Status: store.StatusActive, CreatedAt: s.c.Options.Now(), Group: t.Group}
-	if out.Group == "" {
-		g, err := s.leastLoaded(ctx)
-		if err != nil {
-			return store.Tenant{}, fmt.Errorf("create tenant %q: %w", t.ID, err)
+	// The group is chosen and checked in the transaction that places the
+	// tenant, holding its registry row FOR SHARE: a group being retired
+	// either waits for this or is seen retired.
+	err := s.c.InTx(ctx, false, func(tx Conn) error {
+		if out.Group == "" {
+			g, err := s.pickGroup(ctx, tx)
+			if err != nil {
+				return err
+			}
+			out.Group = g
 		}
-		out.Group = g
-	}
-	n, err := s.c.Write.Exec(ctx,
-		`INSERT INTO tenants (id, name, status, created_at, placement) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING`,
-		out.ID, out.Name, string(out.Status), s.c.Time(out.CreatedAt), out.Group)
+		if err := s.takes(ctx, tx, out.Group, false); err != nil {
+			return err
+		}
+		n, err := tx.Exec(ctx,
+			`INSERT INTO tenants (id, name, status, created_at, placement) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING`,
+			out.ID, out.Name, string(out.Status), s.c.Time(out.CreatedAt), out.Group)
+		if err != nil {
+			return s.classify(err)
+		}
+		if n == 0 {
+			return store.ErrExists
+		}
+		return nil
+	})
 	if err != nil {
-		return store.Tenant{}, fmt.Errorf("create tenant %q: %w", t.ID, s.classify(err))
-	}
-	if n == 0 {
-		return store.Tenant{}, fmt.Errorf("create tenant %q: %w", t.ID, store.ErrExists)
+		return store.Tenant{}, fmt.Errorf("create tenant %q: %w", t.ID, err)
 	}
 	return out, nil
 }
@@ -332,27 +344,22 @@ func (s *Store) SigningKey(ctx context.Context) ([]byte, error) {
 // value: a takeover in any group gets an epoch above every epoch any
 // group has used, so fencing tokens, which carry the epoch, keep
 // increasing for a tenant that moves between groups and then fails over.
+// In the same transaction it registers the handle's group (store.Groups):
+// a group is known once one of its servers has become active.
 func (s *Store) BumpEpoch(ctx context.Context) (uint32, error) {
-	var v int64
+	var v uint32
 	err := s.c.InTx(ctx, false, func(tx Conn) error {
-		err := tx.QueryRow(ctx, `
-INSERT INTO server_counters AS c (name, value)
-SELECT 'epoch_seq', coalesce(max(value), 0) + 1 FROM server_counters WHERE name = 'epoch' OR name LIKE 'epoch:%'
-ON CONFLICT (name) DO UPDATE SET value = c.value + 1 WHERE c.value < $1
-RETURNING value`, int64(math.MaxUint32)).Scan(&v)
-		if err != nil {
+		var err error
+		if v, err = s.bumpEpoch(ctx, tx, s.c.Options.GroupName()); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `
-INSERT INTO server_counters AS c (name, value) VALUES ($1, $2)
-ON CONFLICT (name) DO UPDATE SET value = excluded.value`, store.EpochCounter(s.c.Options.Group), v)
-		return err
+		return s.registerGroup(ctx, tx, s.c.Options.GroupName())
 	})
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, fmt.Errorf("bump epoch: %w: epoch counter exhausted", store.ErrConflict)
+	if errors.Is(err, store.ErrConflict) {
+		return 0, fmt.Errorf("bump epoch: %w", err)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("bump epoch: %w", s.classify(err))
 	}
-	return uint32(v), nil
+	return v, nil
 }

@@ -5,7 +5,7 @@
 // Tenants of a seeded, skewed size mix (Mix) arrive one by one and are
 // placed as CreateTenant places a tenant the operator did not place: on
 // the group with the fewest live tenants, the first by name on a tie
-// (sqlstore's leastLoaded). The rule counts tenants, not resources, so the
+// (sqlstore's pickGroup, with every group able to take tenants). The rule counts tenants, not resources, so the
 // groups' resources differ as much as the sizes of the tenants that happen
 // to land on them. Rebalance then moves tenants, largest first, from the
 // largest group to the smallest, as an operator would with
