@@ -332,18 +332,23 @@ func (s *Service) Renew(ctx context.Context, req *repoolv1.RenewRequest) (*repoo
 	return &repoolv1.RenewResponse{Lease: toLease(l)}, nil
 }
 
-func toOutcome(o repoolv1.Outcome) pool.Outcome {
+// toOutcome converts a request's outcome. A value the enum does not
+// define is refused here, named as the client sent it: the pool checks
+// only values of its own type, into which it cannot be converted as it is.
+// OUTCOME_UNSPECIFIED is 0, which the pool refuses where an outcome is
+// required.
+func toOutcome(o repoolv1.Outcome) (pool.Outcome, error) {
 	switch o {
 	case repoolv1.Outcome_SUCCESS:
-		return pool.Success
+		return pool.Success, nil
 	case repoolv1.Outcome_FAILURE:
-		return pool.Failure
+		return pool.Failure, nil
 	case repoolv1.Outcome_BLOCKED:
-		return pool.Blocked
+		return pool.Blocked, nil
 	case repoolv1.Outcome_OUTCOME_UNSPECIFIED:
-		return 0
+		return 0, nil
 	}
-	return pool.Outcome(255) // rejected by the pool as an unknown outcome
+	return 0, fmt.Errorf("%w: outcome %d is not SUCCESS, FAILURE or BLOCKED", pool.ErrInvalidArgument, int32(o))
 }
 
 // Release ends a lease; an outcome that creates a cell takes from the
@@ -362,7 +367,11 @@ func (s *Service) Release(ctx context.Context, req *repoolv1.ReleaseRequest) (*r
 	}
 	// An outcome that creates a cell is charged to the budget by the pool,
 	// after the lease and token are checked.
-	if _, err := p.Release(id, req.GetFencingToken(), toOutcome(req.GetOutcome())); err != nil {
+	outcome, err := toOutcome(req.GetOutcome())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := p.Release(id, req.GetFencingToken(), outcome); err != nil {
 		return nil, err
 	}
 	if s.cfg.Journal != nil {
@@ -395,7 +404,11 @@ func (s *Service) releaseNext(ctx context.Context, tenant string, p *pool.Pool, 
 		msg := strings.TrimPrefix(err.Error(), pool.ErrInvalidArgument.Error()+": ")
 		return nil, fmt.Errorf("%w: next.%s", pool.ErrInvalidArgument, msg)
 	}
-	_, l, nextErr, err := p.ReleaseNext(id, req.GetFencingToken(), toOutcome(req.GetOutcome()),
+	outcome, err := toOutcome(req.GetOutcome())
+	if err != nil {
+		return nil, err
+	}
+	_, l, nextErr, err := p.ReleaseNext(id, req.GetFencingToken(), outcome,
 		pool.Next{Context: n.GetContext(), TTL: ttl, Labels: n.GetLabels()})
 	if err != nil {
 		return nil, err
@@ -447,7 +460,11 @@ func (s *Service) Report(ctx context.Context, req *repoolv1.ReportRequest) (*rep
 	if err != nil {
 		return nil, err
 	}
-	rep := pool.Report{Resource: req.GetResourceId(), Context: req.GetContext(), Outcome: toOutcome(req.GetOutcome()), Token: req.GetFencingToken()}
+	outcome, err := toOutcome(req.GetOutcome())
+	if err != nil {
+		return nil, err
+	}
+	rep := pool.Report{Resource: req.GetResourceId(), Context: req.GetContext(), Outcome: outcome, Token: req.GetFencingToken()}
 	if req.GetLeaseId() != "" {
 		if rep.LeaseID, err = parseLeaseID(req.GetLeaseId()); err != nil {
 			return nil, err
