@@ -43,7 +43,9 @@ type Authenticator interface {
 
 // Journal makes data-plane changes durable before they are acknowledged,
 // so that they survive a failover. Each method returns once the change is
-// committed; an error means it may not be.
+// committed; an error means it may not be. An error wrapping
+// ErrStoreNotWritable (its text written for clients) says the store could
+// not take the write; the call is answered with it.
 type Journal interface {
 	// Leased records a lease granted or renewed.
 	Leased(ctx context.Context, tenant string, l pool.Lease) error
@@ -441,14 +443,19 @@ func (s *Service) releaseNext(ctx context.Context, tenant string, p *pool.Pool, 
 }
 
 // notDurable answers a call whose change the journal did not make durable:
-// the caller's own deadline or cancellation as such, anything else as "not
-// the active server" (a fenced or unreachable store), whose cause is logged
-// and never sent, since it may carry the store's text.
+// the caller's own deadline or cancellation as such, a store that could not
+// take the write (ErrStoreNotWritable, whose text the Journal wrote for
+// clients) as "store not writable: REASON", anything else as "not the
+// active server" (a fenced store, a journal stopped by a step-down), whose
+// cause is logged and never sent, since it may carry the store's text.
 func (s *Service) notDurable(ctx context.Context, what string, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
 	s.log.Warn("change not journaled", "change", what, "err", err)
+	if errors.Is(err, ErrStoreNotWritable) {
+		return err
+	}
 	return fmt.Errorf("%w: %s not durable", ErrNotActive, what)
 }
 
