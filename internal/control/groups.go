@@ -72,9 +72,21 @@ func (a *API) checkServed(ctx context.Context, tenant string) error {
 	return nil
 }
 
+// elsewhere is the refusal of a change of a tenant this server does not
+// serve: placed on another group, or on this server's own group but not
+// taken in here yet (a move to it not picked up by the placement check),
+// or on a group not known.
 func elsewhere(tenant, placed, here string) *apiError {
-	return &apiError{http.StatusConflict, codeTenantElsewhere,
-		fmt.Sprintf("tenant %q is served by group %q, not by this server's group %q: send the request to that group's active server", tenant, placed, here)}
+	var msg string
+	switch placed {
+	case here:
+		msg = fmt.Sprintf("tenant %q is placed on this server's group %q but this server does not serve it yet: it takes the tenants placed on its group in at its next placement check (--placement-interval); retry shortly", tenant, here)
+	case "":
+		msg = fmt.Sprintf("tenant %q is not served by this server's group %q: send the request through the front end, which routes it to the tenant's group", tenant, here)
+	default:
+		msg = fmt.Sprintf("tenant %q is served by group %q, not by this server's group %q: send the request to that group's active server", tenant, placed, here)
+	}
+	return &apiError{http.StatusConflict, codeTenantElsewhere, msg}
 }
 
 // moveRequest is the body of POST /api/v1/tenants/{id}/move.

@@ -278,8 +278,14 @@ func (r LimitRules) checkReservations(l store.Limits) error {
 	return nil
 }
 
-// num formats a limit for messages: integers without a fraction.
-func num(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+// num formats a limit for messages: integers without a fraction, and zero
+// as 0 whatever its sign (-0 is a float's, not a limit's).
+func num(v float64) string {
+	if v == 0 {
+		v = 0 // -0 == 0: this drops the sign
+	}
+	return strconv.FormatFloat(v, 'f', -1, 64)
+}
 
 // limitsJSON is a tenant's limits in responses: the operator's values
 // (null: the server default), the tenant-admin's own values (null: none)
@@ -390,6 +396,9 @@ func (o *optional) UnmarshalJSON(b []byte) error {
 	var v float64
 	if err := json.Unmarshal(b, &v); err != nil {
 		return err
+	}
+	if v == 0 {
+		v = 0 // -0 is stored, answered and audited as 0; raw keeps what was sent
 	}
 	o.v, o.raw = &v, string(b)
 	return nil

@@ -27,6 +27,12 @@ var (
 	// ErrNotActive: this server is a standby (or not ready); clients retry
 	// through the VIP.
 	ErrNotActive = errors.New("not the active server")
+	// ErrStoreNotWritable: the server could not write a change to its
+	// store (a disk full or read-only, a database that refuses writes).
+	// Journal implementations wrap it, with the reason in words a client
+	// may read: "store not writable: REASON". Clients retry (UNAVAILABLE,
+	// reason STORE_NOT_WRITABLE).
+	ErrStoreNotWritable = errors.New("store not writable")
 	// errNoTenant: a handler ran without a principal on its context, which
 	// is a wiring bug.
 	errNoTenant = errors.New("no tenant on the request context")
@@ -68,6 +74,8 @@ func toStatus(log *slog.Logger, err error) error {
 		code, msg = codes.Unavailable, auth.ErrUnavailable.Error()
 	case errors.Is(err, tenants.ErrElsewhere):
 		return elsewhere(err)
+	case errors.Is(err, ErrStoreNotWritable):
+		return notWritable(msg)
 	case errors.Is(err, ErrNotActive):
 		code = codes.Unavailable
 	case errors.Is(err, tenants.ErrClosed):
@@ -98,6 +106,18 @@ func elsewhere(err error) error {
 			info.Metadata[repoolv1.ErrorInfoGroup] = e.Group
 		}
 	}
+	st, derr := status.New(codes.Unavailable, msg).WithDetails(info)
+	if derr != nil {
+		return status.Error(codes.Unavailable, msg)
+	}
+	return st.Err()
+}
+
+// notWritable is the UNAVAILABLE status of a call whose change the store
+// did not take: retryable, with the ErrorInfo detail of reason
+// STORE_NOT_WRITABLE; msg says why.
+func notWritable(msg string) error {
+	info := &errdetails.ErrorInfo{Domain: repoolv1.ErrorDomain, Reason: repoolv1.ReasonStoreNotWritable}
 	st, derr := status.New(codes.Unavailable, msg).WithDetails(info)
 	if derr != nil {
 		return status.Error(codes.Unavailable, msg)

@@ -43,7 +43,9 @@ type Authenticator interface {
 
 // Journal makes data-plane changes durable before they are acknowledged,
 // so that they survive a failover. Each method returns once the change is
-// committed; an error means it may not be.
+// committed; an error means it may not be. An error wrapping
+// ErrStoreNotWritable (its text written for clients) says the store could
+// not take the write; the call is answered with it.
 type Journal interface {
 	// Leased records a lease granted or renewed.
 	Leased(ctx context.Context, tenant string, l pool.Lease) error
@@ -332,18 +334,23 @@ func (s *Service) Renew(ctx context.Context, req *repoolv1.RenewRequest) (*repoo
 	return &repoolv1.RenewResponse{Lease: toLease(l)}, nil
 }
 
-func toOutcome(o repoolv1.Outcome) pool.Outcome {
+// toOutcome converts a request's outcome. A value the enum does not
+// define is refused here, named as the client sent it: the pool checks
+// only values of its own type, into which it cannot be converted as it is.
+// OUTCOME_UNSPECIFIED is 0, which the pool refuses where an outcome is
+// required.
+func toOutcome(o repoolv1.Outcome) (pool.Outcome, error) {
 	switch o {
 	case repoolv1.Outcome_SUCCESS:
-		return pool.Success
+		return pool.Success, nil
 	case repoolv1.Outcome_FAILURE:
-		return pool.Failure
+		return pool.Failure, nil
 	case repoolv1.Outcome_BLOCKED:
-		return pool.Blocked
+		return pool.Blocked, nil
 	case repoolv1.Outcome_OUTCOME_UNSPECIFIED:
-		return 0
+		return 0, nil
 	}
-	return pool.Outcome(255) // rejected by the pool as an unknown outcome
+	return 0, fmt.Errorf("%w: outcome %d is not SUCCESS, FAILURE or BLOCKED", pool.ErrInvalidArgument, int32(o))
 }
 
 // Release ends a lease; an outcome that creates a cell takes from the
@@ -362,7 +369,11 @@ func (s *Service) Release(ctx context.Context, req *repoolv1.ReleaseRequest) (*r
 	}
 	// An outcome that creates a cell is charged to the budget by the pool,
 	// after the lease and token are checked.
-	if _, err := p.Release(id, req.GetFencingToken(), toOutcome(req.GetOutcome())); err != nil {
+	outcome, err := toOutcome(req.GetOutcome())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := p.Release(id, req.GetFencingToken(), outcome); err != nil {
 		return nil, err
 	}
 	if s.cfg.Journal != nil {
@@ -395,7 +406,11 @@ func (s *Service) releaseNext(ctx context.Context, tenant string, p *pool.Pool, 
 		msg := strings.TrimPrefix(err.Error(), pool.ErrInvalidArgument.Error()+": ")
 		return nil, fmt.Errorf("%w: next.%s", pool.ErrInvalidArgument, msg)
 	}
-	_, l, nextErr, err := p.ReleaseNext(id, req.GetFencingToken(), toOutcome(req.GetOutcome()),
+	outcome, err := toOutcome(req.GetOutcome())
+	if err != nil {
+		return nil, err
+	}
+	_, l, nextErr, err := p.ReleaseNext(id, req.GetFencingToken(), outcome,
 		pool.Next{Context: n.GetContext(), TTL: ttl, Labels: n.GetLabels(), Exclude: n.GetExclude(), KeepFailed: n.GetKeepFailed()})
 	if err != nil {
 		return nil, err
@@ -428,14 +443,19 @@ func (s *Service) releaseNext(ctx context.Context, tenant string, p *pool.Pool, 
 }
 
 // notDurable answers a call whose change the journal did not make durable:
-// the caller's own deadline or cancellation as such, anything else as "not
-// the active server" (a fenced or unreachable store), whose cause is logged
-// and never sent, since it may carry the store's text.
+// the caller's own deadline or cancellation as such, a store that could not
+// take the write (ErrStoreNotWritable, whose text the Journal wrote for
+// clients) as "store not writable: REASON", anything else as "not the
+// active server" (a fenced store, a journal stopped by a step-down), whose
+// cause is logged and never sent, since it may carry the store's text.
 func (s *Service) notDurable(ctx context.Context, what string, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
 	s.log.Warn("change not journaled", "change", what, "err", err)
+	if errors.Is(err, ErrStoreNotWritable) {
+		return err
+	}
 	return fmt.Errorf("%w: %s not durable", ErrNotActive, what)
 }
 
@@ -447,7 +467,11 @@ func (s *Service) Report(ctx context.Context, req *repoolv1.ReportRequest) (*rep
 	if err != nil {
 		return nil, err
 	}
-	rep := pool.Report{Resource: req.GetResourceId(), Context: req.GetContext(), Outcome: toOutcome(req.GetOutcome()), Token: req.GetFencingToken()}
+	outcome, err := toOutcome(req.GetOutcome())
+	if err != nil {
+		return nil, err
+	}
+	rep := pool.Report{Resource: req.GetResourceId(), Context: req.GetContext(), Outcome: outcome, Token: req.GetFencingToken()}
 	if req.GetLeaseId() != "" {
 		if rep.LeaseID, err = parseLeaseID(req.GetLeaseId()); err != nil {
 			return nil, err

@@ -40,6 +40,12 @@ type Config struct {
 	// changes are written (incrementally). A crash loses at most this
 	// window of statistics. Default 1s.
 	ReportFlush time.Duration
+	// StoreProbeInterval is the time between the active server's probe
+	// writes to its store (a counter row; on SQLite also a 64 KiB scratch
+	// file): a store that stops taking writes makes the server not ready
+	// within it, with or without traffic, and one that takes them again
+	// ready. Default 1s.
+	StoreProbeInterval time.Duration
 	// DurableReports answers Report (and Release with an outcome) only
 	// once its statistics are durable, group-committed per tenant, so a
 	// crash loses none. Default off.
@@ -178,7 +184,7 @@ func (c Config) checkPlaintext() error {
 func (c Config) WithDefaults() Config {
 	c = defaults.Fill(c, Config{
 		GRPCAddr: "127.0.0.1:9090", HTTPAddr: "127.0.0.1:8081", Store: "sqlite:./data/repool.db",
-		CheckpointInterval: 10 * time.Second, ReportFlush: time.Second,
+		CheckpointInterval: 10 * time.Second, ReportFlush: time.Second, StoreProbeInterval: time.Second,
 		TokenTTL: 15 * time.Minute, OperatorTokenTTL: 24 * time.Hour,
 		GlobalResources: budget.DefaultResources, GlobalCells: budget.DefaultCells, DefaultTenantShare: 25,
 		MaxKeysPerTenant: control.DefaultMaxKeysPerTenant,
@@ -241,6 +247,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: checkpoint_interval %v is below 100ms", c.CheckpointInterval)
 	case c.ReportFlush < 10*time.Millisecond || c.ReportFlush > time.Minute:
 		return fmt.Errorf("config: report_flush %v is outside [10ms, 1m]", c.ReportFlush)
+	case c.StoreProbeInterval < 10*time.Millisecond || c.StoreProbeInterval > time.Minute:
+		return fmt.Errorf("config: store_probe_interval %v is outside [10ms, 1m]", c.StoreProbeInterval)
 	case c.TokenTTL < 10*time.Second || c.TokenTTL > 24*time.Hour:
 		return fmt.Errorf("config: token_ttl %v is outside [10s, 24h]", c.TokenTTL)
 	case c.OperatorTokenTTL < time.Minute:

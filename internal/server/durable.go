@@ -49,13 +49,18 @@ func (d durability) Reported(ctx context.Context, tenant string) error {
 // moved turns the failure of a write of a tenant that is moving to another
 // group (or has moved: the store fenced the write) into the refusal that
 // sends its client there, a retryable UNAVAILABLE: the call was not
-// acknowledged, and the other group serves its retry.
+// acknowledged, and the other group serves its retry. A write the store
+// could not take (writeFault) is answered "store not writable: REASON";
+// the store wrapper has told the write health already.
 func (d durability) moved(tenant string, err error) error {
 	if err == nil {
 		return nil
 	}
 	if g, ok := d.s.pools.Elsewhere(tenant); ok {
 		return &tenants.ElsewhereError{Tenant: tenant, Group: g}
+	}
+	if reason, ok := writeFault(err); ok {
+		return notWritable(reason) // its cause may carry the store's text; the write health logs it
 	}
 	return err
 }

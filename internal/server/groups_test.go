@@ -463,3 +463,28 @@ func TestGroupsMoveInterrupted(t *testing.T) {
 		t.Fatal("both groups serve the tenant")
 	}
 }
+
+// TestGroupsMoveOfATenantNotTakenInYet: a move asked of the active server
+// of the group a tenant was just moved to, before its placement check took
+// the tenant in, is refused with a message that says so — not "served by
+// group b, not by this server's group b".
+func TestGroupsMoveOfATenantNotTakenInYet(t *testing.T) {
+	a, b := groupPairWith(t, func(c *Config) { c.PlacementInterval = time.Hour })
+	if code := a.api(t, "POST", "/api/v1/tenants/demo/move", a.op, `{"group":"b"}`, nil); code != http.StatusOK {
+		t.Fatalf("POST move of demo to b = %d, want 200", code)
+	}
+	var refusal struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if code := b.api(t, "POST", "/api/v1/tenants/demo/move", a.op, `{"group":"default"}`, &refusal); code != http.StatusConflict {
+		t.Fatalf("POST move of demo back, on b before it took demo in = %d, want 409", code)
+	}
+	const want = `tenant "demo" is placed on this server's group "b" but this server does not serve it yet: ` +
+		`it takes the tenants placed on its group in at its next placement check (--placement-interval); retry shortly`
+	if refusal.Error.Code != "tenant_elsewhere" || refusal.Error.Message != want {
+		t.Errorf("refusal = %+v, want code tenant_elsewhere, message %q", refusal.Error, want)
+	}
+}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/repool/repool/internal/clock"
 	"github.com/repool/repool/internal/dataplane"
@@ -154,6 +153,7 @@ func (s *Server) takeOver(ctx context.Context, term *ha.Term) (stop func(), err 
 func (s *Server) stepDown() {
 	s.lead.Store(false)
 	s.ha.isActive.Set(0)
-	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	s.writes.reset() // a standby writes nothing
+	s.syncHealth()
 	s.tenants.Close(fmt.Errorf("%w: stepped down", dataplane.ErrNotActive))
 }

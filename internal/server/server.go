@@ -76,7 +76,9 @@ type Server struct {
 	reg       *prometheus.Registry
 
 	store   store.Store
-	claim   store.Claim // this process's hold on the store; nil with Config.HA
+	watched *watchedStore // store, as the server's writes see it
+	writes  *writeHealth  // whether the store takes this server's writes
+	claim   store.Claim   // this process's hold on the store; nil with Config.HA
 	journal *journal.Writer
 	signer  *token.Signer
 	epoch   atomic.Uint32
@@ -88,6 +90,8 @@ type Server struct {
 	audit   *audit.Writer
 	control *control.API
 	health  *health.Server
+	// healthMu orders the gRPC health service's updates (syncHealth).
+	healthMu sync.Mutex
 
 	refusedConns *prometheus.CounterVec // connections closed for being over a listener's bound
 
@@ -177,7 +181,10 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening the store: %w", err)
 	}
-	s.store = newFenceCounter(raw, s.reg)
+	s.watched = newWatchedStore(raw, s.reg)
+	s.store = s.watched
+	s.writes = newWriteHealth(s.log, s.clock, s.reg, s.lead.Load, s.syncHealth)
+	s.watched.health = s.writes
 	if !cfg.HA {
 		// One writer per store: a second server on the same store stops
 		// here, before it writes anything. HA servers share the store and
@@ -322,10 +329,31 @@ func (s *Server) becomeActive(ctx context.Context, epoch uint32) error {
 	}
 	s.log.Info("server active", "grpc", s.grpcLn.Addr().String(), "http", s.httpLn.Addr().String(),
 		"store", s.storeURL.Redacted(), "epoch", epoch, "restore_failures", failed)
+	// A new term starts writable: whatever a standby's store did before
+	// the probe and this term's writes find out.
+	s.writes.reset()
 	s.lead.Store(true)
 	s.ready.Store(true)
-	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.syncHealth()
 	return nil
+}
+
+// syncHealth sets the gRPC health service's status from the server's
+// state: SERVING while it is ready, active and its store takes its
+// writes, NOT_SERVING otherwise. Every change of one of those calls it,
+// after the change; the lock makes the last call's view the one that
+// stays.
+func (s *Server) syncHealth() {
+	s.healthMu.Lock()
+	defer s.healthMu.Unlock()
+	if s.health == nil {
+		return
+	}
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if s.ready.Load() && s.lead.Load() && s.writes.err() == nil {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	s.health.SetServingStatus("", st)
 }
 
 // haSessions makes the store's sessions of an HA server die with the
@@ -494,20 +522,28 @@ func (s *Server) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !s.ready.Load() {
+		switch err := s.writes.err(); {
+		case !s.ready.Load():
 			http.Error(w, "not ready", http.StatusServiceUnavailable)
-			return
+		case err != nil:
+			// An active server whose store does not take its writes
+			// cannot serve: 503 until a probe write succeeds.
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		default:
+			_, _ = io.WriteString(w, "ready\n")
 		}
-		_, _ = io.WriteString(w, "ready\n")
 	})
 	mux.HandleFunc("GET /readyz/active", func(w http.ResponseWriter, _ *http.Request) {
 		// 200: active and ready; 404: healthy standby (HAProxy marks it
-		// NOLB); 503: not ready or broken (DOWN).
-		switch {
+		// NOLB); 503: not ready or broken, its store not writable
+		// included (DOWN).
+		switch err := s.writes.err(); {
 		case !s.ready.Load():
 			http.Error(w, "not ready", http.StatusServiceUnavailable)
 		case !s.lead.Load():
 			http.Error(w, "standby", http.StatusNotFound)
+		case err != nil:
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		default:
 			_, _ = io.WriteString(w, "active\n")
 		}
@@ -657,7 +693,8 @@ func (s *Server) watchClaim(ctx context.Context) error {
 
 // activeLoops starts what the active server runs in the background — the
 // report flush (the pools' changes written every ReportFlush), the lease
-// journal's compaction every CheckpointInterval, and the expiry tick — and
+// journal's compaction every CheckpointInterval, the expiry tick, and the
+// store's probe write every StoreProbeInterval (writeHealth) — and
 // returns a function that stops them and waits.
 func (s *Server) activeLoops(ctx context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
@@ -665,6 +702,7 @@ func (s *Server) activeLoops(ctx context.Context) (stop func()) {
 	wg.Go(func() { s.cp.Run(ctx, s.cfg.ReportFlush) })
 	wg.Go(func() { s.compact(ctx) })
 	wg.Go(func() { s.tick(ctx) })
+	wg.Go(func() { s.writes.run(ctx, s.cfg.StoreProbeInterval, s.watched.ProbeWrite) })
 	if s.shard != nil {
 		wg.Go(func() { s.placementLoop(ctx) })
 	}

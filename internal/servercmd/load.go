@@ -96,6 +96,7 @@ func bindings() []binding {
 		{"store", "store `URL`: sqlite:PATH or postgres://...", d.Store, str(func(c *server.Config) *string { return &c.Store })},
 		{"checkpoint-interval", "time between compactions of the lease journal (`duration`)", d.CheckpointInterval.String(), dur(func(c *server.Config) *time.Duration { return &c.CheckpointInterval })},
 		{"report-flush", "longest time before a report's statistics reach the store (`duration`); a crash loses at most this window", d.ReportFlush.String(), dur(func(c *server.Config) *time.Duration { return &c.ReportFlush })},
+		{"store-probe-interval", "time between the active server's probe writes to its store (`duration`): a store that stops taking writes makes the server not ready within it, and ready again once a probe write succeeds", d.StoreProbeInterval.String(), dur(func(c *server.Config) *time.Duration { return &c.StoreProbeInterval })},
 		{"durable-reports", "answer a report only once its statistics are durable (group-committed)", "false", boolean(func(c *server.Config) *bool { return &c.DurableReports })},
 		{"store-fsync", "sync a SQLite store to disk at every commit: acknowledged writes survive a power loss, not only a crash of the process", "false", boolean(func(c *server.Config) *bool { return &c.StoreFsync })},
 		{"store-shared-files", "open a SQLite store whose files other local users may read (refused by default)", "false", boolean(func(c *server.Config) *bool { return &c.StoreSharedFiles })},

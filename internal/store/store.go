@@ -315,6 +315,20 @@ type Claim interface {
 // ErrLocked: another process holds the store's writer claim.
 var ErrLocked = errors.New("store: in use by another server")
 
+// WriteProber is implemented by stores that can tell, with a small write
+// of their own, whether they take writes now: the active server probes
+// with it so that a store that stopped taking writes (a disk full or
+// read-only, a database that refuses writes) makes it not ready, and one
+// that takes them again makes it ready, with or without traffic.
+type WriteProber interface {
+	// ProbeWrite writes a little that no reader depends on (a counter
+	// row of this handle's group; a file store also writes and removes a
+	// scratch file beside the database) through the store's own write
+	// paths, unfenced, and returns the error a write of the store's
+	// state would meet now, classified as the store's other errors are.
+	ProbeWrite(ctx context.Context) error
+}
+
 // Options configure an implementation. The zero value is ready to use.
 type Options struct {
 	// Clock stamps CreatedAt, DeletedAt, RevokedAt, audit At (when zero) and

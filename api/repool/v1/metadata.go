@@ -9,7 +9,8 @@ const RetryAfterKey = "retry-after-ms"
 // RESOURCE_EXHAUSTED status carries.
 const ErrorDomain = "repool"
 
-// Reasons of the ErrorInfo detail of a RESOURCE_EXHAUSTED status.
+// Reasons of the ErrorInfo detail of a RESOURCE_EXHAUSTED status (and of
+// the UNAVAILABLE ones named below).
 const (
 	// ReasonNoResourceAvailable: no resource could be leased. Metadata
 	// "why" says why; "frees_at" (RFC 3339, when known) is the earliest
@@ -29,6 +30,13 @@ const (
 	// that a client that did not know it — an IssueToken sent without
 	// TenantRouteKey — can send the call again with the entry.
 	ReasonTenantElsewhere = "TENANT_ELSEWHERE"
+	// ReasonStoreNotWritable (on an UNAVAILABLE status): the server could
+	// not write the call's change to its store (a disk full or read-only,
+	// a database that refuses writes), so the call was not acknowledged;
+	// the message says why ("store not writable: REASON"). The server is
+	// not ready until a write succeeds again: retry, through the front
+	// end.
+	ReasonStoreNotWritable = "STORE_NOT_WRITABLE"
 )
 
 // Metadata keys of the ErrorInfo detail.

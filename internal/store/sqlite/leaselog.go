@@ -149,7 +149,7 @@ func (l *leaseLog) append(tenant string, put []store.LeaseRow, del []uint64) err
 		if terr := l.f.Truncate(l.size); terr != nil {
 			l.err = fmt.Errorf("%w: lease log %s: a failed append could not be cut off: %v", store.ErrUnavailable, l.path, terr)
 		}
-		return fmt.Errorf("%w: appending to the lease log: %v", store.ErrUnavailable, err)
+		return fmt.Errorf("%w: appending to the lease log: %w", store.ErrUnavailable, err)
 	}
 	l.size += int64(len(l.buf))
 	if l.fsync {

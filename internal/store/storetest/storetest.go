@@ -99,6 +99,7 @@ func Run(t *testing.T, open func(t *testing.T, opts store.Options) store.Store) 
 		{"Audit", testAudit},
 		{"SigningKey", testSigningKey},
 		{"BumpEpoch", testBumpEpoch},
+		{"ProbeWrite", testProbeWrite},
 		{"CheckpointRoundTrip", testCheckpointRoundTrip},
 		{"CheckpointTenantIsolation", testCheckpointTenantIsolation},
 		{"CheckpointIncremental", testCheckpointIncremental},
@@ -848,6 +849,24 @@ func testSigningKey(t *testing.T, h *harness) {
 	again, err := h.s.SigningKey(t.Context())
 	if err != nil || !bytes.Equal(again, keys[0]) {
 		t.Fatalf("SigningKey(ctx) later = got %x, %v, want %x, nil", again, err, keys[0])
+	}
+}
+
+// testProbeWrite: a store that implements store.WriteProber takes its
+// probe writes, again and again, and they change nothing a reader of the
+// store's state sees: the epoch sequence goes on as if there were none.
+func testProbeWrite(t *testing.T, h *harness) {
+	p, ok := h.s.(store.WriteProber)
+	if !ok {
+		t.Skip("the store does not implement store.WriteProber")
+	}
+	for i := range 3 {
+		if err := p.ProbeWrite(t.Context()); err != nil {
+			t.Fatalf("ProbeWrite(ctx) #%d = got error %v, want nil", i+1, err)
+		}
+	}
+	if got, err := h.s.BumpEpoch(t.Context()); err != nil || got != 1 {
+		t.Fatalf("BumpEpoch(ctx) after probe writes on a new store = got %d, %v, want 1, nil", got, err)
 	}
 }
 
