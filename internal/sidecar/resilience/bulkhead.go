@@ -26,11 +26,11 @@ var ErrBulkheadFull = errors.New("too many calls in flight to a slow provider")
 // in flight to the provider by a limit that follows the provider's latency:
 // it grows while attempts wait for a slot and the provider answers fast,
 // and halves, down to MinInFlight, when it answers slowly (at most once per
-// SlowAfter). An attempt beyond
-// the limit waits for a slot while the provider is fast, and is refused at
-// once (ErrBulkheadFull) while it is slow: a healthy provider is never
-// refused, and a slow or silent one holds at most MinInFlight of the
-// backend's workers (more only for as long as it takes to answer slowly).
+// SlowAfter). An attempt beyond the limit waits for a slot unless the
+// provider is slow or silent (see SlowAfter), and is then refused at once
+// (ErrBulkheadFull): a healthy provider is never refused, also when the
+// machine stalls, and a slow or silent one holds at most MinInFlight of the
+// backend's workers (more only for as long as it takes to be found slow).
 // The zero value of every field means its default (see WithDefaults).
 type BulkheadPolicy struct {
 	// MinInFlight is the least the limit falls to: the attempts a slow or
@@ -41,13 +41,15 @@ type BulkheadPolicy struct {
 	// attempts beyond it wait for a slot while the provider is fast.
 	// Default 256; negative turns the bulkhead off (no bound, no refusal).
 	MaxInFlight int `yaml:"max_in_flight"`
-	// SlowAfter is the answer time at which the provider counts as slow:
-	// an attempt answered after at least this long halves the limit and
-	// makes the bulkhead refuse instead of wait until an answer comes
-	// faster, and so does a provider that answered no attempt for this
-	// long while attempts are in flight. It must exceed the provider's
-	// normal answer time under load (its distance included). Default
-	// 100ms.
+	// SlowAfter is the answer time at which an answer is slow: a slow
+	// answer halves the limit (at most once per SlowAfter), and once every
+	// answer for SlowAfter has been slow the provider is slow and the
+	// bulkhead refuses the attempts beyond its limit instead of letting
+	// them wait, until an answer comes faster. A provider that answers
+	// nothing, with attempts sent, for twice SlowAfter (or twice its
+	// slowest recent answer, if more) is silent, and refused the same way.
+	// It must exceed the provider's normal answer time under load (its
+	// distance included). Default 100ms.
 	SlowAfter time.Duration `yaml:"slow_after"`
 }
 
@@ -127,8 +129,14 @@ type Bulkhead struct {
 	// attempts were sent with none waiting for an answer (unix nanos of
 	// clock).
 	quietSince int64
-	// slow: the last answered attempt took SlowAfter or more.
-	slow bool
+	// spellSince is when the answers started to come slow (SlowAfter or
+	// more) and none fast since (unix nanos of clock); 0 while the last
+	// answer was fast.
+	spellSince int64
+	// peak is a decaying maximum of the answer times (nanoseconds): how
+	// long the provider's slowest recent answers took, which sets how long
+	// a silence must last to be the provider's (silentAfter).
+	peak int64
 	// lastCut is when a slow answer last halved the limit (unix nanos of
 	// clock): at most one cut per SlowAfter, so that the answers of one
 	// slow spell (a burst of them after a stall) halve it once, as TCP
@@ -168,11 +176,11 @@ func NewBulkhead(cfg BulkheadConfig) *Bulkhead {
 func (b *Bulkhead) Policy() BulkheadPolicy { return b.policy }
 
 // Enter admits one attempt: at once when the attempts in flight are below
-// the limit and nobody waits; otherwise, while the provider is fast, after
+// the limit and nobody waits; otherwise, unless the provider is slow, after
 // waiting for a slot in turn. It returns an error matching ErrBulkheadFull
-// when the provider is slow (at once, or when it turns slow during the
-// wait), or ctx's error when ctx ends first. Every nil return must be
-// paired with one Leave.
+// when the provider is slow (at once) or falls silent during the wait, or
+// ctx's error when ctx ends first. Every nil return must be paired with one
+// Leave.
 func (b *Bulkhead) Enter(ctx context.Context) error {
 	now := b.clock.Now().UnixNano()
 	b.mu.Lock()
@@ -193,8 +201,10 @@ func (b *Bulkhead) Enter(ctx context.Context) error {
 	return b.wait(ctx, w)
 }
 
-// wait waits for w's slot: until it is given one or refused, until the
-// provider has answered nothing for SlowAfter (refused), or until ctx ends.
+// wait waits for w's slot: until it is given one, until the provider has
+// been silent for silentAfter (refused), or until ctx ends. A provider that
+// turns slow meanwhile does not refuse it: it waits for the slot its turn
+// brings (the slow verdict refuses those that come after it).
 func (b *Bulkhead) wait(ctx context.Context, w *slotWaiter) error {
 	var timer clock.Timer
 	defer func() {
@@ -203,10 +213,11 @@ func (b *Bulkhead) wait(ctx context.Context, w *slotWaiter) error {
 		}
 	}()
 	for {
-		// Check again when the provider will have been quiet for SlowAfter
-		// (or SlowAfter from now, if nothing waits for its answer).
-		d := b.policy.SlowAfter
+		// Check again when the provider will have been silent for
+		// silentAfter (or that long from now, if nothing waits for its
+		// answer).
 		b.mu.Lock()
+		d := b.silentAfterLocked()
 		if b.sent > 0 {
 			d = max(d-time.Duration(b.clock.Now().UnixNano()-b.quietSince), 0)
 		}
@@ -228,7 +239,7 @@ func (b *Bulkhead) wait(ctx context.Context, w *slotWaiter) error {
 			}
 			return ctx.Err()
 		case <-timer.Chan():
-			if b.dequeue(w, func() bool { return b.slowLocked(b.clock.Now().UnixNano()) }) {
+			if b.dequeue(w, func() bool { return b.silentLocked(b.clock.Now().UnixNano()) }) {
 				b.rejected.Inc()
 				return b.errFull
 			}
@@ -281,10 +292,26 @@ func (b *Bulkhead) Sent() {
 	b.mu.Unlock()
 }
 
-// slowLocked reports whether the provider is slow at now: its last answer
-// was, or attempts were sent and it answered none for SlowAfter.
+// slowLocked reports whether the provider is slow at now: every answer for
+// SlowAfter has been slow, or it is silent (silentLocked). One late answer,
+// or a burst of them, is not enough: a stall of the machine (of the sidecar
+// itself, not the provider) delays every answer in flight at once, and the
+// next ones come fast again.
 func (b *Bulkhead) slowLocked(now int64) bool {
-	return b.slow || (b.sent > 0 && now-b.quietSince >= int64(b.policy.SlowAfter))
+	return (b.spellSince != 0 && now-b.spellSince >= int64(b.policy.SlowAfter)) || b.silentLocked(now)
+}
+
+// silentLocked reports whether attempts were sent and the provider has
+// answered none for silentAfter.
+func (b *Bulkhead) silentLocked(now int64) bool {
+	return b.sent > 0 && now-b.quietSince >= int64(b.silentAfterLocked())
+}
+
+// silentAfterLocked is how long the provider may answer nothing, with
+// attempts sent, before it counts as silent: twice SlowAfter, or twice its
+// slowest recent answer if that is more.
+func (b *Bulkhead) silentAfterLocked() time.Duration {
+	return 2 * max(b.policy.SlowAfter, time.Duration(b.peak))
 }
 
 // Leave ends an attempt admitted by Enter. sent is when the attempt went to
@@ -292,10 +319,10 @@ func (b *Bulkhead) slowLocked(now int64) bool {
 // not be had, say), and then it says nothing of the provider's speed.
 //
 // An attempt answered within SlowAfter grows the limit by one if attempts
-// wait for a slot; one answered after SlowAfter or later halves it (not
-// below MinInFlight; at most once per SlowAfter) and, if no slot is left,
-// refuses every waiting attempt. A freed slot goes to the first waiting
-// attempt.
+// wait for a slot, and ends a slow spell; one answered after SlowAfter or
+// later starts a slow spell if none runs, and halves the limit (not below
+// MinInFlight; at most once per SlowAfter). A freed slot goes to the first
+// waiting attempt.
 func (b *Bulkhead) Leave(sent time.Time) {
 	now := b.clock.Now()
 	var took time.Duration
@@ -311,21 +338,21 @@ func (b *Bulkhead) Leave(sent time.Time) {
 		b.quietSince = now.UnixNano()
 	}
 	if !sent.IsZero() && !b.off {
-		b.slow = took >= b.policy.SlowAfter
+		b.peak = max(int64(took), b.peak-b.peak/8)
 		switch {
-		case b.slow:
+		case took >= b.policy.SlowAfter:
+			if b.spellSince == 0 {
+				b.spellSince = now.UnixNano()
+			}
 			if now.UnixNano()-b.lastCut >= int64(b.policy.SlowAfter) {
 				b.limit = max(b.policy.MinInFlight, b.limit/2)
 				b.lastCut = now.UnixNano()
 			}
-			if b.inFlight >= b.limit {
-				for _, w := range b.waiters {
-					w.ch <- false
-				}
-				b.waiters = b.waiters[:0]
+		default:
+			b.spellSince = 0
+			if len(b.waiters) > 0 && b.limit < b.policy.MaxInFlight {
+				b.limit++
 			}
-		case len(b.waiters) > 0 && b.limit < b.policy.MaxInFlight:
-			b.limit++
 		}
 	}
 	for len(b.waiters) > 0 && (b.off || b.inFlight < b.limit) {

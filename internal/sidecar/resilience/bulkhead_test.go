@@ -93,11 +93,11 @@ func TestBulkheadWaitsAndGrowsForAFastProvider(t *testing.T) {
 	}
 }
 
-// TestBulkheadRefusesForASlowProvider: a slow answer halves the limit (not
-// below min_in_flight) and, while the provider is slow, an attempt beyond
-// the limit is refused at once, without allocating, with an error that is
-// neither retried nor counted by the breaker and says when to come back;
-// a fast answer ends it.
+// TestBulkheadRefusesForASlowProvider: slow answers halve the limit (once
+// per slow_after, not below min_in_flight); once every answer for
+// slow_after has been slow, an attempt beyond the limit is refused at once,
+// without allocating, with an error that is neither retried nor counted by
+// the breaker and says when to come back; a fast answer ends it.
 func TestBulkheadRefusesForASlowProvider(t *testing.T) {
 	b, clk, m := fakeBulkhead(BulkheadPolicy{MinInFlight: 2, MaxInFlight: 16})
 	b.limit = 8 // as if it had grown
@@ -105,13 +105,13 @@ func TestBulkheadRefusesForASlowProvider(t *testing.T) {
 	clk.Advance(300 * time.Millisecond)
 	b.Leave(sent[0])
 	b.Leave(sent[1])
-	if s := b.Status(); s.Limit != 4 || s.InFlight != 6 || !s.Slow || s.LastAnswer != 300*time.Millisecond {
-		t.Fatalf("after two slow answers at once: %+v, want limit 4 (8 halved once: one cut per slow_after), 6 in flight, slow, last answer 300ms", s)
+	if s := b.Status(); s.Limit != 4 || s.InFlight != 6 || s.Slow || s.LastAnswer != 300*time.Millisecond {
+		t.Fatalf("after two slow answers at once: %+v, want limit 4 (8 halved once: one cut per slow_after), 6 in flight, not slow yet (one burst), last answer 300ms", s)
 	}
 	clk.Advance(100 * time.Millisecond)
-	b.Leave(sent[2]) // another slow answer, slow_after later
-	if s := b.Status(); s.Limit != 2 || s.LastAnswer != 400*time.Millisecond {
-		t.Fatalf("after a slow answer slow_after later: %+v, want limit 2 (halved again, not below 2), last answer 400ms", s)
+	b.Leave(sent[2]) // slow answers for slow_after now
+	if s := b.Status(); s.Limit != 2 || !s.Slow || s.LastAnswer != 400*time.Millisecond {
+		t.Fatalf("after slow answers for slow_after: %+v, want limit 2 (halved again, not below 2), slow, last answer 400ms", s)
 	}
 	err := b.Enter(context.Background())
 	if !errors.Is(err, ErrBulkheadFull) || Retryable(err) || Code(err) != codes.Unavailable || FastFail(err) != FastFailBulkhead || !excluded(err) {
@@ -154,10 +154,42 @@ func TestBulkheadRefusesForASlowProvider(t *testing.T) {
 	}
 }
 
+// TestBulkheadRidesAStall: a stall of the machine delays every answer in
+// flight at once — a burst of late answers — and the next ones are fast:
+// the provider is not slow, nothing is refused, and the attempts that
+// waited through it get their slots.
+func TestBulkheadRidesAStall(t *testing.T) {
+	b, clk, m := fakeBulkhead(BulkheadPolicy{MinInFlight: 4})
+	sent := enter(t, b, clk, 4)
+	clk.Advance(5 * time.Millisecond)
+	w1, w2 := waitIn(t, b, context.Background()), waitIn(t, b, context.Background())
+	clk.Advance(145 * time.Millisecond) // the stall: 150 ms without an answer, under twice slow_after
+	for _, s := range sent {
+		b.Leave(s) // the burst: four late answers at once
+	}
+	for i, got := range []<-chan error{w1, w2} {
+		if err := result(t, got); err != nil {
+			t.Fatalf("attempt #%d that waited through the stall = %v, want admitted", i+1, err)
+		}
+	}
+	if s := b.Status(); s.Slow {
+		t.Fatalf("after a burst of late answers: %+v, want not slow", s)
+	}
+	sent = enter(t, b, clk, 2) // below the limit (min 4)
+	clk.Advance(2 * time.Millisecond)
+	b.Leave(sent[0]) // fast again
+	if err := b.Enter(context.Background()); err != nil {
+		t.Fatalf("Enter after the stall = %v, want admitted", err)
+	}
+	if got := testutil.ToFloat64(m.bulkheadRejections.WithLabelValues("p")); got != 0 {
+		t.Fatalf("rejections = %v, want 0", got)
+	}
+}
+
 // TestBulkheadRefusesWhenTheProviderFallsSilent: attempts wait while the
-// provider answers; once the attempts sent have had no answer for
-// slow_after, the waiting attempts are refused and so are the next ones, at
-// once. A slow answer that leaves no slot refuses the waiting ones too.
+// provider answers; once the attempts sent have had no answer for twice
+// slow_after, the waiting attempts are refused and so are the next ones,
+// at once. A provider whose recent answers were slower gets longer.
 func TestBulkheadRefusesWhenTheProviderFallsSilent(t *testing.T) {
 	b, clk, _ := fakeBulkhead(BulkheadPolicy{MinInFlight: 2})
 	enter(t, b, clk, 2)
@@ -166,15 +198,15 @@ func TestBulkheadRefusesWhenTheProviderFallsSilent(t *testing.T) {
 	if err := clk.Wait(context.Background(), 1); err != nil { // the waiter's timer
 		t.Fatal(err)
 	}
-	clk.Advance(59 * time.Millisecond)
+	clk.Advance(159 * time.Millisecond)
 	select {
 	case err := <-waiting:
-		t.Fatalf("a waiting attempt returned %v 99 ms into the silence, want it still waiting", err)
+		t.Fatalf("a waiting attempt returned %v 199 ms into the silence, want it still waiting", err)
 	default:
 	}
 	clk.Advance(time.Millisecond)
 	if err := result(t, waiting); !errors.Is(err, ErrBulkheadFull) {
-		t.Fatalf("a waiting attempt 100 ms into the silence = %v, want refused", err)
+		t.Fatalf("a waiting attempt 200 ms into the silence = %v, want refused", err)
 	}
 	if err := b.Enter(context.Background()); !errors.Is(err, ErrBulkheadFull) {
 		t.Fatalf("Enter during the silence = %v, want refused at once", err)
@@ -183,23 +215,22 @@ func TestBulkheadRefusesWhenTheProviderFallsSilent(t *testing.T) {
 		t.Fatalf("status %+v, want slow, 2 in flight, none waiting", s)
 	}
 
-	t.Run("a slow answer that leaves no slot refuses the waiting attempts", func(t *testing.T) {
-		b, clk, _ := fakeBulkhead(BulkheadPolicy{MinInFlight: 2, MaxInFlight: 4})
-		b.limit = 4 // as if it had grown
-		first := enter(t, b, clk, 2)
-		clk.Advance(60 * time.Millisecond)
-		b.Leave(first[1]) // a fast answer at 60 ms
-		enter(t, b, clk, 3)
-		w1, w2 := waitIn(t, b, context.Background()), waitIn(t, b, context.Background())
-		clk.Advance(40 * time.Millisecond) // 40 ms since the last answer: no waiter's time is up
-		b.Leave(first[0])                  // answered after 100 ms: slow; limit 2, 3 still in flight
-		for i, got := range []<-chan error{w1, w2} {
-			if err := result(t, got); !errors.Is(err, ErrBulkheadFull) {
-				t.Fatalf("waiting attempt #%d = %v, want refused", i+1, err)
-			}
+	t.Run("after slower answers, a longer silence", func(t *testing.T) {
+		b, clk, _ := fakeBulkhead(BulkheadPolicy{MinInFlight: 1})
+		sent := enter(t, b, clk, 1)
+		clk.Advance(300 * time.Millisecond)
+		b.Leave(sent[0]) // a 300 ms answer
+		sent = enter(t, b, clk, 1)
+		clk.Advance(5 * time.Millisecond)
+		b.Leave(sent[0]) // a fast one: no slow spell; the peak decays to 262.5 ms
+		enter(t, b, clk, 1)
+		clk.Advance(520 * time.Millisecond)
+		if s := b.Status(); s.Slow {
+			t.Fatalf("520 ms without an answer after a 300 ms one: %+v, want not silent yet (twice the recent peak)", s)
 		}
-		if s := b.Status(); s.Limit != 2 || s.InFlight != 3 || s.Waiting != 0 {
-			t.Fatalf("status %+v, want limit 2, 3 in flight, none waiting", s)
+		clk.Advance(5 * time.Millisecond)
+		if s := b.Status(); !s.Slow {
+			t.Fatalf("525 ms without an answer after a 300 ms one: %+v, want silent", s)
 		}
 	})
 }
