@@ -146,7 +146,7 @@ func openLeaseLog(path string, fsync bool, log *slog.Logger) (*leaseLog, []lease
 	if damage != nil {
 		// Logged before the cut, with what is cut: the evidence of a
 		// torn tail is its offset and length.
-		log.Warn("lease log: cutting a torn tail (a record a crash cut short; it was never acknowledged)",
+		log.Warn("lease log: cutting a torn tail (the last record, cut short or left garbled by a crash; no intact record follows it)",
 			"path", path, "offset", n, "bytes", len(b)-n, "why", damage.why)
 		if err := f.Truncate(int64(n)); err != nil {
 			return fail(err)
