@@ -173,7 +173,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	if cfg.HA {
 		u = haSessions(u, cfg.HASessionTimeout)
 	}
-	storeOpts := store.Options{Clock: opts.Clock, SharedFiles: cfg.StoreSharedFiles, Fsync: cfg.StoreFsync}
+	storeOpts := store.Options{Clock: opts.Clock, SharedFiles: cfg.StoreSharedFiles, Fsync: cfg.StoreFsync, Log: opts.Log}
 	if cfg.HA {
 		storeOpts.Group = cfg.Group
 	}

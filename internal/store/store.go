@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/repool/repool/internal/clock"
@@ -35,9 +36,11 @@ var (
 	// in the expected state (for example suspending a tenant that is not
 	// active).
 	ErrConflict = errors.New("store: conflict")
-	// ErrCorrupt: persisted checkpoint rows failed validation on load. The
-	// message names the tenant and the bad row.
-	ErrCorrupt = errors.New("store: corrupt checkpoint")
+	// ErrCorrupt: persisted checkpoint rows failed validation on load (the
+	// message names the tenant and the bad row), or a file store's lease
+	// log is damaged where no crash leaves it (the message names the file
+	// and the offset; see sqlite.CorruptLogError).
+	ErrCorrupt = errors.New("store: corrupt")
 	// ErrInvalid: an argument failed validation (bad id, bad transition,
 	// out-of-range value); nothing was written.
 	ErrInvalid = errors.New("store: invalid argument")
@@ -360,6 +363,18 @@ type Options struct {
 	// tenant is still placed on the group: after a move, the source cannot
 	// write the tenant's state.
 	Group string
+	// Log receives what a store repairs on its own and must not do
+	// quietly (a SQLite lease log's torn tail cut at open). Nil means
+	// slog.Default().
+	Log *slog.Logger
+}
+
+// Logger returns o.Log, or slog.Default() when it is nil.
+func (o Options) Logger() *slog.Logger {
+	if o.Log == nil {
+		return slog.Default()
+	}
+	return o.Log
 }
 
 // GroupName returns o.Group, or DefaultGroup when it is empty.

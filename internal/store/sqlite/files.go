@@ -24,9 +24,13 @@ const (
 )
 
 // prepareFile creates the directory and the database file of path, private
-// to this user, if they do not exist, and refuses a database file (or its
-// -wal or -shm file) that other users may read or write, unless
-// sharedFiles says that is intended.
+// to this user, if they do not exist, and refuses a store file (the
+// database, its -wal or -shm file, the lease log, the lock file, the epoch
+// mark) that is a symbolic link or not a regular file, or that other users
+// may read or write, unless sharedFiles says that is intended. SQLite opens
+// the database and its -wal and -shm files itself, following links: the
+// check before it does (os.Lstat) is what keeps it off a link, and Open
+// checks afterwards that the file it opened is still the one checked.
 func prepareFile(path string, sharedFiles bool) error {
 	// Only the file's own directory is created (./data for the default
 	// store): a missing parent is more likely a typo than a wish.
@@ -39,19 +43,19 @@ func prepareFile(path string, sharedFiles bool) error {
 	} else if !errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("%w: creating the store's file: %v", store.ErrUnavailable, err)
 	}
-	if sharedFiles {
-		return nil
-	}
-	for _, p := range []string{path, path + "-wal", path + "-shm", path + leaseLogSuffix} {
-		fi, err := os.Stat(p)
+	for _, p := range storeFiles(path) {
+		fi, err := os.Lstat(p)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
 		if err != nil {
 			return fmt.Errorf("%w: %v", store.ErrUnavailable, err)
 		}
-		if !fi.Mode().IsRegular() {
-			return fmt.Errorf("%w: store file %s is not a regular file", store.ErrUnavailable, p)
+		if err := checkRegular(p, fi); err != nil {
+			return err
+		}
+		if sharedFiles {
+			continue
 		}
 		if perm := fi.Mode().Perm(); perm&0o077 != 0 {
 			return fmt.Errorf("%w: store file %s has mode %04o, so other local users can read it, and it holds the token signing key and every API key digest: "+
@@ -62,12 +66,52 @@ func prepareFile(path string, sharedFiles bool) error {
 	return nil
 }
 
+// storeFiles are the files of the store at path: the database, SQLite's
+// -wal and -shm, the lease log, the claim's lock file and the epoch mark.
+func storeFiles(path string) []string {
+	return []string{path, path + "-wal", path + "-shm", path + leaseLogSuffix, path + ".lock", path + epochMarkSuffix}
+}
+
+// checkRegular refuses a store file that is a symbolic link or not a
+// regular file. The store writes, truncates and replaces its files; a
+// link would make it do so to the file the link names, anywhere.
+func checkRegular(path string, fi fs.FileInfo) error {
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		return fmt.Errorf("%w: store file %s is a symbolic link; the store opens its files only as regular files, never through a link "+
+			"(it truncates and replaces them): replace the link with the file itself, or point --store at the file's real location", store.ErrInvalid, path)
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%w: store file %s is not a regular file", store.ErrUnavailable, path)
+	}
+	return nil
+}
+
+// openNoFollow opens the store file path (what it is, for errors) without
+// following a symbolic link in its last element (O_NOFOLLOW), creating it
+// mode 0600 with os.O_CREATE.
+func openNoFollow(path string, flag int, what string) (*os.File, error) {
+	f, err := os.OpenFile(path, flag|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, fileMode)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, fmt.Errorf("%w: the store's %s %s is a symbolic link; the store opens its files only as regular files, never through a link "+
+			"(it truncates and replaces them): replace the link with the file itself, or point --store at the file's real location", store.ErrInvalid, what, path)
+	}
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: opening the store's %s: %v", store.ErrUnavailable, what, err)
+	}
+	return f, nil
+}
+
 // fileID identifies a file across renames: a replaced or recreated file has
 // another one.
 type fileID struct{ dev, ino uint64 }
 
+// statID is the identity of the file named path itself: a symbolic link
+// put in its place has another one.
 func statID(path string) (fileID, error) {
-	fi, err := os.Stat(path)
+	fi, err := os.Lstat(path)
 	if err != nil {
 		return fileID{}, err
 	}
@@ -95,9 +139,9 @@ func (s *Store) LockWriter(ctx context.Context) (store.Claim, error) {
 		return nopClaim{}, nil
 	}
 	lockPath := s.path + ".lock"
-	f, err := os.OpenFile(lockPath, os.O_RDWR|os.O_CREATE, fileMode)
+	f, err := openNoFollow(lockPath, os.O_RDWR|os.O_CREATE, "lock file")
 	if err != nil {
-		return nil, fmt.Errorf("%w: opening the store's lock file: %v", store.ErrUnavailable, err)
+		return nil, err
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		owner := "another process"

@@ -1,12 +1,15 @@
 package sqlite
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
+	"math"
 	"os"
 	"slices"
 	"sync"
@@ -65,13 +68,49 @@ type leaseKey struct {
 	id     uint64
 }
 
+// CorruptLogError is a lease log damaged in a way no crash leaves: a
+// record that does not hold, with an intact record after it. Opening the
+// log stops there and changes nothing in the file; the records from Offset
+// on are not replayed. It wraps store.ErrCorrupt.
+type CorruptLogError struct {
+	Path   string
+	Offset int64  // where the first damaged record starts
+	Next   int64  // where the first intact record after it starts
+	Size   int64  // the file's size
+	Why    string // what is wrong with the record at Offset
+}
+
+func (e *CorruptLogError) Error() string {
+	return fmt.Sprintf("lease log %s is damaged at byte offset %d (%s), and an intact record follows at offset %d of %d bytes: "+
+		"this is not a torn tail a crash leaves, so nothing was cut and the file is unchanged; "+
+		"the leases journaled from offset %d on would be forgotten. Stop here and repair (docs/server.md, \"A damaged lease log\"): "+
+		"move the file aside (mv %s %s.damaged), never truncate it in place",
+		e.Path, e.Offset, e.Why, e.Next, e.Size, e.Offset, e.Path, e.Path)
+}
+
+func (e *CorruptLogError) Unwrap() error { return store.ErrCorrupt }
+
+// checkDamage returns a *CorruptLogError for damage that intact records
+// follow, nil for none or a torn tail.
+func checkDamage(path string, size int, d *logDamage) error {
+	if d == nil || d.torn() {
+		return nil
+	}
+	return &CorruptLogError{Path: path, Offset: int64(d.off), Next: int64(d.next), Size: int64(size), Why: d.why}
+}
+
 // openLeaseLog opens (creating, mode 0600) and locks the lease log at
-// path and returns it with the records it holds. A torn tail, the record
-// a crash cut short, is cut off: it was never acknowledged.
-func openLeaseLog(path string, fsync bool) (*leaseLog, []leaseRecord, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, fileMode)
+// path and returns it with the records it holds. The path's last element
+// must not be a symbolic link (O_NOFOLLOW): the log is truncated, and
+// must not reach a file elsewhere. A torn tail, the record a crash cut
+// short (no intact record after it), is cut off and logged: it was never
+// acknowledged. A damaged record that intact records follow is not a torn
+// tail: openLeaseLog returns a *CorruptLogError and leaves the file as it
+// is.
+func openLeaseLog(path string, fsync bool, log *slog.Logger) (*leaseLog, []leaseRecord, error) {
+	f, err := openNoFollow(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, "lease log")
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: opening the lease log: %v", store.ErrUnavailable, err)
+		return nil, nil, err
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
@@ -89,14 +128,26 @@ func openLeaseLog(path string, fsync bool) (*leaseLog, []leaseRecord, error) {
 	if err != nil {
 		return fail(err)
 	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, nil, fmt.Errorf("%w: the lease log %s is not a regular file", store.ErrUnavailable, path)
+	}
 	l.id = sysID(fi)
 	l.fd = int(f.Fd())
 	b, err := io.ReadAll(io.NewSectionReader(f, 0, fi.Size()))
 	if err != nil {
 		return fail(err)
 	}
-	recs, n, _ := decodeRecords(b)
-	if int64(n) < fi.Size() {
+	recs, n, damage := scanLog(b)
+	if err := checkDamage(path, len(b), damage); err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	if damage != nil {
+		// Logged before the cut, with what is cut: the evidence of a
+		// torn tail is its offset and length.
+		log.Warn("lease log: cutting a torn tail (the last record, cut short or left garbled by a crash; no intact record follows it)",
+			"path", path, "offset", n, "bytes", len(b)-n, "why", damage.why)
 		if err := f.Truncate(int64(n)); err != nil {
 			return fail(err)
 		}
@@ -107,16 +158,36 @@ func openLeaseLog(path string, fsync bool) (*leaseLog, []leaseRecord, error) {
 
 // readLeaseLog returns the whole records of the lease log at path without
 // locking or changing it (none if there is no log), for a read-only store.
+// A torn tail is skipped (a running writer may be appending it); damage
+// that intact records follow is a *CorruptLogError.
 func readLeaseLog(path string) ([]leaseRecord, error) {
-	b, err := os.ReadFile(path)
+	f, err := openNoFollow(path, os.O_RDONLY, "lease log")
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: reading the lease log: %v", store.ErrUnavailable, err)
+		return nil, err
 	}
-	recs, _, _ := decodeRecords(b)
-	return recs, nil
+	defer f.Close()
+	var last []byte
+	for attempt := 1; ; attempt++ {
+		b, err := io.ReadAll(io.NewSectionReader(f, 0, math.MaxInt64))
+		if err != nil {
+			return nil, fmt.Errorf("%w: reading the lease log: %v", store.ErrUnavailable, err)
+		}
+		recs, _, damage := scanLog(b)
+		err = checkDamage(path, len(b), damage)
+		if err == nil {
+			return recs, nil
+		}
+		// A running writer that empties the log (a fold) while this
+		// reads it can show a mix of the old and the new bytes: damage is
+		// reported once two reads agree (or after a few that never do).
+		if bytes.Equal(b, last) || attempt == 5 {
+			return nil, err
+		}
+		last = b
+	}
 }
 
 // note applies one record to the pending changes. Call with mu held.

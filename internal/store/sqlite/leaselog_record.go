@@ -3,6 +3,7 @@ package sqlite
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"math"
 
@@ -17,9 +18,12 @@ import (
 //	        token (uvarints), expires_at (varint), resource, context
 //	        (strings)), deletions (uvarint count, then ids (uvarints))
 //
-// where a string is its uvarint length and its bytes. A record is whole or
-// it is the log's torn tail: replay stops at the first record whose header,
-// length or checksum does not hold.
+// where a string is its uvarint length and its bytes. Replay stops at the
+// first record whose header, length, checksum or payload does not hold.
+// What follows it is a torn tail (a record a crash cut short, cut off at
+// the next open) only if no intact record starts anywhere after it: the
+// length and checksum let scanLog find a record again after a bad one, and
+// a bad record that intact records follow is damage no crash leaves.
 
 // recordHeader is the length and checksum before each payload.
 const recordHeader = 8
@@ -74,26 +78,83 @@ func appendString(buf []byte, s string) []byte {
 // corrupt one (err is then errTorn) or at the end of b.
 func decodeRecords(b []byte) (recs []leaseRecord, n int, err error) {
 	for n < len(b) {
-		rest := b[n:]
-		if len(rest) < recordHeader {
-			return recs, n, errTorn
-		}
-		size := binary.LittleEndian.Uint32(rest)
-		if size > maxRecord || uint64(size) > uint64(len(rest)-recordHeader) {
-			return recs, n, errTorn
-		}
-		payload := rest[recordHeader : recordHeader+int(size)]
-		if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(rest[4:]) {
-			return recs, n, errTorn
-		}
-		r, ok := decodePayload(payload)
-		if !ok {
+		r, size, why := decodeRecord(b[n:])
+		if why != "" {
 			return recs, n, errTorn
 		}
 		recs = append(recs, r)
-		n += recordHeader + int(size)
+		n += size
 	}
 	return recs, n, nil
+}
+
+// decodeRecord decodes the record at the start of b and returns it with
+// the bytes it takes, or why it is not a whole record.
+func decodeRecord(b []byte) (r leaseRecord, n int, why string) {
+	if len(b) < recordHeader {
+		return r, 0, fmt.Sprintf("%d bytes, shorter than a record's %d-byte header", len(b), recordHeader)
+	}
+	size := binary.LittleEndian.Uint32(b)
+	if size > maxRecord {
+		return r, 0, fmt.Sprintf("its length %d is above the largest record (%d)", size, maxRecord)
+	}
+	if uint64(size) > uint64(len(b)-recordHeader) {
+		return r, 0, fmt.Sprintf("its length %d runs past the end of the file (%d bytes left)", size, len(b)-recordHeader)
+	}
+	payload := b[recordHeader : recordHeader+int(size)]
+	if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(b[4:]) {
+		return r, 0, "its checksum does not match"
+	}
+	r, ok := decodePayload(payload)
+	if !ok {
+		return r, 0, "its payload is not a lease record"
+	}
+	return r, recordHeader + int(size), ""
+}
+
+// logDamage is where a lease log stops being whole records.
+type logDamage struct {
+	off  int    // the first byte that is not part of a whole record
+	why  string // what is wrong with the record there
+	next int    // the first intact record after off, or -1: none follows
+}
+
+// torn reports whether the damage is a torn tail: no intact record
+// follows it. A crash of the process can only cut the last record short;
+// a bad record that intact records follow is corruption.
+func (d *logDamage) torn() bool { return d.next < 0 }
+
+// scanLog decodes the whole records at the start of b, as decodeRecords
+// does, and describes what follows them, if anything: damage (nil when b
+// is whole records to its end), and whether an intact record follows the
+// damage, found by trying every later offset as a record's start.
+func scanLog(b []byte) (recs []leaseRecord, n int, damage *logDamage) {
+	for n < len(b) {
+		r, size, why := decodeRecord(b[n:])
+		if why != "" {
+			return recs, n, &logDamage{off: n, why: why, next: nextRecord(b, n+1)}
+		}
+		recs = append(recs, r)
+		n += size
+	}
+	return recs, n, nil
+}
+
+// nextRecord returns the first offset at or after from where an intact
+// record starts, or -1.
+func nextRecord(b []byte, from int) int {
+	for p := from; p+recordHeader <= len(b); p++ {
+		size := binary.LittleEndian.Uint32(b[p:])
+		// Cheap checks first: most offsets name a length that does not
+		// fit, or a checksum that does not match.
+		if size == 0 || size > maxRecord || uint64(size) > uint64(len(b)-p-recordHeader) {
+			continue
+		}
+		if _, _, why := decodeRecord(b[p:]); why == "" {
+			return p
+		}
+	}
+	return -1
 }
 
 // decodePayload decodes one checksummed payload; ok is false if it is not

@@ -235,7 +235,7 @@ func (s *Store) PruneLeases(ctx context.Context, before int64) error {
 // and empties it (a fold), so the writer starts with every journaled lease
 // in lease_journal, and makes it the store's. The writer claim calls it.
 func (s *Store) openLog(ctx context.Context) (*leaseLog, error) {
-	l, recs, err := openLeaseLog(s.path+leaseLogSuffix, s.opts.Fsync)
+	l, recs, err := openLeaseLog(s.path+leaseLogSuffix, s.opts.Fsync, s.opts.Logger())
 	if err != nil {
 		return nil, err
 	}

@@ -96,6 +96,9 @@ func Open(ctx context.Context, path string, opts store.Options) (*Store, error) 
 		if err := prepareFile(path, opts.SharedFiles); err != nil {
 			return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 		}
+		if s.fileID, err = statID(path); err != nil {
+			return nil, fmt.Errorf("sqlite: open %s: %w: %v", path, store.ErrUnavailable, err)
+		}
 		s.path = path
 		// In WAL mode, synchronous NORMAL makes a commit durable against a
 		// crash of the process; FULL also against a power loss.
@@ -132,11 +135,17 @@ func Open(ctx context.Context, path string, opts store.Options) (*Store, error) 
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
 	if s.path != "" {
-		// The file the migrations just opened, to tell later that it was
-		// replaced under a running server.
-		if s.fileID, err = statID(path); err != nil {
+		// The file the migrations just opened is the one prepareFile
+		// checked (a regular file, not a link), and the one whose
+		// replacement under a running server the claim's Check sees.
+		id, err := statID(path)
+		if err != nil {
 			s.Close()
 			return nil, fmt.Errorf("sqlite: open %s: %w: %v", path, store.ErrUnavailable, err)
+		}
+		if id != s.fileID {
+			s.Close()
+			return nil, fmt.Errorf("sqlite: open %s: %w: the database file was replaced while it was opened", path, store.ErrUnavailable)
 		}
 	}
 	return s, nil
@@ -164,8 +173,15 @@ func openReadOnly(ctx context.Context, path, pragmas string, opts store.Options)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
-	if _, err := os.Stat(abs); errors.Is(err, fs.ErrNotExist) {
+	fi, err := os.Lstat(abs)
+	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("sqlite: open %s: %w: no such file; a server creates it on its first start", path, store.ErrNotFound)
+	}
+	if err == nil {
+		err = checkRegular(abs, fi)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
 	uri := "file:" + (&url.URL{Path: abs}).EscapedPath() + "?mode=ro&" + pragmas + "&_pragma=query_only(1)"
 	db, err := sql.Open("sqlite", uri)
