@@ -361,7 +361,7 @@ const connectionsBound = 160 * mib
 // issue 32 budgets counted resources, not bytes: a tenant's default share
 // (25,000 resources) of such resources is about 825 MB of ids and labels,
 // and 11,900 of them took 1.78 GB of the server's memory. Now a resource
-// costs a unit of the resource budget per started KiB of its id and
+// costs a unit of the resource budget, and one more per whole KiB of its id and
 // labels (33 units for these), so the tenant's share holds 757 of them.
 func attackLongIdsAndLabels(t *testing.T, bins binaries) {
 	srv := startServer(t, bins, "")
