@@ -445,10 +445,12 @@ func (s *Server) listen() error {
 		return fmt.Errorf("gRPC listener: %w", err)
 	}
 	s.grpcLn = s.grpcFair
-	if s.httpLn, err = listenLimited(s.cfg.HTTPAddr, s.cfg.HTTP.MaxConnections, s.refusedConns.WithLabelValues("http"), netlimit.Options{}); err != nil {
+	httpLn, err := listenLimited(s.cfg.HTTPAddr, s.cfg.HTTP.MaxConnections, s.refusedConns.WithLabelValues("http"), netlimit.Options{})
+	if err != nil {
 		s.grpcLn.Close()
 		return fmt.Errorf("HTTP listener: %w", err)
 	}
+	s.httpLn = httpLn // not before: a nil *Listener would make a non-nil net.Listener
 	c := s.cfg
 	// Stream workers reuse goroutines across calls instead of starting one
 	// per call: a call on a new goroutine grows its stack, copying it, on
