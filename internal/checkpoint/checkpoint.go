@@ -47,7 +47,8 @@ type Config struct {
 	// Leases, when set, returns a tenant's journaled leases, restored with
 	// its pool so that leases survive a failover.
 	Leases func(ctx context.Context, tenant string) ([]store.LeaseRow, error)
-	// Restored is called for each tenant restored, with its counts, before
+	// Restored is called for each tenant restored, with its charge (the
+	// pool's resource units and cells, pool.Pool.Charge), before
 	// the server serves traffic (to account budgets).
 	Restored func(tenant string, resources, cells int)
 	// TenantTimeout bounds one tenant's checkpoint in a round, so that a
@@ -184,7 +185,8 @@ func (c *Checkpointer) Restore(ctx context.Context, tenant string) error {
 		if err := p.Restore(snap); err != nil {
 			return fmt.Errorf("%w: %v", store.ErrCorrupt, err)
 		}
-		c.cfg.Restored(tenant, len(st.Resources), len(st.Cells))
+		units, cells := p.Charge()
+		c.cfg.Restored(tenant, units, cells)
 		return nil
 	})
 	if err != nil {

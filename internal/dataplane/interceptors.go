@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
@@ -145,6 +147,13 @@ func (s *Service) authenticate(ctx context.Context) (context.Context, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.cfg.Attribute != nil {
+		if pr, ok := peer.FromContext(ctx); ok {
+			if err := s.cfg.Attribute(pr.Addr, p.Tenant); err != nil {
+				return nil, fmt.Errorf("%w: this tenant holds its share of the server's connections (%v); send its calls on the connections it holds", ErrOverBudget, err)
+			}
+		}
+	}
 	return auth.NewContext(ctx, p), nil
 }
 
@@ -204,18 +213,23 @@ func (s *Service) limitStream(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 	return h(srv, ss)
 }
 
-// quotaStream holds one of the tenant's event stream slots for the
-// stream's life. A Leases stream holds none: its calls are unary calls on
-// one stream, each limited as they are.
+// quotaStream holds one of the tenant's stream slots for the stream's
+// life: an event stream slot for SubscribeEvents, a Leases stream slot
+// for Leases (its calls are unary calls on one stream, each limited as
+// they are; the slot bounds what a tenant's open streams hold).
 func (s *Service) quotaStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	if !guarded(info.FullMethod) || info.FullMethod == repoolv1.PoolService_Leases_FullMethodName {
+	if !guarded(info.FullMethod) {
 		return h(srv, ss)
+	}
+	q := s.streams
+	if info.FullMethod == repoolv1.PoolService_Leases_FullMethodName {
+		q = s.leaseStreams
 	}
 	p, ok := auth.FromContext(ss.Context())
 	if !ok {
 		return errNoTenant
 	}
-	release, err := s.streams.acquire(p.Tenant)
+	release, err := q.acquire(p.Tenant)
 	if err != nil {
 		return err
 	}
@@ -223,31 +237,34 @@ func (s *Service) quotaStream(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 	return h(srv, ss)
 }
 
-// streamQuota counts open event streams per tenant.
+// streamQuota counts open streams of one kind per tenant.
 type streamQuota struct {
-	limit func(tenant string) int
+	limit func(tenant string) int // nil: no limit
+	kind  string
 	gauge *prometheus.GaugeVec
 
 	mu   sync.Mutex
 	open map[string]int
 }
 
-func newStreamQuota(limit func(string) int) *streamQuota {
+func newStreamQuota(limit func(string) int, kind string, gauge prometheus.GaugeOpts) *streamQuota {
 	return &streamQuota{
 		limit: limit,
+		kind:  kind,
 		open:  map[string]int{},
-		gauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "repool_event_streams", Help: "Open event streams per tenant.",
-		}, []string{"tenant"}),
+		gauge: prometheus.NewGaugeVec(gauge, []string{"tenant"}),
 	}
 }
 
 func (q *streamQuota) acquire(tenant string) (release func(), err error) {
-	limit := q.limit(tenant)
+	limit := math.MaxInt
+	if q.limit != nil {
+		limit = q.limit(tenant)
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.open[tenant] >= limit {
-		return nil, fmt.Errorf("%w: the tenant's limit of %d event streams is reached", ErrOverBudget, limit)
+		return nil, fmt.Errorf("%w: the tenant's limit of %d %s streams is reached", ErrOverBudget, limit, q.kind)
 	}
 	q.open[tenant]++
 	q.gauge.WithLabelValues(tenant).Set(float64(q.open[tenant]))
@@ -270,4 +287,11 @@ func (s *Service) Streams(tenant string) int {
 	s.streams.mu.Lock()
 	defer s.streams.mu.Unlock()
 	return s.streams.open[tenant]
+}
+
+// LeaseStreams returns the number of open Leases streams of a tenant.
+func (s *Service) LeaseStreams(tenant string) int {
+	s.leaseStreams.mu.Lock()
+	defer s.leaseStreams.mu.Unlock()
+	return s.leaseStreams.open[tenant]
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -18,29 +19,70 @@ import (
 // Leases serves a stream of lease calls: each call is checked and done as
 // its unary call is, one at a time and answered in the order sent (see
 // leaseCall). The stream was authenticated, rate limited and gated on the
-// active server when it opened (the stream interceptors); every call is
-// checked again, so a revoked key, a suspended or deleted tenant, a
-// step-down or an exhausted rate limit takes effect for the next call of
-// an open stream as it does for the next unary call. It holds no event
-// stream slot: a lease stream is a connection's worth of unary calls, and
-// bounded as they are (HTTP/2 concurrent streams per connection, the
-// connection limit, flow control for the calls sent ahead).
+// active server when it opened (the stream interceptors), and holds one of
+// the tenant's Leases stream slots (quotaStream); every call is checked
+// again, so a revoked key, a suspended or deleted tenant, a step-down or an
+// exhausted rate limit takes effect for the next call of an open stream as
+// it does for the next unary call.
+//
+// What a stream holds is bounded: a reader goroutine receives the next call
+// while one is done (one call ahead, no more), and an answer the client
+// does not read blocks the stream's Send once gRPC's write quota is full,
+// so the stream stops reading calls until the client reads; the calls sent
+// ahead wait in the stream's HTTP/2 window, which the server fixes
+// (grpc.InitialWindowSize: no growth). A stream on which no call arrives
+// for Config.StreamIdle ends with UNAVAILABLE, so that a quiet stream does
+// not keep its connection from counting as idle.
 func (s *Service) Leases(stream grpc.BidiStreamingServer[repoolv1.LeaseCall, repoolv1.LeaseReply]) error {
 	ctx := stream.Context()
+	calls := make(chan *repoolv1.LeaseCall)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			call, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case calls <- call:
+			case <-ctx.Done(): // the handler returned: the stream is over
+				return
+			}
+		}
+	}()
+	var idle <-chan time.Time
+	if s.cfg.StreamIdle > 0 {
+		// A ticker rather than a timer reset at every call: a call costs
+		// only the count, and a stream is found idle within two periods.
+		t := time.NewTicker(s.cfg.StreamIdle)
+		defer t.Stop()
+		idle = t.C
+	}
+	var n, seen uint64
 	for {
-		call, err := stream.Recv()
-		if err != nil {
+		select {
+		case call := <-calls:
+			n++
+			reply, err := s.leaseCall(ctx, call)
+			if err != nil {
+				return err
+			}
+			if err := stream.Send(reply); err != nil {
+				return err
+			}
+		case err := <-recvErr:
 			if errors.Is(err, io.EOF) {
 				return nil // the client is done sending; every call is answered
 			}
 			return err
-		}
-		reply, err := s.leaseCall(ctx, call)
-		if err != nil {
-			return err
-		}
-		if err := stream.Send(reply); err != nil {
-			return err
+		case <-idle:
+			if n == seen {
+				return status.Errorf(codes.Unavailable, "no call on this lease stream for %v: it is closed; open another to make more calls", s.cfg.StreamIdle)
+			}
+			seen = n
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 }

@@ -486,3 +486,47 @@ func other(id string) string {
 	}
 	return "r1"
 }
+
+// TestLeasesStreamQuotaAndIdle: a tenant holds at most MaxLeaseStreams
+// Leases streams (one more is RESOURCE_EXHAUSTED, another tenant is not
+// affected, a stream that ends gives its slot back), and a stream on which
+// no call arrives for StreamIdle ends with UNAVAILABLE while a stream in
+// use stays open.
+func TestLeasesStreamQuotaAndIdle(t *testing.T) {
+	e, _ := newSwitchEnv(t, func(c *Config) {
+		c.MaxLeaseStreams = func(string) int { return 2 }
+		c.StreamIdle = 200 * time.Millisecond
+	})
+	if _, err := e.client.Register(as("key-a"), &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "r", Capacity: 100}}}); err != nil {
+		t.Fatal(err)
+	}
+	a1, a2 := openLeases(t, e, "key-a"), openLeases(t, e, "key-a2")
+	for _, st := range []leaseStream{a1, a2} {
+		if _, err := do(st, acquireCall("c", 30)); err != nil {
+			t.Fatalf("a call on one of the tenant's 2 streams = %v, want an answer", err)
+		}
+	}
+	_, err := do(openLeases(t, e, "key-a"), acquireCall("c", 30))
+	wantCode(t, "a third Leases stream of a tenant limited to 2", err, codes.ResourceExhausted)
+	if err == nil || !strings.Contains(err.Error(), "2 Leases streams") {
+		t.Errorf("the refusal = %v, want it to name the limit of 2 Leases streams", err)
+	}
+	if _, err := do(openLeases(t, e, "key-b"), acquireCall("c", 30)); status.Code(err) == codes.ResourceExhausted {
+		t.Errorf("another tenant's stream = %v, want it not refused for the first tenant's streams", err)
+	}
+
+	// a1 stays busy; a2 goes quiet and is ended within two idle periods.
+	start := time.Now()
+	for time.Since(start) < 700*time.Millisecond { // longer than twice StreamIdle: a2 must have been found idle
+		if _, err := do(a1, acquireCall("c", 30)); err != nil {
+			t.Fatalf("a call on a busy stream after %v = %v, want an answer", time.Since(start), err)
+		}
+		time.Sleep(20 * time.Millisecond) // a client's pace between calls
+	}
+	_, err = a2.Recv()
+	wantCode(t, "Recv on a stream without a call for longer than StreamIdle", err, codes.Unavailable)
+	testenv.Eventually(t, 5*time.Second, "the idle stream's slot to be given back", func() bool { return e.svc.LeaseStreams("a") == 1 })
+	if _, err := do(openLeases(t, e, "key-a"), acquireCall("c", 30)); err != nil {
+		t.Errorf("a new stream once the idle one ended = %v, want an answer", err)
+	}
+}

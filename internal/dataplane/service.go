@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -82,6 +83,18 @@ type Config struct {
 	Limiter Limiter
 	// MaxStreams returns a tenant's limit on concurrent event streams.
 	MaxStreams func(tenant string) int
+	// MaxLeaseStreams returns a tenant's limit on concurrent Leases
+	// streams; nil means none.
+	MaxLeaseStreams func(tenant string) int
+	// StreamIdle ends a Leases stream on which no call arrived for this
+	// long (within twice as long), so that a quiet stream does not keep
+	// its connection from counting as idle; 0 means never.
+	StreamIdle time.Duration
+	// Attribute, when set, is told the connection (by its peer address,
+	// gRPC's peer.FromContext) and the tenant of every authenticated call;
+	// an error refuses the call (wrap ErrOverBudget for RESOURCE_EXHAUSTED).
+	// It must not allocate for a connection it has seen.
+	Attribute func(peer net.Addr, tenant string) error
 	// Active returns nil while this server may serve the data plane, and an
 	// error wrapping ErrNotActive otherwise. Nil means always active.
 	Active func() error
@@ -103,9 +116,10 @@ type Service struct {
 	repoolv1.UnimplementedPoolServiceServer
 	repoolv1.UnimplementedAuthServiceServer
 
-	cfg     Config
-	log     *slog.Logger
-	streams *streamQuota
+	cfg          Config
+	log          *slog.Logger
+	streams      *streamQuota
+	leaseStreams *streamQuota
 
 	tokensIssued prometheus.Counter
 	requests     *prometheus.CounterVec
@@ -136,9 +150,14 @@ func New(cfg Config) (*Service, error) {
 		cfg.Audit = func(string, string, string, string) {}
 	}
 	s := &Service{
-		cfg:     cfg,
-		log:     cfg.Log.With("component", "dataplane"),
-		streams: newStreamQuota(cfg.MaxStreams),
+		cfg: cfg,
+		log: cfg.Log.With("component", "dataplane"),
+		streams: newStreamQuota(cfg.MaxStreams, "event", prometheus.GaugeOpts{
+			Name: "repool_event_streams", Help: "Open event streams per tenant.",
+		}),
+		leaseStreams: newStreamQuota(cfg.MaxLeaseStreams, "Leases", prometheus.GaugeOpts{
+			Name: "repool_lease_streams", Help: "Open Leases streams per tenant.",
+		}),
 		tokensIssued: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "repool_auth_tokens_issued_total", Help: "Bearer tokens issued by AuthService.IssueToken.",
 		}),
@@ -147,7 +166,7 @@ func New(cfg Config) (*Service, error) {
 		}, []string{"method", "code"}),
 	}
 	if cfg.Metrics != nil {
-		for _, c := range []prometheus.Collector{s.tokensIssued, s.requests, s.streams.gauge} {
+		for _, c := range []prometheus.Collector{s.tokensIssued, s.requests, s.streams.gauge, s.leaseStreams.gauge} {
 			if err := cfg.Metrics.Register(c); err != nil {
 				return nil, fmt.Errorf("dataplane: registering metrics: %w", err)
 			}

@@ -17,6 +17,13 @@ const (
 	MaxIDLen = 256
 	// MaxLabels is the most labels a resource or selector may carry.
 	MaxLabels = 64
+	// ResourceUnitBytes is what one unit of a tenant's resource budget
+	// holds of a resource's id and labels: a resource costs one unit, and
+	// one more for every whole ResourceUnitBytes of its id, label keys and
+	// label values together (ResourceUnits). A resource with a short id
+	// and a few labels costs 1; the largest one (a 256-byte id and 64
+	// labels of 256-byte keys and values) costs 33.
+	ResourceUnitBytes = 1024
 	// MinTTL and MaxTTL bound a lease's lifetime.
 	MinTTL = time.Second
 	MaxTTL = time.Hour
@@ -89,13 +96,29 @@ type Config struct {
 
 // Gate charges a pool's state to an outside budget. The pool calls it under
 // its lock, so it must be quick and must not call back into the pool.
+//
+// Resources are charged in units (ResourceUnits): a resource whose id and
+// labels are long costs more than one, so that the budget bounds the
+// bytes a tenant holds as well as the count.
 type Gate interface {
-	// Reserve takes resources and cells from the budget, or returns why
+	// Reserve takes resource units and cells from the budget, or returns why
 	// it cannot and takes nothing; the call that asked then creates
 	// nothing and fails with ErrOverBudget.
 	Reserve(resources, cells int) error
-	// Release gives back resources and cells the pool no longer holds.
+	// Release gives back resource units and cells the pool no longer
+	// holds.
 	Release(resources, cells int)
+}
+
+// ResourceUnits is what a resource with id and labels costs in a tenant's
+// resource budget: 1, plus 1 for every whole ResourceUnitBytes of its id,
+// label keys and label values together.
+func ResourceUnits(id string, labels map[string]string) int {
+	n := len(id)
+	for k, v := range labels {
+		n += len(k) + len(v)
+	}
+	return 1 + n/ResourceUnitBytes
 }
 
 // WithDefaults returns c with every zero field set to its default, as New

@@ -35,8 +35,10 @@
 // under the pool's lock, before a call creates resources or cells, and
 // after one removes them. The budget then counts exactly what the pool
 // holds, however calls race: no state exists that it has not charged, and
-// none is charged that does not exist. Restore does not consult the Gate;
-// its caller accounts what it restored.
+// none is charged that does not exist. A resource is charged in units of
+// its id's and labels' bytes (ResourceUnits), so the budget bounds the
+// memory a tenant's resources hold, not only their count. Restore does not
+// consult the Gate; its caller accounts what it restored (Charge).
 //
 // # Concurrency
 //

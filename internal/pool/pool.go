@@ -99,6 +99,7 @@ type Pool struct {
 	counter    uint64 // low bits of the last fencing token
 	leaseSeq   uint64 // low bits of the last lease id
 	nresource  int
+	units      int  // the resource units of the live resources (ResourceUnits)
 	maxLeases  int  // 0: unlimited
 	overbooked bool // Restore gave some resource more leases than its capacity
 	counters   Counters
@@ -280,7 +281,7 @@ func (p *Pool) reset() {
 	p.leases.reset()
 	p.expiries = nil
 	p.cooldowns = nil
-	p.nresource = 0
+	p.nresource, p.units = 0, 0
 	p.overbooked = false
 	p.dirtyRes, p.dirtyCells, p.removed = nil, nil, nil
 }
@@ -419,7 +420,7 @@ func (p *Pool) Register(specs []Spec) (created []string, existing int, err error
 		return nil, 0, err
 	}
 	if p.gate != nil {
-		if err := p.reserve(p.countNew(specs), 0); err != nil {
+		if err := p.reserve(p.unitsNew(specs), 0); err != nil {
 			return nil, 0, err
 		}
 	}
@@ -436,10 +437,11 @@ func (p *Pool) Register(specs []Spec) (created []string, existing int, err error
 	return created, existing, nil
 }
 
-// countNew returns how many resources Register(specs) would create: the
-// distinct ids the pool does not hold. A batch of a few is checked for
-// repeats pairwise, a larger one through a set.
-func (p *Pool) countNew(specs []Spec) int {
+// unitsNew returns the resource units (ResourceUnits) of the resources
+// Register(specs) would create: the first spec of each distinct id the pool
+// does not hold. A batch of a few is checked for repeats pairwise, a
+// larger one through a set.
+func (p *Pool) unitsNew(specs []Spec) int {
 	var seen map[string]bool
 	if len(specs) > 8 {
 		seen = make(map[string]bool, len(specs))
@@ -462,7 +464,7 @@ func (p *Pool) countNew(specs []Spec) int {
 			}
 		}
 		if !repeat {
-			n++
+			n += ResourceUnits(s.ID, s.Labels)
 		}
 	}
 	return n
@@ -544,6 +546,7 @@ func (p *Pool) addResource(s Spec, now int64) int32 {
 		byValue[v] = append(byValue[v], idx)
 	}
 	p.nresource++
+	p.units += ResourceUnits(s.ID, labels)
 	p.markResource(idx)
 	p.updateAvail(idx)
 	return idx
@@ -563,18 +566,20 @@ func (p *Pool) Deregister(ids []string) (removed, cells int, err error) {
 		return 0, 0, err
 	}
 	now := p.clock.Now()
+	units := 0
 	for _, id := range ids {
 		idx, ok := p.lookup(id)
 		if !ok {
 			continue
 		}
 		cells += int(p.res[idx].ncells)
+		units += ResourceUnits(p.res[idx].id, p.res[idx].labels)
 		p.removeResource(idx)
 		removed++
 		p.emit(Event{Kind: EventRemoved, Resource: id, At: now})
 	}
 	if p.gate != nil && removed > 0 {
-		p.gate.Release(removed, cells)
+		p.gate.Release(units, cells)
 	}
 	return removed, cells, nil
 }
@@ -621,6 +626,7 @@ func (p *Pool) removeResource(idx int32) {
 	p.removed = append(p.removed, r.id)
 	// dirty stays set while the slot is listed in dirtyRes, so that a reuse
 	// within the same change set does not list it twice.
+	p.units -= ResourceUnits(r.id, r.labels)
 	*r = resource{gen: r.gen, availPos: -1, dirty: r.dirty}
 	p.freeRes = append(p.freeRes, idx)
 	p.nresource--
@@ -773,6 +779,15 @@ func (p *Pool) Len() (resources, cells int) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	return p.nresource, p.ncells
+}
+
+// Charge returns what the pool's state costs in its Gate's units: the
+// resource units of its resources (ResourceUnits) and its cells. It is
+// what a caller of Restore accounts.
+func (p *Pool) Charge() (resourceUnits, cells int) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.units, p.ncells
 }
 
 // ActiveLeases returns the number of live leases (some may be past their

@@ -1614,3 +1614,71 @@ func TestContextsComeAndGo(t *testing.T) {
 		}
 	}
 }
+
+// TestGateChargesTheBytesOfIdsAndLabels: a resource costs one unit of the
+// resource budget, and one more per whole ResourceUnitBytes of its id and
+// labels; removing it refunds the same, a repeat in a batch is charged as
+// its first spec, and Charge (what a restore accounts) agrees.
+func TestGateChargesTheBytesOfIdsAndLabels(t *testing.T) {
+	long := strings.Repeat("k", MaxIDLen)
+	big := map[string]string{}
+	for i := range MaxLabels {
+		big[fmt.Sprintf("%s%03d", long[:MaxIDLen-3], i)] = long
+	}
+	for _, tt := range []struct {
+		id     string
+		labels map[string]string
+		want   int
+	}{
+		{"a", nil, 1},
+		{"proxy-1", map[string]string{"region": "eu", "kind": "dc"}, 1},
+		{strings.Repeat("x", 1023), nil, 1},
+		{strings.Repeat("x", 1024), nil, 2},
+		{long, big, 1 + (MaxIDLen+MaxLabels*2*MaxIDLen)/ResourceUnitBytes},
+	} {
+		if got := ResourceUnits(tt.id, tt.labels); got != tt.want {
+			t.Errorf("ResourceUnits(id of %d bytes, %d labels) = %d, want %d", len(tt.id), len(tt.labels), got, tt.want)
+		}
+	}
+	if got := ResourceUnits(long, big); got != 33 {
+		t.Fatalf("the largest resource costs %d units, want 33", got)
+	}
+
+	g := &countGate{ceiling: 100}
+	p, _ := newTestPool(t, Config{Gate: g})
+	charged := func(step string, want int) {
+		t.Helper()
+		r, _ := g.counts()
+		u, _ := p.Charge()
+		if r != want || u != want {
+			t.Fatalf("after %s: the gate holds %d resource units and Charge says %d, want %d", step, r, u, want)
+		}
+	}
+	register(t, p, Spec{ID: "small"}, Spec{ID: long, Labels: big}, Spec{ID: long}) // the repeat is the first spec
+	charged("Register", 1+33)
+	five := map[string]string{}
+	for i := range 5 {
+		five[fmt.Sprint("k", i)] = long // 3 + 5 × 258 bytes: 2 units
+	}
+	register(t, p, Spec{ID: "two", Labels: five})
+	charged("a second Register", 1+33+2)
+	// 100 units: 64 more fit, not 65 (two resources of 33 units).
+	if _, _, err := p.Register([]Spec{{ID: long[:200], Labels: big}, {ID: long[:201], Labels: big}}); !errors.Is(err, ErrOverBudget) {
+		t.Fatalf("Register of 66 units over a ceiling of 100 with 36 held = %v, want ErrOverBudget", err)
+	}
+	charged("a refused Register", 36)
+	if _, _, err := p.Deregister([]string{long}); err != nil {
+		t.Fatal(err)
+	}
+	charged("Deregister", 3)
+
+	snap := p.Snapshot()
+	q, _ := newTestPool(t, Config{})
+	register(t, p, Spec{ID: long, Labels: big})
+	if err := q.Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	if u, _ := q.Charge(); u != 3 {
+		t.Fatalf("Charge after Restore = %d resource units, want 3", u)
+	}
+}

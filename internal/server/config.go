@@ -84,6 +84,10 @@ type Config struct {
 	// MaxLeases is a tenant's default limit on outstanding leases; 0 means
 	// none. Default 0.
 	MaxLeases int
+	// MaxLeaseStreams caps every tenant's open Leases streams (what each
+	// holds is bounded by the stream window and gRPC's write quota).
+	// Default 32.
+	MaxLeaseStreams int
 	// Policy is the quarantine and decay policy of every tenant's pool
 	// (docs/pool.md, "Quarantine"). Zero fields: the pool's defaults.
 	Policy tenants.Policy
@@ -102,6 +106,24 @@ type Config struct {
 	GRPCMaxConnectionIdle    time.Duration
 	GRPCHandshakeTimeout     time.Duration
 	GRPCMaxHeaderBytes       int
+	// GRPCStreamWindow and GRPCConnWindow are the HTTP/2 flow-control
+	// windows the server grants a stream and a connection (defaults 64
+	// KiB and 1 MiB). Setting them turns off gRPC's window growth (BDP
+	// estimation, up to 16 MiB a stream), which let a client that sends
+	// and never reads make the server buffer 16 MiB per stream.
+	GRPCStreamWindow int
+	GRPCConnWindow   int
+	// GRPCMaxStreamIdle ends a Leases stream without a call for this long
+	// (found within twice as long), so that it does not keep its
+	// connection from counting as idle. Default 1m.
+	GRPCMaxStreamIdle time.Duration
+	// GRPCMaxConnectionsPerTenant is the most gRPC connections one tenant
+	// may hold: a connection belongs to the tenant of the first
+	// authenticated call on it, and one more is refused
+	// (RESOURCE_EXHAUSTED) and closed. Default DefaultTenantShare percent
+	// of GRPCMaxConnections (1,024 of 4,096). A connection on which no
+	// call authenticated within GRPCHandshakeTimeout is closed.
+	GRPCMaxConnectionsPerTenant int
 	// gRPC keepalive: the server pings a connection quiet for
 	// GRPCKeepaliveTime (default 1m) and closes it if the ping is not
 	// answered within GRPCKeepaliveTimeout (20s); a client that pings
@@ -180,6 +202,9 @@ func (c Config) checkPlaintext() error {
 	return nil
 }
 
+// MaxLeaseStreamsLimit is the largest max_lease_streams.
+const MaxLeaseStreamsLimit = 1000
+
 // WithDefaults returns c with defaults in place of zero values.
 func (c Config) WithDefaults() Config {
 	c = defaults.Fill(c, Config{
@@ -188,10 +213,11 @@ func (c Config) WithDefaults() Config {
 		TokenTTL: 15 * time.Minute, OperatorTokenTTL: 24 * time.Hour,
 		GlobalResources: budget.DefaultResources, GlobalCells: budget.DefaultCells, DefaultTenantShare: 25,
 		MaxKeysPerTenant: control.DefaultMaxKeysPerTenant,
-		RatePerSecond:    ratelimit.DefaultRate, Burst: ratelimit.DefaultBurst, MaxStreams: 8,
+		RatePerSecond:    ratelimit.DefaultRate, Burst: ratelimit.DefaultBurst, MaxStreams: 8, MaxLeaseStreams: 32,
 		ShutdownGrace:      10 * time.Second,
 		GRPCMaxConnections: 4096, GRPCMaxConcurrentStreams: 256, GRPCMaxConnectionIdle: 5 * time.Minute,
 		GRPCHandshakeTimeout: 10 * time.Second, GRPCMaxHeaderBytes: 64 << 10,
+		GRPCStreamWindow: 64 << 10, GRPCConnWindow: 1 << 20, GRPCMaxStreamIdle: time.Minute,
 		GRPCKeepaliveTime: time.Minute, GRPCKeepaliveTimeout: 20 * time.Second, GRPCKeepaliveMinTime: 10 * time.Second,
 		HASessionTimeout: 2 * time.Second, HAInterval: 250 * time.Millisecond,
 		Group: store.DefaultGroup, PlacementInterval: 200 * time.Millisecond,
@@ -201,6 +227,9 @@ func (c Config) WithDefaults() Config {
 	c.HTTP = c.HTTP.WithDefaults()
 	if c.HAName == "" {
 		c.HAName = c.GRPCAddr
+	}
+	if c.GRPCMaxConnectionsPerTenant == 0 && c.DefaultTenantShare > 0 {
+		c.GRPCMaxConnectionsPerTenant = max(1, c.GRPCMaxConnections*c.DefaultTenantShare/100)
 	}
 	return c
 }
@@ -237,6 +266,7 @@ func (c Config) Validate() error {
 		{"grpc_keepalive_time", c.GRPCKeepaliveTime, time.Second},
 		{"grpc_keepalive_timeout", c.GRPCKeepaliveTimeout, 10 * time.Millisecond},
 		{"grpc_keepalive_min_time", c.GRPCKeepaliveMinTime, 10 * time.Millisecond},
+		{"grpc_max_stream_idle", c.GRPCMaxStreamIdle, 10 * time.Millisecond},
 	} {
 		if d.v < d.least {
 			return fmt.Errorf("config: %s %v: want at least %v", d.key, d.v, d.least)
@@ -270,6 +300,12 @@ func (c Config) Validate() error {
 		return errors.New("config: shutdown_grace must not be negative")
 	case c.GRPCMaxConnections < 1 || c.GRPCMaxConcurrentStreams < 1:
 		return fmt.Errorf("config: grpc_max_connections %d / grpc_max_concurrent_streams %d: want at least 1", c.GRPCMaxConnections, c.GRPCMaxConcurrentStreams)
+	case c.MaxLeaseStreams < 1 || c.MaxLeaseStreams > MaxLeaseStreamsLimit:
+		return fmt.Errorf("config: max_lease_streams %d: want 1 to %d", c.MaxLeaseStreams, MaxLeaseStreamsLimit)
+	case c.GRPCStreamWindow < 64<<10 || c.GRPCStreamWindow > 16<<20 || c.GRPCConnWindow < 64<<10 || c.GRPCConnWindow > 1<<30:
+		return fmt.Errorf("config: grpc_stream_window %d / grpc_conn_window %d: want 65536 to 16777216 / 65536 to 1073741824 bytes", c.GRPCStreamWindow, c.GRPCConnWindow)
+	case c.GRPCMaxConnectionsPerTenant < 1 || c.GRPCMaxConnectionsPerTenant > c.GRPCMaxConnections:
+		return fmt.Errorf("config: grpc_max_connections_per_tenant %d: want 1 to grpc_max_connections (%d)", c.GRPCMaxConnectionsPerTenant, c.GRPCMaxConnections)
 	case c.GRPCMaxHeaderBytes < 4096 || c.GRPCMaxHeaderBytes > 16<<20:
 		return fmt.Errorf("config: grpc_max_header_bytes %d: want 4096 to 16777216", c.GRPCMaxHeaderBytes)
 	case c.HA && !isPostgres(c.Store):

@@ -103,6 +103,7 @@ type Server struct {
 	// journalDone stops a single server's lease journal and waits for it.
 	journalDone func()
 	grpc        *grpc.Server
+	grpcFair    *netlimit.Listener // grpcLn, which Attribute reports tenants' calls to
 	http        *http.Server
 	grpcLn      net.Listener
 	httpLn      net.Listener
@@ -255,6 +256,13 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	if s.svc, err = dataplane.New(dataplane.Config{
 		Pools: s.pools, Auth: authn, Limiter: limiter, Journal: durability{s},
 		MaxStreams: s.tenants.MaxStreams, Active: s.active, Metrics: s.reg, Log: opts.Log,
+		MaxLeaseStreams: func(string) int { return cfg.MaxLeaseStreams }, StreamIdle: cfg.GRPCMaxStreamIdle,
+		Attribute: func(peer net.Addr, tenant string) error {
+			if s.grpcFair == nil {
+				return nil
+			}
+			return s.grpcFair.Attribute(peer, tenant)
+		},
 		Audit: func(tenant, actor, action, detail string) {
 			s.audit.Record(store.AuditEntry{TenantID: tenant, Actor: actor, Action: action, Detail: detail})
 		},
@@ -458,13 +466,22 @@ func (s *Server) listen() error {
 			return err
 		}
 	}
-	if s.grpcLn, err = listenLimited(s.cfg.GRPCAddr, s.cfg.GRPCMaxConnections, s.refusedConns.WithLabelValues("grpc")); err != nil {
+	// The gRPC listener shares its bound among tenants: a connection
+	// belongs to the tenant of its first authenticated call (the data
+	// plane's Attribute), and one that none claimed within the handshake
+	// timeout is closed.
+	if s.grpcFair, err = listenLimited(s.cfg.GRPCAddr, s.cfg.GRPCMaxConnections, s.refusedConns.WithLabelValues("grpc"), netlimit.Options{
+		PerOwner: s.cfg.GRPCMaxConnectionsPerTenant, Unclaimed: s.cfg.GRPCHandshakeTimeout,
+	}); err != nil {
 		return fmt.Errorf("gRPC listener: %w", err)
 	}
-	if s.httpLn, err = listenLimited(s.cfg.HTTPAddr, s.cfg.HTTP.MaxConnections, s.refusedConns.WithLabelValues("http")); err != nil {
+	s.grpcLn = s.grpcFair
+	httpLn, err := listenLimited(s.cfg.HTTPAddr, s.cfg.HTTP.MaxConnections, s.refusedConns.WithLabelValues("http"), netlimit.Options{})
+	if err != nil {
 		s.grpcLn.Close()
 		return fmt.Errorf("HTTP listener: %w", err)
 	}
+	s.httpLn = httpLn // not before: a nil *Listener would make a non-nil net.Listener
 	c := s.cfg
 	// Stream workers reuse goroutines across calls instead of starting one
 	// per call: a call on a new goroutine grows its stack, copying it, on
@@ -473,8 +490,13 @@ func (s *Server) listen() error {
 	// for as many as one connection's default bound on concurrent calls,
 	// and a call that finds every worker busy runs on a new goroutine.
 	// Shared write buffers keep idle connections small.
+	// Fixed flow-control windows: without them gRPC grows each stream's
+	// window (BDP estimation) up to 16 MiB, and a stream whose handler
+	// does not read (a Leases stream whose client reads no answer) holds
+	// all of it.
 	opts := append(s.svc.ServerOptions(), grpc.NumStreamWorkers(streamWorkers), grpc.SharedWriteBuffer(true),
 		grpc.MaxConcurrentStreams(uint32(c.GRPCMaxConcurrentStreams)),
+		grpc.InitialWindowSize(int32(c.GRPCStreamWindow)), grpc.InitialConnWindowSize(int32(c.GRPCConnWindow)),
 		grpc.ConnectionTimeout(c.GRPCHandshakeTimeout),
 		grpc.MaxHeaderListSize(uint32(c.GRPCMaxHeaderBytes)),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
@@ -505,12 +527,12 @@ const streamWorkers = 256
 
 // listenLimited binds addr and closes, as soon as they are accepted, the
 // connections beyond max, counting each in refused.
-func listenLimited(addr string, max int, refused prometheus.Counter) (net.Listener, error) {
+func listenLimited(addr string, max int, refused prometheus.Counter, opts netlimit.Options) (*netlimit.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	limited, err := netlimit.New(ln, max, refused.Inc)
+	limited, err := netlimit.NewFair(ln, max, refused.Inc, opts)
 	if err != nil {
 		ln.Close()
 		return nil, err

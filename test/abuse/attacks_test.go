@@ -34,6 +34,9 @@ func TestAttacks(t *testing.T) {
 		{"an unauthenticated scraper on another host reads every tenant's metrics", attackMetricsFromAnotherHost},
 		{"control-plane bodies that encoding/json lets through", attackControlPlaneBodies},
 		{"a tenant hoards API keys", attackKeyHoarding},
+		{"a tenant sends on Leases streams and never reads the answers", attackUnreadLeaseStreams},
+		{"a tenant fills the connection bound with idle Leases streams", attackIdleLeaseStreamsFillConnections},
+		{"a tenant registers resources with long ids and many labels", attackLongIdsAndLabels},
 	} {
 		t.Run(a.name, func(t *testing.T) { a.run(t, bins) })
 	}
