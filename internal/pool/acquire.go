@@ -35,16 +35,8 @@ const maxRounds = 4
 // does not allocate on success, apart from the events of leases it expires
 // on the way.
 func (p *Pool) Acquire(context string, ttl time.Duration, selector map[string]string) (Lease, error) {
-	if err := validID("context", context); err != nil {
+	if err := validAcquire(context, ttl, selector); err != nil {
 		return Lease{}, err
-	}
-	if err := validTTL(ttl); err != nil {
-		return Lease{}, err
-	}
-	if len(selector) > 0 {
-		if err := validLabels("labels", selector); err != nil {
-			return Lease{}, err
-		}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -52,6 +44,20 @@ func (p *Pool) Acquire(context string, ttl time.Duration, selector map[string]st
 		return Lease{}, err
 	}
 	return p.acquireLocked(context, ttl, selector, p.clock.Now().UnixNano())
+}
+
+// validAcquire checks Acquire's arguments.
+func validAcquire(context string, ttl time.Duration, selector map[string]string) error {
+	if err := validID("context", context); err != nil {
+		return err
+	}
+	if err := validTTL(ttl); err != nil {
+		return err
+	}
+	if len(selector) > 0 {
+		return validLabels("labels", selector)
+	}
+	return nil
 }
 
 // acquireLocked is Acquire once its input is checked, under the write lock

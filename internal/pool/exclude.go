@@ -65,16 +65,8 @@ func (p *Pool) AcquireExcluding(context string, ttl time.Duration, selector map[
 	if err := validExclude("exclude", exclude); err != nil {
 		return Lease{}, err
 	}
-	if err := validID("context", context); err != nil {
+	if err := validAcquire(context, ttl, selector); err != nil {
 		return Lease{}, err
-	}
-	if err := validTTL(ttl); err != nil {
-		return Lease{}, err
-	}
-	if len(selector) > 0 {
-		if err := validLabels("labels", selector); err != nil {
-			return Lease{}, err
-		}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
