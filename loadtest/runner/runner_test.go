@@ -139,18 +139,21 @@ func TestShortScenarios(t *testing.T) {
 	}
 }
 
-// Bounds of the short rebalance run's quiet tenants: their pooled p99
-// after the move at most quietP99Factor × before, or quietP99Floor.
-// Generous on purpose: a short run has about 150 quiet calls per phase, so
-// its p99 is one of its two slowest calls, which on a loaded machine is a
-// scheduling hiccup as often as not (0.5× to 2.8× between runs at load
-// 11-13 on our 2-core machines). What it catches is the move hurting the
-// other tenants — their calls refused and retried, or served slowly, for
-// seconds — which takes them far above it; the floor keeps an idle
-// machine's few-millisecond p99 from turning noise into a failure.
+// Bounds of the short rebalance run's quiet tenants: their pooled p90
+// after the move at most quietFactor × before, or quietFloor. A short run
+// has about 150–250 quiet calls per phase, so its p99 is one of its two
+// slowest calls: one scheduling hiccup of a loaded machine sets it (a run
+// of the whole test command, packages in parallel under -race, took the
+// three quiet tenants' p99 from 14.6 ms to 104 ms, every call answered, no
+// failure — one stall that hit all three at once). The p90 is the 15th to
+// 25th slowest: a hiccup does not move it, while what the check is there
+// to catch — the move hurting the other tenants, their calls refused and
+// retried, or served slowly, for seconds — moves it far above the bound;
+// the floor keeps an idle machine's few-millisecond figures from turning
+// noise into a failure.
 const (
-	quietP99Factor = 4
-	quietP99Floor  = 50 * time.Millisecond
+	quietFactor = 4
+	quietFloor  = 50 * time.Millisecond
 )
 
 // checkRebalance checks what a short rebalance run can show: the move
@@ -183,10 +186,11 @@ func checkRebalance(t *testing.T, s *summary.Summary, doc map[string]any) {
 		t.Errorf("%d tenants marked moved, want 1", moved)
 	}
 	q := r.Quiet
-	bound := max(quietP99Factor*q.Before.P99MS, float64(quietP99Floor.Milliseconds()))
-	t.Logf("quiet tenants' p99: %.1f ms before the move, %.1f ms after (bound %.1f ms); move window %.3f s", q.Before.P99MS, q.After.P99MS, bound, r.WindowS)
-	if q.After.P99MS > bound {
-		t.Errorf("quiet tenants' p99 after the move = %.1f ms, want ≤ max(%d × %.1f ms before, %v)", q.After.P99MS, quietP99Factor, q.Before.P99MS, quietP99Floor)
+	bound := max(quietFactor*q.Before.P90MS, float64(quietFloor.Milliseconds()))
+	t.Logf("quiet tenants' p90: %.1f ms before the move, %.1f ms after (bound %.1f ms; p99 %.1f → %.1f ms); move window %.3f s",
+		q.Before.P90MS, q.After.P90MS, bound, q.Before.P99MS, q.After.P99MS, r.WindowS)
+	if q.After.P90MS > bound {
+		t.Errorf("quiet tenants' p90 after the move = %.1f ms, want ≤ max(%d × %.1f ms before, %v)", q.After.P90MS, quietFactor, q.Before.P90MS, quietFloor)
 	}
 }
 
