@@ -46,6 +46,14 @@ type Config struct {
 	// within it, with or without traffic, and one that takes them again
 	// ready. Default 1s.
 	StoreProbeInterval time.Duration
+	// StoreLockWait is how long a server that is not in an active/standby
+	// group waits for its store's writer claim when another process holds
+	// it, before it gives up: a killed predecessor's PostgreSQL session, or
+	// its SQLite lock, lasts a few seconds after the process is gone, and a
+	// restart in that window must wait, not exit. It logs once when it
+	// starts waiting (naming the holder) and once when it has the claim.
+	// Default 30s; at most 10m.
+	StoreLockWait time.Duration
 	// DurableReports answers Report (and Release with an outcome) only
 	// once its statistics are durable, group-committed per tenant, so a
 	// crash loses none. Default off.
@@ -209,7 +217,7 @@ const MaxLeaseStreamsLimit = 1000
 func (c Config) WithDefaults() Config {
 	c = defaults.Fill(c, Config{
 		GRPCAddr: "127.0.0.1:9090", HTTPAddr: "127.0.0.1:8081", Store: "sqlite:./data/repool.db",
-		CheckpointInterval: 10 * time.Second, ReportFlush: time.Second, StoreProbeInterval: time.Second,
+		CheckpointInterval: 10 * time.Second, ReportFlush: time.Second, StoreProbeInterval: time.Second, StoreLockWait: 30 * time.Second,
 		TokenTTL: 15 * time.Minute, OperatorTokenTTL: 24 * time.Hour,
 		GlobalResources: budget.DefaultResources, GlobalCells: budget.DefaultCells, DefaultTenantShare: 25,
 		MaxKeysPerTenant: control.DefaultMaxKeysPerTenant,
@@ -279,6 +287,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: report_flush %v is outside [10ms, 1m]", c.ReportFlush)
 	case c.StoreProbeInterval < 10*time.Millisecond || c.StoreProbeInterval > time.Minute:
 		return fmt.Errorf("config: store_probe_interval %v is outside [10ms, 1m]", c.StoreProbeInterval)
+	case c.StoreLockWait < time.Millisecond || c.StoreLockWait > 10*time.Minute:
+		return fmt.Errorf("config: store_lock_wait %v is outside [1ms, 10m]", c.StoreLockWait)
 	case c.TokenTTL < 10*time.Second || c.TokenTTL > 24*time.Hour:
 		return fmt.Errorf("config: token_ttl %v is outside [10s, 24h]", c.TokenTTL)
 	case c.OperatorTokenTTL < time.Minute:

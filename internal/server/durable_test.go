@@ -16,14 +16,16 @@ import (
 )
 
 // TestSecondServerOnTheSameStoreRefuses: a second server started on a
-// SQLite store that a running server holds fails before it writes or binds
-// anything, and says which store and which process hold it.
+// SQLite store that a running server holds waits --store-lock-wait (300 ms
+// here; 30 s by default) and then fails before it writes or binds anything,
+// saying which store and which process hold it, and how long it waited.
 func TestSecondServerOnTheSameStoreRefuses(t *testing.T) {
 	st := sqliteStore(t)
 	start(t, Config{Store: st})
-	_, err := New(context.Background(), Config{Store: st, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}, Options{})
-	if !errors.Is(err, store.ErrLocked) || !strings.Contains(err.Error(), strings.TrimPrefix(st, "sqlite:")) || !strings.Contains(err.Error(), "held by process") {
-		t.Fatalf("New(store in use) = got %v, want ErrLocked naming the store and the process", err)
+	_, err := New(context.Background(), Config{Store: st, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", StoreLockWait: 300 * time.Millisecond}, Options{})
+	if !errors.Is(err, store.ErrLocked) || !strings.Contains(err.Error(), strings.TrimPrefix(st, "sqlite:")) || !strings.Contains(err.Error(), "held by process") ||
+		!strings.Contains(err.Error(), "waited 300ms") {
+		t.Fatalf("New(store in use) = got %v, want ErrLocked naming the store, the process and the 300ms waited", err)
 	}
 }
 

@@ -191,7 +191,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 		// here, before it writes anything. HA servers share the store and
 		// take turns through the leader election instead.
 		if wl, ok := raw.(store.WriterLock); ok {
-			if s.claim, err = wl.LockWriter(ctx); err != nil {
+			if s.claim, err = claimStore(ctx, wl, cfg.StoreLockWait, s.clock, s.log); err != nil {
 				return nil, err
 			}
 		}

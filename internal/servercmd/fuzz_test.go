@@ -32,7 +32,7 @@ func fileValues(c server.Config) map[string]string {
 		"group": c.Group, "placement_interval": d(c.PlacementInterval),
 		"gc_percent": strconv.Itoa(c.GCPercent), "memory_limit": strconv.FormatInt(c.MemoryLimit, 10),
 		"log_level":    c.LogLevel,
-		"report_flush": d(c.ReportFlush), "store_probe_interval": d(c.StoreProbeInterval), "durable_reports": strconv.FormatBool(c.DurableReports),
+		"report_flush": d(c.ReportFlush), "store_probe_interval": d(c.StoreProbeInterval), "store_lock_wait": d(c.StoreLockWait), "durable_reports": strconv.FormatBool(c.DurableReports),
 		"store_fsync": strconv.FormatBool(c.StoreFsync), "store_shared_files": strconv.FormatBool(c.StoreSharedFiles),
 		"default_tenant_share": strconv.Itoa(c.DefaultTenantShare), "max_keys_per_tenant": strconv.Itoa(c.MaxKeysPerTenant),
 		"http_read_header_timeout": d(c.HTTP.ReadHeaderTimeout), "http_read_timeout": d(c.HTTP.ReadTimeout),
@@ -79,7 +79,7 @@ func checkUsable(t *testing.T, c server.Config) {
 	t.Helper()
 	for name, d := range map[string]time.Duration{
 		"checkpoint_interval": c.CheckpointInterval, "token_ttl": c.TokenTTL, "operator_token_ttl": c.OperatorTokenTTL,
-		"ha_session_timeout": c.HASessionTimeout, "ha_interval": c.HAInterval, "report_flush": c.ReportFlush, "store_probe_interval": c.StoreProbeInterval,
+		"ha_session_timeout": c.HASessionTimeout, "ha_interval": c.HAInterval, "report_flush": c.ReportFlush, "store_probe_interval": c.StoreProbeInterval, "store_lock_wait": c.StoreLockWait,
 		"placement_interval": c.PlacementInterval,
 	} {
 		if d <= 0 {
