@@ -402,11 +402,18 @@ func TestGroupsRecoverAStrandedTenant(t *testing.T) {
 	// b's server takes its group's lock again, and a new server of b
 	// starts: neither serves acme.
 	waitStatus(t, b, http.StatusOK, 10*time.Second)
-	if _, err := b.pool.GetResource(ctx, &repoolv1.GetResourceRequest{Id: "r1"}); err == nil {
-		t.Fatal("b's server, back, serves the recovered tenant")
-	} else if g, ok := elsewhereGroup(err); !ok || g != "default" {
-		t.Fatalf("GetResource on b's server, back = %v, want TENANT_ELSEWHERE naming default", err)
-	}
+	// Until its election settles (a loaded machine can cost it a 1 s
+	// session and a step-down) it may answer "not the active server";
+	// what it may never do is serve acme.
+	var last error
+	testenv.Eventually(t, 10*time.Second, "b's server, back, to refuse the recovered tenant as served by default", func() bool {
+		_, last = b.pool.GetResource(ctx, &repoolv1.GetResourceRequest{Id: "r1"})
+		if last == nil {
+			t.Fatal("b's server, back, serves the recovered tenant")
+		}
+		g, ok := elsewhereGroup(last)
+		return ok && g == "default"
+	})
 	b.stop(t)
 	b2 := start(t, groupCfg(dsn, "b2", "b"))
 	waitStatus(t, b2, http.StatusOK, 5*time.Second)
