@@ -603,7 +603,12 @@ func Load(path string, getenv func(string) string) (Config, error) {
 		dec := yaml.NewDecoder(bytes.NewReader(raw))
 		dec.KnownFields(true)
 		if err := dec.Decode(&c); err != nil {
-			return Config{}, fmt.Errorf("config file %s: %w", path, yamlerr.Fix(err))
+			err = yamlerr.Fix(err)
+			if strings.Contains(err.Error(), `unknown key "max_in_flight"`) {
+				// The bulkhead has a section of its own now.
+				return Config{}, fmt.Errorf("config file %s: %w; the bulkhead's keys are under bulkhead: {min_in_flight, max_in_flight, slow_after}, not breaker:", path, err)
+			}
+			return Config{}, fmt.Errorf("config file %s: %w", path, err)
 		}
 		dir = filepath.Dir(path)
 	} else {

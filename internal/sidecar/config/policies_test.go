@@ -115,3 +115,16 @@ func TestPoliciesRejected(t *testing.T) {
 		})
 	}
 }
+
+// TestMaxInFlightUnderBreakerSaysWhereItGoes: the bulkhead's bound written
+// where it used to be (breaker.max_in_flight) is refused with where it
+// belongs now.
+func TestMaxInFlightUnderBreakerSaysWhereItGoes(t *testing.T) {
+	_, err := loadPolicies(t, `
+providers:
+  eu: {endpoint: 127.0.0.1:9090, api_key: k, breaker: {max_in_flight: 4}}
+`)
+	if err == nil || !strings.Contains(err.Error(), `unknown key "max_in_flight"`) || !strings.Contains(err.Error(), "under bulkhead:") {
+		t.Fatalf("load with breaker.max_in_flight = %v, want it refused, saying the key is under bulkhead:", err)
+	}
+}
