@@ -260,7 +260,11 @@ func TestGroupsMovesUnderLoad(t *testing.T) {
 	}
 	// call runs fn on the server that serves the tenant, switching servers
 	// on a TENANT_ELSEWHERE (or not-active) refusal.
+	// It gives up after 10 s of refusals, the bound of the test's other
+	// waits: a move refuses for tens of milliseconds, but on a loaded
+	// machine a group's election can take a second session timeout more.
 	call := func(at *int, fn func(c repoolv1.PoolServiceClient) error) error {
+		deadline := time.Now().Add(10 * time.Second)
 		for try := 0; ; try++ {
 			err := fn(servers[*at].pool)
 			_, elsewhere := elsewhereGroup(err)
@@ -269,8 +273,8 @@ func TestGroupsMovesUnderLoad(t *testing.T) {
 			}
 			refusals.Add(1)
 			*at = 1 - *at
-			if try > 400 {
-				return fmt.Errorf("still refused after %d tries: %v", try, err)
+			if time.Now().After(deadline) {
+				return fmt.Errorf("still refused after %d tries in 10s: %v", try, err)
 			}
 			time.Sleep(5 * time.Millisecond) // the other group takes the tenant in on its own schedule (real time)
 		}
@@ -345,7 +349,20 @@ func TestGroupsMovesUnderLoad(t *testing.T) {
 			return err == nil
 		})
 		before := granted.Load()
-		testenv.Eventually(t, 10*time.Second, "leases to be granted again after the move", func() bool { return granted.Load() > before+workers })
+		// Not testenv.Eventually: when the leases do not come back, what the
+		// workers met says why (they stop at their first failure).
+		for deadline := time.Now().Add(10 * time.Second); granted.Load() <= before+workers; {
+			if time.Now().After(deadline) {
+				mu.Lock()
+				seen := append([]string(nil), failures...)
+				mu.Unlock()
+				close(stop)
+				wg.Wait()
+				t.Fatalf("move %d to %s: waited 10s for leases to be granted again (%d since the move, %d refusals retried); the workers met: %v",
+					i, to, granted.Load()-before, refusals.Load(), seen)
+			}
+			time.Sleep(10 * time.Millisecond) // a poll of the workers' counter
+		}
 	}
 	close(stop)
 	wg.Wait()
