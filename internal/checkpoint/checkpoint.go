@@ -214,11 +214,14 @@ func (c *Checkpointer) Round(ctx context.Context) error {
 	start := c.cfg.Clock.Now()
 	var errs []error
 	for _, tenant := range c.cfg.Pools.Tenants() {
+		// The tenant's failure counter exists from its first round, at 0,
+		// so that an alert on its increase sees the first failure too.
+		failures := c.failures.WithLabelValues(tenant)
 		tctx, cancel := context.WithTimeout(ctx, c.cfg.TenantTimeout)
 		err := c.Save(tctx, tenant)
 		cancel()
 		if err != nil {
-			c.failures.WithLabelValues(tenant).Inc()
+			failures.Inc()
 			c.log.Error("checkpoint failed", "tenant", tenant, "err", err)
 			errs = append(errs, fmt.Errorf("tenant %s: %w", tenant, err))
 		}
@@ -397,6 +400,7 @@ func (c *Checkpointer) Forget(tenant string) {
 	delete(c.savedHWM, tenant)
 	delete(c.groups, tenant)
 	c.mu.Unlock()
+	c.failures.DeleteLabelValues(tenant)
 }
 
 // Run checkpoints every interval until ctx ends. The caller runs a final

@@ -217,6 +217,11 @@ func TestFailedTenantIsIsolatedAndRetriedInFull(t *testing.T) {
 	if stamp == 0 {
 		t.Fatal("last full success timestamp not set after a clean round")
 	}
+	// Each tenant's failure counter exists from its first round, at 0: an
+	// alert on its increase sees the first failure.
+	if n, got := testutil.CollectAndCount(e.cp.failures), testutil.ToFloat64(e.cp.failures.WithLabelValues("a")); n != 2 || got != 0 {
+		t.Fatalf("after a clean round: %d failure series, a's at %v; want 2 series at 0", n, got)
+	}
 	e.st.fail["a"] = true
 	if _, err := poolOf(t, e, "a").Report(pool.Report{Resource: "a001", Context: "x", Outcome: pool.Success}); err != nil {
 		t.Fatal(err)
@@ -244,6 +249,13 @@ func TestFailedTenantIsIsolatedAndRetriedInFull(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(e.cp.lastFull); got <= stamp {
 		t.Fatalf("last full success timestamp %v not advanced after a clean round", got)
+	}
+	if got := testutil.ToFloat64(e.cp.failures.WithLabelValues("a")); got != 1 {
+		t.Fatalf("a's failures = %v, want 1", got)
+	}
+	e.cp.Forget("a")
+	if n := testutil.CollectAndCount(e.cp.failures); n != 1 {
+		t.Fatalf("%d failure series after a is forgotten, want 1 (b's)", n)
 	}
 }
 

@@ -76,7 +76,9 @@ func New(st Store, timeout time.Duration, reg prometheus.Registerer) (*Writer, e
 		dones: sync.Pool{New: func() any { return make(chan error, 1) }},
 		batches: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "repool_lease_journal_batch_size", Help: "Lease changes written per journal commit.",
-			Buckets: prometheus.ExponentialBuckets(1, 2, 10),
+			// 1 to 4096, the queue's length: a batch is at most what the
+			// queue holds, and an alert on its p99 needs buckets up there.
+			Buckets: prometheus.ExponentialBuckets(1, 2, 13),
 		})}
 	if reg != nil {
 		if err := reg.Register(w.batches); err != nil {
