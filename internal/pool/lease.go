@@ -63,28 +63,29 @@ func (p *Pool) Release(id, token uint64, outcome Outcome) (created bool, err err
 	if err := p.closedErr(); err != nil {
 		return false, err
 	}
-	return p.releaseLocked(id, token, outcome, p.clock.Now().UnixNano())
+	_, created, err = p.releaseLocked(id, token, outcome, p.clock.Now().UnixNano())
+	return created, err
 }
 
 // releaseLocked is Release once the outcome is checked, under the write
-// lock of an open pool.
-func (p *Pool) releaseLocked(id, token uint64, outcome Outcome, now int64) (created bool, err error) {
+// lock of an open pool. It also returns the released resource's slot.
+func (p *Pool) releaseLocked(id, token uint64, outcome Outcome, now int64) (res int32, created bool, err error) {
 	l, err := p.lookupLease(id, token, now)
 	if err != nil {
-		return false, err
+		return -1, false, err
 	}
 	if outcome != 0 {
 		// An outcome that creates the cell is charged first; if the budget
 		// says no, the whole release is refused (the lease stays).
 		if p.gate != nil && !p.hasCell(l.res, l.context) {
 			if err := p.reserve(0, 1); err != nil {
-				return false, err
+				return -1, false, err
 			}
 		}
 		created = p.record(l.res, p.contextID(l.context), outcome, now)
 	}
 	p.endLease(id, l)
-	return created, nil
+	return l.res, created, nil
 }
 
 // Next asks ReleaseNext for the next lease: AcquireExcluding's arguments,
@@ -138,14 +139,13 @@ func (p *Pool) ReleaseNext(id, token uint64, outcome Outcome, next Next) (create
 		return false, Lease{}, nil, err
 	}
 	now := p.clock.Now().UnixNano()
+	res, created, err := p.releaseLocked(id, token, outcome, now)
+	if err != nil {
+		return false, Lease{}, nil, err
+	}
 	failed := int32(-1) // the released resource, if its outcome excludes it
 	if (outcome == Failure || outcome == Blocked) && !next.KeepFailed {
-		if rec, err := p.lookupLease(id, token, now); err == nil {
-			failed = rec.res
-		}
-	}
-	if created, err = p.releaseLocked(id, token, outcome, now); err != nil {
-		return false, Lease{}, nil, err
+		failed = res
 	}
 	l, nextErr = p.acquireAvoiding(next.Context, next.TTL, next.Labels, next.Exclude, failed, now)
 	return created, l, nextErr, nil
