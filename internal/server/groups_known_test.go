@@ -198,22 +198,7 @@ func TestGroupsPlacementSkipsGroupsThatCannotServe(t *testing.T) {
 func TestGroupsDrainAndRetire(t *testing.T) {
 	a, b := groupPair(t)
 	var e apiErr
-	if code := b.api(t, "POST", "/api/v1/tenants", a.op, `{"id":"acme","name":"Acme","group":"b"}`, nil); code != http.StatusCreated {
-		t.Fatalf("POST tenant acme on b = %d", code)
-	}
-	var key struct{ Key string }
-	if code := b.api(t, "POST", "/api/v1/tenants/acme/keys", a.op, `{"name":"k"}`, &key); code != http.StatusCreated {
-		t.Fatalf("POST acme key = %d", code)
-	}
-	ctx := withKey(key.Key)
-	testenv.Eventually(t, 5*time.Second, "group b to serve acme", func() bool {
-		_, err := b.pool.Register(ctx, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "r1"}}})
-		return err == nil
-	})
-	held, err := b.pool.Acquire(ctx, &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 60})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, held := acmeOnB(t, a, b)
 
 	// 1. Drain.
 	var g groupView
@@ -296,22 +281,7 @@ func TestGroupsRecoverAStrandedTenant(t *testing.T) {
 	bcfg.HASessionTimeout = 3 * time.Second // its pause after losing its session: time to recover meanwhile
 	b := start(t, bcfg)
 	waitStatus(t, b, http.StatusOK, 5*time.Second)
-	if code := b.api(t, "POST", "/api/v1/tenants", a.op, `{"id":"acme","name":"Acme","group":"b"}`, nil); code != http.StatusCreated {
-		t.Fatalf("POST tenant acme on b = %d", code)
-	}
-	var key struct{ Key string }
-	if code := b.api(t, "POST", "/api/v1/tenants/acme/keys", a.op, `{"name":"k"}`, &key); code != http.StatusCreated {
-		t.Fatalf("POST acme key = %d", code)
-	}
-	ctx := withKey(key.Key)
-	testenv.Eventually(t, 5*time.Second, "group b to serve acme", func() bool {
-		_, err := b.pool.Register(ctx, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "r1"}}})
-		return err == nil
-	})
-	held, err := b.pool.Acquire(ctx, &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 60})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, held := acmeOnB(t, a, b)
 	hl := held.GetLease()
 	if _, err := b.pool.Register(ctx, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "r2", Capacity: 5}}}); err != nil {
 		t.Fatal(err)
@@ -439,4 +409,28 @@ func TestGroupsRecoverAStrandedTenant(t *testing.T) {
 	if !found {
 		t.Fatalf("acme's audit = %+v, want a tenant.recover entry from b to default", audit.Entries)
 	}
+}
+
+// acmeOnB creates tenant acme on group b through b's server (with a's
+// operator token), registers resource r1 once b serves it, and leases it:
+// the caller's context (acme's key) and the lease.
+func acmeOnB(t *testing.T, a, b *running) (context.Context, *repoolv1.AcquireResponse) {
+	t.Helper()
+	if code := b.api(t, "POST", "/api/v1/tenants", a.op, `{"id":"acme","name":"Acme","group":"b"}`, nil); code != http.StatusCreated {
+		t.Fatalf("POST tenant acme on b = %d", code)
+	}
+	var key struct{ Key string }
+	if code := b.api(t, "POST", "/api/v1/tenants/acme/keys", a.op, `{"name":"k"}`, &key); code != http.StatusCreated {
+		t.Fatalf("POST acme key = %d", code)
+	}
+	ctx := withKey(key.Key)
+	testenv.Eventually(t, 5*time.Second, "group b to serve acme", func() bool {
+		_, err := b.pool.Register(ctx, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "r1"}}})
+		return err == nil
+	})
+	held, err := b.pool.Acquire(ctx, &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, held
 }
