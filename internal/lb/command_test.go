@@ -16,7 +16,7 @@ import (
 	"sync"
 	"testing"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/repool/repool/internal/lb/golden"
 	"github.com/repool/repool/internal/lb/haproxy"

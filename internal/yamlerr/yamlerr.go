@@ -1,8 +1,9 @@
-// Package yamlerr corrects the line numbers of gopkg.in/yaml.v3's syntax
+// Package yamlerr corrects the line numbers of go.yaml.in/yaml/v3's syntax
 // errors, so that a configuration file's error names the line an editor
-// shows.
+// shows, and words its type errors in a configuration file's terms.
 //
-// yaml.v3 (v3.0.1, the last release) counts lines from 0 inside its parser
+// yaml/v3 (v3.0.6, like gopkg.in/yaml.v3 v3.0.1 before it; TestLibraryMisnumbers
+// fails when a release corrects this) counts lines from 0 inside its parser
 // and adds 1 only to scanner errors ("found character that cannot start
 // any token"): a parser error ("did not find expected key") on line 3
 // says "line 2", and one on line 1 says no line at all. Type errors
@@ -17,7 +18,7 @@ import (
 	"strconv"
 	"strings"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // parserProblems are the problems that yaml.v3's parser (parserc.go)

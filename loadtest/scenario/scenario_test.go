@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/repool/repool/internal/sidecar/config"
 	"github.com/repool/repool/loadtest/scenario"

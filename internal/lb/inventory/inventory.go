@@ -28,7 +28,7 @@ import (
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/repool/repool/internal/defaults"
 	"github.com/repool/repool/internal/yamlerr"

@@ -69,7 +69,7 @@ import (
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/repool/repool/internal/httpbounds"
 	"github.com/repool/repool/internal/sidecar/resilience"

@@ -7,7 +7,8 @@
 //
 // The package does not compose them: the one place that does, in the order
 // CB(Retry(attempt rules(bulkhead(auth(call))))), is provider.Provider.Do. Keeping the composition
-// in one documented function is a project rule (docs/sidecar.md).
+// in one documented function is a project rule (docs/sidecar.md). The
+// package's Example composes a guard the same way, runnable with go test.
 //
 // Errors are classified by their gRPC code alone (see Code): only
 // UNAVAILABLE is retried; the breaker ignores UNAUTHENTICATED (credentials
