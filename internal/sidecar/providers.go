@@ -216,7 +216,7 @@ func (s *Sidecar) Apply(cfg config.Config) error {
 		}
 		health := healthpb.NewHealthClient(e.up.conn)
 		e.guard = resilience.NewGuard(resilience.GuardConfig{
-			Provider: name, Policy: pc.Resilience(), Clock: s.clock, Metrics: s.resMetrics, Notify: s.transitions,
+			Provider: name, Policy: pc.Resilience(), Clock: s.guards, Metrics: s.resMetrics, Notify: s.transitions,
 			Probe: func(ctx context.Context) error { return provider.CheckHealth(ctx, health) }}, prev)
 		prov, err := provider.New(provider.Config{
 			Name: name, Timeout: pc.Timeout, Pool: repoolv1.NewPoolServiceClient(e.up.conn), Tokens: e.up.tokens,

@@ -49,7 +49,10 @@ type Options struct {
 	// Clock tells the time and schedules the waits of tokens (refreshes),
 	// retriers (backoff), retry budgets and event streams (keep-alives).
 	// Default the wall clock. (Circuit breakers read the wall clock
-	// themselves: gobreaker reads time.Now.)
+	// themselves: gobreaker reads time.Now.) The breakers' attempt rules
+	// and the bulkheads read it too; on the default wall clock they read
+	// it through clock.Awake, so that a stall of the sidecar's own process
+	// or of its machine is not taken for a provider's silence.
 	Clock clock.Clock
 	// Loader loads the configuration again for Reload; nil means Reload
 	// fails.
@@ -63,12 +66,23 @@ type Options struct {
 	Keepalive time.Duration
 }
 
+// The heartbeat of the stall-discounting clock (clock.Awake) of the
+// breakers' rules and the bulkheads: a beat every stallBeat, and one later
+// than stallTolerance past it counts the excess as a stall. A wake-up every
+// 10ms costs next to nothing; a stall shorter than 20ms is far below the
+// shortest rule (the bulkhead's slow_after, 100ms).
+const (
+	stallBeat      = 10 * time.Millisecond
+	stallTolerance = 10 * time.Millisecond
+)
+
 // Sidecar is a running sidecar: New binds the listener and builds the
 // providers, Run serves until its context ends, then drains and closes
 // everything. Safe for concurrent use.
 type Sidecar struct {
 	log     *slog.Logger
 	clock   clock.Clock
+	guards  clock.Clock // the attempt rules' and bulkheads' clock: stalls discounted on the wall clock
 	reg     *prometheus.Registry
 	loader  func() (config.Config, error)
 	reload  <-chan os.Signal
@@ -102,7 +116,8 @@ func New(cfg config.Config, opts Options) (_ *Sidecar, err error) {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	if opts.Clock == nil {
+	wallClock := opts.Clock == nil
+	if wallClock {
 		opts.Clock = clock.Real{}
 	}
 	if opts.Registry == nil {
@@ -119,6 +134,15 @@ func New(cfg config.Config, opts Options) (_ *Sidecar, err error) {
 		transitions: make(chan resilience.Transition, 64),
 	}
 	s.stopping, s.stop = context.WithCancel(context.Background())
+	s.guards = opts.Clock
+	if wallClock {
+		awake := clock.NewAwake(s.stopping, opts.Clock, stallBeat, stallTolerance)
+		s.guards = awake
+		opts.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "repool_sidecar_stalled_seconds_total",
+			Help: "Time the sidecar's process did not run (a stall of it or of its machine), which its breakers' rules and bulkheads do not count as a provider's silence.",
+		}, func() float64 { return awake.Stalled().Seconds() }))
+	}
 	s.set.Store(&providerSet{})
 	defer func() {
 		if err != nil {

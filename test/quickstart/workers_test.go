@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -229,4 +230,149 @@ func TestRunKeepsSidecarEdits(t *testing.T) {
 	if err != nil || a.status != 200 {
 		t.Fatalf("a call through the second start's sidecar = %d %v (%v), want 200", a.status, a.body, err)
 	}
+}
+
+// pidOf returns the pid of the one process whose command line holds every
+// one of parts.
+func pidOf(t *testing.T, parts ...string) int {
+	t.Helper()
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []int
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		cmdline := strings.ReplaceAll(string(raw), "\x00", " ")
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(cmdline, p)
+		}
+		if all {
+			found = append(found, pid)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("processes with %q in their command line = %v, want exactly one", parts, found)
+	}
+	return found[0]
+}
+
+// TestStallIsNotSilence: the sidecar of ./scripts/run, as shipped, is
+// stopped (SIGSTOP) for 1.5 s while 32 workers call it, then continued.
+// The stall is its own, not the server's: the answers that came meanwhile
+// are read at once, and no call is refused, during or after it (neither the
+// silence rule, 500 ms, nor the bulkhead's slow or silent verdicts count the
+// stall). repool_sidecar_stalled_seconds_total shows the stall.
+func TestStallIsNotSilence(t *testing.T) {
+	r := startFresh(t, "")
+	S := r.sidecar() + "/v1/providers/default"
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	resources := make([]map[string]any, 64)
+	for i := range resources {
+		resources[i] = map[string]any{"id": fmt.Sprintf("proxy-%03d", i), "capacity": 4}
+	}
+	if a, err := post(client, S+"/resources", map[string]any{"resources": resources}); err != nil || a.status != 200 {
+		t.Fatalf("registering 64 resources = %d %v (%v), want 200", a.status, a.body, err)
+	}
+	sidecarPID := pidOf(t, "bin/sidecar", filepath.Join(r.data, "sidecar.yaml"))
+
+	tl := &tally{refused: map[string]int{}}
+	var (
+		wg        sync.WaitGroup
+		mu        sync.Mutex
+		afterCont int // calls answered after SIGCONT
+		continued bool
+	)
+	stop := make(chan struct{})
+	for range 32 {
+		wg.Go(func() {
+			next := map[string]any{"context": "job", "ttl_seconds": 30}
+			id, fence := "", ""
+			for {
+				select {
+				case <-stop:
+					if id != "" {
+						a, err := post(client, S+"/leases/"+id+"/release", map[string]any{"fencing_token": fence, "outcome": "SUCCESS"})
+						tl.add(a, err)
+					}
+					return
+				default:
+				}
+				var a jobAnswer
+				var err error
+				if id == "" {
+					a, err = post(client, S+"/acquire", next)
+					id, fence = leaseOf(a.body)
+				} else {
+					a, err = post(client, S+"/leases/"+id+"/release", map[string]any{"fencing_token": fence, "outcome": "SUCCESS", "next": next})
+					n, _ := a.body["next"].(map[string]any)
+					id, fence = leaseOf(n)
+				}
+				tl.add(a, err)
+				mu.Lock()
+				if continued {
+					afterCont++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	testenv.Eventually(t, 30*time.Second, "the workers' first 500 calls", func() bool {
+		tl.mu.Lock()
+		defer tl.mu.Unlock()
+		return tl.calls >= 500
+	})
+	if err := syscall.Kill(sidecarPID, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond) // the stall itself: three times the silence rule's 500 ms
+	if err := syscall.Kill(sidecarPID, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	continued = true
+	mu.Unlock()
+	testenv.Eventually(t, 30*time.Second, "2,000 calls answered after the stall", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return afterCont >= 2000
+	})
+	close(stop)
+	wg.Wait()
+
+	refused := 0
+	var kinds []string
+	for k, n := range tl.refused {
+		refused += n
+		kinds = append(kinds, fmt.Sprintf("%d× %s", n, k))
+	}
+	sort.Strings(kinds)
+	if refused > 0 || len(tl.errs) > 0 {
+		t.Errorf("a 1.5 s stall of the sidecar under 32 workers: %d of %d calls refused (%s), %d transport errors (%v); want none: the stall is not the provider's silence",
+			refused, tl.calls, strings.Join(kinds, "; "), len(tl.errs), tl.errs)
+	}
+	resp, err := client.Get(r.sidecar() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	stalled := -1.0
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "repool_sidecar_stalled_seconds_total "); ok {
+			stalled, _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	if stalled < 1.3 || stalled > 10 {
+		t.Errorf("repool_sidecar_stalled_seconds_total after a 1.5 s SIGSTOP = %v, want about 1.5 (1.3 to 10 on a busy machine)", stalled)
+	}
+	t.Logf("%d calls, %d refused; the sidecar counted %.2f s stalled", tl.calls, refused, stalled)
 }
