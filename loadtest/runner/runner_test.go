@@ -149,11 +149,16 @@ func TestShortScenarios(t *testing.T) {
 // 25th slowest: a hiccup does not move it, while what the check is there
 // to catch — the move hurting the other tenants, their calls refused and
 // retried, or served slowly, for seconds — moves it far above the bound;
-// the floor keeps an idle machine's few-millisecond figures from turning
-// noise into a failure.
+// the floor keeps a quiet machine's few-millisecond figures from turning
+// noise into a failure. It is 250 ms, not less: with both cores kept busy
+// by other work (load average 7–10) the quiet p90 after the move went from
+// 5.6 ms before to 92 ms, every call answered — a busy machine, not the
+// move — while a move that hurts the other tenants holds their calls for
+// seconds. The figure itself is judged by the full-length run's
+// quiet_p99_after_move target, not here.
 const (
 	quietFactor = 4
-	quietFloor  = 50 * time.Millisecond
+	quietFloor  = 250 * time.Millisecond
 )
 
 // checkRebalance checks what a short rebalance run can show: the move
