@@ -47,6 +47,11 @@ type Config struct {
 	CacheTTL time.Duration
 	// Clock tells the time. Default the wall clock.
 	Clock clock.Clock
+	// MaxVerified bounds the verified data-plane tokens kept, so that a
+	// token seen again is not verified again (an HMAC and a JSON parse,
+	// about 7 µs and 64 allocations, on every call behind a sidecar).
+	// Default 4096; negative verifies every call.
+	MaxVerified int
 }
 
 // Authenticator resolves credentials to principals. Safe for concurrent use.
@@ -54,9 +59,10 @@ type Authenticator struct {
 	cfg Config
 
 	mu       sync.Mutex
-	byDigest map[string]cached // string(digest) → lookup
-	byKeyID  map[string]cached // key id → lookup (for tokens)
-	gen      uint64            // bumped by Invalidate: a lookup begun before is not cached
+	byDigest map[string]cached       // string(digest) → lookup
+	byKeyID  map[string]cached       // key id → lookup (for tokens)
+	gen      uint64                  // bumped by Invalidate: a lookup begun before is not cached
+	verified map[string]token.Claims // a token exactly as sent → its claims, until their expiry
 }
 
 type cached struct {
@@ -82,7 +88,11 @@ func New(cfg Config) (*Authenticator, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
-	return &Authenticator{cfg: cfg, byDigest: map[string]cached{}, byKeyID: map[string]cached{}}, nil
+	if cfg.MaxVerified == 0 {
+		cfg.MaxVerified = 4096
+	}
+	return &Authenticator{cfg: cfg, byDigest: map[string]cached{}, byKeyID: map[string]cached{},
+		verified: map[string]token.Claims{}}, nil
 }
 
 // storeErr turns a store error into ErrUnauthenticated (no such key), the
@@ -142,10 +152,14 @@ func (a *Authenticator) APIKey(ctx context.Context, plain string) (Principal, er
 }
 
 // Bearer authenticates a data-plane token; the key it was issued from must
-// still be valid.
+// still be valid. A token is verified once and its claims kept until they
+// expire (at most MaxVerified tokens): the same token, byte for byte, is
+// then only looked up. Whether its key is revoked or its tenant suspended
+// is asked on every call all the same, of the key cache that Invalidate
+// empties, so a cached token is refused as soon as a fresh one would be.
 func (a *Authenticator) Bearer(ctx context.Context, tok string) (Principal, error) {
-	claims, err := a.cfg.Signer.Verify(tok, token.AudienceData)
-	if err != nil || claims.Tenant == "" || claims.KeyID == "" {
+	claims, err := a.verify(tok)
+	if err != nil {
 		return Principal{}, ErrUnauthenticated
 	}
 	a.mu.Lock()
@@ -174,6 +188,43 @@ func (a *Authenticator) Bearer(ctx context.Context, tok string) (Principal, erro
 	return a.admit(c)
 }
 
+// verify returns the claims of a valid data-plane token: from the cache of
+// verified tokens while they have not expired (on the signer's clock, as
+// Verify judges them), or verified and then kept. A full cache is emptied
+// before it takes one more: the sidecars of a server's tenants hold a
+// token each (a new one every TTL), far fewer than MaxVerified, so only a
+// flood of distinct valid tokens, each of which had to be issued for a
+// valid key, empties it.
+func (a *Authenticator) verify(tok string) (token.Claims, error) {
+	if a.cfg.MaxVerified > 0 {
+		a.mu.Lock()
+		claims, ok := a.verified[tok]
+		a.mu.Unlock()
+		if ok {
+			if a.cfg.Signer.Now().Before(claims.ExpiresAt) {
+				return claims, nil
+			}
+			a.mu.Lock()
+			delete(a.verified, tok)
+			a.mu.Unlock()
+			return token.Claims{}, ErrUnauthenticated
+		}
+	}
+	claims, err := a.cfg.Signer.Verify(tok, token.AudienceData)
+	if err != nil || claims.Tenant == "" || claims.KeyID == "" {
+		return token.Claims{}, ErrUnauthenticated
+	}
+	if a.cfg.MaxVerified > 0 {
+		a.mu.Lock()
+		if len(a.verified) >= a.cfg.MaxVerified {
+			clear(a.verified)
+		}
+		a.verified[tok] = claims
+		a.mu.Unlock()
+	}
+	return claims, nil
+}
+
 // IssueToken returns a data-plane token for p and its expiry.
 func (a *Authenticator) IssueToken(p Principal) (string, time.Time, error) {
 	exp := a.cfg.Clock.Now().Add(a.cfg.TokenTTL).Truncate(time.Second)
@@ -198,6 +249,11 @@ func (a *Authenticator) Invalidate(tenant string) {
 	for id, c := range a.byKeyID {
 		if c.tenant.ID == tenant {
 			delete(a.byKeyID, id)
+		}
+	}
+	for tok, c := range a.verified {
+		if c.Tenant == tenant {
+			delete(a.verified, tok)
 		}
 	}
 }

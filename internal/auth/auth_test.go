@@ -185,3 +185,86 @@ func TestInvalidateDuringALookup(t *testing.T) {
 		t.Fatalf("APIKey() after the revocation = %v, want ErrUnauthenticated (the lookup begun before must not be cached)", err)
 	}
 }
+
+// TestBearerVerifiedOnce: a token seen before is not verified again (no
+// allocation: the HMAC and JSON parse allocate 60-odd times), but is still
+// refused at its expiry, after its key's revocation, and in any spelling
+// but the one verified; the cache stays within MaxVerified.
+func TestBearerVerifiedOnce(t *testing.T) {
+	a, fs, fc, _ := setup(t)
+	tok, _, err := a.IssueToken(Principal{Tenant: "acme", KeyID: "k1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Bearer(context.Background(), tok); err != nil {
+		t.Fatalf("Bearer(valid) = %v", err)
+	}
+	if got := testing.AllocsPerRun(100, func() { _, _ = a.Bearer(context.Background(), tok) }); got != 0 {
+		t.Fatalf("Bearer of a token verified before allocates %v times, want 0 (not verified again)", got)
+	}
+	if _, err := a.Bearer(context.Background(), tok+"x"); !errors.Is(err, ErrUnauthenticated) {
+		t.Fatalf("Bearer(the verified token with a byte more) = %v, want ErrUnauthenticated", err)
+	}
+	fs.key.RevokedAt = fc.Now()
+	a.Invalidate("acme")
+	if _, err := a.Bearer(context.Background(), tok); !errors.Is(err, ErrUnauthenticated) {
+		t.Fatalf("Bearer(a verified token of a key revoked since) = %v, want ErrUnauthenticated", err)
+	}
+	fs.key.RevokedAt = time.Time{}
+	a.Invalidate("acme")
+	if _, err := a.Bearer(context.Background(), tok); err != nil {
+		t.Fatalf("Bearer(valid, again) = %v", err)
+	}
+	fc.Advance(15 * time.Minute) // the token's expiry, with no Invalidate between
+	if _, err := a.Bearer(context.Background(), tok); !errors.Is(err, ErrUnauthenticated) {
+		t.Fatalf("Bearer(a verified token at its expiry) = %v, want ErrUnauthenticated", err)
+	}
+
+	a.cfg.MaxVerified = 2
+	for i := range 5 {
+		fc.Advance(time.Second) // another issue time: another token
+		tok, _, _ := a.IssueToken(Principal{Tenant: "acme", KeyID: "k1"})
+		if _, err := a.Bearer(context.Background(), tok); err != nil {
+			t.Fatalf("Bearer(token %d) = %v", i, err)
+		}
+		if n := len(a.verified); n > 2 {
+			t.Fatalf("%d verified tokens kept, want at most MaxVerified (2)", n)
+		}
+	}
+}
+
+// BenchmarkCredentials: what a call pays to authenticate, with a cached API
+// key and with a bearer token seen before (the sidecar's way), side by side.
+func BenchmarkCredentials(b *testing.B) {
+	a, _, _, plain := setup(b)
+	tok, _, err := a.IssueToken(Principal{Tenant: "acme", KeyID: "k1"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("api-key", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := a.APIKey(context.Background(), plain); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("bearer", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := a.Bearer(context.Background(), tok); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("bearer-uncached", func(b *testing.B) {
+		a.cfg.MaxVerified = -1
+		defer func() { a.cfg.MaxVerified = 4096 }()
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := a.Bearer(context.Background(), tok); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
