@@ -29,10 +29,14 @@ func TestColdCallsIssueOneToken(t *testing.T) {
 	fake := fakeserver.Start(t, fakeserver.Config{})
 	pc := fast(fake)
 	// A thousand calls at once starve two race-instrumented CPUs for
-	// seconds: neither the call deadline nor the one-second connect timeout
+	// seconds: neither the call deadline, nor the one-second connect timeout
 	// (which once closed the connection before the server's preface
-	// arrived, under a full CI run) may be what this test measures.
+	// arrived, under a full CI run), nor the token fetch's 5 s (which the
+	// one IssueToken outlasted with both cores busy, load 20: 20 calls
+	// failed and the breaker refused the rest) may be what this test
+	// measures.
 	pc.Timeout = time.Minute
+	pc.Token.IssueTimeout = time.Minute
 	patient := grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: time.Minute})
 	cfg := one("p", pc)
 	cfg.HTTP.WriteTimeout = 2 * pc.Timeout // the answers must be written after the calls
