@@ -504,10 +504,10 @@ func testLimits(t *testing.T, h *harness) {
 	}{
 		{name: "all set", limits: store.Limits{
 			RatePerSecond: ptr(12.5), Burst: ptr(int64(60)), ReservedResources: ptr(int64(100)), MaxResources: ptr(int64(1000)),
-			ReservedCells: ptr(int64(500)), MaxCells: ptr(int64(5000)), MaxStreams: ptr(int64(4)), MaxLeases: ptr(int64(0)),
+			ReservedCells: ptr(int64(500)), MaxCells: ptr(int64(5000)), MaxStreams: ptr(int64(4)), MaxLeases: ptr(int64(0)), MaxLeaseStreams: ptr(int64(3)),
 			Admin: store.AdminLimits{
 				RatePerSecond: ptr(2.5), Burst: ptr(int64(30)), MaxResources: ptr(int64(900)), MaxCells: ptr(int64(4000)),
-				MaxStreams: ptr(int64(2)), MaxLeases: ptr(int64(7)),
+				MaxStreams: ptr(int64(2)), MaxLeases: ptr(int64(7)), MaxLeaseStreams: ptr(int64(1)),
 			},
 			Policy: store.Policy{
 				HalfLifeSeconds: ptr(int64(600)), QuarantineAfter: ptr(int64(3)), QuarantineWholeAfter: ptr(int64(9)),
