@@ -40,6 +40,8 @@ func TestAttacks(t *testing.T) {
 		{"a client without a valid credential holds requests half sent", attackUnauthenticatedRequests},
 		{"a tenant holds requests half sent", attackTenantRequests},
 		{"a tenant's Leases streams past its own cap", attackLeaseStreamsPerTenant},
+		{"an operator's typo, a drained, retired and lost group", attackGroupsOfACarelessOperator},
+		{"the store stops taking writes", attackStoreStopsTakingWrites},
 	} {
 		t.Run(a.name, func(t *testing.T) { a.run(t, bins) })
 	}
