@@ -186,6 +186,45 @@ func TestInvalidateDuringALookup(t *testing.T) {
 	}
 }
 
+// TestClaim: what the gRPC tap learns of a credential without the store.
+func TestClaim(t *testing.T) {
+	a, _, fc, plain := setup(t)
+	for _, c := range []struct{ name, key, bearer string }{
+		{"no credential", "", ""},
+		{"a key without the prefix", "nope", ""},
+		{"a key too long", KeyPrefix + strings.Repeat("x", 200), ""},
+		{"a token that does not verify", "", "eyJhbGciOiJIUzI1NiJ9.e30.bad"},
+	} {
+		if tenant, v := a.Claim(c.key, c.bearer); v != Invalid || tenant != "" {
+			t.Errorf("Claim(%s) = %q, %v; want \"\", Invalid", c.name, tenant, v)
+		}
+	}
+	if tenant, v := a.Claim(plain, ""); v != Unknown || tenant != "" {
+		t.Fatalf("Claim(a key never used) = %q, %v; want \"\", Unknown", tenant, v)
+	}
+	if _, err := a.APIKey(context.Background(), plain); err != nil {
+		t.Fatal(err)
+	}
+	if tenant, v := a.Claim(plain, ""); v != Claimed || tenant != "acme" {
+		t.Fatalf("Claim(a key that authenticated) = %q, %v; want acme, Claimed", tenant, v)
+	}
+	a.Invalidate("acme")
+	if _, v := a.Claim(plain, ""); v != Unknown {
+		t.Fatalf("Claim(the key after its tenant was invalidated) = %v, want Unknown", v)
+	}
+	tok, _, err := a.IssueToken(Principal{Tenant: "acme", KeyID: "k1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tenant, v := a.Claim("", tok); v != Claimed || tenant != "acme" {
+		t.Fatalf("Claim(a valid token) = %q, %v; want acme, Claimed", tenant, v)
+	}
+	fc.Advance(16 * time.Minute)
+	if _, v := a.Claim("", tok); v != Invalid {
+		t.Fatalf("Claim(an expired token) = %v, want Invalid", v)
+	}
+}
+
 // TestBearerVerifiedOnce: a token seen before is not verified again (no
 // allocation: the HMAC and JSON parse allocate 60-odd times), but is still
 // refused at its expiry, after its key's revocation, and in any spelling

@@ -418,28 +418,28 @@ func TestPutLimits(t *testing.T) {
 		effective       string // the limits in force, as JSON
 	}{
 		{"operator sets two", op, `{"burst":100,"rate_per_second":2.5}`, `{"burst":100,"rate_per_second":2.5}`,
-			`{"rate_per_second":2.5,"burst":100,"reserved_resources":0,"max_resources":250,"reserved_cells":0,"max_cells":1500,"max_streams":8,"max_leases":0}`},
+			`{"rate_per_second":2.5,"burst":100,"reserved_resources":0,"max_resources":250,"reserved_cells":0,"max_cells":1500,"max_streams":8,"max_leases":0,"max_lease_streams":32}`},
 		{"operator sets another, keeps the rest", op, `{"max_streams":0}`, `{"burst":100,"max_streams":0,"rate_per_second":2.5}`,
-			`{"rate_per_second":2.5,"burst":100,"reserved_resources":0,"max_resources":250,"reserved_cells":0,"max_cells":1500,"max_streams":0,"max_leases":0}`},
+			`{"rate_per_second":2.5,"burst":100,"reserved_resources":0,"max_resources":250,"reserved_cells":0,"max_cells":1500,"max_streams":0,"max_leases":0,"max_lease_streams":32}`},
 		{"null resets to the default", op, `{"burst":null,"max_streams":null}`, `{"rate_per_second":2.5}`,
-			`{"rate_per_second":2.5,"burst":50,"reserved_resources":0,"max_resources":250,"reserved_cells":0,"max_cells":1500,"max_streams":8,"max_leases":0}`},
+			`{"rate_per_second":2.5,"burst":50,"reserved_resources":0,"max_resources":250,"reserved_cells":0,"max_cells":1500,"max_streams":8,"max_leases":0,"max_lease_streams":32}`},
 		{"tenant-admin lowers its own", admin, `{"tenant_admin":{"rate_per_second":1,"max_streams":2,"max_resources":100}}`,
 			`{"rate_per_second":2.5,"tenant_admin.max_resources":100,"tenant_admin.max_streams":2,"tenant_admin.rate_per_second":1}`,
-			`{"rate_per_second":1,"burst":50,"reserved_resources":0,"max_resources":100,"reserved_cells":0,"max_cells":1500,"max_streams":2,"max_leases":0}`},
+			`{"rate_per_second":1,"burst":50,"reserved_resources":0,"max_resources":100,"reserved_cells":0,"max_cells":1500,"max_streams":2,"max_leases":0,"max_lease_streams":32}`},
 		{"tenant-admin raises back up to the ceiling", admin, `{"tenant_admin":{"rate_per_second":2.5,"max_streams":8}}`,
 			`{"rate_per_second":2.5,"tenant_admin.max_resources":100,"tenant_admin.max_streams":8,"tenant_admin.rate_per_second":2.5}`,
-			`{"rate_per_second":2.5,"burst":50,"reserved_resources":0,"max_resources":100,"reserved_cells":0,"max_cells":1500,"max_streams":8,"max_leases":0}`},
+			`{"rate_per_second":2.5,"burst":50,"reserved_resources":0,"max_resources":100,"reserved_cells":0,"max_cells":1500,"max_streams":8,"max_leases":0,"max_lease_streams":32}`},
 		{"tenant-admin caps its leases under no cap", admin, `{"tenant_admin":{"max_leases":40,"max_resources":null}}`,
 			`{"rate_per_second":2.5,"tenant_admin.max_leases":40,"tenant_admin.max_streams":8,"tenant_admin.rate_per_second":2.5}`,
-			`{"rate_per_second":2.5,"burst":50,"reserved_resources":0,"max_resources":250,"reserved_cells":0,"max_cells":1500,"max_streams":8,"max_leases":40}`},
+			`{"rate_per_second":2.5,"burst":50,"reserved_resources":0,"max_resources":250,"reserved_cells":0,"max_cells":1500,"max_streams":8,"max_leases":40,"max_lease_streams":32}`},
 		{"operator lowers a ceiling below the tenant-admin's value", op, `{"max_streams":3,"reserved_resources":20,"max_resources":500}`,
 			`{"max_resources":500,"max_streams":3,"rate_per_second":2.5,"reserved_resources":20,"tenant_admin.max_leases":40,"tenant_admin.max_streams":8,"tenant_admin.rate_per_second":2.5}`,
-			`{"rate_per_second":2.5,"burst":50,"reserved_resources":20,"max_resources":500,"reserved_cells":0,"max_cells":1500,"max_streams":3,"max_leases":40}`},
-		{"operator sets every field", op, `{"rate_per_second":1,"burst":2,"reserved_resources":3,"max_resources":4,"reserved_cells":5,"max_cells":6,"max_streams":7,"max_leases":8,` +
-			`"tenant_admin":{"rate_per_second":0.5,"burst":1,"max_resources":3,"max_cells":5,"max_streams":6,"max_leases":7}}`,
-			`{"burst":2,"max_cells":6,"max_leases":8,"max_resources":4,"max_streams":7,"rate_per_second":1,"reserved_cells":5,"reserved_resources":3,` +
-				`"tenant_admin.burst":1,"tenant_admin.max_cells":5,"tenant_admin.max_leases":7,"tenant_admin.max_resources":3,"tenant_admin.max_streams":6,"tenant_admin.rate_per_second":0.5}`,
-			`{"rate_per_second":0.5,"burst":1,"reserved_resources":3,"max_resources":3,"reserved_cells":5,"max_cells":5,"max_streams":6,"max_leases":7}`},
+			`{"rate_per_second":2.5,"burst":50,"reserved_resources":20,"max_resources":500,"reserved_cells":0,"max_cells":1500,"max_streams":3,"max_leases":40,"max_lease_streams":32}`},
+		{"operator sets every field", op, `{"rate_per_second":1,"burst":2,"reserved_resources":3,"max_resources":4,"reserved_cells":5,"max_cells":6,"max_streams":7,"max_leases":8,"max_lease_streams":10,` +
+			`"tenant_admin":{"rate_per_second":0.5,"burst":1,"max_resources":3,"max_cells":5,"max_streams":6,"max_leases":7,"max_lease_streams":9}}`,
+			`{"burst":2,"max_cells":6,"max_lease_streams":10,"max_leases":8,"max_resources":4,"max_streams":7,"rate_per_second":1,"reserved_cells":5,"reserved_resources":3,` +
+				`"tenant_admin.burst":1,"tenant_admin.max_cells":5,"tenant_admin.max_lease_streams":9,"tenant_admin.max_leases":7,"tenant_admin.max_resources":3,"tenant_admin.max_streams":6,"tenant_admin.rate_per_second":0.5}`,
+			`{"rate_per_second":0.5,"burst":1,"reserved_resources":3,"max_resources":3,"reserved_cells":5,"max_cells":5,"max_streams":6,"max_leases":7,"max_lease_streams":9}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -236,7 +236,7 @@ func ptr[T any](v T) *T { return &v }
 var testRules = LimitRules{
 	Defaults: store.Limits{
 		RatePerSecond: ptr(10.0), Burst: ptr(int64(50)), ReservedResources: ptr(int64(0)), MaxResources: ptr(int64(250)),
-		ReservedCells: ptr(int64(0)), MaxCells: ptr(int64(1500)), MaxStreams: ptr(int64(8)), MaxLeases: ptr(int64(0)),
+		ReservedCells: ptr(int64(0)), MaxCells: ptr(int64(1500)), MaxStreams: ptr(int64(8)), MaxLeases: ptr(int64(0)), MaxLeaseStreams: ptr(int64(32)),
 		Policy: store.Policy{
 			HalfLifeSeconds: ptr(int64(3600)), QuarantineAfter: ptr(int64(5)), QuarantineWholeAfter: ptr(int64(20)),
 			QuarantineBelow: ptr(0.1), QuarantineMinEvidence: ptr(10.0), CooldownBaseSeconds: ptr(int64(30)), CooldownMaxSeconds: ptr(int64(3600)),

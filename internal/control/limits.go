@@ -26,6 +26,8 @@ const (
 	MaxStreamsLimit = 1_000
 	// MaxLeasesLimit bounds max_leases.
 	MaxLeasesLimit = 10_000_000
+	// MaxLeaseStreamsLimit bounds max_lease_streams.
+	MaxLeaseStreamsLimit = 1_000
 )
 
 // LimitRules are the server's side of every tenant's limits: what a field
@@ -119,6 +121,9 @@ var limitFields = []limitField{
 	{name: "max_leases", max: MaxLeasesLimit, integer: true, zeroUnbounded: true,
 		op:    func(l *store.Limits) limitPtr { return limitPtr{i: &l.MaxLeases} },
 		admin: func(a *store.AdminLimits) limitPtr { return limitPtr{i: &a.MaxLeases} }},
+	{name: "max_lease_streams", max: MaxLeaseStreamsLimit, integer: true,
+		op:    func(l *store.Limits) limitPtr { return limitPtr{i: &l.MaxLeaseStreams} },
+		admin: func(a *store.AdminLimits) limitPtr { return limitPtr{i: &a.MaxLeaseStreams} }},
 }
 
 // bounds returns f's range under r.
@@ -299,18 +304,20 @@ type limitsJSON struct {
 	MaxCells          *int64          `json:"max_cells"`
 	MaxStreams        *int64          `json:"max_streams"`
 	MaxLeases         *int64          `json:"max_leases"`
+	MaxLeaseStreams   *int64          `json:"max_lease_streams"`
 	TenantAdmin       adminLimitsJSON `json:"tenant_admin"`
 	Effective         effectiveJSON   `json:"effective"`
 }
 
 // adminLimitsJSON is the tenant-admin's own values.
 type adminLimitsJSON struct {
-	RatePerSecond *float64 `json:"rate_per_second"`
-	Burst         *int64   `json:"burst"`
-	MaxResources  *int64   `json:"max_resources"`
-	MaxCells      *int64   `json:"max_cells"`
-	MaxStreams    *int64   `json:"max_streams"`
-	MaxLeases     *int64   `json:"max_leases"`
+	RatePerSecond   *float64 `json:"rate_per_second"`
+	Burst           *int64   `json:"burst"`
+	MaxResources    *int64   `json:"max_resources"`
+	MaxCells        *int64   `json:"max_cells"`
+	MaxStreams      *int64   `json:"max_streams"`
+	MaxLeases       *int64   `json:"max_leases"`
+	MaxLeaseStreams *int64   `json:"max_lease_streams"`
 }
 
 // effectiveJSON is the limits in force, every one a number.
@@ -323,6 +330,7 @@ type effectiveJSON struct {
 	MaxCells          int64   `json:"max_cells"`
 	MaxStreams        int64   `json:"max_streams"`
 	MaxLeases         int64   `json:"max_leases"`
+	MaxLeaseStreams   int64   `json:"max_lease_streams"`
 }
 
 func (r LimitRules) toJSON(l store.Limits) limitsJSON {
@@ -330,10 +338,10 @@ func (r LimitRules) toJSON(l store.Limits) limitsJSON {
 	a := l.Admin
 	return limitsJSON{
 		l.RatePerSecond, l.Burst, l.ReservedResources, l.MaxResources,
-		l.ReservedCells, l.MaxCells, l.MaxStreams, l.MaxLeases,
-		adminLimitsJSON{a.RatePerSecond, a.Burst, a.MaxResources, a.MaxCells, a.MaxStreams, a.MaxLeases},
+		l.ReservedCells, l.MaxCells, l.MaxStreams, l.MaxLeases, l.MaxLeaseStreams,
+		adminLimitsJSON{a.RatePerSecond, a.Burst, a.MaxResources, a.MaxCells, a.MaxStreams, a.MaxLeases, a.MaxLeaseStreams},
 		effectiveJSON{*e.RatePerSecond, *e.Burst, *e.ReservedResources, *e.MaxResources,
-			*e.ReservedCells, *e.MaxCells, *e.MaxStreams, *e.MaxLeases},
+			*e.ReservedCells, *e.MaxCells, *e.MaxStreams, *e.MaxLeases, *e.MaxLeaseStreams},
 	}
 }
 
@@ -350,20 +358,22 @@ type limitsRequest struct {
 	MaxCells          optional `json:"max_cells"`
 	MaxStreams        optional `json:"max_streams"`
 	MaxLeases         optional `json:"max_leases"`
+	MaxLeaseStreams   optional `json:"max_lease_streams"`
 	TenantAdmin       *struct {
-		RatePerSecond optional `json:"rate_per_second"`
-		Burst         optional `json:"burst"`
-		MaxResources  optional `json:"max_resources"`
-		MaxCells      optional `json:"max_cells"`
-		MaxStreams    optional `json:"max_streams"`
-		MaxLeases     optional `json:"max_leases"`
+		RatePerSecond   optional `json:"rate_per_second"`
+		Burst           optional `json:"burst"`
+		MaxResources    optional `json:"max_resources"`
+		MaxCells        optional `json:"max_cells"`
+		MaxStreams      optional `json:"max_streams"`
+		MaxLeases       optional `json:"max_leases"`
+		MaxLeaseStreams optional `json:"max_lease_streams"`
 	} `json:"tenant_admin"`
 }
 
 // operator returns the request's operator fields in limitFields order.
 func (req *limitsRequest) operator() []optional {
 	return []optional{req.RatePerSecond, req.Burst, req.ReservedResources, req.MaxResources,
-		req.ReservedCells, req.MaxCells, req.MaxStreams, req.MaxLeases}
+		req.ReservedCells, req.MaxCells, req.MaxStreams, req.MaxLeases, req.MaxLeaseStreams}
 }
 
 // admin returns the request's tenant-admin fields in limitFields order,
@@ -373,7 +383,7 @@ func (req *limitsRequest) admin() []optional {
 	if a == nil {
 		return make([]optional, len(limitFields))
 	}
-	return []optional{a.RatePerSecond, a.Burst, {}, a.MaxResources, {}, a.MaxCells, a.MaxStreams, a.MaxLeases}
+	return []optional{a.RatePerSecond, a.Burst, {}, a.MaxResources, {}, a.MaxCells, a.MaxStreams, a.MaxLeases, a.MaxLeaseStreams}
 }
 
 // optional is a request field that tells "absent" from null. Its value is
@@ -442,7 +452,7 @@ func (req *limitsRequest) changes(c caller) ([]change, error) {
 		}
 	}
 	if len(out) == 0 {
-		return nil, invalidArgument("no limits given; set any of rate_per_second, burst, reserved_resources, max_resources, reserved_cells, max_cells, max_streams, max_leases (operator), or tenant_admin.{rate_per_second, burst, max_resources, max_cells, max_streams, max_leases}")
+		return nil, invalidArgument("no limits given; set any of rate_per_second, burst, reserved_resources, max_resources, reserved_cells, max_cells, max_streams, max_leases, max_lease_streams (operator), or tenant_admin.{rate_per_second, burst, max_resources, max_cells, max_streams, max_leases, max_lease_streams}")
 	}
 	return out, nil
 }

@@ -147,6 +147,7 @@ func (s *Service) authenticate(ctx context.Context) (context.Context, error) {
 	if err != nil {
 		return nil, err
 	}
+	authenticated(ctx, p.Tenant)
 	if s.cfg.Attribute != nil {
 		if pr, ok := peer.FromContext(ctx); ok {
 			if err := s.cfg.Attribute(pr.Addr, p.Tenant); err != nil {

@@ -23,6 +23,7 @@ import (
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
 	"github.com/repool/repool/internal/auth"
+	"github.com/repool/repool/internal/callbudget"
 	"github.com/repool/repool/internal/pool"
 	"github.com/repool/repool/internal/ratelimit"
 	"github.com/repool/repool/internal/tenants"
@@ -40,6 +41,8 @@ type Authenticator interface {
 	APIKey(ctx context.Context, plain string) (auth.Principal, error)
 	Bearer(ctx context.Context, tok string) (auth.Principal, error)
 	IssueToken(p auth.Principal) (string, time.Time, error)
+	// Claim sorts a credential without the store (auth.Authenticator.Claim).
+	Claim(apiKey, bearer string) (string, auth.Verdict)
 }
 
 // Journal makes data-plane changes durable before they are acknowledged,
@@ -95,6 +98,10 @@ type Config struct {
 	// an error refuses the call (wrap ErrOverBudget for RESOURCE_EXHAUSTED).
 	// It must not allocate for a connection it has seen.
 	Attribute func(peer net.Addr, tenant string) error
+	// Calls, when set, admits every new call before gRPC reads its
+	// request (Tap): by the tenant its credential claims, or as
+	// unverified. Nil admits every call.
+	Calls *callbudget.Budget
 	// Active returns nil while this server may serve the data plane, and an
 	// error wrapping ErrNotActive otherwise. Nil means always active.
 	Active func() error

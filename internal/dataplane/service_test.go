@@ -42,6 +42,8 @@ func (f fakeAuth) Bearer(context.Context, string) (auth.Principal, error) {
 	return auth.Principal{}, auth.ErrUnauthenticated
 }
 
+func (f fakeAuth) Claim(apiKey, bearer string) (string, auth.Verdict) { return "", auth.Unknown }
+
 func (f fakeAuth) IssueToken(p auth.Principal) (string, time.Time, error) {
 	return "tok-" + p.Tenant, time.Unix(1e9, 0), nil
 }

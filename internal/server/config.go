@@ -92,8 +92,9 @@ type Config struct {
 	// MaxLeases is a tenant's default limit on outstanding leases; 0 means
 	// none. Default 0.
 	MaxLeases int
-	// MaxLeaseStreams caps every tenant's open Leases streams (what each
-	// holds is bounded by the stream window and gRPC's write quota).
+	// MaxLeaseStreams is a tenant's default limit on open Leases streams
+	// (what each holds is bounded by the stream window and gRPC's write
+	// quota); the control plane sets a tenant's own (max_lease_streams).
 	// Default 32.
 	MaxLeaseStreams int
 	// Policy is the quarantine and decay policy of every tenant's pool
@@ -132,6 +133,22 @@ type Config struct {
 	// of GRPCMaxConnections (1,024 of 4,096). A connection on which no
 	// call authenticated within GRPCHandshakeTimeout is closed.
 	GRPCMaxConnectionsPerTenant int
+	// GRPCMaxRecvBytes bounds one request message (default 1 MiB: a
+	// Register of about 9,000 short resources or 30 with the longest ids
+	// and 64 labels; every other request is under 40 KiB). gRPC reads a
+	// call's request whole before authenticating it.
+	GRPCMaxRecvBytes int
+	// GRPCMaxCallsPerTenant bounds the calls and streams in flight of one
+	// tenant, counted from before gRPC reads their requests by the tenant
+	// their credential claims without the store (a token's signature, a
+	// key seen before); one more is RESOURCE_EXHAUSTED. Default 128.
+	GRPCMaxCallsPerTenant int
+	// GRPCMaxUnverifiedCalls bounds, across all connections, the calls in
+	// flight whose credential cannot be checked without the store (a key
+	// this server has not seen authenticate; health checks and
+	// reflection); each is ended if not authenticated within
+	// GRPCHandshakeTimeout. Default 64.
+	GRPCMaxUnverifiedCalls int
 	// gRPC keepalive: the server pings a connection quiet for
 	// GRPCKeepaliveTime (default 1m) and closes it if the ping is not
 	// answered within GRPCKeepaliveTimeout (20s); a client that pings
@@ -210,9 +227,6 @@ func (c Config) checkPlaintext() error {
 	return nil
 }
 
-// MaxLeaseStreamsLimit is the largest max_lease_streams.
-const MaxLeaseStreamsLimit = 1000
-
 // WithDefaults returns c with defaults in place of zero values.
 func (c Config) WithDefaults() Config {
 	c = defaults.Fill(c, Config{
@@ -226,6 +240,7 @@ func (c Config) WithDefaults() Config {
 		GRPCMaxConnections: 4096, GRPCMaxConcurrentStreams: 256, GRPCMaxConnectionIdle: 5 * time.Minute,
 		GRPCHandshakeTimeout: 10 * time.Second, GRPCMaxHeaderBytes: 64 << 10,
 		GRPCStreamWindow: 64 << 10, GRPCConnWindow: 1 << 20, GRPCMaxStreamIdle: time.Minute,
+		GRPCMaxRecvBytes: 1 << 20, GRPCMaxCallsPerTenant: 128, GRPCMaxUnverifiedCalls: 64,
 		GRPCKeepaliveTime: time.Minute, GRPCKeepaliveTimeout: 20 * time.Second, GRPCKeepaliveMinTime: 10 * time.Second,
 		HASessionTimeout: 2 * time.Second, HAInterval: 250 * time.Millisecond,
 		Group: store.DefaultGroup, PlacementInterval: 200 * time.Millisecond,
@@ -310,12 +325,16 @@ func (c Config) Validate() error {
 		return errors.New("config: shutdown_grace must not be negative")
 	case c.GRPCMaxConnections < 1 || c.GRPCMaxConcurrentStreams < 1:
 		return fmt.Errorf("config: grpc_max_connections %d / grpc_max_concurrent_streams %d: want at least 1", c.GRPCMaxConnections, c.GRPCMaxConcurrentStreams)
-	case c.MaxLeaseStreams < 1 || c.MaxLeaseStreams > MaxLeaseStreamsLimit:
-		return fmt.Errorf("config: max_lease_streams %d: want 1 to %d", c.MaxLeaseStreams, MaxLeaseStreamsLimit)
+	case c.MaxLeaseStreams < 0 || c.MaxLeaseStreams > control.MaxLeaseStreamsLimit:
+		return fmt.Errorf("config: max_lease_streams %d: want 0 to %d", c.MaxLeaseStreams, control.MaxLeaseStreamsLimit)
 	case c.GRPCStreamWindow < 64<<10 || c.GRPCStreamWindow > 16<<20 || c.GRPCConnWindow < 64<<10 || c.GRPCConnWindow > 1<<30:
 		return fmt.Errorf("config: grpc_stream_window %d / grpc_conn_window %d: want 65536 to 16777216 / 65536 to 1073741824 bytes", c.GRPCStreamWindow, c.GRPCConnWindow)
 	case c.GRPCMaxConnectionsPerTenant < 1 || c.GRPCMaxConnectionsPerTenant > c.GRPCMaxConnections:
 		return fmt.Errorf("config: grpc_max_connections_per_tenant %d: want 1 to grpc_max_connections (%d)", c.GRPCMaxConnectionsPerTenant, c.GRPCMaxConnections)
+	case c.GRPCMaxRecvBytes < 64<<10 || c.GRPCMaxRecvBytes > 64<<20:
+		return fmt.Errorf("config: grpc_max_recv_bytes %d: want 65536 to 67108864", c.GRPCMaxRecvBytes)
+	case c.GRPCMaxCallsPerTenant < 1 || c.GRPCMaxUnverifiedCalls < 1:
+		return fmt.Errorf("config: grpc_max_calls_per_tenant %d / grpc_max_unverified_calls %d: want at least 1", c.GRPCMaxCallsPerTenant, c.GRPCMaxUnverifiedCalls)
 	case c.GRPCMaxHeaderBytes < 4096 || c.GRPCMaxHeaderBytes > 16<<20:
 		return fmt.Errorf("config: grpc_max_header_bytes %d: want 4096 to 16777216", c.GRPCMaxHeaderBytes)
 	case c.HA && !isPostgres(c.Store):
@@ -374,7 +393,7 @@ func (c Config) LimitRules() control.LimitRules {
 			RatePerSecond: &rate, Burst: i64(int64(c.Burst)),
 			ReservedResources: i64(0), MaxResources: i64(c.share(c.GlobalResources)),
 			ReservedCells: i64(0), MaxCells: i64(c.share(c.GlobalCells)),
-			MaxStreams: i64(int64(c.MaxStreams)), MaxLeases: i64(int64(c.MaxLeases)),
+			MaxStreams: i64(int64(c.MaxStreams)), MaxLeases: i64(int64(c.MaxLeases)), MaxLeaseStreams: i64(int64(c.MaxLeaseStreams)),
 			Policy: c.Policy.Stored(),
 		},
 		GlobalResources: c.GlobalResources, GlobalCells: c.GlobalCells,

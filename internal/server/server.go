@@ -33,6 +33,7 @@ import (
 	"github.com/repool/repool/internal/auth"
 	"github.com/repool/repool/internal/budget"
 	"github.com/repool/repool/internal/buildinfo"
+	"github.com/repool/repool/internal/callbudget"
 	"github.com/repool/repool/internal/checkpoint"
 	"github.com/repool/repool/internal/clock"
 	"github.com/repool/repool/internal/control"
@@ -253,10 +254,17 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 			return nil, err
 		}
 	}
+	calls, err := callbudget.New(callbudget.Config{
+		PerTenant: cfg.GRPCMaxCallsPerTenant, Unverified: cfg.GRPCMaxUnverifiedCalls, Hold: cfg.GRPCHandshakeTimeout,
+	})
+	if err != nil {
+		return nil, err
+	}
 	if s.svc, err = dataplane.New(dataplane.Config{
+		Calls: calls,
 		Pools: s.pools, Auth: authn, Limiter: limiter, Journal: durability{s},
 		MaxStreams: s.tenants.MaxStreams, Active: s.active, Metrics: s.reg, Log: opts.Log,
-		MaxLeaseStreams: func(string) int { return cfg.MaxLeaseStreams }, StreamIdle: cfg.GRPCMaxStreamIdle,
+		MaxLeaseStreams: s.tenants.MaxLeaseStreams, StreamIdle: cfg.GRPCMaxStreamIdle,
 		Attribute: func(peer net.Addr, tenant string) error {
 			if s.grpcFair == nil {
 				return nil
@@ -499,6 +507,11 @@ func (s *Server) listen() error {
 		grpc.InitialWindowSize(int32(c.GRPCStreamWindow)), grpc.InitialConnWindowSize(int32(c.GRPCConnWindow)),
 		grpc.ConnectionTimeout(c.GRPCHandshakeTimeout),
 		grpc.MaxHeaderListSize(uint32(c.GRPCMaxHeaderBytes)),
+		// A call's request is read whole before it is authenticated: the
+		// tap admits each call by the tenant its credential claims (or as
+		// unverified) before a byte is read, and the message bound caps
+		// what each admitted call can make the server hold.
+		grpc.MaxRecvMsgSize(c.GRPCMaxRecvBytes), grpc.InTapHandle(s.svc.Tap),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionIdle: c.GRPCMaxConnectionIdle, Time: c.GRPCKeepaliveTime, Timeout: c.GRPCKeepaliveTimeout,
 		}),

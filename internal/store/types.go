@@ -76,6 +76,8 @@ type Limits struct {
 	MaxStreams *int64
 	// MaxLeases caps concurrent leases.
 	MaxLeases *int64
+	// MaxLeaseStreams caps open Leases streams.
+	MaxLeaseStreams *int64
 	// Admin are the tenant-admin's own values of the caps above: the
 	// server applies the smaller of each and the operator's value (or the
 	// server default when that is nil).
@@ -118,6 +120,8 @@ type AdminLimits struct {
 	MaxCells      *int64
 	MaxStreams    *int64
 	MaxLeases     *int64
+	// MaxLeaseStreams is the tenant-admin's cap on open Leases streams.
+	MaxLeaseStreams *int64
 }
 
 // DigestLen is the length of an API key digest (SHA-256).

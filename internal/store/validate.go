@@ -173,11 +173,13 @@ func (l Limits) Validate() error {
 		{"max_cells", l.MaxCells},
 		{"max_streams", l.MaxStreams},
 		{"max_leases", l.MaxLeases},
+		{"max_lease_streams", l.MaxLeaseStreams},
 		{"admin.burst", l.Admin.Burst},
 		{"admin.max_resources", l.Admin.MaxResources},
 		{"admin.max_cells", l.Admin.MaxCells},
 		{"admin.max_streams", l.Admin.MaxStreams},
 		{"admin.max_leases", l.Admin.MaxLeases},
+		{"admin.max_lease_streams", l.Admin.MaxLeaseStreams},
 	} {
 		if f.v != nil && *f.v < 0 {
 			return fmt.Errorf("%w: limits: %s %d, want >= 0", ErrInvalid, f.name, *f.v)

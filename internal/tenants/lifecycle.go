@@ -99,7 +99,7 @@ func NewLifecycle(cfg LifecycleConfig) (*Lifecycle, error) {
 	case cfg.Pools == nil, cfg.Rules == nil, cfg.Budget == nil, cfg.Limiter == nil, cfg.Credentials == nil, cfg.Checkpoints == nil,
 		cfg.Watcher == nil, cfg.Epoch == nil, cfg.Clock == nil, cfg.Life == nil:
 		return nil, errors.New("tenants: lifecycle: every dependency is required")
-	case cfg.Defaults.RatePerSecond == nil, cfg.Defaults.Burst == nil, cfg.Defaults.MaxStreams == nil, cfg.Defaults.MaxLeases == nil,
+	case cfg.Defaults.RatePerSecond == nil, cfg.Defaults.Burst == nil, cfg.Defaults.MaxStreams == nil, cfg.Defaults.MaxLeases == nil, cfg.Defaults.MaxLeaseStreams == nil,
 		cfg.Defaults.ReservedResources == nil, cfg.Defaults.MaxResources == nil, cfg.Defaults.ReservedCells == nil, cfg.Defaults.MaxCells == nil:
 		return nil, errors.New("tenants: lifecycle: Defaults must set every limit")
 	}
@@ -154,6 +154,11 @@ func (lc *Lifecycle) Policy(tenant string) Policy {
 
 // MaxStreams is tenant's limit on concurrent event streams.
 func (lc *Lifecycle) MaxStreams(tenant string) int { return int(*lc.Limits(tenant).MaxStreams) }
+
+// MaxLeaseStreams is tenant's limit on open Leases streams.
+func (lc *Lifecycle) MaxLeaseStreams(tenant string) int {
+	return int(*lc.Limits(tenant).MaxLeaseStreams)
+}
 
 func (lc *Lifecycle) maxLeases(tenant string) int { return int(*lc.Limits(tenant).MaxLeases) }
 

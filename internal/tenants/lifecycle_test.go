@@ -77,7 +77,7 @@ func newLifecycle(t *testing.T) (*Lifecycle, *budget.Budget, *recorder) {
 	}
 	rate := 100.0
 	defaults := store.Limits{RatePerSecond: &rate, Burst: i64(100), ReservedResources: i64(0), MaxResources: i64(10),
-		ReservedCells: i64(0), MaxCells: i64(100), MaxStreams: i64(4), MaxLeases: i64(0)}
+		ReservedCells: i64(0), MaxCells: i64(100), MaxStreams: i64(4), MaxLeases: i64(0), MaxLeaseStreams: i64(32)}
 	rec := &recorder{}
 	var lc *Lifecycle
 	reg := NewRegistry(func(tenant string) (*pool.Pool, error) { return lc.NewPool(tenant) })

@@ -37,6 +37,11 @@ func TestAttacks(t *testing.T) {
 		{"a tenant sends on Leases streams and never reads the answers", attackUnreadLeaseStreams},
 		{"a tenant fills the connection bound with idle Leases streams", attackIdleLeaseStreamsFillConnections},
 		{"a tenant registers resources with long ids and many labels", attackLongIdsAndLabels},
+		{"a client without a valid credential holds requests half sent", attackUnauthenticatedRequests},
+		{"a tenant holds requests half sent", attackTenantRequests},
+		{"a tenant's Leases streams past its own cap", attackLeaseStreamsPerTenant},
+		{"an operator's typo, a drained, retired and lost group", attackGroupsOfACarelessOperator},
+		{"the store stops taking writes", attackStoreStopsTakingWrites},
 	} {
 		t.Run(a.name, func(t *testing.T) { a.run(t, bins) })
 	}

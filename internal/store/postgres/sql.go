@@ -63,7 +63,8 @@ func liveGroups(ctx context.Context, c sqlstore.Conn) (func(group string) bool, 
 func (s *Store) newSQL() *sqlstore.Store {
 	c := conn{s.pool}
 	return sqlstore.New(sqlstore.Config{Dialect: dialect, Read: c, Write: c, InTx: s.inSQLTx, Options: s.opts,
-		CheckFence: func(ctx context.Context, tx sqlstore.Conn) error { return s.checkFence(ctx, txOf(tx)) }})
+		CheckFence: func(ctx context.Context, tx sqlstore.Conn) error { return s.checkFence(ctx, txOf(tx)) },
+		EpochFloor: func() uint32 { return epochFloor(s.opts.Now()) }})
 }
 
 // inSQLTx is sqlstore's transaction: read committed, fenced on demand.

@@ -162,15 +162,22 @@ func (s *Store) registerGroup(ctx context.Context, tx Conn, group string) error 
 }
 
 // bumpEpoch raises group's epoch in tx to the next value of the sequence
-// every group draws from, and returns it. It takes the sequence's row,
-// then the group's epoch row.
+// every group draws from, at least Config.EpochFloor, and returns it. It
+// takes the sequence's row, then the group's epoch row.
 func (s *Store) bumpEpoch(ctx context.Context, tx Conn, group string) (uint32, error) {
-	var v int64
+	var (
+		v     int64
+		floor int64
+	)
+	if s.c.EpochFloor != nil {
+		floor = int64(s.c.EpochFloor())
+	}
 	err := tx.QueryRow(ctx, `
 INSERT INTO server_counters AS c (name, value)
-SELECT 'epoch_seq', coalesce(max(value), 0) + 1 FROM server_counters WHERE name = 'epoch' OR name LIKE 'epoch:%'
-ON CONFLICT (name) DO UPDATE SET value = c.value + 1 WHERE c.value < $1
-RETURNING value`, int64(math.MaxUint32)).Scan(&v)
+SELECT 'epoch_seq', CASE WHEN coalesce(max(value), 0) + 1 > $2 THEN coalesce(max(value), 0) + 1 ELSE $2 END
+FROM server_counters WHERE name = 'epoch' OR name LIKE 'epoch:%'
+ON CONFLICT (name) DO UPDATE SET value = CASE WHEN c.value + 1 > $2 THEN c.value + 1 ELSE $2 END WHERE c.value < $1
+RETURNING value`, int64(math.MaxUint32), floor).Scan(&v)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, fmt.Errorf("%w: epoch counter exhausted", store.ErrConflict)
 	}

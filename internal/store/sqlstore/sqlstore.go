@@ -87,6 +87,10 @@ type Config struct {
 	// other locks first. Nil: such transactions are fenced by InTx
 	// (a database whose write transactions lock it whole).
 	CheckFence func(ctx context.Context, tx Conn) error
+	// EpochFloor, when set, returns the lowest epoch BumpEpoch may hand
+	// out now (PostgreSQL's guard against a store restored from an older
+	// copy). Nil: no floor.
+	EpochFloor func() uint32
 }
 
 // Store implements the tenant, key, limit, audit, signing-key and epoch
