@@ -37,6 +37,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
+	"github.com/repool/repool/internal/clock"
 	"github.com/repool/repool/internal/pgcluster"
 	"github.com/repool/repool/internal/store"
 	"github.com/repool/repool/internal/store/sqlite"
@@ -61,6 +62,8 @@ type Config struct {
 	ChurnEvery int
 	// Out receives the samples as a table.
 	Out io.Writer
+	// Clock paces the samples. Nil means clock.Real{}.
+	Clock clock.Clock
 }
 
 // Sample is what is read at one moment.
@@ -119,7 +122,8 @@ func Run(ctx context.Context, c Config) ([]Sample, error) {
 		return nil, err
 	}
 	defer conn.Close()
-	ro, err := openReadOnly(ctx, db)
+	// The banner came after the server created the store: it is there.
+	ro, err := sqlite.Open(ctx, db, store.Options{ReadOnly: true})
 	if err != nil {
 		return nil, err
 	}
@@ -134,10 +138,14 @@ func Run(ctx context.Context, c Config) ([]Sample, error) {
 	for w := range c.Workers {
 		wg.Go(func() { work(cctx, pool, w, c, &calls, &failed) })
 	}
-	start := time.Now()
+	clk := c.Clock
+	if clk == nil {
+		clk = clock.Real{}
+	}
+	start := clk.Now()
 	var samples []Sample
 	fmt.Fprintf(c.Out, "%8s %9s %9s %10s %5s %12s %11s %10s\n", "at", "calls/s", "rss MiB", "goroutines", "fds", "store bytes", "wal bytes", "audit rows")
-	tick := time.NewTicker(c.Every)
+	tick := clk.NewTicker(c.Every)
 	defer tick.Stop()
 	var prev Sample
 	for {
@@ -145,7 +153,7 @@ func Run(ctx context.Context, c Config) ([]Sample, error) {
 		if err != nil {
 			return samples, err
 		}
-		s.At, s.Calls = time.Since(start).Round(time.Second), calls.Load()
+		s.At, s.Calls = clk.Now().Sub(start).Round(time.Second), calls.Load()
 		if s.At > prev.At {
 			s.CallsPerSecS = float64(s.Calls-prev.Calls) / (s.At - prev.At).Seconds()
 		}
@@ -157,7 +165,7 @@ func Run(ctx context.Context, c Config) ([]Sample, error) {
 		select {
 		case <-ctx.Done():
 			return samples, ctx.Err()
-		case <-tick.C:
+		case <-tick.Chan():
 		}
 	}
 	stop()
@@ -175,19 +183,6 @@ func demoKey(stdout io.Reader) (string, error) {
 		}
 	}
 	return "", errors.New("exited before printing the demo key")
-}
-
-// openReadOnly opens the server's store to count its audit rows, once the
-// server has created it.
-func openReadOnly(ctx context.Context, db string) (*sqlite.Store, error) {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		s, err := sqlite.Open(ctx, db, store.Options{ReadOnly: true})
-		if err == nil || time.Now().After(deadline) {
-			return s, err
-		}
-		time.Sleep(100 * time.Millisecond) // the server creates the file at its start; polled, at most 10 s
-	}
 }
 
 func work(ctx context.Context, pool repoolv1.PoolServiceClient, w int, c Config, calls, failed *atomic.Int64) {
