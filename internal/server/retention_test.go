@@ -185,3 +185,30 @@ func TestSoakRetention(t *testing.T) {
 		t.Errorf("the live heap grew from phase 1 to phase %d: %v, then %v", phases-1, base, last)
 	}
 }
+
+// TestRetentionOnlyOnTheActiveServer: of an active/standby pair, the
+// active server prunes and the standby runs no round (its gauges stay
+// 0). The shipped defaults, the bound scaled down to 100 rows and the
+// interval to 1s.
+func TestRetentionOnlyOnTheActiveServer(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	cfg := func(name string) Config {
+		return Config{Store: dsn, HA: true, HAName: name, HASessionTimeout: time.Second, HAInterval: 100 * time.Millisecond,
+			AuditMaxRowsPerTenant: 100, RetentionInterval: time.Second}
+	}
+	a := start(t, cfg("a"))
+	waitStatus(t, a, http.StatusOK, 5*time.Second)
+	b := start(t, cfg("b"))
+	waitStatus(t, b, http.StatusNotFound, 5*time.Second)
+	churn(t, a, 2, 100)
+	testenv.Eventually(t, 30*time.Second, "the active server to prune the audit trail to 100 rows", func() bool {
+		n, _ := a.metric(t, `repool_retention_pruned_rows_total{kind="audit"}`)
+		u, err := a.s.store.Usage(context.Background())
+		return n > 0 && err == nil && u.AuditRows <= 100
+	})
+	for _, series := range []string{`repool_retention_pruned_rows_total{kind="audit"}`, "repool_retention_last_success_timestamp_seconds", "repool_store_audit_rows"} {
+		if v, ok := b.metric(t, series); !ok || v != 0 {
+			t.Errorf("the standby's %s = got %v (present %v), want 0: a standby runs no retention round", series, v, ok)
+		}
+	}
+}
