@@ -1,8 +1,8 @@
 // Package soak runs a churning workload against a real repool server
-// binary on a SQLite store for a long time and reads, at intervals, what
-// must stay flat once retention holds the store: the server's resident
-// memory, goroutines and open descriptors, and the store's size on disk
-// and audit rows. loadtest/cmd/soak is its command line; the CI-sized
+// binary for a long time and reads, at intervals, what must stay flat
+// once retention holds the store: the server's resident memory,
+// goroutines and open descriptors, and the store's size and audit rows
+// (store.Usage, through a read-only handle). loadtest/cmd/soak is its command line; the CI-sized
 // variant is internal/server's TestSoakRetention.
 //
 // Each worker loops: acquire a lease and release it with an outcome
@@ -40,7 +40,7 @@ import (
 	"github.com/repool/repool/internal/clock"
 	"github.com/repool/repool/internal/pgcluster"
 	"github.com/repool/repool/internal/store"
-	"github.com/repool/repool/internal/store/sqlite"
+	"github.com/repool/repool/internal/store/open"
 )
 
 // Config is one soak run.
@@ -49,7 +49,10 @@ type Config struct {
 	Server string
 	// Args are more flags for "Server run" (retention settings, ...).
 	Args []string
-	// Dir holds the store and the server's log.
+	// Store is the server's store URL (--store). Empty: a SQLite store
+	// in Dir.
+	Store string
+	// Dir holds the SQLite store and the server's log.
 	Dir string
 	// For is how long the workload runs; Every how often it is sampled.
 	For, Every time.Duration
@@ -73,8 +76,8 @@ type Sample struct {
 	RSS          int64 // the server's resident memory, bytes
 	Goroutines   int64
 	FDs          int
-	StoreBytes   int64 // the store's files on disk
-	WALBytes     int64 // of which the write-ahead log
+	StoreBytes   int64 // the store's size (store.Usage: a SQLite store's files, a PostgreSQL store's tables)
+	WALBytes     int64 // of which a SQLite store's write-ahead log
 	AuditRows    int64
 	CallsPerSecS float64 // since the previous sample
 }
@@ -91,9 +94,18 @@ func Run(ctx context.Context, c Config) ([]Sample, error) {
 	if err != nil {
 		return nil, err
 	}
-	db := filepath.Join(c.Dir, "data", "repool.db")
+	db := "" // the SQLite database file, whose -wal the samples show
+	storeURL := c.Store
+	if storeURL == "" {
+		db = filepath.Join(c.Dir, "data", "repool.db")
+		storeURL = "sqlite:" + db
+	}
+	u, err := open.ParseURL(storeURL)
+	if err != nil {
+		return nil, err
+	}
 	grpcAddr, httpAddr := fmt.Sprintf("127.0.0.1:%d", grpcPort), fmt.Sprintf("127.0.0.1:%d", httpPort)
-	args := append([]string{"run", "--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--store", "sqlite:" + db}, c.Args...)
+	args := append([]string{"run", "--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--store", storeURL}, c.Args...)
 	logf, err := os.Create(filepath.Join(c.Dir, "server.log"))
 	if err != nil {
 		return nil, err
@@ -123,7 +135,7 @@ func Run(ctx context.Context, c Config) ([]Sample, error) {
 	}
 	defer conn.Close()
 	// The banner came after the server created the store: it is there.
-	ro, err := sqlite.Open(ctx, db, store.Options{ReadOnly: true})
+	ro, err := u.Open(ctx, store.Options{ReadOnly: true})
 	if err != nil {
 		return nil, err
 	}
@@ -231,7 +243,7 @@ func work(ctx context.Context, pool repoolv1.PoolServiceClient, w int, c Config,
 	}
 }
 
-func sample(ctx context.Context, pid int, httpAddr, db string, ro *sqlite.Store) (Sample, error) {
+func sample(ctx context.Context, pid int, httpAddr, db string, ro store.Store) (Sample, error) {
 	var s Sample
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -258,18 +270,15 @@ func sample(ctx context.Context, pid int, httpAddr, db string, ro *sqlite.Store)
 		v, _ := strconv.ParseFloat(string(m[1]), 64)
 		s.Goroutines = int64(v)
 	}
-	for _, suffix := range []string{"", "-wal", "-shm", "-leases", ".lock", "-epoch"} {
-		if fi, err := os.Stat(db + suffix); err == nil {
-			s.StoreBytes += fi.Size()
-			if suffix == "-wal" {
-				s.WALBytes = fi.Size()
-			}
+	if db != "" {
+		if fi, err := os.Stat(db + "-wal"); err == nil {
+			s.WALBytes = fi.Size()
 		}
 	}
 	u, err := ro.Usage(ctx)
 	if err != nil {
 		return s, err
 	}
-	s.AuditRows = u.AuditRows
+	s.StoreBytes, s.AuditRows = u.Bytes, u.AuditRows
 	return s, nil
 }
