@@ -13,6 +13,7 @@ import (
 	"github.com/repool/repool/internal/defaults"
 	"github.com/repool/repool/internal/httpbounds"
 	"github.com/repool/repool/internal/ratelimit"
+	"github.com/repool/repool/internal/retention"
 	"github.com/repool/repool/internal/store"
 	"github.com/repool/repool/internal/store/open"
 	"github.com/repool/repool/internal/tenants"
@@ -46,6 +47,25 @@ type Config struct {
 	// within it, with or without traffic, and one that takes them again
 	// ready. Default 1s.
 	StoreProbeInterval time.Duration
+	// AuditMaxAge: the active server deletes audit entries older than
+	// this (retention rounds every RetentionInterval). Negative keeps
+	// them at any age. Default 720h (30 days).
+	AuditMaxAge time.Duration
+	// AuditMaxRowsPerTenant: the active server deletes a tenant's audit
+	// entries beyond its newest AuditMaxRowsPerTenant. Negative keeps any
+	// number. Default 100,000.
+	AuditMaxRowsPerTenant int64
+	// RevokedKeyMaxAge: the active server deletes API keys revoked longer
+	// ago than this. Negative keeps them. Default 720h (30 days).
+	RevokedKeyMaxAge time.Duration
+	// RetentionInterval is the time between the active server's retention
+	// rounds, which also read the store's size for its gauges. Default
+	// 1m; 1s to 24h.
+	RetentionInterval time.Duration
+	// RetentionBatch is the most rows one retention statement deletes; a
+	// round pauses retention.DefaultPause (10ms) after each. Default 1000;
+	// 1 to store.MaxPruneBatch (10,000).
+	RetentionBatch int
 	// StoreLockWait is how long a server that is not in an active/standby
 	// group waits for its store's writer claim when another process holds
 	// it, before it gives up: a killed predecessor's PostgreSQL session, or
@@ -232,6 +252,8 @@ func (c Config) WithDefaults() Config {
 	c = defaults.Fill(c, Config{
 		GRPCAddr: "127.0.0.1:9090", HTTPAddr: "127.0.0.1:8081", Store: "sqlite:./data/repool.db",
 		CheckpointInterval: 10 * time.Second, ReportFlush: time.Second, StoreProbeInterval: time.Second, StoreLockWait: 30 * time.Second,
+		AuditMaxAge: DefaultAuditMaxAge, AuditMaxRowsPerTenant: DefaultAuditMaxRowsPerTenant, RevokedKeyMaxAge: DefaultAuditMaxAge,
+		RetentionInterval: time.Minute, RetentionBatch: retention.DefaultBatch,
 		TokenTTL: 15 * time.Minute, OperatorTokenTTL: 24 * time.Hour,
 		GlobalResources: budget.DefaultResources, GlobalCells: budget.DefaultCells, DefaultTenantShare: 25,
 		MaxKeysPerTenant: control.DefaultMaxKeysPerTenant,
@@ -304,6 +326,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: store_probe_interval %v is outside [10ms, 1m]", c.StoreProbeInterval)
 	case c.StoreLockWait < time.Millisecond || c.StoreLockWait > 10*time.Minute:
 		return fmt.Errorf("config: store_lock_wait %v is outside [1ms, 10m]", c.StoreLockWait)
+	case c.AuditMaxAge > 0 && c.AuditMaxAge < time.Second:
+		return fmt.Errorf("config: audit_max_age %v: want at least 1s, or off", c.AuditMaxAge)
+	case c.RevokedKeyMaxAge > 0 && c.RevokedKeyMaxAge < time.Second:
+		return fmt.Errorf("config: revoked_key_max_age %v: want at least 1s, or off", c.RevokedKeyMaxAge)
+	case c.RetentionInterval < time.Second || c.RetentionInterval > 24*time.Hour:
+		return fmt.Errorf("config: retention_interval %v is outside [1s, 24h]", c.RetentionInterval)
+	case c.RetentionBatch < 1 || c.RetentionBatch > store.MaxPruneBatch:
+		return fmt.Errorf("config: retention_batch %d: want 1 to %d rows", c.RetentionBatch, store.MaxPruneBatch)
 	case c.TokenTTL < 10*time.Second || c.TokenTTL > 24*time.Hour:
 		return fmt.Errorf("config: token_ttl %v is outside [10s, 24h]", c.TokenTTL)
 	case c.OperatorTokenTTL < time.Minute:
@@ -361,6 +391,24 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: log_level %q: want debug, info, warn or error", c.LogLevel)
 	}
 	return nil
+}
+
+// The defaults of audit retention: 30 days (revoked keys too), and
+// 100,000 entries per tenant (about 20 MB of a SQLite store;
+// docs/server.md, "Retention").
+const (
+	DefaultAuditMaxAge           = 30 * 24 * time.Hour
+	DefaultAuditMaxRowsPerTenant = 100_000
+)
+
+// Retention returns the retention policy of this configuration: the
+// negative ("off") settings as zero, which the policy reads as no bound.
+func (c Config) Retention() retention.Policy {
+	c = c.WithDefaults()
+	return retention.Policy{
+		AuditMaxAge: max(c.AuditMaxAge, 0), AuditMaxRows: max(c.AuditMaxRowsPerTenant, 0),
+		RevokedKeyMaxAge: max(c.RevokedKeyMaxAge, 0), Batch: c.RetentionBatch,
+	}
 }
 
 // StoreURL parses Config.Store (internal/store/open owns the syntax). The

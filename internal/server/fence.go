@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -68,6 +69,16 @@ func (f *watchedStore) WriteLeases(ctx context.Context, tenant string, put []sto
 
 func (f *watchedStore) PruneLeases(ctx context.Context, before int64) error {
 	return f.wrote(f.Store.PruneLeases(ctx, before))
+}
+
+func (f *watchedStore) PruneAudit(ctx context.Context, tenant string, p store.AuditPrune) (int64, error) {
+	n, err := f.Store.PruneAudit(ctx, tenant, p)
+	return n, f.wrote(err)
+}
+
+func (f *watchedStore) PruneRevokedKeys(ctx context.Context, tenant string, before time.Time, limit int) (int64, error) {
+	n, err := f.Store.PruneRevokedKeys(ctx, tenant, before, limit)
+	return n, f.wrote(err)
 }
 
 func (f *watchedStore) CreateTenant(ctx context.Context, t store.Tenant) (store.Tenant, error) {

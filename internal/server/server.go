@@ -42,6 +42,7 @@ import (
 	"github.com/repool/repool/internal/netlimit"
 	"github.com/repool/repool/internal/pool"
 	"github.com/repool/repool/internal/ratelimit"
+	"github.com/repool/repool/internal/retention"
 	"github.com/repool/repool/internal/store"
 	"github.com/repool/repool/internal/store/open"
 	"github.com/repool/repool/internal/tenants"
@@ -88,6 +89,7 @@ type Server struct {
 	pools   *tenants.Registry
 	svc     *dataplane.Service
 	cp      *checkpoint.Checkpointer
+	retain  *retention.Pruner
 	audit   *audit.Writer
 	control *control.API
 	health  *health.Server
@@ -239,6 +241,11 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	if s.cp, err = checkpoint.New(checkpoint.Config{
 		Store: s.store, Pools: s.pools, Group: storeOpts.Group, Leases: s.store.LoadLeases, Metrics: s.reg, Clock: opts.Clock, Log: opts.Log,
 		Restored: func(tenant string, resources, cells int) { s.tenants.Restored(tenant, resources, cells) },
+	}); err != nil {
+		return nil, err
+	}
+	if s.retain, err = retention.New(retention.Config{
+		Store: s.store, Policy: cfg.Retention(), Group: storeOpts.Group, Clock: s.clock, Metrics: s.reg, Log: opts.Log,
 	}); err != nil {
 		return nil, err
 	}
@@ -728,9 +735,10 @@ func (s *Server) watchClaim(ctx context.Context) error {
 
 // activeLoops starts what the active server runs in the background — the
 // report flush (the pools' changes written every ReportFlush), the lease
-// journal's compaction every CheckpointInterval, the expiry tick, and the
-// store's probe write every StoreProbeInterval (writeHealth) — and
-// returns a function that stops them and waits.
+// journal's compaction every CheckpointInterval, the expiry tick, the
+// store's probe write every StoreProbeInterval (writeHealth) and the
+// retention rounds every RetentionInterval — and returns a function that
+// stops them and waits.
 func (s *Server) activeLoops(ctx context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -738,6 +746,7 @@ func (s *Server) activeLoops(ctx context.Context) (stop func()) {
 	wg.Go(func() { s.compact(ctx) })
 	wg.Go(func() { s.tick(ctx) })
 	wg.Go(func() { s.writes.run(ctx, s.cfg.StoreProbeInterval, s.watched.ProbeWrite) })
+	wg.Go(func() { s.retain.Run(ctx, s.cfg.RetentionInterval) })
 	if s.shard != nil {
 		wg.Go(func() { s.placementLoop(ctx) })
 	}
@@ -768,6 +777,11 @@ func (s *Server) tick(ctx context.Context) {
 		return true
 	})
 }
+
+// Retain runs one retention round now (for tests and operators): it
+// prunes what the retention settings give up and refreshes the store's
+// size gauges.
+func (s *Server) Retain(ctx context.Context) (retention.Result, error) { return s.retain.Round(ctx) }
 
 // Checkpoint runs one checkpoint round now (for tests and operators).
 func (s *Server) Checkpoint(ctx context.Context) error { return s.cp.Round(ctx) }

@@ -52,6 +52,9 @@ func fileValues(c server.Config) map[string]string {
 		"quarantine_below":        strconv.FormatFloat(c.Policy.QuarantineBelow, 'g', -1, 64),
 		"quarantine_min_evidence": strconv.FormatFloat(c.Policy.QuarantineMinEvidence, 'g', -1, 64),
 		"cooldown_base":           d(c.Policy.CooldownBase), "cooldown_max": d(c.Policy.CooldownMax),
+		"audit_max_age": d(c.AuditMaxAge), "audit_max_rows_per_tenant": strconv.FormatInt(c.AuditMaxRowsPerTenant, 10),
+		"revoked_key_max_age": d(c.RevokedKeyMaxAge), "retention_interval": d(c.RetentionInterval),
+		"retention_batch": strconv.Itoa(c.RetentionBatch),
 	}
 }
 
@@ -82,7 +85,7 @@ func checkUsable(t *testing.T, c server.Config) {
 	for name, d := range map[string]time.Duration{
 		"checkpoint_interval": c.CheckpointInterval, "token_ttl": c.TokenTTL, "operator_token_ttl": c.OperatorTokenTTL,
 		"ha_session_timeout": c.HASessionTimeout, "ha_interval": c.HAInterval, "report_flush": c.ReportFlush, "store_probe_interval": c.StoreProbeInterval, "store_lock_wait": c.StoreLockWait,
-		"placement_interval": c.PlacementInterval,
+		"placement_interval": c.PlacementInterval, "retention_interval": c.RetentionInterval,
 	} {
 		if d <= 0 {
 			t.Fatalf("Load() accepted %s %v, want it refused: it must be positive", name, d)

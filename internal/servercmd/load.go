@@ -62,6 +62,20 @@ func dur(f func(*server.Config) *time.Duration) func(*server.Config, string) err
 	}
 }
 
+// offDur parses a duration, or "off", which it stores as -1ns (keep
+// everything; zero would mean the default).
+func offDur(f func(*server.Config) *time.Duration) func(*server.Config, string) error {
+	return func(c *server.Config, v string) error {
+		if v == "off" {
+			*f(c) = -1
+			return nil
+		}
+		d, err := time.ParseDuration(v)
+		*f(c) = d
+		return err
+	}
+}
+
 func i64(f func(*server.Config) *int64) func(*server.Config, string) error {
 	return func(c *server.Config, v string) error {
 		n, err := strconv.ParseInt(v, 10, 64)
@@ -98,6 +112,19 @@ func bindings() []binding {
 		{"report-flush", "longest time before a report's statistics reach the store (`duration`); a crash loses at most this window", d.ReportFlush.String(), dur(func(c *server.Config) *time.Duration { return &c.ReportFlush })},
 		{"store-probe-interval", "time between the active server's probe writes to its store (`duration`): a store that stops taking writes makes the server not ready within it, and ready again once a probe write succeeds", d.StoreProbeInterval.String(), dur(func(c *server.Config) *time.Duration { return &c.StoreProbeInterval })},
 		{"store-lock-wait", "how long a server without --ha waits for its store when another process holds it (`duration`) — a killed predecessor's lock lasts a few seconds — logging once when it starts and once when it has it, before it gives up", d.StoreLockWait.String(), dur(func(c *server.Config) *time.Duration { return &c.StoreLockWait })},
+		{"audit-max-age", "the active server deletes audit entries older than this (`duration`, or off)", d.AuditMaxAge.String(), offDur(func(c *server.Config) *time.Duration { return &c.AuditMaxAge })},
+		{"audit-max-rows-per-tenant", "the active server deletes a tenant's audit entries beyond its newest `n` (or off)", strconv.FormatInt(d.AuditMaxRowsPerTenant, 10), func(c *server.Config, v string) error {
+			if v == "off" {
+				c.AuditMaxRowsPerTenant = -1
+				return nil
+			}
+			n, err := strconv.ParseInt(v, 10, 64)
+			c.AuditMaxRowsPerTenant = n
+			return err
+		}},
+		{"revoked-key-max-age", "the active server deletes API keys revoked longer ago than this (`duration`, or off)", d.RevokedKeyMaxAge.String(), offDur(func(c *server.Config) *time.Duration { return &c.RevokedKeyMaxAge })},
+		{"retention-interval", "time between the active server's retention rounds, which also refresh the store's size gauges (`duration`)", d.RetentionInterval.String(), dur(func(c *server.Config) *time.Duration { return &c.RetentionInterval })},
+		{"retention-batch", "most rows one retention statement deletes; a round pauses 10ms after each (`n`, 1-10000)", strconv.Itoa(d.RetentionBatch), integer(func(c *server.Config) *int { return &c.RetentionBatch })},
 		{"durable-reports", "answer a report only once its statistics are durable (group-committed)", "false", boolean(func(c *server.Config) *bool { return &c.DurableReports })},
 		{"store-fsync", "sync a SQLite store to disk at every commit: acknowledged writes survive a power loss, not only a crash of the process", "false", boolean(func(c *server.Config) *bool { return &c.StoreFsync })},
 		{"store-shared-files", "open a SQLite store whose files other local users may read (refused by default)", "false", boolean(func(c *server.Config) *bool { return &c.StoreSharedFiles })},

@@ -78,6 +78,25 @@ func TestLoad(t *testing.T) {
 		{"share above 100%", []string{"--default-tenant-share", "101"}, nil, nil, true},
 		{"streams beyond the range", []string{"--max-streams", "1001"}, nil, nil, true},
 		{"no keys", []string{"--max-keys-per-tenant", "-1"}, nil, nil, true},
+		{"retention defaults", nil, nil, func(c server.Config) bool {
+			p := c.Retention()
+			return c.AuditMaxAge == 30*24*time.Hour && c.AuditMaxRowsPerTenant == 100_000 && c.RevokedKeyMaxAge == 30*24*time.Hour &&
+				c.RetentionInterval == time.Minute && c.RetentionBatch == 1000 &&
+				p.AuditMaxAge == c.AuditMaxAge && p.AuditMaxRows == 100_000 && p.RevokedKeyMaxAge == c.RevokedKeyMaxAge && p.Batch == 1000
+		}, false},
+		{"retention off", []string{"--audit-max-age", "off", "--audit-max-rows-per-tenant", "off"}, map[string]string{"REPOOL_REVOKED_KEY_MAX_AGE": "off"},
+			func(c server.Config) bool {
+				p := c.Retention()
+				return c.AuditMaxAge < 0 && c.AuditMaxRowsPerTenant < 0 && c.RevokedKeyMaxAge < 0 && p.AuditMaxAge == 0 && p.AuditMaxRows == 0 && p.RevokedKeyMaxAge == 0
+			}, false},
+		{"retention from a file", []string{"--config", writeFile(t, t.TempDir(), "ret.yaml", "audit_max_age: 168h\naudit_max_rows_per_tenant: off\nretention_batch: 500\n")}, nil,
+			func(c server.Config) bool {
+				return c.AuditMaxAge == 168*time.Hour && c.AuditMaxRowsPerTenant < 0 && c.RetentionBatch == 500
+			}, false},
+		{"audit age below a second", []string{"--audit-max-age", "10ms"}, nil, nil, true},
+		{"audit rows not a number", []string{"--audit-max-rows-per-tenant", "lots"}, nil, nil, true},
+		{"retention batch too big", []string{"--retention-batch", "10001"}, nil, nil, true},
+		{"retention interval too short", []string{"--retention-interval", "100ms"}, nil, nil, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

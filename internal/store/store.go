@@ -173,6 +173,27 @@ type Store interface {
 	// before the given unix-nanosecond time (fenced).
 	PruneLeases(ctx context.Context, before int64) error
 
+	// PruneAudit deletes, in one fenced transaction, up to p.Limit of the
+	// tenant's audit entries that retention gives up: those whose At is
+	// before p.Before (zero: none by age) and those whose ID is at most
+	// p.ThroughID (0: none by count; see AuditCut). It returns how many it
+	// deleted: fewer than p.Limit means none of them is left. ErrInvalid
+	// for a Limit outside 1..MaxPruneBatch. A tenant without such entries
+	// (or unknown, or deleted) deletes nothing.
+	PruneAudit(ctx context.Context, tenantID string, p AuditPrune) (int64, error)
+	// AuditCut returns the ID of the tenant's newest audit entry that is
+	// not among its keep newest ones, so that the entries with IDs up to
+	// it are those beyond keep; 0 when the tenant has at most keep. It
+	// reads and changes nothing.
+	AuditCut(ctx context.Context, tenantID string, keep int64) (int64, error)
+	// PruneRevokedKeys deletes, in one fenced transaction, up to limit of
+	// the tenant's keys revoked before before, and returns how many it
+	// deleted. ErrInvalid for a limit outside 1..MaxPruneBatch.
+	PruneRevokedKeys(ctx context.Context, tenantID string, before time.Time, limit int) (int64, error)
+	// Usage returns how much the store holds: its size and its audit
+	// entries (see Usage). It changes nothing.
+	Usage(ctx context.Context) (Usage, error)
+
 	// Close releases the database handles. Calls after Close fail.
 	Close() error
 }

@@ -189,6 +189,34 @@ type AuditEntry struct {
 	Detail string
 }
 
+// MaxPruneBatch is the most rows one retention statement (PruneAudit,
+// PruneRevokedKeys) deletes: retention runs beside the server's own
+// writes and must not hold the database for long.
+const MaxPruneBatch = 10_000
+
+// AuditPrune selects what PruneAudit deletes of one tenant's audit trail.
+type AuditPrune struct {
+	// Before: entries whose At is before it go. Zero: none by age.
+	Before time.Time
+	// ThroughID: entries whose ID is at most it go (AuditCut gives it
+	// for a bound on the entries kept). 0: none by count.
+	ThroughID int64
+	// Limit is the most entries the call deletes, 1..MaxPruneBatch.
+	Limit int
+}
+
+// Usage is how much a store holds.
+type Usage struct {
+	// Bytes is the store's size: a SQLite store's files on disk (the
+	// database, its write-ahead log and the lease log), an in-memory
+	// one's pages; a PostgreSQL store's tables with their indexes and
+	// TOAST (what repool's schema holds, not the whole database).
+	Bytes int64
+	// AuditRows is the number of audit entries of every tenant, of every
+	// group of servers sharing the store.
+	AuditRows int64
+}
+
 // MaxFencingHWM is the largest fencing high-water mark a store can hold:
 // tokens are stored as signed 64-bit integers. Tokens built as
 // epoch<<40|counter stay below it while the epoch is below 2^23.

@@ -436,3 +436,21 @@ func quote(s string) string {
 	}
 	return fmt.Sprintf("%q", s)
 }
+
+// ValidatePruneLimit checks the batch of a retention statement
+// (PruneAudit, PruneRevokedKeys). The error wraps ErrInvalid.
+func ValidatePruneLimit(limit int) error {
+	if limit < 1 || limit > MaxPruneBatch {
+		return fmt.Errorf("%w: prune limit %d: want 1 to %d rows", ErrInvalid, limit, MaxPruneBatch)
+	}
+	return nil
+}
+
+// Validate checks p's Limit and that its ThroughID is not negative. The
+// error wraps ErrInvalid.
+func (p AuditPrune) Validate() error {
+	if p.ThroughID < 0 {
+		return fmt.Errorf("%w: audit prune: through id %d is negative", ErrInvalid, p.ThroughID)
+	}
+	return ValidatePruneLimit(p.Limit)
+}

@@ -2,9 +2,12 @@ package storetest
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
+	"math"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/repool/repool/internal/store"
 )
@@ -107,6 +110,18 @@ func Fence(t *testing.T, old, successor store.Store) {
 		t.Fatalf("WriteLeases(current writer) = got error %v, want nil", err)
 	}
 
+	// What retention may delete, written while old is the writer.
+	if _, err := old.AppendAudit(ctx, store.AuditEntry{TenantID: "acme", Actor: "x", Action: "kept"}); err != nil {
+		t.Fatalf("AppendAudit(current writer) = got error %v, want nil", err)
+	}
+	d := sha256.Sum256([]byte("fence"))
+	if _, err := old.CreateKey(ctx, store.Key{ID: "k1", TenantID: "acme", Name: "k1", Prefix: "rpk_", Digest: d[:]}); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.RevokeKey(ctx, "acme", "k1"); err != nil {
+		t.Fatal(err)
+	}
+
 	e2, err := successor.BumpEpoch(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -114,11 +129,15 @@ func Fence(t *testing.T, old, successor store.Store) {
 	successor.SetFence(e2)
 	stale := store.Checkpoint{Full: true, FencingHWM: 8, Resources: []store.ResourceRow{{ID: "stale", Capacity: 1}}}
 	_, auditErr := old.AppendAudit(ctx, store.AuditEntry{TenantID: "acme", Actor: "x", Action: "stale"})
+	_, pruneAuditErr := old.PruneAudit(ctx, "acme", store.AuditPrune{ThroughID: math.MaxInt64, Limit: 10})
+	_, pruneKeysErr := old.PruneRevokedKeys(ctx, "acme", time.Now().Add(time.Hour), 10)
 	for name, err := range map[string]error{
-		"SaveCheckpoint": old.SaveCheckpoint(ctx, "acme", stale),
-		"WriteLeases":    old.WriteLeases(ctx, "acme", nil, []uint64{1}),
-		"PruneLeases":    old.PruneLeases(ctx, 1000),
-		"AppendAudit":    auditErr,
+		"SaveCheckpoint":   old.SaveCheckpoint(ctx, "acme", stale),
+		"WriteLeases":      old.WriteLeases(ctx, "acme", nil, []uint64{1}),
+		"PruneLeases":      old.PruneLeases(ctx, 1000),
+		"AppendAudit":      auditErr,
+		"PruneAudit":       pruneAuditErr,
+		"PruneRevokedKeys": pruneKeysErr,
 	} {
 		if !errors.Is(err, store.ErrFenced) {
 			t.Errorf("%s by the deposed writer = got %v, want ErrFenced", name, err)
@@ -132,8 +151,11 @@ func Fence(t *testing.T, old, successor store.Store) {
 	if err != nil || len(leases) != 1 || leases[0].Token != 7 {
 		t.Fatalf("LoadLeases after stale writes = got %+v, %v, want the journaled lease kept", leases, err)
 	}
-	if audit, err := successor.ListAudit(ctx, "acme", 0, 0); err != nil || len(audit) != 0 {
-		t.Fatalf("ListAudit after a stale append = got %+v, %v, want none", audit, err)
+	if audit, err := successor.ListAudit(ctx, "acme", 0, 0); err != nil || len(audit) != 1 || audit[0].Action != "kept" {
+		t.Fatalf("ListAudit after a stale append and prune = got %+v, %v, want the writer's one entry", audit, err)
+	}
+	if keys, err := successor.ListKeys(ctx, "acme"); err != nil || len(keys) != 1 {
+		t.Fatalf("ListKeys after a stale prune = got %+v, %v, want the revoked key kept", keys, err)
 	}
 	if err := successor.SaveCheckpoint(ctx, "acme", stale); err != nil {
 		t.Fatalf("SaveCheckpoint(new writer) = got error %v, want nil", err)

@@ -108,6 +108,9 @@ func Run(t *testing.T, open func(t *testing.T, opts store.Options) store.Store) 
 		{"CheckpointDeletedTenant", testCheckpointDeletedTenant},
 		{"CheckpointConcurrent", testCheckpointConcurrent},
 		{"LeaseJournal", testLeaseJournal},
+		{"AuditRetention", testAuditRetention},
+		{"RevokedKeyRetention", testRevokedKeyRetention},
+		{"Usage", testUsage},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
