@@ -856,8 +856,8 @@ type ContextStats struct {
 	// probe lease is out; its outcome decides).
 	Quarantine string
 	// Latency is the decayed mean latency of the outcomes that carried one
-	// (ReleaseTimed, Report.Latency), 0 if none did; always 0 in
-	// ResourceInfo.Aggregate.
+	// (ReleaseTimed, Report.Latency), to the microsecond, 0 if none did;
+	// always 0 in ResourceInfo.Aggregate.
 	Latency time.Duration
 }
 
@@ -959,7 +959,7 @@ func (p *Pool) infoLocked(idx int32, now int64) ResourceInfo {
 			c := p.cellAt(slot)
 			st := stats(cs.name, c.c, c.consecFail, c.q, now, p.hl)
 			if c.lat.known() {
-				st.Latency = time.Duration(float64(c.lat.mean) * float64(time.Second))
+				st.Latency = time.Duration(float64(c.lat.mean) * float64(time.Second)).Round(time.Microsecond) // kept as a float32
 			}
 			info.Contexts = append(info.Contexts, st)
 		}
