@@ -3,7 +3,8 @@
 //   SIDECAR=http://127.0.0.1:7070 PROVIDER=default node docs/clients/backend.mjs
 //
 // It follows the pool's event stream (server-sent events) while it registers three resources,
-// acquires a lease once, then releases with "next" once per use (one round trip per use). A transient
+// acquires a lease once, then releases with the outcome, the use's measured latency (latency_ms) and
+// "next" once per use (one round trip per use). A transient
 // answer (the sidecar's retry_after_ms says when to come back) is retried, a release's too.
 const base = `${process.env.SIDECAR ?? 'http://127.0.0.1:7070'}/v1/providers/${process.env.PROVIDER ?? 'default'}`;
 const retry = new Set(['no_resource_available', 'rate_limited', 'circuit_open', 'unavailable', 'deadline_exceeded']);
@@ -40,8 +41,9 @@ async function acquire(context) {
 // release releases a lease, retrying a transient answer: safe, since the lease id and fencing token
 // name this one lease. A retry that finds the lease gone (not_found) means an earlier try released it
 // and its answer was lost: released, with no next lease (one granted then expires with its TTL).
-async function release(lease, outcome, next) {
-  const body = { fencing_token: lease.fencing_token, outcome, ...(next ? { next } : {}) };
+// latencyMs, how long the use took, steers a tenant whose objective is success_per_time.
+async function release(lease, outcome, next, latencyMs) {
+  const body = { fencing_token: lease.fencing_token, outcome, ...(latencyMs ? { latency_ms: latencyMs } : {}), ...(next ? { next } : {}) };
   for (let retried = false; ; retried = true) {
     try {
       return await call('POST', `/leases/${lease.lease_id}/release`, body);
@@ -83,6 +85,14 @@ async function events(kinds, want, signal) {
   return seen;
 }
 
+// use stands for the real work done with lease.resource_id: it returns the outcome and how long the
+// work took, in whole milliseconds (at least 1: 0 means not measured).
+async function use(lease, i) {
+  const started = performance.now();
+  await sleep(2);
+  return { ok: i % 5 !== 0, took: Math.max(1, Math.round(performance.now() - started)) };
+}
+
 const stop = new AbortController();
 const watching = events('registered', 3, stop.signal);
 await sleep(200); // let the subscription open before the resources are registered
@@ -92,8 +102,8 @@ let uses = 0;
 let failedNext = 0; let sameAfterFailure = 0; // a FAILURE's next lease: another resource, by default
 const start = calls;
 for (let i = 0; i < 50; i++) {
-  const ok = i % 5 !== 0; // stands for the real work done with lease.resource_id
-  const ans = await release(lease, ok ? 'SUCCESS' : 'FAILURE', { context: 'search', ttl_seconds: 30 });
+  const { ok, took } = await use(lease, i);
+  const ans = await release(lease, ok ? 'SUCCESS' : 'FAILURE', { context: 'search', ttl_seconds: 30 }, took);
   uses++;
   if (ans.next?.lease) {
     if (!ok) {
@@ -107,9 +117,11 @@ for (let i = 0; i < 50; i++) {
   }
 }
 const trips = calls - start;
-await release(lease, 'SUCCESS');
+await release(lease, 'SUCCESS', undefined, (await use(lease, 1)).took);
+const last = (await call('GET', `/resources/${lease.resource_id}`)).resource;
+const latency = last.contexts.find((c) => c.context === 'search')?.latency_ms ?? 0;
 const timer = setTimeout(() => stop.abort(), 10000);
 const seen = await watching;
 clearTimeout(timer);
 const res = (await call('GET', '/resources/js-0')).resource;
-console.log(`node: ${uses} uses in ${trips} round trips; after ${failedNext} failures the next lease was the same resource ${sameAfterFailure} times; ${seen.filter((e) => e.resource_id.startsWith('js-')).length} registered events; js-0 quarantine ${res.quarantine}`);
+console.log(`node: ${uses} uses in ${trips} round trips; after ${failedNext} failures the next lease was the same resource ${sameAfterFailure} times; ${seen.filter((e) => e.resource_id.startsWith('js-')).length} registered events; js-0 quarantine ${res.quarantine}; ${last.id} search latency ${Math.round(latency)} ms`);

@@ -4,7 +4,8 @@
     SIDECAR=http://127.0.0.1:7070 PROVIDER=default python3 docs/clients/backend.py
 
 It registers three resources, acquires a lease once, then uses a resource and releases its lease
-with "next" in one call per use (one round trip per use), and reads a resource's statistics. A
+with its outcome, the use's measured latency (latency_ms) and "next" in one call per use (one round
+trip per use), and reads a resource's statistics. A
 transient answer (the sidecar's retry_after_ms says when to come back) is retried, a release's too.
 """
 import json
@@ -50,11 +51,13 @@ def acquire(context):
             time.sleep(e.retry_after_ms / 1000 or 1)
 
 
-def release(lease, outcome, next_=None):
+def release(lease, outcome, next_=None, latency_ms=0):
     """Releases a lease, retrying a transient answer: safe, since the lease id and fencing token name
     this one lease. A retry that finds the lease gone (not_found) means an earlier try released it and
     its answer was lost: released, with no next lease (one granted then expires with its TTL)."""
     body = {"fencing_token": lease["fencing_token"], "outcome": outcome}
+    if latency_ms:
+        body["latency_ms"] = latency_ms  # how long the use took: steers a success_per_time tenant
     if next_:
         body["next"] = next_
     retried = False
@@ -70,14 +73,23 @@ def release(lease, outcome, next_=None):
             time.sleep(e.retry_after_ms / 1000 or 1)
 
 
+def use(lease, i):
+    """Stands for the real work done with lease["resource_id"]: returns its outcome and how long it
+    took, in whole milliseconds (at least 1: 0 means not measured)."""
+    started = time.monotonic()
+    time.sleep(0.002)
+    ok = i % 5 != 0
+    return ok, max(1, round((time.monotonic() - started) * 1000))
+
+
 def main():
     call("POST", "/resources", {"resources": [{"id": f"py-{i}", "capacity": 2} for i in range(3)]})
     lease, uses = acquire("search"), 0
     failed_next = same_after_failure = 0  # a FAILURE's next lease: another resource, by default
     start = calls
     for i in range(50):
-        ok = i % 5 != 0  # stands for the real work done with lease["resource_id"]
-        ans = release(lease, "SUCCESS" if ok else "FAILURE", {"context": "search", "ttl_seconds": 30})
+        ok, took = use(lease, i)
+        ans = release(lease, "SUCCESS" if ok else "FAILURE", {"context": "search", "ttl_seconds": 30}, took)
         uses += 1
         nxt = ans.get("next", {})
         if "lease" in nxt:
@@ -89,13 +101,17 @@ def main():
             time.sleep(nxt.get("error", {}).get("retry_after_ms", 0) / 1000 or 0.1)
             lease = acquire("search")
     trips = calls - start
-    release(lease, "SUCCESS")
+    _, took = use(lease, 1)
+    release(lease, "SUCCESS", latency_ms=took)
+    last = call("GET", f"/resources/{lease['resource_id']}")["resource"]
+    latency = next((c["latency_ms"] for c in last["contexts"] if c["context"] == "search"), 0)
     res = call("GET", "/resources/py-0")["resource"]
     page = call("GET", "/resources?page_size=2")
     rate = next((c["success_rate"] for c in res["contexts"] if c["context"] == "search"), None)
     print(f"python: {uses} uses in {trips} round trips; after {failed_next} failures the next lease was "
           f"the same resource {same_after_failure} times; py-0 quarantine {res['quarantine']}, "
-          f"search success rate {rate if rate is None else round(rate, 2)}; first page {len(page['resources'])} resources")
+          f"search success rate {rate if rate is None else round(rate, 2)}; first page {len(page['resources'])} resources; "
+          f"{last['id']} search latency {round(latency)} ms")
 
 
 if __name__ == "__main__":

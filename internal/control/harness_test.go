@@ -209,7 +209,7 @@ func (f *fakeHooks) Calls() []string {
 // showLimits prints the limits that are set, the tenant-admin's as
 // "tenant_admin.<field>", "{}" for all defaults.
 func showLimits(l store.Limits) string {
-	m := map[string]float64{}
+	m := map[string]any{}
 	for _, f := range limitFields {
 		if v, ok := f.op(&l).get(); ok {
 			m[f.name] = v
@@ -224,6 +224,9 @@ func showLimits(l store.Limits) string {
 		if v, ok := f.ptr(&l.Policy).get(); ok {
 			m["policy."+f.name] = v
 		}
+	}
+	if l.Policy.Objective != nil {
+		m["policy.objective"] = *l.Policy.Objective
 	}
 	b, _ := json.Marshal(m) // map keys are sorted
 	return string(b)
@@ -240,6 +243,7 @@ var testRules = LimitRules{
 		Policy: store.Policy{
 			HalfLifeSeconds: ptr(int64(3600)), QuarantineAfter: ptr(int64(5)), QuarantineWholeAfter: ptr(int64(20)),
 			QuarantineBelow: ptr(0.1), QuarantineMinEvidence: ptr(10.0), CooldownBaseSeconds: ptr(int64(30)), CooldownMaxSeconds: ptr(int64(3600)),
+			Objective: ptr("success"),
 		},
 	},
 	GlobalResources: 1000, GlobalCells: 6000,

@@ -1,16 +1,19 @@
 package control
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
+	"strings"
 
 	"github.com/repool/repool/internal/pool"
 	"github.com/repool/repool/internal/store"
 )
 
-// A tenant's quarantine and decay policy (docs/control-plane.md): the
+// A tenant's quarantine, decay and objective policy (docs/control-plane.md): the
 // operator and the tenant's admin may set any field within its range; a
 // field left at null is the server-wide default (LimitRules.Defaults.Policy,
 // the flags --half-life, ...). The policy governs only how the tenant's own
@@ -71,7 +74,22 @@ func (r LimitRules) EffectivePolicy(p store.Policy) store.Policy {
 		}
 		f.ptr(&out).set(&v)
 	}
+	out.Objective = p.Objective
+	if out.Objective == nil {
+		out.Objective = d.Objective
+	}
 	return out
+}
+
+// objectives are the values of the policy's objective (pool.Objective).
+var objectives = []string{string(pool.ObjectiveSuccess), string(pool.ObjectiveSuccessPerTime)}
+
+// checkObjective returns a 400 unless o is an objective.
+func checkObjective(o string) error {
+	if !slices.Contains(objectives, o) {
+		return invalidArgument("objective %q is not one of %s (or null for the server default)", o, strings.Join(objectives, ", "))
+	}
+	return nil
 }
 
 // checkPolicy reports the first field of p that is out of range, or a
@@ -82,6 +100,11 @@ func (r LimitRules) checkPolicy(p store.Policy) error {
 			if err := f.check(v, num(v)); err != nil {
 				return err
 			}
+		}
+	}
+	if p.Objective != nil {
+		if err := checkObjective(*p.Objective); err != nil {
+			return err
 		}
 	}
 	eff := r.EffectivePolicy(p)
@@ -108,6 +131,9 @@ func (r LimitRules) validatePolicyDefaults() error {
 	if *d.CooldownMaxSeconds < *d.CooldownBaseSeconds {
 		return errors.New("control: Config.Limits.Defaults.Policy: cooldown_max_seconds is below cooldown_base_seconds")
 	}
+	if d.Objective == nil || !slices.Contains(objectives, *d.Objective) {
+		return fmt.Errorf("control: Config.Limits.Defaults.Policy: objective is not set to one of %s", strings.Join(objectives, ", "))
+	}
 	return nil
 }
 
@@ -121,10 +147,11 @@ type policyJSON struct {
 	QuarantineMinEvidence *float64            `json:"quarantine_min_evidence"`
 	CooldownBaseSeconds   *int64              `json:"cooldown_base_seconds"`
 	CooldownMaxSeconds    *int64              `json:"cooldown_max_seconds"`
+	Objective             *string             `json:"objective"`
 	Effective             effectivePolicyJSON `json:"effective"`
 }
 
-// effectivePolicyJSON is the policy in force, every field a number.
+// effectivePolicyJSON is the policy in force, every field set.
 type effectivePolicyJSON struct {
 	HalfLifeSeconds       int64   `json:"half_life_seconds"`
 	QuarantineAfter       int64   `json:"quarantine_after"`
@@ -133,28 +160,52 @@ type effectivePolicyJSON struct {
 	QuarantineMinEvidence float64 `json:"quarantine_min_evidence"`
 	CooldownBaseSeconds   int64   `json:"cooldown_base_seconds"`
 	CooldownMaxSeconds    int64   `json:"cooldown_max_seconds"`
+	Objective             string  `json:"objective"`
 }
 
 func (r LimitRules) policyToJSON(p store.Policy) policyJSON {
 	e := r.EffectivePolicy(p)
 	return policyJSON{
 		p.HalfLifeSeconds, p.QuarantineAfter, p.QuarantineWholeAfter, p.QuarantineBelow,
-		p.QuarantineMinEvidence, p.CooldownBaseSeconds, p.CooldownMaxSeconds,
+		p.QuarantineMinEvidence, p.CooldownBaseSeconds, p.CooldownMaxSeconds, p.Objective,
 		effectivePolicyJSON{*e.HalfLifeSeconds, *e.QuarantineAfter, *e.QuarantineWholeAfter, *e.QuarantineBelow,
-			*e.QuarantineMinEvidence, *e.CooldownBaseSeconds, *e.CooldownMaxSeconds},
+			*e.QuarantineMinEvidence, *e.CooldownBaseSeconds, *e.CooldownMaxSeconds, *e.Objective},
 	}
 }
 
 // policyRequest is the body of PUT .../policy: any of the fields. A field
 // that is left out keeps its value; null resets it to the server default.
 type policyRequest struct {
-	HalfLifeSeconds       optional `json:"half_life_seconds"`
-	QuarantineAfter       optional `json:"quarantine_after"`
-	QuarantineWholeAfter  optional `json:"quarantine_whole_after"`
-	QuarantineBelow       optional `json:"quarantine_below"`
-	QuarantineMinEvidence optional `json:"quarantine_min_evidence"`
-	CooldownBaseSeconds   optional `json:"cooldown_base_seconds"`
-	CooldownMaxSeconds    optional `json:"cooldown_max_seconds"`
+	HalfLifeSeconds       optional       `json:"half_life_seconds"`
+	QuarantineAfter       optional       `json:"quarantine_after"`
+	QuarantineWholeAfter  optional       `json:"quarantine_whole_after"`
+	QuarantineBelow       optional       `json:"quarantine_below"`
+	QuarantineMinEvidence optional       `json:"quarantine_min_evidence"`
+	CooldownBaseSeconds   optional       `json:"cooldown_base_seconds"`
+	CooldownMaxSeconds    optional       `json:"cooldown_max_seconds"`
+	Objective             optionalString `json:"objective"`
+}
+
+// optionalString is a string field of a request that null resets and
+// absence leaves alone.
+type optionalString struct {
+	set bool
+	v   *string // nil for null
+}
+
+// UnmarshalJSON implements json.Unmarshaler, as optional's does.
+func (o *optionalString) UnmarshalJSON(b []byte) error {
+	o.set = true
+	if string(b) == "null" {
+		o.v = nil
+		return nil
+	}
+	var v string
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	o.v = &v
+	return nil
 }
 
 // fields returns the request's fields in policyFields order.
@@ -169,6 +220,14 @@ func showPolicy(v float64, ok bool) string {
 		return num(v)
 	}
 	return "default"
+}
+
+// showObjective shows an objective in the audit trail.
+func showObjective(o *string) string {
+	if o == nil {
+		return "default"
+	}
+	return *o
 }
 
 // getPolicy serves GET /api/v1/tenants/{id}/policy.
@@ -195,7 +254,12 @@ func (a *API) putPolicy(w http.ResponseWriter, r *http.Request, c caller) error 
 	if err := decodeBody(w, r, &req); err != nil {
 		return err
 	}
-	given := false
+	given := req.Objective.set
+	if req.Objective.v != nil {
+		if err := checkObjective(*req.Objective.v); err != nil {
+			return err
+		}
+	}
 	for i, o := range req.fields() {
 		if !o.set {
 			continue
@@ -208,7 +272,7 @@ func (a *API) putPolicy(w http.ResponseWriter, r *http.Request, c caller) error 
 		}
 	}
 	if !given {
-		return invalidArgument("no policy given; set any of half_life_seconds, quarantine_after, quarantine_whole_after, quarantine_below, quarantine_min_evidence, cooldown_base_seconds, cooldown_max_seconds (null: the server default)")
+		return invalidArgument("no policy given; set any of half_life_seconds, quarantine_after, quarantine_whole_after, quarantine_below, quarantine_min_evidence, cooldown_base_seconds, cooldown_max_seconds, objective (null: the server default)")
 	}
 
 	merged, err := a.updateLimits(r.Context(), c, id, "policy", actionPolicyPut, func(prev store.Limits) (store.Limits, []string, error) {
@@ -223,6 +287,10 @@ func (a *API) putPolicy(w http.ResponseWriter, r *http.Request, c caller) error 
 			f.ptr(&merged.Policy).set(o.v)
 			nv, has := f.ptr(&merged.Policy).get()
 			shown = append(shown, fmt.Sprintf("%s %s -> %s", f.name, showPolicy(old, had), showPolicy(nv, has)))
+		}
+		if req.Objective.set {
+			merged.Policy.Objective = req.Objective.v
+			shown = append(shown, fmt.Sprintf("objective %s -> %s", showObjective(prev.Policy.Objective), showObjective(req.Objective.v)))
 		}
 		return merged, shown, a.cfg.Limits.checkPolicy(merged.Policy)
 	})

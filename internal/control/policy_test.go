@@ -26,16 +26,24 @@ func TestPutPolicy(t *testing.T) {
 	}{
 		{"operator sets two", op, `{"quarantine_after":3,"cooldown_base_seconds":10}`,
 			`{"burst":7,"policy.cooldown_base_seconds":10,"policy.quarantine_after":3}`,
-			`{"half_life_seconds":3600,"quarantine_after":3,"quarantine_whole_after":20,"quarantine_below":0.1,"quarantine_min_evidence":10,"cooldown_base_seconds":10,"cooldown_max_seconds":3600}`,
+			`{"half_life_seconds":3600,"quarantine_after":3,"quarantine_whole_after":20,"quarantine_below":0.1,"quarantine_min_evidence":10,"cooldown_base_seconds":10,"cooldown_max_seconds":3600,"objective":"success"}`,
 			"quarantine_after default -> 3, cooldown_base_seconds default -> 10"},
 		{"tenant-admin sets its own, keeps the rest", admin, `{"half_life_seconds":600,"quarantine_below":-1,"quarantine_min_evidence":2.5}`,
 			`{"burst":7,"policy.cooldown_base_seconds":10,"policy.half_life_seconds":600,"policy.quarantine_after":3,"policy.quarantine_below":-1,"policy.quarantine_min_evidence":2.5}`,
-			`{"half_life_seconds":600,"quarantine_after":3,"quarantine_whole_after":20,"quarantine_below":-1,"quarantine_min_evidence":2.5,"cooldown_base_seconds":10,"cooldown_max_seconds":3600}`,
+			`{"half_life_seconds":600,"quarantine_after":3,"quarantine_whole_after":20,"quarantine_below":-1,"quarantine_min_evidence":2.5,"cooldown_base_seconds":10,"cooldown_max_seconds":3600,"objective":"success"}`,
 			"half_life_seconds default -> 600, quarantine_below default -> -1, quarantine_min_evidence default -> 2.5"},
 		{"null resets to the server default", admin, `{"quarantine_after":null,"cooldown_max_seconds":60,"quarantine_whole_after":4}`,
 			`{"burst":7,"policy.cooldown_base_seconds":10,"policy.cooldown_max_seconds":60,"policy.half_life_seconds":600,"policy.quarantine_below":-1,"policy.quarantine_min_evidence":2.5,"policy.quarantine_whole_after":4}`,
-			`{"half_life_seconds":600,"quarantine_after":5,"quarantine_whole_after":20,"quarantine_below":-1,"quarantine_min_evidence":2.5,"cooldown_base_seconds":10,"cooldown_max_seconds":60}`,
+			`{"half_life_seconds":600,"quarantine_after":5,"quarantine_whole_after":20,"quarantine_below":-1,"quarantine_min_evidence":2.5,"cooldown_base_seconds":10,"cooldown_max_seconds":60,"objective":"success"}`,
 			"quarantine_after 3 -> default, quarantine_whole_after default -> 4, cooldown_max_seconds default -> 60"},
+		{"tenant-admin chooses the time objective", admin, `{"objective":"success_per_time"}`,
+			`{"burst":7,"policy.cooldown_base_seconds":10,"policy.cooldown_max_seconds":60,"policy.half_life_seconds":600,"policy.objective":"success_per_time","policy.quarantine_below":-1,"policy.quarantine_min_evidence":2.5,"policy.quarantine_whole_after":4}`,
+			`{"half_life_seconds":600,"quarantine_after":5,"quarantine_whole_after":4,"quarantine_below":-1,"quarantine_min_evidence":2.5,"cooldown_base_seconds":10,"cooldown_max_seconds":60,"objective":"success_per_time"}`,
+			"objective default -> success_per_time"},
+		{"null resets the objective", admin, `{"objective":null}`,
+			`{"burst":7,"policy.cooldown_base_seconds":10,"policy.cooldown_max_seconds":60,"policy.half_life_seconds":600,"policy.quarantine_below":-1,"policy.quarantine_min_evidence":2.5,"policy.quarantine_whole_after":4}`,
+			`{"half_life_seconds":600,"quarantine_after":5,"quarantine_whole_after":4,"quarantine_below":-1,"quarantine_min_evidence":2.5,"cooldown_base_seconds":10,"cooldown_max_seconds":60,"objective":"success"}`,
+			"objective success_per_time -> default"},
 	}
 	// The third case's effective quarantine_whole_after is 4.
 	tests[2].effective = strings.Replace(tests[2].effective, `"quarantine_whole_after":20`, `"quarantine_whole_after":4`, 1)
@@ -77,7 +85,17 @@ func TestPutPolicy(t *testing.T) {
 	if l, _ := h.real.GetLimits(context.Background(), "a"); l.Policy.HalfLifeSeconds == nil || *l.Policy.HalfLifeSeconds != 600 {
 		t.Errorf("policy after PUT .../limits = got %s, want half_life_seconds 600 kept", showLimits(l))
 	}
+	// An unknown objective is refused in our words, and changes nothing.
+	before := h.snapshot()
+	bad := h.do("PUT", "/api/v1/tenants/a/policy", admin, `{"objective":"fastest"}`)
+	if bad.status != 400 || !strings.Contains(bad.errorMessage(), `objective "fastest" is not one of success, success_per_time`) {
+		t.Errorf("PUT .../policy objective fastest = got %d %s, want 400 naming the objectives", bad.status, bad.body)
+	}
+	h.unchanged("PUT .../policy with an unknown objective", before)
 	r := h.mustDo("GET", "/api/v1/tenants/a/policy", admin, "", 200, nil)
+	if !strings.Contains(r.body, `"objective":`) {
+		t.Errorf("GET .../policy = got %s, without field objective", r.body)
+	}
 	for _, f := range policyFields {
 		if !strings.Contains(r.body, `"`+f.name+`":`) {
 			t.Errorf("GET .../policy = got %s, without field %s", r.body, f.name)

@@ -379,6 +379,9 @@ func toOutcome(o repoolv1.Outcome) (pool.Outcome, error) {
 	return 0, fmt.Errorf("%w: outcome %d is not SUCCESS, FAILURE or BLOCKED", pool.ErrInvalidArgument, int32(o))
 }
 
+// latency converts a request's latency_ms; the pool checks its range.
+func latency(ms uint32) time.Duration { return time.Duration(ms) * time.Millisecond }
+
 // Release ends a lease; an outcome that creates a cell takes from the
 // tenant's cell budget first.
 func (s *Service) Release(ctx context.Context, req *repoolv1.ReleaseRequest) (*repoolv1.ReleaseResponse, error) {
@@ -399,7 +402,7 @@ func (s *Service) Release(ctx context.Context, req *repoolv1.ReleaseRequest) (*r
 	if err != nil {
 		return nil, err
 	}
-	if _, err := p.Release(id, req.GetFencingToken(), outcome); err != nil {
+	if _, err := p.ReleaseTimed(id, req.GetFencingToken(), outcome, latency(req.GetLatencyMs())); err != nil {
 		return nil, err
 	}
 	if s.cfg.Journal != nil {
@@ -436,7 +439,7 @@ func (s *Service) releaseNext(ctx context.Context, tenant string, p *pool.Pool, 
 	if err != nil {
 		return nil, err
 	}
-	_, l, nextErr, err := p.ReleaseNext(id, req.GetFencingToken(), outcome,
+	_, l, nextErr, err := p.ReleaseNextTimed(id, req.GetFencingToken(), outcome, latency(req.GetLatencyMs()),
 		pool.Next{Context: n.GetContext(), TTL: ttl, Labels: n.GetLabels(), Exclude: n.GetExclude(), KeepFailed: n.GetKeepFailed()})
 	if err != nil {
 		return nil, err
@@ -497,7 +500,8 @@ func (s *Service) Report(ctx context.Context, req *repoolv1.ReportRequest) (*rep
 	if err != nil {
 		return nil, err
 	}
-	rep := pool.Report{Resource: req.GetResourceId(), Context: req.GetContext(), Outcome: outcome, Token: req.GetFencingToken()}
+	rep := pool.Report{Resource: req.GetResourceId(), Context: req.GetContext(), Outcome: outcome, Token: req.GetFencingToken(),
+		Latency: latency(req.GetLatencyMs())}
 	if req.GetLeaseId() != "" {
 		if rep.LeaseID, err = parseLeaseID(req.GetLeaseId()); err != nil {
 			return nil, err
@@ -525,6 +529,7 @@ func toStats(c pool.ContextStats) *repoolv1.ContextStats {
 	return &repoolv1.ContextStats{
 		Context: c.Context, Successes: c.Successes, Failures: c.Failures, SuccessRate: c.SuccessRate,
 		ConsecutiveFailures: int32(c.ConsecutiveFailures), BlockedUntil: ts(c.BlockedUntil), Quarantine: c.Quarantine,
+		LatencyMs: float64(c.Latency) / float64(time.Millisecond),
 	}
 }
 

@@ -17,7 +17,8 @@ const dueBudget = 64
 const maxRounds = 4
 
 // Acquire leases, for the context, the resource most likely to succeed now
-// among those with free capacity that are not quarantined and carry every
+// (under ObjectiveSuccessPerTime: expected to bring the most successes per
+// unit of time) among those with free capacity that are not quarantined and carry every
 // label of selector (nil selects all).
 //
 // A resource whose quarantine cooldown has ended is handed out first, as a
@@ -137,7 +138,8 @@ func (p *Pool) acquire(context string, ttl time.Duration, selector map[string]st
 	return p.grant(s.best, context, ttl, probeNone, 0, now), nil
 }
 
-// picker keeps the best Thompson draw seen so far.
+// picker keeps the best Thompson draw seen so far (scaled by the
+// candidate's rate under ObjectiveSuccessPerTime).
 type picker struct {
 	best      int32
 	bestScore float64
@@ -184,16 +186,21 @@ func (p *Pool) score(s *picker, b *batch, ctx int32, now int64, selector map[str
 		}
 	}
 	var alpha, beta [maxBatch]float64
+	var rate [maxBatch]float64 // under ObjectiveSuccessPerTime: 1 / expected latency
 	for i := 0; i < b.n; i++ {
 		if !ok[i] {
 			continue
 		}
+		var c *cell
 		if slot[i] >= 0 {
-			c := p.cellAt(slot[i])
+			c = p.cellAt(slot[i])
 			ok[i] = c.q.state == qNone
 			alpha[i], beta[i] = c.c.at(now, p.hl)
 		} else {
 			alpha[i], beta[i] = prior(p.res[b.idx[i]].agg, now, p.hl, p.cfg.PriorWeight)
+		}
+		if p.perTime {
+			rate[i] = 1 / p.expectedLatency(c, ctx)
 		}
 	}
 	// Draw first from the candidate with the best mean, then only from
@@ -203,7 +210,9 @@ func (p *Pool) score(s *picker, b *batch, ctx int32, now int64, selector map[str
 	// won with probability under 0.14% when both its counts exceed 12 (its
 	// draw is then normal), and under 1.9% otherwise: the most skewed
 	// posteriors, Beta(1, n) as n grows, have a tail beyond 3 sd that tends
-	// to e⁻⁴ ≈ 1.83%.
+	// to e⁻⁴ ≈ 1.83%. Under ObjectiveSuccessPerTime every draw, mean and
+	// bound is scaled by the candidate's rate (1 / expected latency) before
+	// it is compared, which leaves the argument unchanged.
 	var ub [maxBatch]float64
 	first, bestMean := -1, -1.0
 	for i := 0; i < b.n; i++ {
@@ -214,6 +223,9 @@ func (p *Pool) score(s *picker, b *batch, ctx int32, now int64, selector map[str
 		n := a + bb
 		m := a / n
 		ub[i] = m + 3*math.Sqrt(a*bb/(n*n*(n+1)))
+		if p.perTime {
+			m, ub[i] = m*rate[i], ub[i]*rate[i]
+		}
 		if m > bestMean {
 			first, bestMean = i, m
 		}
@@ -228,7 +240,11 @@ func (p *Pool) score(s *picker, b *batch, ctx int32, now int64, selector map[str
 		} else if k == first || !ok[k] || ub[k] <= s.bestScore {
 			continue
 		}
-		if x := sampleBeta(p.rng, 1+alpha[i], 1+beta[i]); x > s.bestScore {
+		x := sampleBeta(p.rng, 1+alpha[i], 1+beta[i])
+		if p.perTime {
+			x *= rate[i]
+		}
+		if x > s.bestScore {
 			s.best, s.bestScore = b.idx[i], x
 		}
 	}

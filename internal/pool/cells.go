@@ -29,6 +29,7 @@ type cell struct {
 	live       bool // the slot holds a cell
 	dirty      bool // the slot is listed in Pool.dirtyCells
 	lead       bool // the resource is on the context's leader board
+	lat        latency
 }
 
 // cellAt returns the cell in slot.

@@ -88,6 +88,10 @@ type Config struct {
 	// Rand is the source of randomness for sampling and jitter; it is used
 	// under the pool's lock only. Default a PCG seeded from the runtime.
 	Rand rand.Source
+	// Objective is what Acquire maximises: ObjectiveSuccess (the success
+	// probability) or ObjectiveSuccessPerTime (successes per unit of time,
+	// from the latencies outcomes carry). Default ObjectiveSuccess.
+	Objective Objective
 	// Gate, when set, is charged for every resource and cell the pool
 	// creates and refunded for every one it removes, under the pool's lock
 	// (see the package doc). Default none: nothing is charged.
@@ -140,6 +144,7 @@ func (c Config) WithDefaults() Config {
 		CooldownJitter:            0.2,
 		EventBuffer:               256,
 		EventHistory:              4096,
+		Objective:                 ObjectiveSuccess,
 	})
 	if c.Clock == nil {
 		c.Clock = clock.NewAnchored(0)
@@ -179,11 +184,11 @@ func (c Config) Validate() error {
 	case c.EventHistory < 1:
 		return fmt.Errorf("%w: EventHistory %d is below 1", ErrInvalidArgument, c.EventHistory)
 	}
-	return nil
+	return checkObjective(c.Objective)
 }
 
 // Policy is the part of Config that a running pool can change
-// (SetPolicy): quarantine and decay. The zero value of a field means its
+// (SetPolicy): quarantine, decay and the objective. The zero value of a field means its
 // default, as in Config.
 type Policy struct {
 	HalfLife                  time.Duration
@@ -193,6 +198,7 @@ type Policy struct {
 	QuarantineMinEvidence     float64
 	CooldownBase              time.Duration
 	CooldownMax               time.Duration
+	Objective                 Objective
 }
 
 // The ranges of a policy that a server takes from its flags and from a
@@ -209,12 +215,12 @@ const (
 	MaxCooldownMax               = 30 * 24 * time.Hour
 )
 
-// Policy returns c's quarantine and decay fields.
+// Policy returns c's quarantine, decay and objective fields.
 func (c Config) Policy() Policy {
 	return Policy{
 		HalfLife: c.HalfLife, FailuresToQuarantine: c.FailuresToQuarantine, FailuresToQuarantineWhole: c.FailuresToQuarantineWhole,
 		QuarantineBelow: c.QuarantineBelow, QuarantineMinEvidence: c.QuarantineMinEvidence,
-		CooldownBase: c.CooldownBase, CooldownMax: c.CooldownMax,
+		CooldownBase: c.CooldownBase, CooldownMax: c.CooldownMax, Objective: c.Objective,
 	}
 }
 
@@ -223,5 +229,6 @@ func (c Config) WithPolicy(pol Policy) Config {
 	c.HalfLife, c.FailuresToQuarantine, c.FailuresToQuarantineWhole = pol.HalfLife, pol.FailuresToQuarantine, pol.FailuresToQuarantineWhole
 	c.QuarantineBelow, c.QuarantineMinEvidence = pol.QuarantineBelow, pol.QuarantineMinEvidence
 	c.CooldownBase, c.CooldownMax = pol.CooldownBase, pol.CooldownMax
+	c.Objective = pol.Objective
 	return c
 }

@@ -16,8 +16,8 @@ func validValue(s string) bool {
 	return len(s) <= MaxIDLen && utf8.ValidString(s) && !strings.ContainsRune(s, 0)
 }
 
-// FuzzRequests feeds arbitrary ids, contexts, capacities, TTLs and outcomes
-// to the pool: every call either succeeds or fails with ErrInvalidArgument
+// FuzzRequests feeds arbitrary ids, contexts, capacities, TTLs, latencies
+// and outcomes to the pool: every call either succeeds or fails with ErrInvalidArgument
 // exactly when the input breaks a documented rule, and a rejected call leaves
 // the pool as it was.
 func FuzzRequests(f *testing.F) {
@@ -60,6 +60,10 @@ func FuzzRequests(f *testing.F) {
 
 		_, err = p.Report(Report{Resource: "existing", Context: ctx, Outcome: Outcome(outcome)})
 		check("Report", err, validName(ctx) && outcome >= 1 && outcome <= 3)
+
+		// The TTL's value doubles as a latency.
+		_, err = p.Report(Report{Resource: "existing", Context: "c", Outcome: Success, Latency: d})
+		check("Report(latency)", err, d >= 0 && d <= MaxLatency)
 
 		_, err = p.Report(Report{Resource: id, Context: "c", Outcome: Success})
 		if errors.Is(err, ErrNotFound) {

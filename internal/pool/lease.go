@@ -55,21 +55,13 @@ func (p *Pool) Renew(id, token uint64, ttl time.Duration) (Lease, error) {
 // unknown outcome and ErrOverBudget when the outcome would create a cell
 // the Gate refuses (the lease is then not released).
 func (p *Pool) Release(id, token uint64, outcome Outcome) (created bool, err error) {
-	if err := checkOutcome(outcome, true); err != nil {
-		return false, err
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if err := p.closedErr(); err != nil {
-		return false, err
-	}
-	_, created, err = p.releaseLocked(id, token, outcome, p.clock.Now().UnixNano())
-	return created, err
+	return p.ReleaseTimed(id, token, outcome, 0)
 }
 
-// releaseLocked is Release once the outcome is checked, under the write
-// lock of an open pool. It also returns the released resource's slot.
-func (p *Pool) releaseLocked(id, token uint64, outcome Outcome, now int64) (res int32, created bool, err error) {
+// releaseLocked is ReleaseTimed once the outcome and latency are checked,
+// under the write lock of an open pool. It also returns the released
+// resource's slot.
+func (p *Pool) releaseLocked(id, token uint64, outcome Outcome, latency time.Duration, now int64) (res int32, created bool, err error) {
 	l, err := p.lookupLease(id, token, now)
 	if err != nil {
 		return -1, false, err
@@ -82,7 +74,9 @@ func (p *Pool) releaseLocked(id, token uint64, outcome Outcome, now int64) (res 
 				return -1, false, err
 			}
 		}
-		created = p.record(l.res, p.contextID(l.context), outcome, now)
+		ctx := p.contextID(l.context)
+		created = p.record(l.res, ctx, outcome, now)
+		p.recordLatency(l.res, ctx, latency, now)
 	}
 	p.endLease(id, l)
 	return l.res, created, nil
@@ -116,7 +110,16 @@ type Next struct {
 // Acquire's error for it (an *ExhaustedError when nothing is free), and err
 // is nil. When err is set (Release's errors), nothing was done.
 func (p *Pool) ReleaseNext(id, token uint64, outcome Outcome, next Next) (created bool, l Lease, nextErr, err error) {
+	return p.ReleaseNextTimed(id, token, outcome, 0, next)
+}
+
+// ReleaseNextTimed is ReleaseNext with the latency of the released lease's
+// use, recorded with its outcome as ReleaseTimed records it.
+func (p *Pool) ReleaseNextTimed(id, token uint64, outcome Outcome, latency time.Duration, next Next) (created bool, l Lease, nextErr, err error) {
 	if err := checkOutcome(outcome, true); err != nil {
+		return false, Lease{}, nil, err
+	}
+	if err := checkLatency(latency, outcome); err != nil {
 		return false, Lease{}, nil, err
 	}
 	if err := validID("next.context", next.Context); err != nil {
@@ -139,7 +142,7 @@ func (p *Pool) ReleaseNext(id, token uint64, outcome Outcome, next Next) (create
 		return false, Lease{}, nil, err
 	}
 	now := p.clock.Now().UnixNano()
-	res, created, err := p.releaseLocked(id, token, outcome, now)
+	res, created, err := p.releaseLocked(id, token, outcome, latency, now)
 	if err != nil {
 		return false, Lease{}, nil, err
 	}

@@ -109,6 +109,8 @@ type Pool struct {
 	removed    []string
 
 	bus *bus
+
+	perTime bool // the objective is ObjectiveSuccessPerTime
 }
 
 // Counters are cumulative counts since New (not restored by Restore).
@@ -215,6 +217,7 @@ type contextState struct {
 	nlead   int
 	probes  []int32 // resources whose cell cooldown ended, FIFO
 	explore reservoir
+	lat     latency // over the context's cells: for a cell not yet timed
 }
 
 // reservoir is a rotating sample of the resources with free capacity.
@@ -256,6 +259,8 @@ func New(cfg Config) (*Pool, error) {
 		bus:   newBus(cfg.EventBuffer, cfg.EventHistory),
 		ids:   newIDIndex(),
 		gate:  cfg.Gate,
+
+		perTime: cfg.Objective == ObjectiveSuccessPerTime,
 	}
 	p.reset()
 	return p, nil
@@ -726,13 +731,13 @@ func (p *Pool) SetMaxLeases(n int) {
 	p.mu.Unlock()
 }
 
-// SetPolicy changes the pool's quarantine and decay policy live, or
+// SetPolicy changes the pool's quarantine, decay and objective policy live, or
 // returns an error naming the bad field and changes nothing. Later
 // outcomes are judged by the new thresholds, against the consecutive
 // failures already counted; statistics are decayed lazily, so the time
 // since each one's last update is weighed at the new half-life;
 // quarantines already running keep their end, and the next one uses the
-// new cooldowns.
+// new cooldowns; a new objective ranks the leader boards again at once.
 func (p *Pool) SetPolicy(pol Policy) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -746,6 +751,11 @@ func (p *Pool) SetPolicy(pol Policy) error {
 	p.cfg.FailuresToQuarantine, p.cfg.FailuresToQuarantineWhole = c.FailuresToQuarantine, c.FailuresToQuarantineWhole
 	p.cfg.QuarantineBelow, p.cfg.QuarantineMinEvidence = c.QuarantineBelow, c.QuarantineMinEvidence
 	p.cfg.CooldownBase, p.cfg.CooldownMax = c.CooldownBase, c.CooldownMax
+	p.cfg.Objective = c.Objective
+	if perTime := c.Objective == ObjectiveSuccessPerTime; perTime != p.perTime {
+		p.perTime = perTime
+		p.rescoreLeaders()
+	}
 	return nil
 }
 
@@ -845,6 +855,10 @@ type ContextStats struct {
 	// over; the next Acquire that fits gets a probe lease) or ...Probing (a
 	// probe lease is out; its outcome decides).
 	Quarantine string
+	// Latency is the decayed mean latency of the outcomes that carried one
+	// (ReleaseTimed, Report.Latency), to the microsecond, 0 if none did;
+	// always 0 in ResourceInfo.Aggregate.
+	Latency time.Duration
 }
 
 // Quarantine states, as ContextStats.Quarantine and
@@ -943,7 +957,11 @@ func (p *Pool) infoLocked(idx int32, now int64) ResourceInfo {
 	for ci, cs := range p.ctxs {
 		if slot := p.findCell(idx, int32(ci)); slot >= 0 {
 			c := p.cellAt(slot)
-			info.Contexts = append(info.Contexts, stats(cs.name, c.c, c.consecFail, c.q, now, p.hl))
+			st := stats(cs.name, c.c, c.consecFail, c.q, now, p.hl)
+			if c.lat.known() {
+				st.Latency = time.Duration(float64(c.lat.mean) * float64(time.Second)).Round(time.Microsecond) // kept as a float32
+			}
+			info.Contexts = append(info.Contexts, st)
 		}
 	}
 	sort.Slice(info.Contexts, func(i, j int) bool { return info.Contexts[i].Context < info.Contexts[j].Context })

@@ -15,6 +15,8 @@ type Report struct {
 	Outcome  Outcome
 	LeaseID  uint64
 	Token    uint64
+	// Latency is how long the use took, 0 if not measured (ReleaseTimed).
+	Latency time.Duration
 }
 
 // Report records an outcome. It creates the cell for the resource and
@@ -87,7 +89,9 @@ func (p *Pool) Report(rep Report) (created bool, err error) {
 	if !known {
 		ctx = p.contextID(rep.Context)
 	}
-	return p.record(idx, ctx, rep.Outcome, now), nil
+	created = p.record(idx, ctx, rep.Outcome, now)
+	p.recordLatency(idx, ctx, rep.Latency, now)
+	return created, nil
 }
 
 // subjectOf returns an ErrInvalidArgument unless the lease l, which rep
@@ -112,7 +116,10 @@ func (rep Report) check() error {
 	if (rep.LeaseID == 0) != (rep.Token == 0) {
 		return fmt.Errorf("%w: lease_id and fencing_token go together: give both or neither", ErrInvalidArgument)
 	}
-	return checkOutcome(rep.Outcome, false)
+	if err := checkOutcome(rep.Outcome, false); err != nil {
+		return err
+	}
+	return checkLatency(rep.Latency, rep.Outcome)
 }
 
 // record applies one outcome for the interned context ctx and reports
@@ -254,7 +261,7 @@ func (p *Pool) endCooldown(until int64, e cooldown) {
 }
 
 // updateLeader keeps the context's leader board: up to maxLeaders resources
-// with the best posterior mean seen at their last report, sorted best
+// with the best score (leaderScore) seen at their last report, sorted best
 // first. A quarantined cell leaves it. c.lead says whether the cell's
 // resource is on the board, so that the common report, on a resource that
 // is not and does not join, reads no more than the board's last entry.
@@ -273,7 +280,7 @@ func (p *Pool) updateLeader(ctx, idx int32, c *cell) {
 	if c.q.state != qNone {
 		return
 	}
-	score := mean(c.c.a, c.c.b)
+	score := p.leaderScore(c, ctx)
 	if cs.nlead == maxLeaders {
 		if score <= cs.leaders[maxLeaders-1].score {
 			return

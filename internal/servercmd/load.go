@@ -10,6 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/repool/repool/internal/pool"
 	"github.com/repool/repool/internal/server"
 	"github.com/repool/repool/internal/yamlerr"
 )
@@ -158,6 +159,10 @@ func bindings() []binding {
 		}},
 		{"cooldown-base", "quarantine and decay policy: the first quarantine's length, doubled at each relapse; a probe lease follows it (`duration`)", d.Policy.CooldownBase.String(), dur(func(c *server.Config) *time.Duration { return &c.Policy.CooldownBase })},
 		{"cooldown-max", "quarantine and decay policy: the longest quarantine (`duration`)", d.Policy.CooldownMax.String(), dur(func(c *server.Config) *time.Duration { return &c.Policy.CooldownMax })},
+		{"objective", "what every tenant's pool maximises unless the tenant's policy says: success (the success probability) or success_per_time (successes per unit of time, from the latency_ms outcomes carry) (`name`)", string(d.Policy.Objective), func(c *server.Config, v string) error {
+			c.Policy.Objective = pool.Objective(v)
+			return nil
+		}},
 		{"shutdown-grace", "bound on the graceful drain at shutdown (`duration`)", d.ShutdownGrace.String(), dur(func(c *server.Config) *time.Duration { return &c.ShutdownGrace })},
 		{"http-read-header-timeout", "HTTP: time to receive a request's headers (`duration`)", d.HTTP.ReadHeaderTimeout.String(), dur(func(c *server.Config) *time.Duration { return &c.HTTP.ReadHeaderTimeout })},
 		{"http-read-timeout", "HTTP: time to receive a whole request, body included (`duration`)", d.HTTP.ReadTimeout.String(), dur(func(c *server.Config) *time.Duration { return &c.HTTP.ReadTimeout })},

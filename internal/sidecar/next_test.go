@@ -147,3 +147,36 @@ func TestCapacityZeroIsRefused(t *testing.T) {
 		t.Fatalf("capacity left out = %v, want 1", res["capacity"])
 	}
 }
+
+// TestLatencyThroughTheSidecar: latency_ms on a release (with next) and a
+// report reaches the server, whose resource then shows the mean; a latency
+// without an outcome is the server's 400, in its words.
+func TestLatencyThroughTheSidecar(t *testing.T) {
+	addr, key := realServer(t)
+	h := start(t, config.Config{Providers: map[string]config.Provider{"demo": {Endpoint: addr, APIKey: key}}}, sidecar.Options{})
+	const p = "/v1/providers/demo"
+	h.do("POST", p+"/resources", `{"resources":[{"id":"proxy-1"}]}`)
+	r := h.do("POST", p+"/acquire", `{"context":"search","ttl_seconds":30}`)
+	lease, _ := r.body["lease"].(map[string]any)
+	if r.status != 200 || lease == nil {
+		t.Fatalf("acquire = %d %s", r.status, r.raw)
+	}
+	path := p + "/leases/" + lease["lease_id"].(string) + "/release"
+	r = h.do("POST", path, fmt.Sprintf(`{"fencing_token":%q,"latency_ms":120}`, lease["fencing_token"]))
+	if r.status != 400 || !strings.Contains(string(r.raw), "latency needs an outcome") {
+		t.Fatalf("release with a latency and no outcome = %d %s, want 400 saying it needs an outcome", r.status, r.raw)
+	}
+	r = h.do("POST", path, fmt.Sprintf(`{"fencing_token":%q,"outcome":"SUCCESS","latency_ms":100,"next":{"context":"search","ttl_seconds":30}}`, lease["fencing_token"]))
+	if r.status != 200 {
+		t.Fatalf("release with latency_ms and next = %d %s", r.status, r.raw)
+	}
+	if r = h.do("POST", p+"/reports", `{"resource_id":"proxy-1","context":"search","outcome":"FAILURE","latency_ms":300}`); r.status != 200 {
+		t.Fatalf("report with latency_ms = %d %s", r.status, r.raw)
+	}
+	r = h.do("GET", p+"/resources/proxy-1", "")
+	res, _ := r.body["resource"].(map[string]any)
+	ctxs, _ := res["contexts"].([]any)
+	if r.status != 200 || len(ctxs) != 1 || ctxs[0].(map[string]any)["latency_ms"] != 200.0 {
+		t.Fatalf("resource = %d %s, want the search context's latency_ms 200 (the mean of 100 and 300)", r.status, r.raw)
+	}
+}

@@ -108,6 +108,9 @@ type Policy struct {
 	// relapse up to CooldownMaxSeconds.
 	CooldownBaseSeconds *int64
 	CooldownMaxSeconds  *int64
+	// Objective: what the tenant's pool's Acquire maximises, "success" or
+	// "success_per_time" (pool.Objective).
+	Objective *string
 }
 
 // AdminLimits are the values a tenant-admin set for its own tenant, each at

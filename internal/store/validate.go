@@ -148,6 +148,9 @@ func (l Limits) Validate() error {
 		}
 	}
 	p := l.Policy
+	if p.Objective != nil && *p.Objective != "success" && *p.Objective != "success_per_time" {
+		return fmt.Errorf("%w: limits: policy.objective %q, want success or success_per_time", ErrInvalid, *p.Objective)
+	}
 	for _, f := range []struct {
 		name string
 		v    *int64

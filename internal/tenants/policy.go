@@ -11,7 +11,7 @@ import (
 	"github.com/repool/repool/internal/store"
 )
 
-// Policy is a quarantine and decay policy: the server-wide one that every
+// Policy is a quarantine, decay and objective policy: the server-wide one that every
 // tenant's pool starts with (flags --half-life, --quarantine-after, ...),
 // overlaid with a tenant's own values (ForTenant). It is the pool's
 // (pool.Policy), with the server's ranges (Validate) and its conversions
@@ -43,6 +43,8 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("config: cooldown_base %v: want %s to %s", p.CooldownBase, short(pool.MinCooldown), short(pool.MaxCooldownBase))
 	case p.CooldownMax < p.CooldownBase || p.CooldownMax > pool.MaxCooldownMax:
 		return fmt.Errorf("config: cooldown_max %v: want cooldown_base (%v) to %s (30 days)", p.CooldownMax, p.CooldownBase, short(pool.MaxCooldownMax))
+	case p.Objective != pool.ObjectiveSuccess && p.Objective != pool.ObjectiveSuccessPerTime:
+		return fmt.Errorf("config: objective %q: want %s or %s", p.Objective, pool.ObjectiveSuccess, pool.ObjectiveSuccessPerTime)
 	}
 	return nil
 }
@@ -72,6 +74,9 @@ func (p Policy) ForTenant(t store.Policy) Policy {
 	}
 	sec(&p.CooldownBase, t.CooldownBaseSeconds)
 	sec(&p.CooldownMax, t.CooldownMaxSeconds)
+	if t.Objective != nil {
+		p.Objective = pool.Objective(*t.Objective)
+	}
 	return p
 }
 
@@ -82,14 +87,14 @@ func (p Policy) Stored() store.Policy {
 	p = PolicyDefaults(p)
 	secs := func(d time.Duration) *int64 { v := int64(d / time.Second); return &v }
 	whole := func(n int) *int64 { v := int64(n); return &v }
-	below, evidence := p.QuarantineBelow, p.QuarantineMinEvidence
+	below, evidence, objective := p.QuarantineBelow, p.QuarantineMinEvidence, string(p.Objective)
 	if below < 0 {
 		below = -1
 	}
 	return store.Policy{
 		HalfLifeSeconds: secs(p.HalfLife), QuarantineAfter: whole(p.FailuresToQuarantine), QuarantineWholeAfter: whole(p.FailuresToQuarantineWhole),
 		QuarantineBelow: &below, QuarantineMinEvidence: &evidence,
-		CooldownBaseSeconds: secs(p.CooldownBase), CooldownMaxSeconds: secs(p.CooldownMax),
+		CooldownBaseSeconds: secs(p.CooldownBase), CooldownMaxSeconds: secs(p.CooldownMax), Objective: &objective,
 	}
 }
 

@@ -17,6 +17,15 @@
 //
 // with each strategy's success rate in percent. The simulation is package
 // loadtest/sim/quality.
+//
+// The jobs mode simulates a realistic job instead (package
+// loadtest/sim/jobs): 8 workers running 3,000 jobs through twelve
+// resources, good, mediocre and bad, some 10× slower, one turning bad
+// halfway; it compares the pool under both objectives (success and
+// success_per_time) with round robin, random and an oracle:
+//
+//	go run ./loadtest/sim jobs            # seeds 1-5, under a second
+//	go run ./loadtest/sim jobs -seeds 20
 package main
 
 import (
@@ -26,10 +35,23 @@ import (
 	"os"
 	"os/signal"
 
+	"github.com/repool/repool/loadtest/sim/jobs"
 	"github.com/repool/repool/loadtest/sim/quality"
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "jobs" {
+		cfg, seeds, err := jobs.ParseFlags(flag.NewFlagSet("sim jobs", flag.ExitOnError), os.Args[2:])
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "sim jobs:", err)
+			os.Exit(2)
+		}
+		if err := jobs.Run(cfg, seeds, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "sim jobs:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	cfg, err := quality.ParseFlags(flag.CommandLine, os.Args[1:])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sim:", err)

@@ -30,6 +30,10 @@ import (
 
 var demoKeyRE = regexp.MustCompile(`demo API key:\s+(\S+)`)
 
+// timedRE is how a client says the latency the pool keeps for the
+// resource of its last lease: a whole number of milliseconds, 2 or more.
+var timedRE = regexp.MustCompile(`-\d search latency ([2-9]|[1-9]\d+) ms`)
+
 // stack starts the real server (SQLite, loopback, its first-start demo
 // tenant) and a sidecar holding the demo key as provider "default", until
 // the test ends, and returns the sidecar's base URL.
@@ -131,6 +135,11 @@ func TestClients(t *testing.T) {
 					if !strings.Contains(string(out), w) {
 						t.Errorf("%s printed %q, want it to say %q", c.name, out, w)
 					}
+				}
+				// Each use sends its measured latency: the resource of the
+				// last lease shows a mean of at least the 2 ms of work.
+				if !timedRE.Match(out) {
+					t.Errorf("%s printed %q, want it to say the last resource's search latency, at least 2 ms", c.name, out)
 				}
 				if inj != nil && inj.injected.Load() != 2 {
 					t.Errorf("the proxy answered %d releases itself, want 2", inj.injected.Load())

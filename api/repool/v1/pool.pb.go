@@ -960,7 +960,12 @@ type ReleaseRequest struct {
 	// Optional: lease the next resource in the same call, as Acquire would.
 	// Its fields are checked before anything changes (a bad one is
 	// INVALID_ARGUMENT and the lease is not released).
-	Next          *NextLease `protobuf:"bytes,4,opt,name=next,proto3" json:"next,omitempty"`
+	Next *NextLease `protobuf:"bytes,4,opt,name=next,proto3" json:"next,omitempty"`
+	// Optional: how long the lease's use took, in milliseconds (0: not
+	// measured), at most 86400000 (24 hours). It needs an outcome and is
+	// recorded with it; a tenant whose objective is success_per_time is
+	// leased the resources that bring the most successes per unit of time.
+	LatencyMs     uint32 `protobuf:"varint,5,opt,name=latency_ms,json=latencyMs,proto3" json:"latency_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1021,6 +1026,13 @@ func (x *ReleaseRequest) GetNext() *NextLease {
 		return x.Next
 	}
 	return nil
+}
+
+func (x *ReleaseRequest) GetLatencyMs() uint32 {
+	if x != nil {
+		return x.LatencyMs
+	}
+	return 0
 }
 
 // NextLease asks Release for the next lease: the fields of an AcquireRequest.
@@ -1332,8 +1344,11 @@ type ReportRequest struct {
 	// Optional, together with fencing_token: when set, the report must match
 	// a live lease of this resource and context. One without the other is
 	// INVALID_ARGUMENT.
-	LeaseId       string `protobuf:"bytes,4,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
-	FencingToken  uint64 `protobuf:"varint,5,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	LeaseId      string `protobuf:"bytes,4,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	FencingToken uint64 `protobuf:"varint,5,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	// Optional: how long the use took, in milliseconds (0: not measured), as
+	// ReleaseRequest.latency_ms.
+	LatencyMs     uint32 `protobuf:"varint,6,opt,name=latency_ms,json=latencyMs,proto3" json:"latency_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1399,6 +1414,13 @@ func (x *ReportRequest) GetLeaseId() string {
 func (x *ReportRequest) GetFencingToken() uint64 {
 	if x != nil {
 		return x.FencingToken
+	}
+	return 0
+}
+
+func (x *ReportRequest) GetLatencyMs() uint32 {
+	if x != nil {
+		return x.LatencyMs
 	}
 	return 0
 }
@@ -1759,7 +1781,10 @@ type ContextStats struct {
 	// the cooldown.
 	BlockedUntil *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=blocked_until,json=blockedUntil,proto3" json:"blocked_until,omitempty"`
 	// Quarantine for this context, as ResourceInfo.quarantine.
-	Quarantine    string `protobuf:"bytes,7,opt,name=quarantine,proto3" json:"quarantine,omitempty"`
+	Quarantine string `protobuf:"bytes,7,opt,name=quarantine,proto3" json:"quarantine,omitempty"`
+	// The decayed mean latency, in milliseconds, of the outcomes that carried
+	// one; 0 if none did (and always 0 in ResourceInfo.aggregate).
+	LatencyMs     float64 `protobuf:"fixed64,8,opt,name=latency_ms,json=latencyMs,proto3" json:"latency_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1841,6 +1866,13 @@ func (x *ContextStats) GetQuarantine() string {
 		return x.Quarantine
 	}
 	return ""
+}
+
+func (x *ContextStats) GetLatencyMs() float64 {
+	if x != nil {
+		return x.LatencyMs
+	}
+	return 0
 }
 
 type SubscribeEventsRequest struct {
@@ -2049,12 +2081,14 @@ const file_repool_v1_pool_proto_rawDesc = "" +
 	"\vttl_seconds\x18\x03 \x01(\x05R\n" +
 	"ttlSeconds\"7\n" +
 	"\rRenewResponse\x12&\n" +
-	"\x05lease\x18\x01 \x01(\v2\x10.repool.v1.LeaseR\x05lease\"\xa8\x01\n" +
+	"\x05lease\x18\x01 \x01(\v2\x10.repool.v1.LeaseR\x05lease\"\xc7\x01\n" +
 	"\x0eReleaseRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x04R\ffencingToken\x12,\n" +
 	"\aoutcome\x18\x03 \x01(\x0e2\x12.repool.v1.OutcomeR\aoutcome\x12(\n" +
-	"\x04next\x18\x04 \x01(\v2\x14.repool.v1.NextLeaseR\x04next\"\xf6\x01\n" +
+	"\x04next\x18\x04 \x01(\v2\x14.repool.v1.NextLeaseR\x04next\x12\x1d\n" +
+	"\n" +
+	"latency_ms\x18\x05 \x01(\rR\tlatencyMs\"\xf6\x01\n" +
 	"\tNextLease\x12\x18\n" +
 	"\acontext\x18\x01 \x01(\tR\acontext\x12\x1f\n" +
 	"\vttl_seconds\x18\x02 \x01(\x05R\n" +
@@ -2078,14 +2112,16 @@ const file_repool_v1_pool_proto_rawDesc = "" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12$\n" +
 	"\x0eretry_after_ms\x18\x03 \x01(\x05R\fretryAfterMs\x12\x10\n" +
 	"\x03why\x18\x04 \x01(\tR\x03why\x125\n" +
-	"\bfrees_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\afreesAt\"\xb8\x01\n" +
+	"\bfrees_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\afreesAt\"\xd7\x01\n" +
 	"\rReportRequest\x12\x1f\n" +
 	"\vresource_id\x18\x01 \x01(\tR\n" +
 	"resourceId\x12\x18\n" +
 	"\acontext\x18\x02 \x01(\tR\acontext\x12,\n" +
 	"\aoutcome\x18\x03 \x01(\x0e2\x12.repool.v1.OutcomeR\aoutcome\x12\x19\n" +
 	"\blease_id\x18\x04 \x01(\tR\aleaseId\x12#\n" +
-	"\rfencing_token\x18\x05 \x01(\x04R\ffencingToken\"\x10\n" +
+	"\rfencing_token\x18\x05 \x01(\x04R\ffencingToken\x12\x1d\n" +
+	"\n" +
+	"latency_ms\x18\x06 \x01(\rR\tlatencyMs\"\x10\n" +
 	"\x0eReportResponse\"$\n" +
 	"\x12GetResourceRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"J\n" +
@@ -2111,7 +2147,7 @@ const file_repool_v1_pool_proto_rawDesc = "" +
 	"quarantine\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x99\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb8\x02\n" +
 	"\fContextStats\x12\x18\n" +
 	"\acontext\x18\x01 \x01(\tR\acontext\x12\x1c\n" +
 	"\tsuccesses\x18\x02 \x01(\x01R\tsuccesses\x12\x1a\n" +
@@ -2121,7 +2157,9 @@ const file_repool_v1_pool_proto_rawDesc = "" +
 	"\rblocked_until\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\fblockedUntil\x12\x1e\n" +
 	"\n" +
 	"quarantine\x18\a \x01(\tR\n" +
-	"quarantine\"a\n" +
+	"quarantine\x12\x1d\n" +
+	"\n" +
+	"latency_ms\x18\b \x01(\x01R\tlatencyMs\"a\n" +
 	"\x16SubscribeEventsRequest\x12*\n" +
 	"\x05kinds\x18\x01 \x03(\x0e2\x14.repool.v1.EventKindR\x05kinds\x12\x1b\n" +
 	"\tafter_seq\x18\x02 \x01(\x04R\bafterSeq\"\xc2\x01\n" +

@@ -4,7 +4,8 @@
 //	SIDECAR=http://127.0.0.1:7070 PROVIDER=default go run ./docs/clients/go
 //
 // It registers three resources, acquires a lease once, then releases with
-// "next" once per use (one round trip per use) and reads a resource back. A
+// the outcome, the use's measured latency (latency_ms) and "next" once per
+// use (one round trip per use) and reads a resource back. A
 // transient answer (the sidecar's retry_after_ms says when to come back) is
 // retried, a release's too.
 package main
@@ -113,8 +114,14 @@ type Next struct {
 // lease id and fencing token name this one lease. A retry that finds the
 // lease gone (not_found) means an earlier try released it and its answer was
 // lost: released, with no next lease (one granted then expires with its TTL).
-func release(lease Lease, outcome string, next map[string]any) (Next, error) {
+//
+// took, how long the use took, steers a tenant whose objective is
+// success_per_time; 0 sends none.
+func release(lease Lease, outcome string, took time.Duration, next map[string]any) (Next, error) {
 	body := map[string]any{"fencing_token": lease.FencingToken, "outcome": outcome}
+	if took > 0 {
+		body["latency_ms"] = max(1, took.Round(time.Millisecond).Milliseconds())
+	}
 	if next != nil {
 		body["next"] = next
 	}
@@ -151,6 +158,18 @@ func acquire(context string) (Lease, error) {
 	}
 }
 
+// use stands for the real work done with lease.ResourceID: it returns the
+// outcome and how long the work took.
+func use(lease Lease, i int) (outcome string, took time.Duration) {
+	started := time.Now()
+	time.Sleep(2 * time.Millisecond)
+	outcome = "SUCCESS"
+	if i%5 == 0 {
+		outcome = "FAILURE"
+	}
+	return outcome, time.Since(started)
+}
+
 func main() {
 	var reg struct{ Registered, Existing int }
 	res := []map[string]any{{"id": "go-0", "capacity": 2}, {"id": "go-1", "capacity": 2}, {"id": "go-2", "capacity": 2}}
@@ -164,11 +183,8 @@ func main() {
 	uses, start := 0, calls
 	failedNext, sameAfterFailure := 0, 0 // a FAILURE's next lease: another resource, by default
 	for i := 0; i < 50; i++ {
-		outcome := "SUCCESS" // stands for the real work done with lease.ResourceID
-		if i%5 == 0 {
-			outcome = "FAILURE"
-		}
-		next, err := release(lease, outcome, map[string]any{"context": "search", "ttl_seconds": 30})
+		outcome, took := use(lease, i)
+		next, err := release(lease, outcome, took, map[string]any{"context": "search", "ttl_seconds": 30})
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -192,20 +208,35 @@ func main() {
 		}
 	}
 	trips := calls - start
-	if _, err := release(lease, "SUCCESS", nil); err != nil {
+	_, took := use(lease, 1)
+	if _, err := release(lease, "SUCCESS", took, nil); err != nil {
 		log.Fatal(err)
 	}
-	var got struct {
+	type resource struct {
 		Resource struct {
+			ID         string
 			Quarantine string
 			Contexts   []struct {
 				Context     string
 				SuccessRate float64 `json:"success_rate"`
+				LatencyMS   float64 `json:"latency_ms"`
 			}
 		}
 	}
+	var last resource
+	if err := call("GET", "/resources/"+lease.ResourceID, nil, &last); err != nil {
+		log.Fatal(err)
+	}
+	latency := 0.0
+	for _, c := range last.Resource.Contexts {
+		if c.Context == "search" {
+			latency = c.LatencyMS
+		}
+	}
+	var got resource
 	if err := call("GET", "/resources/go-0", nil, &got); err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("go: %d uses in %d round trips; after %d failures the next lease was the same resource %d times; go-0 quarantine %s, %d contexts\n", uses, trips, failedNext, sameAfterFailure, got.Resource.Quarantine, len(got.Resource.Contexts))
+	fmt.Printf("go: %d uses in %d round trips; after %d failures the next lease was the same resource %d times; go-0 quarantine %s, %d contexts; %s search latency %.0f ms\n",
+		uses, trips, failedNext, sameAfterFailure, got.Resource.Quarantine, len(got.Resource.Contexts), last.Resource.ID, latency)
 }

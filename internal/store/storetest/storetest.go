@@ -515,7 +515,7 @@ func testLimits(t *testing.T, h *harness) {
 			Policy: store.Policy{
 				HalfLifeSeconds: ptr(int64(600)), QuarantineAfter: ptr(int64(3)), QuarantineWholeAfter: ptr(int64(9)),
 				QuarantineBelow: ptr(-1.0), QuarantineMinEvidence: ptr(12.5),
-				CooldownBaseSeconds: ptr(int64(10)), CooldownMaxSeconds: ptr(int64(3600)),
+				CooldownBaseSeconds: ptr(int64(10)), CooldownMaxSeconds: ptr(int64(3600)), Objective: ptr("success_per_time"),
 			},
 		}},
 		{name: "only a policy", limits: store.Limits{Policy: store.Policy{QuarantineAfter: ptr(int64(2)), QuarantineBelow: ptr(0.25)}}},
@@ -533,6 +533,8 @@ func testLimits(t *testing.T, h *harness) {
 		{name: "negative policy cooldown", limits: store.Limits{Policy: store.Policy{CooldownMaxSeconds: ptr(int64(-3))}}, wantErr: store.ErrInvalid},
 		{name: "NaN policy threshold", limits: store.Limits{Policy: store.Policy{QuarantineBelow: ptr(math.NaN())}}, wantErr: store.ErrInvalid},
 		{name: "infinite policy evidence", limits: store.Limits{Policy: store.Policy{QuarantineMinEvidence: ptr(math.Inf(1))}}, wantErr: store.ErrInvalid},
+		{name: "only an objective", limits: store.Limits{Policy: store.Policy{Objective: ptr("success")}}},
+		{name: "unknown objective", limits: store.Limits{Policy: store.Policy{Objective: ptr("fastest")}}, wantErr: store.ErrInvalid},
 	}
 	want := store.Limits{}
 	for _, tc := range tests {
