@@ -55,7 +55,7 @@ func fileValues(c server.Config) map[string]string {
 		"audit_max_age": d(c.AuditMaxAge), "audit_max_rows_per_tenant": strconv.FormatInt(c.AuditMaxRowsPerTenant, 10),
 		"revoked_key_max_age": d(c.RevokedKeyMaxAge), "retention_interval": d(c.RetentionInterval),
 		"retention_batch": strconv.Itoa(c.RetentionBatch),
-		"objective": string(c.Policy.Objective),
+		"objective":       string(c.Policy.Objective),
 	}
 }
 
