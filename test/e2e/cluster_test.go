@@ -359,8 +359,8 @@ func (c *cluster) inventory() string {
 			prio = 200
 		}
 		d := filepath.Join(c.dir, h.name)
-		fmt.Fprintf(&b, "  - {name: %s, address: %s, priority: %d, state: %s, stats_socket: %s, notify_log: %s}\n",
-			h.name, h.addr, prio, state, filepath.Join(d, "admin.sock"), filepath.Join(d, "notify.log"))
+		fmt.Fprintf(&b, "  - {name: %s, address: %s, priority: %d, state: %s, stats_socket: %s, notify_log: %s, state_metrics: %s}\n",
+			h.name, h.addr, prio, state, filepath.Join(d, "admin.sock"), filepath.Join(d, "notify.log"), filepath.Join(d, "keepalived.prom"))
 	}
 	fmt.Fprintf(&b, "servers:\n")
 	servers := []host{hostS1, hostS2, hostS3}
