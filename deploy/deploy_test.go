@@ -197,6 +197,7 @@ func TestMakeCerts(t *testing.T) {
 	verify("haproxy-client.pem", "haproxy-client.pem", "haproxy")
 	verify("postgres.crt", "postgres.key", "10.0.0.31")
 	verify("sidecar.crt", "sidecar.key", "sidecar")
+	verify("prometheus.crt", "prometheus.key", "prometheus")
 	if _, err := verify("server1.crt", "server1.key").Verify(x509.VerifyOptions{DNSName: "10.0.0.22", Roots: roots}); err == nil {
 		t.Error("server1.crt verifies for server 2's address, want only its own")
 	}

@@ -8,13 +8,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
 	"github.com/repool/repool/internal/auth"
@@ -62,12 +61,13 @@ func (s *Service) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo
 		}
 		return resp, nil
 	}
+	start := time.Now()
 	resp, err := s.checkedUnary(ctx, req, info.FullMethod, h)
 	if err != nil {
 		err = toStatus(s.log, err)
 		resp = nil
 	}
-	s.count(info.FullMethod, err)
+	s.count(info.FullMethod, err, start)
 	return resp, err
 }
 
@@ -87,26 +87,11 @@ func (s *Service) checkedUnary(ctx context.Context, req any, method string, h gr
 	return h(ctx, req)
 }
 
-// count counts a data-plane answer by method and code. The counters of
-// successful answers, nearly all of them, are looked up once per method.
-func (s *Service) count(method string, err error) {
-	if err == nil {
-		if c, ok := s.okCounters.Load(method); ok {
-			c.(prometheus.Counter).Inc()
-			return
-		}
-		c := s.requests.WithLabelValues(method, codes.OK.String())
-		s.okCounters.Store(method, c)
-		c.Inc()
-		return
-	}
-	s.requests.WithLabelValues(method, status.Code(err).String()).Inc()
-}
-
 func (s *Service) countStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	start := time.Now()
 	err := h(srv, ss)
 	if guarded(info.FullMethod) {
-		s.count(info.FullMethod, err)
+		s.count(info.FullMethod, err, start)
 	}
 	return err
 }

@@ -106,13 +106,14 @@ func (s *Service) leaseCall(ctx context.Context, call *repoolv1.LeaseCall) (*rep
 		// newer client): no reply could say which call it answers.
 		return nil, status.Error(codes.InvalidArgument, "a lease call sets none of acquire, release, report, renew")
 	}
+	start := time.Now()
 	reply, err := s.leaseCallChecked(ctx, method, call)
 	if err == nil {
-		s.count(method, nil)
+		s.count(method, nil, start)
 		return reply, nil
 	}
 	st := toStatus(s.log, err)
-	s.count(method, st)
+	s.count(method, st, start)
 	code := status.Code(st)
 	if endsStream(code) {
 		return nil, st

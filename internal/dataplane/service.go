@@ -13,7 +13,6 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -130,7 +129,8 @@ type Service struct {
 
 	tokensIssued prometheus.Counter
 	requests     *prometheus.CounterVec
-	okCounters   sync.Map // method → requests' counter of code OK
+	duration     *prometheus.HistogramVec
+	ok           map[string]okSeries // method → its series of code OK; read-only after New
 }
 
 var (
@@ -168,12 +168,10 @@ func New(cfg Config) (*Service, error) {
 		tokensIssued: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "repool_auth_tokens_issued_total", Help: "Bearer tokens issued by AuthService.IssueToken.",
 		}),
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "repool_grpc_requests_total", Help: "Data-plane calls by method and gRPC code.",
-		}, []string{"method", "code"}),
 	}
+	s.requests, s.duration, s.ok = newRED()
 	if cfg.Metrics != nil {
-		for _, c := range []prometheus.Collector{s.tokensIssued, s.requests, s.streams.gauge, s.leaseStreams.gauge} {
+		for _, c := range []prometheus.Collector{s.tokensIssued, s.requests, s.duration, s.streams.gauge, s.leaseStreams.gauge} {
 			if err := cfg.Metrics.Register(c); err != nil {
 				return nil, fmt.Errorf("dataplane: registering metrics: %w", err)
 			}

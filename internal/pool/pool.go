@@ -123,6 +123,9 @@ type Counters struct {
 	Quarantined   uint64
 	Recovered     uint64
 	DroppedEvents uint64 // subscribers disconnected for being slow
+	// Outcomes counts Reports by outcome, indexed by Outcome (Success,
+	// Failure, Blocked; index 0 stays 0).
+	Outcomes [Blocked + 1]uint64
 }
 
 // tokenBits is how many low bits of a fencing token or lease id count

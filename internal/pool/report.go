@@ -139,6 +139,7 @@ func (p *Pool) record(idx, ctx int32, o Outcome, now int64) (created bool) {
 	c.c.add(now, p.hl, success)
 	r.agg.add(now, p.hl, success)
 	p.counters.Reports++
+	p.counters.Outcomes[o]++
 	if success {
 		c.consecFail, r.consecFail = 0, 0
 	} else {

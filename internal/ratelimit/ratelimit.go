@@ -349,6 +349,10 @@ func (l *Limiter) Set(tenant string, rps float64, burst int) error {
 		}
 		return fmt.Errorf("%w: setting the rate limit of tenant %q: %w", ErrBackend, tenant, err)
 	}
+	// The tenant's counters exist, at 0, from its first limit on: an
+	// alert's increase() sees its first refusal.
+	l.rejected.WithLabelValues(tenant)
+	l.faults.WithLabelValues(tenant)
 	return nil
 }
 

@@ -469,11 +469,15 @@ func TestForget(t *testing.T) {
 	if err := l.Set("a", 1, 1); err != nil {
 		t.Fatalf("Set() = %v", err)
 	}
+	// Set makes the tenant's counters, at 0, before any refusal.
+	if rej, faults := testutil.CollectAndCount(l.rejected), testutil.CollectAndCount(l.faults); rej != 1 || faults != 1 {
+		t.Errorf("series after Set = got %d rejected, %d errors; want 1 each", rej, faults)
+	}
 	mustAllow(t, l, "a", acquire)
 	wantRefused(t, l, "a", acquire, ReasonRateLimited, time.Second)
 	l.Forget("a")
-	if got := testutil.CollectAndCount(l.rejected); got != 0 {
-		t.Errorf("repool_ratelimit_rejected_total series after Forget = got %d, want 0", got)
+	if got := testutil.CollectAndCount(l.rejected) + testutil.CollectAndCount(l.faults); got != 0 {
+		t.Errorf("repool_ratelimit_rejected_total and _errors_total series after Forget = got %d, want 0", got)
 	}
 	// A full bucket at the defaults.
 	for range DefaultBurst {

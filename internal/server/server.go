@@ -480,6 +480,7 @@ func (s *Server) listen() error {
 		if s.tls, err = tlsconf.NewServer(files); err != nil {
 			return err
 		}
+		s.reg.MustRegister(s.tls.Collector())
 	}
 	// The gRPC listener shares its bound among tenants: a connection
 	// belongs to the tenant of its first authenticated call (the data

@@ -159,6 +159,9 @@ func New(cfg config.Config, opts Options) (_ *Sidecar, err error) {
 	if err := opts.Registry.Register(refused); err != nil {
 		return nil, err
 	}
+	if err := opts.Registry.Register(certExpiry{s}); err != nil {
+		return nil, err
+	}
 	if s.ln, err = listen(cfg, refused.Inc); err != nil {
 		return nil, err
 	}

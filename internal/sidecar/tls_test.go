@@ -7,6 +7,7 @@ import (
 	"github.com/repool/repool/internal/sidecar"
 	"github.com/repool/repool/internal/sidecar/config"
 	"github.com/repool/repool/internal/sidecar/resilience"
+	"github.com/repool/repool/internal/tlsconf"
 	"github.com/repool/repool/internal/tlsconf/tlstest"
 )
 
@@ -109,5 +110,41 @@ func TestTLSReload(t *testing.T) {
 	}
 	if r := h.do("POST", "/v1/providers/p/resources", `{"resources":[{"id":"proxy-1"}]}`); r.status != 200 {
 		t.Fatalf("register after the reload = %d %s, want 200", r.status, r.raw)
+	}
+}
+
+// TestCertExpiryMetric: repool_tls_cert_expiry_timestamp_seconds says when
+// each provider's client certificate and CA expire, follows a reload, and
+// has no series for a provider without TLS files.
+func TestCertExpiryMetric(t *testing.T) {
+	ca, clients := tlstest.NewCA(t, "server CA"), tlstest.NewCA(t, "clients CA")
+	addr, key := tlsServer(t, ca, clients)
+	soon := time.Now().Add(5 * time.Hour).Truncate(time.Second)
+	first := clients.IssueValid("sidecar", time.Now().Add(-time.Hour), soon)
+	h := start(t, config.Config{Providers: map[string]config.Provider{
+		"p":     tlsProvider(addr, key, ca, "repool.test", &first),
+		"plain": {Endpoint: addr, APIKey: key, Timeout: 2 * time.Second},
+	}}, sidecar.Options{})
+	const name = "repool_tls_cert_expiry_timestamp_seconds"
+	caExpiry, err := tlsconf.EarliestExpiry("ca", ca.PEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := h.metric(name, map[string]string{"provider": "p", "cert": "client"}); got != float64(soon.Unix()) {
+		t.Errorf("client certificate expiry = %v, want %d", got, soon.Unix())
+	}
+	if got := h.metric(name, map[string]string{"provider": "p", "cert": "ca"}); got != float64(caExpiry.Unix()) {
+		t.Errorf("CA expiry = %v, want %d", got, caExpiry.Unix())
+	}
+	if got := h.metric(name, map[string]string{"provider": "plain"}); got != 0 {
+		t.Errorf("a provider without TLS files has expiry series summing to %v, want none", got)
+	}
+	later := soon.Add(time.Hour)
+	renewed := clients.IssueValid("sidecar", time.Now().Add(-time.Hour), later)
+	if err := h.s.Apply(one("p", tlsProvider(addr, key, ca, "repool.test", &renewed))); err != nil {
+		t.Fatalf("Apply(a renewed client certificate) = %v", err)
+	}
+	if got := h.metric(name, map[string]string{"provider": "p", "cert": "client"}); got != float64(later.Unix()) {
+		t.Errorf("client certificate expiry after the reload = %v, want %d", got, later.Unix())
 	}
 }

@@ -48,10 +48,11 @@ func (f Files) Validate(prefix string) error {
 
 // material is one loaded generation of a server's files.
 type material struct {
-	cert     tls.Certificate
-	clients  *x509.CertPool // nil: no client certificates asked for
-	notAfter time.Time
-	stamp    string // the files' sizes and modification times
+	cert       tls.Certificate
+	clients    *x509.CertPool // nil: no client certificates asked for
+	notAfter   time.Time
+	caNotAfter time.Time // the earliest NotAfter among clients' CAs
+	stamp      string    // the files' sizes and modification times
 }
 
 // Server serves a certificate pair that it can re-read. Make one with
@@ -122,6 +123,9 @@ func load(f Files) (*material, error) {
 	m := &material{cert: cert, notAfter: leaf.NotAfter, stamp: stamp}
 	if f.ClientCAFile != "" {
 		if m.clients, err = LoadPool(f.ClientCAFile); err != nil {
+			return nil, err
+		}
+		if m.caNotAfter, err = earliestExpiryFile(f.ClientCAFile); err != nil {
 			return nil, err
 		}
 	}

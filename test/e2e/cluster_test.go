@@ -72,6 +72,10 @@ type server struct {
 	p    *proc
 }
 
+// stateMetricsFile is the name of an LB host's state_metrics file in its
+// directory.
+const stateMetricsFile = "keepalived.prom"
+
 // lb is one load-balancer host: HAProxy and Keepalived.
 type lb struct {
 	host       host
@@ -80,8 +84,11 @@ type lb struct {
 	kaConf     string
 	socket     string // HAProxy stats socket
 	notifyLog  string
-	haproxy    *proc
-	keepalived *proc
+	// stateMetrics is the file notify.sh rewrites with the VRRP state
+	// (inventory lb_hosts[].state_metrics).
+	stateMetrics string
+	haproxy      *proc
+	keepalived   *proc
 }
 
 // claimRun starts a run of an e2e test: it checks that the test runs as
@@ -359,8 +366,8 @@ func (c *cluster) inventory() string {
 			prio = 200
 		}
 		d := filepath.Join(c.dir, h.name)
-		fmt.Fprintf(&b, "  - {name: %s, address: %s, priority: %d, state: %s, stats_socket: %s, notify_log: %s}\n",
-			h.name, h.addr, prio, state, filepath.Join(d, "admin.sock"), filepath.Join(d, "notify.log"))
+		fmt.Fprintf(&b, "  - {name: %s, address: %s, priority: %d, state: %s, stats_socket: %s, notify_log: %s, state_metrics: %s}\n",
+			h.name, h.addr, prio, state, filepath.Join(d, "admin.sock"), filepath.Join(d, "notify.log"), filepath.Join(d, stateMetricsFile))
 	}
 	fmt.Fprintf(&b, "servers:\n")
 	servers := []host{hostS1, hostS2, hostS3}
@@ -446,7 +453,7 @@ func (c *cluster) loadBalancers() {
 			c.tb.Fatal(err)
 		}
 		l := &lb{host: h, dir: d, haproxyCfg: filepath.Join(d, "haproxy.cfg"), kaConf: filepath.Join(d, "keepalived.conf"),
-			socket: filepath.Join(d, "admin.sock"), notifyLog: filepath.Join(d, "notify.log")}
+			socket: filepath.Join(d, "admin.sock"), notifyLog: filepath.Join(d, "notify.log"), stateMetrics: filepath.Join(d, stateMetricsFile)}
 		c.render("haproxy", "render", "--inventory", inv, "--host", h.name, "--out", l.haproxyCfg, "--pid-file", filepath.Join(d, "haproxy.pid"))
 		c.render("keepalived", "render", "--inventory", inv, "--host", h.name, "--out", l.kaConf)
 		c.lbs[h.name] = l

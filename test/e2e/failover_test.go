@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -208,6 +209,10 @@ func TestFailover(t *testing.T) {
 	vipMoveHAProxy := waitVIP(t, t0, backup.host)
 	t.Logf("%s VIP on %s %v after HAProxy on %s died", time.Now().Format("15:04:05.000"), backup.host.name, vipMoveHAProxy.Round(time.Millisecond), master.host.name)
 	time.Sleep(2 * time.Second) // load through the backup LB alone, in real time, before HAProxy returns
+	// What the alerts read (deploy/monitoring): keepalived ran notify.sh,
+	// which rewrote each host's state file.
+	wantKeepalivedState(t, backup, "MASTER")
+	wantKeepalivedState(t, master, "FAULT")
 	c.startHAProxy(master)
 	tBack := time.Now()
 	t.Logf("%s HAProxy on %s restarted", tBack.Format("15:04:05.000"), master.host.name)
@@ -334,6 +339,37 @@ func vipMaster(tb testing.TB, a, b *lb) (master, backup *lb) {
 		return a, b
 	}
 	return b, a
+}
+
+// wantKeepalivedState waits until l's state_metrics file says state (the
+// one of MASTER, BACKUP, FAULT, STOP that is 1) and, for MASTER only, that
+// it holds the VIP.
+func wantKeepalivedState(tb testing.TB, l *lb, state string) {
+	tb.Helper()
+	master := "0"
+	if state == "MASTER" {
+		master = "1"
+	}
+	want := []string{
+		`repool_keepalived_state{vrrp_instance="repool",state="` + state + `"} 1` + "\n",
+		`repool_keepalived_master{vrrp_instance="repool"} ` + master + "\n",
+	}
+	var last string
+	defer func() {
+		if tb.Failed() {
+			tb.Logf("%s:\n%s", l.stateMetrics, last)
+		}
+	}()
+	testenv.Eventually(tb, 10*time.Second, l.host.name+"'s keepalived state file to say "+state, func() bool {
+		raw, _ := os.ReadFile(l.stateMetrics)
+		last = string(raw)
+		for _, w := range want {
+			if !strings.Contains(last, w) {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // waitVIP waits until h holds the VIP and returns the time since t0.

@@ -28,6 +28,9 @@ const (
 	ControlFrontend = "control"            // control-plane frontend on the VIP (HTTP/1.1, or TLS)
 	MonitorFrontend = "monitor"            // monitor-uri frontend for Keepalived
 	MonitorURI      = inventory.MonitorURI // answered 200 while HAProxy runs
+	// MetricsURI is where the monitor frontend serves HAProxy's built-in
+	// Prometheus exporter (frontends, backends, servers' states).
+	MetricsURI = "/metrics"
 	// HealthURI is what HAProxy checks on each server's HTTP port:
 	// 200 active and ready (UP), 404 healthy standby (NOLB), else DOWN.
 	HealthURI = "/readyz/active"
@@ -318,6 +321,8 @@ func build(conf configuration.Configuration, tx string, inv *inventory.Inventory
 	// The monitor frontend Keepalived's track script checks: 200 on
 	// MonitorURI while this HAProxy runs, whatever the servers' health (a
 	// cluster without an active server must not move the VIP back and forth).
+	// It also serves HAProxy's Prometheus exporter on MetricsURI, on this
+	// host's own address, never on the VIP.
 	if err := conf.CreateFrontend(&models.Frontend{
 		Name: MonitorFrontend, Mode: "http", MonitorURI: models.MonitorURI(MonitorURI), Maxconn: ptr(int64(monitorMaxConn)),
 	}, tx, 0); err != nil {
@@ -329,6 +334,11 @@ func build(conf configuration.Configuration, tx string, inv *inventory.Inventory
 		BindParams: models.BindParams{Name: "monitor"},
 	}, tx, 0); err != nil {
 		return fmt.Errorf("frontend %s bind: %w", MonitorFrontend, err)
+	}
+	if err := conf.CreateHTTPRequestRule("frontend", MonitorFrontend, &models.HTTPRequestRule{
+		Index: ptr(int64(0)), Type: "use-service", ServiceName: "prometheus-exporter", Cond: "if", CondTest: "{ path " + MetricsURI + " }",
+	}, tx, 0); err != nil {
+		return fmt.Errorf("frontend %s http-request use-service: %w", MonitorFrontend, err)
 	}
 
 	for _, g := range groups {

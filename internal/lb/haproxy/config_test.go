@@ -126,7 +126,7 @@ func TestRenderDirectives(t *testing.T) {
 		"defaults repool\n  mode http\n",
 		"  timeout tunnel 3600000\n",
 		"  bind 10.0.0.100:9090 name vip crt /etc/haproxy/tls/vip.pem ssl alpn h2 transparent ssl-min-ver TLSv1.2\n",
-		"  monitor-uri /lb-health\n",
+		"  monitor-uri /lb-health\n  http-request use-service prometheus-exporter if { path /metrics }\n",
 		"  option httpchk\n",
 		"  http-check send meth GET uri /readyz/active\n",
 		"  http-check expect status 200\n",

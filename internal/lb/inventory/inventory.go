@@ -67,6 +67,10 @@ const (
 	DefaultTenantMap      = "/etc/haproxy/repool-tenants.map"
 )
 
+// DefaultTextfileDir is the directory whose *.prom files Debian's
+// prometheus-node-exporter serves (its textfile collector).
+const DefaultTextfileDir = "/var/lib/prometheus/node-exporter"
+
 // MonitorURI is the path of HAProxy's monitor frontend that Keepalived's
 // track script checks: the contract between the two renderers.
 const MonitorURI = "/lb-health"
@@ -201,6 +205,13 @@ type LBHost struct {
 	// NotifyLog is the file keepalived/notify.sh appends VRRP transitions
 	// to. Absolute. Default /var/log/keepalived-repool-<name>.log.
 	NotifyLog string `yaml:"notify_log"`
+	// StateMetrics is the file keepalived/notify.sh rewrites at every VRRP
+	// transition with this host's state as Prometheus metrics
+	// (repool_keepalived_master, repool_keepalived_state), for the node
+	// exporter's textfile collector to serve. Absolute. Default
+	// /var/lib/prometheus/node-exporter/keepalived-repool-<name>.prom (the
+	// directory Debian's prometheus-node-exporter reads).
+	StateMetrics string `yaml:"state_metrics"`
 }
 
 // Server is one repool server behind HAProxy.
@@ -344,6 +355,7 @@ func (inv *Inventory) setDefaults() {
 		def := LBHost{Interface: inv.VIP.Interface, StatsSocket: DefaultStatsSocket, MonitorPort: DefaultMonitorPort}
 		if h.Name != "" {
 			def.NotifyLog = "/var/log/keepalived-repool-" + h.Name + ".log"
+			def.StateMetrics = DefaultTextfileDir + "/keepalived-repool-" + h.Name + ".prom"
 		}
 		*h = defaults.Fill(*h, def)
 	}
@@ -458,6 +470,7 @@ func (inv *Inventory) Validate() error {
 			v.fail(f+".monitor_port", "%d is also vip.control_port", h.MonitorPort)
 		}
 		v.path(f+".notify_log", h.NotifyLog)
+		v.path(f+".state_metrics", h.StateMetrics)
 	}
 	switch {
 	case !inv.Keepalived.Preempt && masters > 0:

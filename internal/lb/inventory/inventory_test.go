@@ -33,6 +33,9 @@ func TestLoadExample(t *testing.T) {
 	if got, want := lb2.NotifyLog, "/var/log/keepalived-repool-lb2.log"; got != want {
 		t.Errorf("lb2.NotifyLog = got %q, want %q", got, want)
 	}
+	if got, want := lb2.StateMetrics, "/var/lib/prometheus/node-exporter/keepalived-repool-lb2.prom"; got != want {
+		t.Errorf("lb2.StateMetrics = got %q, want %q", got, want)
+	}
 	if got, want := inv.Servers[2].HTTPPort, DefaultHTTPPort; got != want {
 		t.Errorf("repool3.HTTPPort = got %d, want %d", got, want)
 	}
@@ -159,6 +162,7 @@ func validateCases() []validateCase {
 		{"stats socket relative", func(i *Inventory) { i.LBHosts[0].StatsSocket = "admin.sock" }, "lb_hosts[0].stats_socket"},
 		{"monitor port is grpc port", func(i *Inventory) { i.LBHosts[0].MonitorPort = 9090 }, "lb_hosts[0].monitor_port"},
 		{"notify log with space", func(i *Inventory) { i.LBHosts[1].NotifyLog = "/var/log/a b" }, "lb_hosts[1].notify_log"},
+		{"state metrics not absolute", func(i *Inventory) { i.LBHosts[0].StateMetrics = "keepalived.prom" }, "lb_hosts[0].state_metrics"},
 		{"no servers", func(i *Inventory) { i.Servers = nil }, "servers"},
 		{"server name upper", func(i *Inventory) { i.Servers[0].Name = "S1" }, "servers[0].name"},
 		{"server address", func(i *Inventory) { i.Servers[0].Address = "0.0.0.0" }, "servers[0].address"},

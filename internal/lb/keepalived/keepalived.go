@@ -124,6 +124,6 @@ vrrp_instance {{.Instance}} {
     track_script {
         chk_haproxy
     }
-    notify "{{.Inv.Keepalived.NotifyScript}} {{.Self.NotifyLog}}"
+    notify "{{.Inv.Keepalived.NotifyScript}} {{.Self.NotifyLog}} {{.Self.StateMetrics}}"
 }
 `))

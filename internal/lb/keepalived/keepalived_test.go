@@ -11,6 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
 	"github.com/repool/repool/internal/lb/golden"
 	"github.com/repool/repool/internal/lb/inventory"
 )
@@ -109,7 +112,7 @@ func TestRenderDirectives(t *testing.T) {
 		"        auth_type PASS\n        auth_pass rp00lHA1\n",
 		"        10.0.0.100/24 dev eth0\n",
 		"    track_script {\n        chk_haproxy\n    }\n",
-		`notify "/etc/keepalived/notify.sh /var/log/keepalived-repool-lb2.log"`,
+		`notify "/etc/keepalived/notify.sh /var/log/keepalived-repool-lb2.log /var/lib/prometheus/node-exporter/keepalived-repool-lb2.prom"`,
 	} {
 		if !strings.Contains(string(got), want) {
 			t.Errorf("Render(example, lb2) = got\n%s\nwant it to contain %q", got, want)
@@ -145,17 +148,63 @@ func TestRenderErrors(t *testing.T) {
 	}
 }
 
-// TestNotifyScript runs keepalived/notify.sh the way keepalived does.
+// TestNotifyScript runs keepalived/notify.sh the way keepalived does: it
+// appends a line per transition to the log and rewrites the metrics file
+// with the state it entered, in the text format Prometheus parses.
 func TestNotifyScript(t *testing.T) {
-	log := filepath.Join(t.TempDir(), "sub", "notify.log")
+	dir := t.TempDir()
+	log := filepath.Join(dir, "sub", "notify.log")
+	metrics := filepath.Join(dir, "textfile", "keepalived-repool-lb1.prom")
+	wantMetrics := func(state string) {
+		t.Helper()
+		raw, err := os.ReadFile(metrics)
+		if err != nil {
+			t.Fatalf("read %s = got error %v, want the metrics", metrics, err)
+		}
+		p := expfmt.NewTextParser(model.LegacyValidation)
+		mfs, err := p.TextToMetricFamilies(bytes.NewReader(raw))
+		if err != nil {
+			t.Fatalf("metrics file does not parse: %v\n%s", err, raw)
+		}
+		got := map[string]float64{}
+		for name, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				key := name
+				for _, l := range m.GetLabel() {
+					key += " " + l.GetName() + "=" + l.GetValue()
+				}
+				got[key] = m.GetGauge().GetValue()
+			}
+		}
+		master := 0.0
+		if state == "MASTER" {
+			master = 1
+		}
+		if got["repool_keepalived_master vrrp_instance=repool"] != master {
+			t.Errorf("in state %s: repool_keepalived_master = %v, want %v\n%s", state, got["repool_keepalived_master vrrp_instance=repool"], master, raw)
+		}
+		for _, s := range []string{"MASTER", "BACKUP", "FAULT", "STOP"} {
+			want := 0.0
+			if s == state {
+				want = 1
+			}
+			if v, ok := got["repool_keepalived_state vrrp_instance=repool state="+s]; !ok || v != want {
+				t.Errorf("in state %s: repool_keepalived_state{state=%q} = %v (present %v), want %v", state, s, v, ok, want)
+			}
+		}
+		if got["repool_keepalived_transition_timestamp_seconds vrrp_instance=repool"] <= 0 {
+			t.Errorf("in state %s: no transition timestamp\n%s", state, raw)
+		}
+	}
 	for _, args := range [][]string{
 		{"INSTANCE", "repool", "BACKUP", "200"},
 		{"INSTANCE", "repool", "MASTER", "200"},
 	} {
-		out, err := exec.Command(notifyPath, append([]string{log}, args...)...).CombinedOutput()
+		out, err := exec.Command(notifyPath, append([]string{log, metrics}, args...)...).CombinedOutput()
 		if err != nil {
-			t.Fatalf("notify.sh %s %v = got %v\n%s, want success", log, args, err, out)
+			t.Fatalf("notify.sh %s %s %v = got %v\n%s, want success", log, metrics, args, err, out)
 		}
+		wantMetrics(args[2])
 	}
 	raw, err := os.ReadFile(log)
 	if err != nil {
@@ -166,7 +215,17 @@ func TestNotifyScript(t *testing.T) {
 	if len(lines) != 2 || !line.MatchString(lines[0]) || !line.MatchString(lines[1]) || !strings.Contains(lines[1], "MASTER") {
 		t.Errorf("notify log = got %q, want a BACKUP then a MASTER line matching %s", raw, line)
 	}
-	if err := exec.Command(notifyPath, log).Run(); err == nil {
-		t.Errorf("notify.sh with only LOGFILE = got success, want a usage error")
+	// A GROUP's transition is logged; the metrics stay the instance's.
+	if out, err := exec.Command(notifyPath, log, metrics, "GROUP", "g", "FAULT").CombinedOutput(); err != nil {
+		t.Fatalf("notify.sh GROUP = got %v\n%s, want success", err, out)
+	}
+	wantMetrics("MASTER")
+	if entries, _ := os.ReadDir(filepath.Dir(metrics)); len(entries) != 1 {
+		t.Errorf("textfile directory holds %d files, want only the metrics file (no temporary left)", len(entries))
+	}
+	for _, args := range [][]string{{log}, {log, metrics, "INSTANCE", "repool"}} {
+		if err := exec.Command(notifyPath, args...).Run(); err == nil {
+			t.Errorf("notify.sh %v = got success, want a usage error", args)
+		}
 	}
 }
