@@ -29,6 +29,7 @@ type cell struct {
 	live       bool // the slot holds a cell
 	dirty      bool // the slot is listed in Pool.dirtyCells
 	lead       bool // the resource is on the context's leader board
+	recent     recent
 }
 
 // cellAt returns the cell in slot.
@@ -93,6 +94,9 @@ func (p *Pool) newCell(idx, ctx int32, c cell) int32 {
 	*dst = c
 	p.res[idx].ncells++
 	p.ctxs[ctx].cells++
+	if c.q.state != qNone {
+		p.ctxs[ctx].nquar++
+	}
 	p.ncells++
 	return slot
 }
@@ -128,6 +132,9 @@ func (p *Pool) dropCells(idx int32) {
 	}
 	for ctx := range p.stride {
 		if c := &p.dense[p.denseSlot(idx, ctx)]; c.live {
+			if c.q.state != qNone {
+				p.ctxs[ctx].nquar--
+			}
 			*c = cell{dirty: c.dirty}
 			r.ncells--
 			p.ctxs[ctx].cells--
@@ -139,6 +146,9 @@ func (p *Pool) dropCells(idx int32) {
 		if slot, ok := p.sparseIdx[key]; ok {
 			delete(p.sparseIdx, key)
 			c := p.cellAt(slot)
+			if c.q.state != qNone {
+				p.ctxs[ctx].nquar--
+			}
 			*c = cell{dirty: c.dirty}
 			p.freeCells = append(p.freeCells, slot)
 			r.ncells--
