@@ -175,9 +175,9 @@ type resource struct {
 	gen        uint32 // bumped when the slot is reused
 	live       bool
 	dirty      bool
-	retired    bool   // retired (lifetime.retired says why): never leased again
-	ownUses    bool   // lifetime.maxUses is set: it, not the pool's, limits uses
-	uses       uint32 // leases granted, at most MaxMaxUses
+	retired    bool       // retired (lifetime.retired says why): never leased again
+	ownUses    bool       // lifetime.maxUses is set: it, not the pool's, limits uses
+	uses       uint32     // leases granted, at most MaxMaxUses
 	q          quarantine // starts the second line
 	id         string
 	idHead     [idInline]byte // id[:idInline], zero-padded
@@ -894,7 +894,7 @@ type ContextStats struct {
 	// quarantine history folded in.
 	RecentSuccesses, RecentFailures int
 	ConsecutiveFailures             int
-	BlockedUntil        time.Time // zero unless quarantined
+	BlockedUntil                    time.Time // zero unless quarantined
 	// Quarantine is the quarantine state: QuarantineNone, ...Blocked
 	// (cooling down until BlockedUntil), ...AwaitingProbe (the cooldown is
 	// over; the next Acquire that fits gets a probe lease) or ...Probing (a
