@@ -240,6 +240,7 @@ var testRules = LimitRules{
 		Policy: store.Policy{
 			HalfLifeSeconds: ptr(int64(3600)), QuarantineAfter: ptr(int64(5)), QuarantineWholeAfter: ptr(int64(20)),
 			QuarantineBelow: ptr(0.1), QuarantineMinEvidence: ptr(10.0), CooldownBaseSeconds: ptr(int64(30)), CooldownMaxSeconds: ptr(int64(3600)),
+			MaxUses: ptr(int64(0)), MaxAgeSeconds: ptr(int64(0)), MaxQuarantinedShare: ptr(0.5),
 		},
 	},
 	GlobalResources: 1000, GlobalCells: 6000,

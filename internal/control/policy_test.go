@@ -26,15 +26,15 @@ func TestPutPolicy(t *testing.T) {
 	}{
 		{"operator sets two", op, `{"quarantine_after":3,"cooldown_base_seconds":10}`,
 			`{"burst":7,"policy.cooldown_base_seconds":10,"policy.quarantine_after":3}`,
-			`{"half_life_seconds":3600,"quarantine_after":3,"quarantine_whole_after":20,"quarantine_below":0.1,"quarantine_min_evidence":10,"cooldown_base_seconds":10,"cooldown_max_seconds":3600}`,
+			`{"half_life_seconds":3600,"quarantine_after":3,"quarantine_whole_after":20,"quarantine_below":0.1,"quarantine_min_evidence":10,"cooldown_base_seconds":10,"cooldown_max_seconds":3600,"max_uses":0,"max_age_seconds":0,"max_quarantined_share":0.5}`,
 			"quarantine_after default -> 3, cooldown_base_seconds default -> 10"},
 		{"tenant-admin sets its own, keeps the rest", admin, `{"half_life_seconds":600,"quarantine_below":-1,"quarantine_min_evidence":2.5}`,
 			`{"burst":7,"policy.cooldown_base_seconds":10,"policy.half_life_seconds":600,"policy.quarantine_after":3,"policy.quarantine_below":-1,"policy.quarantine_min_evidence":2.5}`,
-			`{"half_life_seconds":600,"quarantine_after":3,"quarantine_whole_after":20,"quarantine_below":-1,"quarantine_min_evidence":2.5,"cooldown_base_seconds":10,"cooldown_max_seconds":3600}`,
+			`{"half_life_seconds":600,"quarantine_after":3,"quarantine_whole_after":20,"quarantine_below":-1,"quarantine_min_evidence":2.5,"cooldown_base_seconds":10,"cooldown_max_seconds":3600,"max_uses":0,"max_age_seconds":0,"max_quarantined_share":0.5}`,
 			"half_life_seconds default -> 600, quarantine_below default -> -1, quarantine_min_evidence default -> 2.5"},
 		{"null resets to the server default", admin, `{"quarantine_after":null,"cooldown_max_seconds":60,"quarantine_whole_after":4}`,
 			`{"burst":7,"policy.cooldown_base_seconds":10,"policy.cooldown_max_seconds":60,"policy.half_life_seconds":600,"policy.quarantine_below":-1,"policy.quarantine_min_evidence":2.5,"policy.quarantine_whole_after":4}`,
-			`{"half_life_seconds":600,"quarantine_after":5,"quarantine_whole_after":20,"quarantine_below":-1,"quarantine_min_evidence":2.5,"cooldown_base_seconds":10,"cooldown_max_seconds":60}`,
+			`{"half_life_seconds":600,"quarantine_after":5,"quarantine_whole_after":20,"quarantine_below":-1,"quarantine_min_evidence":2.5,"cooldown_base_seconds":10,"cooldown_max_seconds":60,"max_uses":0,"max_age_seconds":0,"max_quarantined_share":0.5}`,
 			"quarantine_after 3 -> default, quarantine_whole_after default -> 4, cooldown_max_seconds default -> 60"},
 	}
 	// The third case's effective quarantine_whole_after is 4.

@@ -218,7 +218,15 @@ func (s *Service) Register(ctx context.Context, req *repoolv1.RegisterRequest) (
 	}
 	specs := make([]pool.Spec, len(req.GetResources()))
 	for i, r := range req.GetResources() {
-		specs[i] = pool.Spec{ID: r.GetId(), Capacity: int(r.GetCapacity()), Labels: r.GetLabels()}
+		specs[i] = pool.Spec{ID: r.GetId(), Capacity: int(r.GetCapacity()), Labels: r.GetLabels(), MaxUses: int(r.GetMaxUses())}
+		if a := r.GetMaxAgeSeconds(); a < 0 || a > int64(pool.MaxMaxAge/time.Second) {
+			return nil, fmt.Errorf("%w: resources[%d].max_age_seconds %d is outside [0, %d]", pool.ErrInvalidArgument, i, a, int64(pool.MaxMaxAge/time.Second))
+		} else {
+			specs[i].MaxAge = time.Duration(a) * time.Second
+		}
+		if u := r.GetMaxUses(); u < 0 || u > pool.MaxMaxUses {
+			return nil, fmt.Errorf("%w: resources[%d].max_uses %d is outside [0, %d]", pool.ErrInvalidArgument, i, u, pool.MaxMaxUses)
+		}
 	}
 	created, existing, err := p.Register(specs)
 	if err != nil {
@@ -518,6 +526,7 @@ func toStats(c pool.ContextStats) *repoolv1.ContextStats {
 	return &repoolv1.ContextStats{
 		Context: c.Context, Successes: c.Successes, Failures: c.Failures, SuccessRate: c.SuccessRate,
 		ConsecutiveFailures: int32(c.ConsecutiveFailures), BlockedUntil: ts(c.BlockedUntil), Quarantine: c.Quarantine,
+		RecentSuccesses: int32(c.RecentSuccesses), RecentFailures: int32(c.RecentFailures),
 	}
 }
 
@@ -525,6 +534,8 @@ func toInfo(r pool.ResourceInfo) *repoolv1.ResourceInfo {
 	out := &repoolv1.ResourceInfo{
 		Id: r.ID, Capacity: int32(r.Capacity), Labels: r.Labels, ActiveLeases: int32(r.ActiveLeases),
 		BlockedUntil: ts(r.BlockedUntil), Aggregate: toStats(r.Aggregate), Quarantine: r.Quarantine,
+		State: r.State, RetiredReason: r.RetiredReason, Uses: int64(r.Uses), MaxUses: int64(r.MaxUses),
+		MaxAgeSeconds: int64(r.MaxAge / time.Second), RegisteredAt: ts(r.RegisteredAt),
 	}
 	for _, c := range r.Contexts {
 		out.Contexts = append(out.Contexts, toStats(c))
@@ -584,6 +595,8 @@ var kindToProto = map[pool.EventKind]repoolv1.EventKind{
 	pool.EventRecovered:    repoolv1.EventKind_EVENT_KIND_RECOVERED,
 	pool.EventLeaseExpired: repoolv1.EventKind_EVENT_KIND_LEASE_EXPIRED,
 	pool.EventRemoved:      repoolv1.EventKind_EVENT_KIND_REMOVED,
+	pool.EventRetired:      repoolv1.EventKind_EVENT_KIND_RETIRED,
+	pool.EventCapped:       repoolv1.EventKind_EVENT_KIND_QUARANTINE_CAPPED,
 	pool.EventGap:          repoolv1.EventKind_EVENT_KIND_UNSPECIFIED,
 }
 

@@ -50,6 +50,8 @@ func fileValues(c server.Config) map[string]string {
 		"quarantine_below":        strconv.FormatFloat(c.Policy.QuarantineBelow, 'g', -1, 64),
 		"quarantine_min_evidence": strconv.FormatFloat(c.Policy.QuarantineMinEvidence, 'g', -1, 64),
 		"cooldown_base":           d(c.Policy.CooldownBase), "cooldown_max": d(c.Policy.CooldownMax),
+		"max_uses": strconv.Itoa(c.Policy.MaxUses), "max_age": d(c.Policy.MaxAge),
+		"max_quarantined_share": strconv.FormatFloat(c.Policy.MaxQuarantinedShare, 'g', -1, 64),
 	}
 }
 
