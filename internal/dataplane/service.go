@@ -218,15 +218,8 @@ func (s *Service) Register(ctx context.Context, req *repoolv1.RegisterRequest) (
 	}
 	specs := make([]pool.Spec, len(req.GetResources()))
 	for i, r := range req.GetResources() {
-		specs[i] = pool.Spec{ID: r.GetId(), Capacity: int(r.GetCapacity()), Labels: r.GetLabels(), MaxUses: int(r.GetMaxUses())}
-		if a := r.GetMaxAgeSeconds(); a < 0 || a > int64(pool.MaxMaxAge/time.Second) {
-			return nil, fmt.Errorf("%w: resources[%d].max_age_seconds %d is outside [0, %d]", pool.ErrInvalidArgument, i, a, int64(pool.MaxMaxAge/time.Second))
-		} else {
-			specs[i].MaxAge = time.Duration(a) * time.Second
-		}
-		if u := r.GetMaxUses(); u < 0 || u > pool.MaxMaxUses {
-			return nil, fmt.Errorf("%w: resources[%d].max_uses %d is outside [0, %d]", pool.ErrInvalidArgument, i, u, pool.MaxMaxUses)
-		}
+		specs[i] = pool.Spec{ID: r.GetId(), Capacity: int(r.GetCapacity()), Labels: r.GetLabels(),
+			MaxUses: int(r.GetMaxUses()), MaxAge: time.Duration(r.GetMaxAgeSeconds()) * time.Second}
 	}
 	created, existing, err := p.Register(specs)
 	if err != nil {
@@ -534,8 +527,8 @@ func toInfo(r pool.ResourceInfo) *repoolv1.ResourceInfo {
 	out := &repoolv1.ResourceInfo{
 		Id: r.ID, Capacity: int32(r.Capacity), Labels: r.Labels, ActiveLeases: int32(r.ActiveLeases),
 		BlockedUntil: ts(r.BlockedUntil), Aggregate: toStats(r.Aggregate), Quarantine: r.Quarantine,
-		State: r.State, RetiredReason: r.RetiredReason, Uses: int64(r.Uses), MaxUses: int64(r.MaxUses),
-		MaxAgeSeconds: int64(r.MaxAge / time.Second), RegisteredAt: ts(r.RegisteredAt),
+		State: r.State, RetiredReason: r.RetiredReason, Uses: int32(r.Uses), MaxUses: int32(r.MaxUses),
+		MaxAgeSeconds: int32(r.MaxAge / time.Second), RegisteredAt: ts(r.RegisteredAt),
 	}
 	for _, c := range r.Contexts {
 		out.Contexts = append(out.Contexts, toStats(c))

@@ -420,10 +420,10 @@ type Resource struct {
 	Labels map[string]string `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Retire the resource once it has been leased this many times (0: the
 	// tenant policy's max_uses). At most 1000000000.
-	MaxUses int64 `protobuf:"varint,4,opt,name=max_uses,json=maxUses,proto3" json:"max_uses,omitempty"`
+	MaxUses int32 `protobuf:"varint,4,opt,name=max_uses,json=maxUses,proto3" json:"max_uses,omitempty"`
 	// Retire the resource this many seconds after its registration (0: the
 	// tenant policy's max_age_seconds). At most 31536000 (365 days).
-	MaxAgeSeconds int64 `protobuf:"varint,5,opt,name=max_age_seconds,json=maxAgeSeconds,proto3" json:"max_age_seconds,omitempty"`
+	MaxAgeSeconds int32 `protobuf:"varint,5,opt,name=max_age_seconds,json=maxAgeSeconds,proto3" json:"max_age_seconds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -479,14 +479,14 @@ func (x *Resource) GetLabels() map[string]string {
 	return nil
 }
 
-func (x *Resource) GetMaxUses() int64 {
+func (x *Resource) GetMaxUses() int32 {
 	if x != nil {
 		return x.MaxUses
 	}
 	return 0
 }
 
-func (x *Resource) GetMaxAgeSeconds() int64 {
+func (x *Resource) GetMaxAgeSeconds() int32 {
 	if x != nil {
 		return x.MaxAgeSeconds
 	}
@@ -1693,11 +1693,11 @@ type ResourceInfo struct {
 	// "max_age 1h0m0s reached"; empty while it is active.
 	RetiredReason string `protobuf:"bytes,10,opt,name=retired_reason,json=retiredReason,proto3" json:"retired_reason,omitempty"`
 	// Leases granted on the resource since its registration.
-	Uses int64 `protobuf:"varint,11,opt,name=uses,proto3" json:"uses,omitempty"`
+	Uses int32 `protobuf:"varint,11,opt,name=uses,proto3" json:"uses,omitempty"`
 	// The limits that retire it: its own, or else the tenant policy's
 	// (0: none); max_age counts from registered_at.
-	MaxUses       int64                  `protobuf:"varint,12,opt,name=max_uses,json=maxUses,proto3" json:"max_uses,omitempty"`
-	MaxAgeSeconds int64                  `protobuf:"varint,13,opt,name=max_age_seconds,json=maxAgeSeconds,proto3" json:"max_age_seconds,omitempty"`
+	MaxUses       int32                  `protobuf:"varint,12,opt,name=max_uses,json=maxUses,proto3" json:"max_uses,omitempty"`
+	MaxAgeSeconds int32                  `protobuf:"varint,13,opt,name=max_age_seconds,json=maxAgeSeconds,proto3" json:"max_age_seconds,omitempty"`
 	RegisteredAt  *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=registered_at,json=registeredAt,proto3" json:"registered_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1803,21 +1803,21 @@ func (x *ResourceInfo) GetRetiredReason() string {
 	return ""
 }
 
-func (x *ResourceInfo) GetUses() int64 {
+func (x *ResourceInfo) GetUses() int32 {
 	if x != nil {
 		return x.Uses
 	}
 	return 0
 }
 
-func (x *ResourceInfo) GetMaxUses() int64 {
+func (x *ResourceInfo) GetMaxUses() int32 {
 	if x != nil {
 		return x.MaxUses
 	}
 	return 0
 }
 
-func (x *ResourceInfo) GetMaxAgeSeconds() int64 {
+func (x *ResourceInfo) GetMaxAgeSeconds() int32 {
 	if x != nil {
 		return x.MaxAgeSeconds
 	}
@@ -2116,8 +2116,8 @@ const file_repool_v1_pool_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\x05R\bcapacity\x127\n" +
 	"\x06labels\x18\x03 \x03(\v2\x1f.repool.v1.Resource.LabelsEntryR\x06labels\x12\x19\n" +
-	"\bmax_uses\x18\x04 \x01(\x03R\amaxUses\x12&\n" +
-	"\x0fmax_age_seconds\x18\x05 \x01(\x03R\rmaxAgeSeconds\x1a9\n" +
+	"\bmax_uses\x18\x04 \x01(\x05R\amaxUses\x12&\n" +
+	"\x0fmax_age_seconds\x18\x05 \x01(\x05R\rmaxAgeSeconds\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"D\n" +
@@ -2220,9 +2220,9 @@ const file_repool_v1_pool_proto_rawDesc = "" +
 	"\x05state\x18\t \x01(\tR\x05state\x12%\n" +
 	"\x0eretired_reason\x18\n" +
 	" \x01(\tR\rretiredReason\x12\x12\n" +
-	"\x04uses\x18\v \x01(\x03R\x04uses\x12\x19\n" +
-	"\bmax_uses\x18\f \x01(\x03R\amaxUses\x12&\n" +
-	"\x0fmax_age_seconds\x18\r \x01(\x03R\rmaxAgeSeconds\x12?\n" +
+	"\x04uses\x18\v \x01(\x05R\x04uses\x12\x19\n" +
+	"\bmax_uses\x18\f \x01(\x05R\amaxUses\x12&\n" +
+	"\x0fmax_age_seconds\x18\r \x01(\x05R\rmaxAgeSeconds\x12?\n" +
 	"\rregistered_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\fregisteredAt\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
