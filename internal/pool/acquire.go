@@ -292,7 +292,7 @@ func (p *Pool) warmCandidates(res *reservoir, ctx int32, n int) {
 		c := res.drawn[res.ndrawn]
 		if ctx >= maxDense && p.res[c].live {
 			if slot := p.findCell(c, ctx); slot >= 0 {
-				prefetch(unsafe.Pointer(p.cellAt(slot)))
+				prefetchCell(p.cellAt(slot))
 			}
 		}
 		res.warm[res.nwarm] = c
@@ -304,7 +304,7 @@ func (p *Pool) warmCandidates(res *reservoir, ctx int32, n int) {
 		prefetch(r)
 		prefetch(unsafe.Add(r, resourceHot-1))
 		if ctx >= 0 && ctx < p.stride {
-			prefetch(unsafe.Pointer(&p.dense[p.denseSlot(c, ctx)]))
+			prefetchCell(&p.dense[p.denseSlot(c, ctx)])
 		}
 		res.drawn[res.ndrawn] = c
 		res.ndrawn++

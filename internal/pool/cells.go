@@ -1,5 +1,7 @@
 package pool
 
+import "unsafe"
+
 // Cells live in two places. The cells of the first maxDense contexts a pool
 // interns are dense: the cell of resource idx for context ctx is
 // dense[idx*stride+ctx], where stride counts the dense contexts that have
@@ -30,6 +32,13 @@ type cell struct {
 	dirty      bool // the slot is listed in Pool.dirtyCells
 	lead       bool // the resource is on the context's leader board
 	recent     recent
+}
+
+// prefetchCell starts loading c: its first and last bytes, as a cell
+// (56 bytes) may straddle two cache lines.
+func prefetchCell(c *cell) {
+	prefetch(unsafe.Pointer(c))
+	prefetch(unsafe.Add(unsafe.Pointer(c), unsafe.Sizeof(cell{})-1))
 }
 
 // cellAt returns the cell in slot.

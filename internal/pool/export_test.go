@@ -224,8 +224,8 @@ func (p *Pool) checkInvariants() error {
 		}
 		if r.retired {
 			retired++
-			if r.availPos >= 0 || p.life[idx].retired == "" {
-				return fmt.Errorf("retired resource %q is available (%d) or has no reason (%q)", r.id, r.availPos, p.life[idx].retired)
+			if r.availPos >= 0 || p.retiredWhy[int32(idx)] == "" {
+				return fmt.Errorf("retired resource %q is available (%d) or has no reason (%q)", r.id, r.availPos, p.retiredWhy[int32(idx)])
 			}
 		}
 		for ctx := range p.ctxs {
@@ -234,7 +234,7 @@ func (p *Pool) checkInvariants() error {
 			}
 		}
 	}
-	if blocked != p.nblocked || retired != p.nretired {
+	if blocked != p.nblocked || retired != p.nretired || retired != len(p.retiredWhy) {
 		return fmt.Errorf("%d resources quarantined as a whole, nblocked %d; %d retired, nretired %d", blocked, p.nblocked, retired, p.nretired)
 	}
 	for ctx, cs := range p.ctxs {

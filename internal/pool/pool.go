@@ -80,7 +80,8 @@ type Pool struct {
 	resView    atomic.Pointer[[]resource] // res as of its last growth, for prefetching without the lock
 	hints      leaseHints
 	res        []resource
-	life       []lifetime // by resource slot
+	life       []lifetime       // by resource slot
+	retiredWhy map[int32]string // why each retired resource was, by slot
 	freeRes    []int32
 	avail      []int32 // resources that can take a normal lease now
 	labelIdx   map[string]map[string][]int32
@@ -175,7 +176,7 @@ type resource struct {
 	gen        uint32 // bumped when the slot is reused
 	live       bool
 	dirty      bool
-	retired    bool       // retired (lifetime.retired says why): never leased again
+	retired    bool       // retired (Pool.retiredWhy says why): never leased again
 	ownUses    bool       // lifetime.maxUses is set: it, not the pool's, limits uses
 	uses       uint32     // leases granted, at most MaxMaxUses
 	q          quarantine // starts the second line
@@ -188,12 +189,11 @@ type resource struct {
 const idInline = 24
 
 // lifetime is what a resource keeps about its retirement that no lease
-// or report reads: Pool.life[idx] for resource slot idx.
+// or report reads: Pool.life[idx] for resource slot idx, 24 bytes.
 type lifetime struct {
 	born    int64  // registration, unix nanoseconds on the pool's clock
-	maxUses uint32 // the resource's own limit; 0: the pool's
 	maxAge  int64  // the resource's own limit in nanoseconds; 0: the pool's
-	retired string // why it was retired; "" while it is not
+	maxUses uint32 // the resource's own limit; 0: the pool's
 	imposed bool   // its whole quarantine was imposed (Quarantine): the cap leaves it
 }
 
@@ -291,6 +291,7 @@ func New(cfg Config) (*Pool, error) {
 func (p *Pool) reset() {
 	p.ids.reset()
 	p.res, p.life = nil, nil
+	p.retiredWhy = map[int32]string{}
 	p.resView.Store(nil)
 	p.hints.reset()
 	p.freeRes = nil
@@ -659,6 +660,7 @@ func (p *Pool) removeResource(idx int32) {
 	}
 	if r.retired {
 		p.nretired--
+		delete(p.retiredWhy, idx)
 	}
 	if r.q.state != qNone {
 		p.nblocked--
@@ -1001,7 +1003,7 @@ func (p *Pool) infoLocked(idx int32, now int64) ResourceInfo {
 	info := ResourceInfo{
 		ID: r.id, Capacity: int(r.capacity), ActiveLeases: int(r.active), Quarantine: quarantineName(r.q.state),
 		Aggregate: stats("", r.agg, r.recent, r.consecFail, r.q, now, p.hl),
-		State:     StateActive, RetiredReason: p.life[idx].retired,
+		State:     StateActive, RetiredReason: p.retiredWhy[idx],
 		Uses: int(r.uses), MaxUses: int(p.usesLimit(idx)), MaxAge: time.Duration(p.ageLimit(idx)),
 		RegisteredAt: time.Unix(0, p.life[idx].born),
 	}

@@ -3,7 +3,6 @@ package pool
 import (
 	"fmt"
 	"time"
-	"unsafe"
 )
 
 // Report is one observed outcome of using a resource for a context. LeaseID
@@ -56,7 +55,7 @@ func (p *Pool) Report(rep Report) (created bool, err error) {
 	ctx, known := p.findContext(rep.Context)
 	warm := func(slot int32) {
 		if known && ctx < p.stride && int(slot) < len(p.res) {
-			prefetch(unsafe.Pointer(&p.dense[p.denseSlot(slot, ctx)]))
+			prefetchCell(&p.dense[p.denseSlot(slot, ctx)])
 		}
 	}
 	if hinted >= 0 {

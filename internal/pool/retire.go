@@ -86,7 +86,7 @@ func (p *Pool) retire(idx int32, why string, now int64) {
 		return
 	}
 	r.retired = true
-	p.life[idx].retired = why
+	p.retiredWhy[idx] = why
 	p.nretired++
 	p.updateAvail(idx)
 	p.markResource(idx)

@@ -107,7 +107,7 @@ func (p *Pool) resourceState(idx int32) ResourceState {
 	s := ResourceState{
 		ID: r.id, Capacity: int(r.capacity), Aggregate: statsOf(r.agg, r.recent, r.consecFail), Quarantine: quarantineOf(r.q),
 		RegisteredAt: time.Unix(0, l.born), Uses: int(r.uses), MaxUses: int(l.maxUses), MaxAge: time.Duration(l.maxAge),
-		Retired: l.retired, Imposed: l.imposed && r.q.state == qBlocked,
+		Retired: p.retiredWhy[idx], Imposed: l.imposed && r.q.state == qBlocked,
 	}
 	if len(r.labels) > 0 {
 		s.Labels = maps.Clone(r.labels)
@@ -391,6 +391,7 @@ func (p *Pool) Restore(s Snapshot) error {
 	// Sized once: a large tenant moved in is restored without regrowing
 	// (and copying) its resources again and again.
 	p.res = make([]resource, 0, len(s.Resources))
+	p.life = make([]lifetime, 0, len(s.Resources))
 	res := p.res[:cap(p.res)]
 	p.resView.Store(&res)
 	for _, rs := range s.Resources {
@@ -411,7 +412,7 @@ func (p *Pool) Restore(s Snapshot) error {
 		}
 		if rs.Retired != "" {
 			r.retired = true
-			p.life[idx].retired = rs.Retired
+			p.retiredWhy[idx] = rs.Retired
 			p.nretired++
 		}
 		p.updateAvail(idx)
