@@ -105,3 +105,27 @@ func TestRetirementAndQuarantineControlSurviveARestart(t *testing.T) {
 		t.Fatalf("Acquire with every resource retired = %v, want all retired", err)
 	}
 }
+
+// TestRetirementFlagsReachThePools: --max-uses retires a resource without
+// its own limit at that many leases; a resource's own max_uses overrides it.
+func TestRetirementFlagsReachThePools(t *testing.T) {
+	r := start(t, Config{Store: sqliteStore(t), Policy: tenants.Policy{MaxUses: 2}})
+	ctx := withKey(r.key)
+	if _, err := r.pool.Register(ctx, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "p1"}, {Id: "p2", MaxUses: 3}}}); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		l, err := r.pool.Acquire(ctx, &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 60})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.pool.Release(ctx, &repoolv1.ReleaseRequest{LeaseId: l.GetLease().GetLeaseId(), FencingToken: l.GetLease().GetFencingToken()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for id, want := range map[string]string{"p1": "max_uses 2 reached", "p2": "max_uses 3 reached"} {
+		if got := resourceOf(t, r, r.key, id); got.GetState() != "retired" || got.GetRetiredReason() != want {
+			t.Fatalf("%s after 5 leases between them: %v, want retired, %q", id, got, want)
+		}
+	}
+}
