@@ -234,8 +234,8 @@ func (p *Pool) checkInvariants() error {
 			}
 		}
 	}
-	if blocked != p.nblocked || retired != p.nretired || retired != len(p.retiredWhy) {
-		return fmt.Errorf("%d resources quarantined as a whole, nblocked %d; %d retired, nretired %d", blocked, p.nblocked, retired, p.nretired)
+	if blocked != p.nblocked || retired != len(p.retiredWhy) {
+		return fmt.Errorf("%d resources quarantined as a whole, nblocked %d; %d retired, %d reasons", blocked, p.nblocked, retired, len(p.retiredWhy))
 	}
 	for ctx, cs := range p.ctxs {
 		if quar[ctx] != cs.nquar {

@@ -108,7 +108,6 @@ type Pool struct {
 	counter    uint64 // low bits of the last fencing token
 	leaseSeq   uint64 // low bits of the last lease id
 	nresource  int
-	nretired   int  // live resources that are retired
 	nblocked   int  // live resources quarantined as a whole (in any quarantine state)
 	units      int  // the resource units of the live resources (ResourceUnits)
 	maxLeases  int  // 0: unlimited
@@ -309,7 +308,7 @@ func (p *Pool) reset() {
 	p.leases.reset()
 	p.expiries = nil
 	p.cooldowns, p.ageouts = nil, nil
-	p.nresource, p.units, p.nretired, p.nblocked = 0, 0, 0, 0
+	p.nresource, p.units, p.nblocked = 0, 0, 0
 	p.overbooked = false
 	p.dirtyRes, p.dirtyCells, p.removed = nil, nil, nil
 }
@@ -659,7 +658,6 @@ func (p *Pool) removeResource(idx int32) {
 		}
 	}
 	if r.retired {
-		p.nretired--
 		delete(p.retiredWhy, idx)
 	}
 	if r.q.state != qNone {

@@ -87,7 +87,6 @@ func (p *Pool) retire(idx int32, why string, now int64) {
 	}
 	r.retired = true
 	p.retiredWhy[idx] = why
-	p.nretired++
 	p.updateAvail(idx)
 	p.markResource(idx)
 	p.counters.Retired++

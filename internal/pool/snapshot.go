@@ -413,7 +413,6 @@ func (p *Pool) Restore(s Snapshot) error {
 		if rs.Retired != "" {
 			r.retired = true
 			p.retiredWhy[idx] = rs.Retired
-			p.nretired++
 		}
 		p.updateAvail(idx)
 	}
