@@ -1850,8 +1850,8 @@ type ContextStats struct {
 	// Plain counts of the latest outcomes, at most 63 of them: no prior, no
 	// decay. Beside success_rate, the long-run posterior, they say what the
 	// resource does now.
-	RecentSuccesses int32 `protobuf:"varint,8,opt,name=recent_successes,json=recentSuccesses,proto3" json:"recent_successes,omitempty"`
-	RecentFailures  int32 `protobuf:"varint,9,opt,name=recent_failures,json=recentFailures,proto3" json:"recent_failures,omitempty"`
+	RecentSuccesses int32 `protobuf:"varint,9,opt,name=recent_successes,json=recentSuccesses,proto3" json:"recent_successes,omitempty"`
+	RecentFailures  int32 `protobuf:"varint,10,opt,name=recent_failures,json=recentFailures,proto3" json:"recent_failures,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -2237,8 +2237,9 @@ const file_repool_v1_pool_proto_rawDesc = "" +
 	"\n" +
 	"quarantine\x18\a \x01(\tR\n" +
 	"quarantine\x12)\n" +
-	"\x10recent_successes\x18\b \x01(\x05R\x0frecentSuccesses\x12'\n" +
-	"\x0frecent_failures\x18\t \x01(\x05R\x0erecentFailures\"a\n" +
+	"\x10recent_successes\x18\t \x01(\x05R\x0frecentSuccesses\x12'\n" +
+	"\x0frecent_failures\x18\n" +
+	" \x01(\x05R\x0erecentFailures\"a\n" +
 	"\x16SubscribeEventsRequest\x12*\n" +
 	"\x05kinds\x18\x01 \x03(\x0e2\x14.repool.v1.EventKindR\x05kinds\x12\x1b\n" +
 	"\tafter_seq\x18\x02 \x01(\x04R\bafterSeq\"\xc2\x01\n" +
