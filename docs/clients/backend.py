@@ -107,10 +107,12 @@ def main():
     latency = next((c["latency_ms"] for c in last["contexts"] if c["context"] == "search"), 0)
     res = call("GET", "/resources/py-0")["resource"]
     page = call("GET", "/resources?page_size=2")
-    rate = next((c["success_rate"] for c in res["contexts"] if c["context"] == "search"), None)
+    search = next((c for c in res["contexts"] if c["context"] == "search"), None)
+    rate = None if search is None else round(search["success_rate"], 2)
+    recent = "" if search is None else f" (recent {search['recent_successes']} of {search['recent_successes'] + search['recent_failures']})"
     print(f"python: {uses} uses in {trips} round trips; after {failed_next} failures the next lease was "
           f"the same resource {same_after_failure} times; py-0 quarantine {res['quarantine']}, "
-          f"search success rate {rate if rate is None else round(rate, 2)}; first page {len(page['resources'])} resources; "
+          f"{res['state']}, search success rate {rate}{recent}; first page {len(page['resources'])} resources; "
           f"{last['id']} search latency {round(latency)} ms")
 
 

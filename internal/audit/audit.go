@@ -96,11 +96,12 @@ func (w *Writer) write(ctx context.Context, e store.AuditEntry) {
 	}
 }
 
-// Watch records the pool's quarantines and recoveries for tenant until ctx
+// Watch records the pool's quarantines, recoveries, retirements and
+// quarantines ended by the share cap for tenant until ctx
 // ends. If it falls behind and its subscription is cut, it resubscribes
 // from where it was; events lost meanwhile are recorded as a gap.
 func (w *Writer) Watch(ctx context.Context, tenant string, p *pool.Pool) {
-	kinds := pool.KindsOf(pool.EventBlocked, pool.EventRecovered)
+	kinds := pool.KindsOf(pool.EventBlocked, pool.EventRecovered, pool.EventRetired, pool.EventCapped)
 	// The first subscription is made before Watch returns, so no event of
 	// the pool's first requests is missed.
 	sub := p.Subscribe(kinds, 0)
@@ -140,6 +141,10 @@ func (w *Writer) drain(ctx context.Context, tenant string, sub *pool.Subscriptio
 				action = "resource.blocked"
 			case pool.EventRecovered:
 				action = "resource.recovered"
+			case pool.EventRetired:
+				action = "resource.retired"
+			case pool.EventCapped:
+				action = "resource.quarantine_capped"
 			case pool.EventGap:
 				action = "audit.gap"
 			}

@@ -78,3 +78,29 @@ func TestFullQueueDrops(t *testing.T) {
 		t.Fatalf("repool_audit_dropped_total = %v, want 1", got)
 	}
 }
+
+func TestWatchRecordsRetirements(t *testing.T) {
+	st := &memStore{}
+	w, err := New(st, 16, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.Run(ctx, time.Second); close(done) }()
+	p, _ := pool.New(pool.Config{})
+	if _, _, err := p.Register([]pool.Spec{{ID: "r", MaxUses: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	w.Watch(ctx, "acme", p)
+	if _, err := p.Acquire("x", time.Minute, nil); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 5*time.Second, "the retirement to be written", func() bool { return len(st.snapshot()) >= 1 })
+	cancel()
+	<-done
+	got := st.snapshot()
+	if len(got) != 1 || got[0].Action != "resource.retired" || got[0].Target != "r" || got[0].Detail != "max_uses 1 reached" {
+		t.Fatalf("entries = %+v, want resource.retired of r", got)
+	}
+}

@@ -27,6 +27,8 @@ func resourceRow(r pool.ResourceState) store.ResourceRow {
 		Alpha: r.Aggregate.Alpha, Beta: r.Aggregate.Beta, UpdatedAt: unixNano(r.Aggregate.UpdatedAt),
 		ConsecutiveFailures: int32(r.Aggregate.ConsecutiveFailures),
 		BlockedUntil:        unixNano(r.Quarantine.Until), CooldownLevel: int32(r.Quarantine.Level),
+		RegisteredAt: unixNano(r.RegisteredAt), Uses: int64(r.Uses), MaxUses: int64(r.MaxUses), MaxAge: int64(r.MaxAge),
+		Retired: r.Retired, Imposed: r.Imposed, Recent: int64(r.Aggregate.Recent),
 	}
 }
 
@@ -36,6 +38,7 @@ func cellRow(c pool.CellState) store.CellRow {
 		Alpha: c.Stats.Alpha, Beta: c.Stats.Beta, UpdatedAt: unixNano(c.Stats.UpdatedAt),
 		ConsecutiveFailures: int32(c.Stats.ConsecutiveFailures),
 		BlockedUntil:        unixNano(c.Quarantine.Until), CooldownLevel: int32(c.Quarantine.Level),
+		Recent: int64(c.Stats.Recent),
 	}
 }
 
@@ -60,14 +63,18 @@ func toSnapshot(st store.PoolState) pool.Snapshot {
 		Resources: mapAll(st.Resources, func(r store.ResourceRow) pool.ResourceState {
 			return pool.ResourceState{
 				ID: r.ID, Capacity: int(r.Capacity), Labels: r.Labels,
-				Aggregate:  pool.Stats{Alpha: r.Alpha, Beta: r.Beta, UpdatedAt: fromUnixNano(r.UpdatedAt), ConsecutiveFailures: int(r.ConsecutiveFailures)},
-				Quarantine: pool.Quarantine{Until: fromUnixNano(r.BlockedUntil), Level: int(r.CooldownLevel)},
+				Aggregate: pool.Stats{Alpha: r.Alpha, Beta: r.Beta, UpdatedAt: fromUnixNano(r.UpdatedAt), ConsecutiveFailures: int(r.ConsecutiveFailures),
+					Recent: uint64(r.Recent)},
+				Quarantine:   pool.Quarantine{Until: fromUnixNano(r.BlockedUntil), Level: int(r.CooldownLevel)},
+				RegisteredAt: fromUnixNano(r.RegisteredAt), Uses: int(min(r.Uses, pool.MaxMaxUses)), MaxUses: int(r.MaxUses), MaxAge: time.Duration(r.MaxAge),
+				Retired: r.Retired, Imposed: r.Imposed,
 			}
 		}),
 		Cells: mapAll(st.Cells, func(c store.CellRow) pool.CellState {
 			return pool.CellState{
 				Resource: c.ResourceID, Context: c.Context,
-				Stats:      pool.Stats{Alpha: c.Alpha, Beta: c.Beta, UpdatedAt: fromUnixNano(c.UpdatedAt), ConsecutiveFailures: int(c.ConsecutiveFailures)},
+				Stats: pool.Stats{Alpha: c.Alpha, Beta: c.Beta, UpdatedAt: fromUnixNano(c.UpdatedAt), ConsecutiveFailures: int(c.ConsecutiveFailures),
+					Recent: uint64(c.Recent)},
 				Quarantine: pool.Quarantine{Until: fromUnixNano(c.BlockedUntil), Level: int(c.CooldownLevel)},
 			}
 		}),

@@ -19,6 +19,8 @@ const (
 	actionKeyRevoke        = "key.revoke"
 	actionLimitsPut        = "limits.put"
 	actionPolicyPut        = "policy.put"
+	actionQuarantine       = "resource.quarantine"
+	actionLift             = "resource.lift"
 )
 
 // actorBootstrap is the audit actor of what Bootstrap creates.

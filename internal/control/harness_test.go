@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/repool/repool/internal/clock"
+	"github.com/repool/repool/internal/pool"
 	"github.com/repool/repool/internal/store"
 	"github.com/repool/repool/internal/store/sqlite"
 	"github.com/repool/repool/internal/testenv"
@@ -163,6 +164,10 @@ func (s *faultStore) ListAudit(ctx context.Context, tenant string, limit int, be
 type fakeHooks struct {
 	applyLimits   func(tenant string, l store.Limits) error
 	tenantDeleted func(tenant string)
+	// pools, when set, are the tenants' pools the resource routes reach;
+	// quarantine, when set, runs inside Quarantine instead of the pool.
+	pools      map[string]*pool.Pool
+	quarantine func() error
 
 	mu    sync.Mutex
 	calls []string
@@ -196,6 +201,42 @@ func (f *fakeHooks) TenantDeleted(tenant string) {
 }
 
 func (f *fakeHooks) KeyRevoked(tenant, keyID string) { f.record("KeyRevoked(%s, %s)", tenant, keyID) }
+
+func (f *fakeHooks) Resource(tenant, id string) (pool.ResourceInfo, error) {
+	if p := f.pools[tenant]; p != nil {
+		return p.Get(id)
+	}
+	return NopHooks{}.Resource(tenant, id)
+}
+
+// Quarantine records a call that changed the pool, or that the quarantine
+// function failed as a store would (the change made, not durable).
+func (f *fakeHooks) Quarantine(ctx context.Context, tenant, id string, impose bool, d time.Duration, why string) (pool.ResourceInfo, error) {
+	if f.quarantine != nil {
+		f.record("Quarantine(%s, %s, %v, %v, %s)", tenant, id, impose, d, why)
+		return pool.ResourceInfo{}, f.quarantine()
+	}
+	p := f.pools[tenant]
+	if p == nil {
+		return NopHooks{}.Quarantine(ctx, tenant, id, impose, d, why)
+	}
+	var (
+		info pool.ResourceInfo
+		err  error
+	)
+	if impose {
+		if d == 0 {
+			d = time.Hour // the default pool's cooldown maximum, as Lifecycle gives it
+		}
+		info, err = p.Quarantine(id, d, why)
+	} else {
+		info, err = p.Lift(id, why)
+	}
+	if err == nil {
+		f.record("Quarantine(%s, %s, %v, %v, %s)", tenant, id, impose, d, why)
+	}
+	return info, err
+}
 
 // Calls returns the calls so far and forgets them.
 func (f *fakeHooks) Calls() []string {
@@ -244,6 +285,7 @@ var testRules = LimitRules{
 			HalfLifeSeconds: ptr(int64(3600)), QuarantineAfter: ptr(int64(5)), QuarantineWholeAfter: ptr(int64(20)),
 			QuarantineBelow: ptr(0.1), QuarantineMinEvidence: ptr(10.0), CooldownBaseSeconds: ptr(int64(30)), CooldownMaxSeconds: ptr(int64(3600)),
 			Objective: ptr("success"),
+			MaxUses:   ptr(int64(0)), MaxAgeSeconds: ptr(int64(0)), MaxQuarantinedShare: ptr(0.5),
 		},
 	},
 	GlobalResources: 1000, GlobalCells: 6000,

@@ -1,10 +1,16 @@
 package control
 
 import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/repool/repool/internal/pool"
 	"github.com/repool/repool/internal/store"
 )
 
-// Hooks keep the server's in-memory state in step with the control plane.
+// Hooks keep the server's in-memory state in step with the control plane,
+// and reach into a tenant's pool for the resource routes.
 // tenants.Lifecycle implements them; the API calls them synchronously, one change
 // at a time for status changes, deletes and limits, in the order the store
 // applied the changes. Implementations must be safe for concurrent use,
@@ -32,6 +38,16 @@ type Hooks interface {
 	// KeyRevoked is called after a revocation committed: drop the key's
 	// cached credentials at once.
 	KeyRevoked(tenant, keyID string)
+	// Resource returns one resource of the tenant's pool; an error
+	// wrapping pool.ErrNotFound is answered 404.
+	Resource(tenant, id string) (pool.ResourceInfo, error)
+	// Quarantine imposes a quarantine of d (0: the tenant's cooldown
+	// maximum) on a resource of the tenant's pool, or with impose false
+	// lifts its quarantines, for why, and makes the change durable before
+	// it returns the resource's state. pool.ErrNotFound is answered 404,
+	// pool.ErrInvalidArgument 400 with its message; an error wrapping
+	// tenants.ErrNotDurable 503.
+	Quarantine(ctx context.Context, tenant, id string, impose bool, d time.Duration, why string) (pool.ResourceInfo, error)
 }
 
 // NopHooks does nothing and accepts every limit; for tests and tools that
@@ -51,3 +67,13 @@ func (NopHooks) TenantDeleted(string) {}
 
 // KeyRevoked does nothing.
 func (NopHooks) KeyRevoked(string, string) {}
+
+// Resource finds nothing: NopHooks hold no pools.
+func (NopHooks) Resource(_, id string) (pool.ResourceInfo, error) {
+	return pool.ResourceInfo{}, fmt.Errorf("%w: resource %q: no pools here", pool.ErrNotFound, id)
+}
+
+// Quarantine finds nothing: NopHooks hold no pools.
+func (NopHooks) Quarantine(_ context.Context, _, id string, _ bool, _ time.Duration, _ string) (pool.ResourceInfo, error) {
+	return pool.ResourceInfo{}, fmt.Errorf("%w: resource %q: no pools here", pool.ErrNotFound, id)
+}

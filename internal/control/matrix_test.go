@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/repool/repool/internal/pool"
 	"github.com/repool/repool/internal/store"
 	"github.com/repool/repool/internal/token"
 )
@@ -166,6 +167,24 @@ var matrixRoutes = []matrixRoute{
 	{method: "GET", path: "/api/v1/tenants/{id}/keys", want: readWant},
 	{method: "DELETE", path: "/api/v1/tenants/{id}/keys/{key}", want: writeWant(204)},
 	{method: "GET", path: "/api/v1/tenants/{id}/audit", want: readWant},
+	{method: "GET", path: "/api/v1/tenants/{id}/resources/r1", want: readWant, setup: withResource},
+	{method: "POST", path: "/api/v1/tenants/{id}/resources/r1/quarantine", body: `{"seconds":60,"reason":"test"}`, want: writeWant(200), setup: withResource},
+	{method: "POST", path: "/api/v1/tenants/{id}/resources/r1/lift", body: `{}`, want: writeWant(200), setup: withResource},
+}
+
+// withResource gives the tenant a pool holding resource r1.
+func withResource(h *harness, tenant string) {
+	p, err := pool.New(pool.Config{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if _, _, err := p.Register([]pool.Spec{{ID: "r1"}}); err != nil {
+		h.t.Fatal(err)
+	}
+	if h.hooks.pools == nil {
+		h.hooks.pools = map[string]*pool.Pool{}
+	}
+	h.hooks.pools[tenant] = p
 }
 
 // wantCode is the error code each failing status of the matrix must carry.

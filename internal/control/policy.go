@@ -48,13 +48,22 @@ var policyFields = []policyField{
 		ptr: func(p *store.Policy) limitPtr { return limitPtr{i: &p.CooldownBaseSeconds} }},
 	{name: "cooldown_max_seconds", min: pool.MinCooldown.Seconds(), max: pool.MaxCooldownMax.Seconds(), integer: true, want: "cooldown_base_seconds to 2592000 seconds (30 days)",
 		ptr: func(p *store.Policy) limitPtr { return limitPtr{i: &p.CooldownMaxSeconds} }},
+	{name: "max_uses", min: 0, max: pool.MaxMaxUses, integer: true, want: "0 (no limit) to 1000000000 leases",
+		ptr: func(p *store.Policy) limitPtr { return limitPtr{i: &p.MaxUses} }},
+	{name: "max_age_seconds", min: 0, max: pool.MaxMaxAge.Seconds(), integer: true, want: "0 (no limit) to 31536000 seconds (365 days)",
+		ptr: func(p *store.Policy) limitPtr { return limitPtr{i: &p.MaxAgeSeconds} }},
+	{name: "max_quarantined_share", min: 0, max: 1, want: "a share above 0, at most 1 (0.5 is half the pool; 1: no cap)",
+		ptr: func(p *store.Policy) limitPtr { return limitPtr{f: &p.MaxQuarantinedShare} }},
 }
 
 // check returns a 400 naming f unless v (shown as shown) is in its range.
 func (f policyField) check(v float64, shown string) error {
 	ok := !math.IsNaN(v) && v >= f.min && v <= f.max && (!f.integer || v == math.Trunc(v))
-	if f.name == "quarantine_below" {
+	switch f.name {
+	case "quarantine_below":
 		ok = v == -1 || (v > 0 && v < 1)
+	case "max_quarantined_share":
+		ok = v > 0 && v <= 1
 	}
 	if !ok {
 		return invalidArgument("%s %s is out of range: want %s (or null for the server default)", f.name, shown, f.want)
@@ -148,6 +157,9 @@ type policyJSON struct {
 	CooldownBaseSeconds   *int64              `json:"cooldown_base_seconds"`
 	CooldownMaxSeconds    *int64              `json:"cooldown_max_seconds"`
 	Objective             *string             `json:"objective"`
+	MaxUses               *int64              `json:"max_uses"`
+	MaxAgeSeconds         *int64              `json:"max_age_seconds"`
+	MaxQuarantinedShare   *float64            `json:"max_quarantined_share"`
 	Effective             effectivePolicyJSON `json:"effective"`
 }
 
@@ -161,6 +173,9 @@ type effectivePolicyJSON struct {
 	CooldownBaseSeconds   int64   `json:"cooldown_base_seconds"`
 	CooldownMaxSeconds    int64   `json:"cooldown_max_seconds"`
 	Objective             string  `json:"objective"`
+	MaxUses               int64   `json:"max_uses"`
+	MaxAgeSeconds         int64   `json:"max_age_seconds"`
+	MaxQuarantinedShare   float64 `json:"max_quarantined_share"`
 }
 
 func (r LimitRules) policyToJSON(p store.Policy) policyJSON {
@@ -168,8 +183,10 @@ func (r LimitRules) policyToJSON(p store.Policy) policyJSON {
 	return policyJSON{
 		p.HalfLifeSeconds, p.QuarantineAfter, p.QuarantineWholeAfter, p.QuarantineBelow,
 		p.QuarantineMinEvidence, p.CooldownBaseSeconds, p.CooldownMaxSeconds, p.Objective,
+		p.MaxUses, p.MaxAgeSeconds, p.MaxQuarantinedShare,
 		effectivePolicyJSON{*e.HalfLifeSeconds, *e.QuarantineAfter, *e.QuarantineWholeAfter, *e.QuarantineBelow,
-			*e.QuarantineMinEvidence, *e.CooldownBaseSeconds, *e.CooldownMaxSeconds, *e.Objective},
+			*e.QuarantineMinEvidence, *e.CooldownBaseSeconds, *e.CooldownMaxSeconds, *e.Objective,
+			*e.MaxUses, *e.MaxAgeSeconds, *e.MaxQuarantinedShare},
 	}
 }
 
@@ -184,6 +201,9 @@ type policyRequest struct {
 	CooldownBaseSeconds   optional       `json:"cooldown_base_seconds"`
 	CooldownMaxSeconds    optional       `json:"cooldown_max_seconds"`
 	Objective             optionalString `json:"objective"`
+	MaxUses               optional       `json:"max_uses"`
+	MaxAgeSeconds         optional       `json:"max_age_seconds"`
+	MaxQuarantinedShare   optional       `json:"max_quarantined_share"`
 }
 
 // optionalString is a string field of a request that null resets and
@@ -211,7 +231,8 @@ func (o *optionalString) UnmarshalJSON(b []byte) error {
 // fields returns the request's fields in policyFields order.
 func (req *policyRequest) fields() []optional {
 	return []optional{req.HalfLifeSeconds, req.QuarantineAfter, req.QuarantineWholeAfter, req.QuarantineBelow,
-		req.QuarantineMinEvidence, req.CooldownBaseSeconds, req.CooldownMaxSeconds}
+		req.QuarantineMinEvidence, req.CooldownBaseSeconds, req.CooldownMaxSeconds,
+		req.MaxUses, req.MaxAgeSeconds, req.MaxQuarantinedShare}
 }
 
 // showPolicy shows a value in the audit trail.
@@ -272,7 +293,7 @@ func (a *API) putPolicy(w http.ResponseWriter, r *http.Request, c caller) error 
 		}
 	}
 	if !given {
-		return invalidArgument("no policy given; set any of half_life_seconds, quarantine_after, quarantine_whole_after, quarantine_below, quarantine_min_evidence, cooldown_base_seconds, cooldown_max_seconds, objective (null: the server default)")
+		return invalidArgument("no policy given; set any of half_life_seconds, quarantine_after, quarantine_whole_after, quarantine_below, quarantine_min_evidence, cooldown_base_seconds, cooldown_max_seconds, objective, max_uses, max_age_seconds, max_quarantined_share (null: the server default)")
 	}
 
 	merged, err := a.updateLimits(r.Context(), c, id, "policy", actionPolicyPut, func(prev store.Limits) (store.Limits, []string, error) {

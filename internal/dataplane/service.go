@@ -223,7 +223,8 @@ func (s *Service) Register(ctx context.Context, req *repoolv1.RegisterRequest) (
 	}
 	specs := make([]pool.Spec, len(req.GetResources()))
 	for i, r := range req.GetResources() {
-		specs[i] = pool.Spec{ID: r.GetId(), Capacity: int(r.GetCapacity()), Labels: r.GetLabels()}
+		specs[i] = pool.Spec{ID: r.GetId(), Capacity: int(r.GetCapacity()), Labels: r.GetLabels(),
+			MaxUses: int(r.GetMaxUses()), MaxAge: time.Duration(r.GetMaxAgeSeconds()) * time.Second}
 	}
 	created, existing, err := p.Register(specs)
 	if err != nil {
@@ -527,7 +528,8 @@ func toStats(c pool.ContextStats) *repoolv1.ContextStats {
 	return &repoolv1.ContextStats{
 		Context: c.Context, Successes: c.Successes, Failures: c.Failures, SuccessRate: c.SuccessRate,
 		ConsecutiveFailures: int32(c.ConsecutiveFailures), BlockedUntil: ts(c.BlockedUntil), Quarantine: c.Quarantine,
-		LatencyMs: float64(c.Latency) / float64(time.Millisecond),
+		LatencyMs:       float64(c.Latency) / float64(time.Millisecond),
+		RecentSuccesses: int32(c.RecentSuccesses), RecentFailures: int32(c.RecentFailures),
 	}
 }
 
@@ -535,6 +537,8 @@ func toInfo(r pool.ResourceInfo) *repoolv1.ResourceInfo {
 	out := &repoolv1.ResourceInfo{
 		Id: r.ID, Capacity: int32(r.Capacity), Labels: r.Labels, ActiveLeases: int32(r.ActiveLeases),
 		BlockedUntil: ts(r.BlockedUntil), Aggregate: toStats(r.Aggregate), Quarantine: r.Quarantine,
+		State: r.State, RetiredReason: r.RetiredReason, Uses: int32(r.Uses), MaxUses: int32(r.MaxUses),
+		MaxAgeSeconds: int32(r.MaxAge / time.Second), RegisteredAt: ts(r.RegisteredAt),
 	}
 	for _, c := range r.Contexts {
 		out.Contexts = append(out.Contexts, toStats(c))
@@ -594,6 +598,8 @@ var kindToProto = map[pool.EventKind]repoolv1.EventKind{
 	pool.EventRecovered:    repoolv1.EventKind_EVENT_KIND_RECOVERED,
 	pool.EventLeaseExpired: repoolv1.EventKind_EVENT_KIND_LEASE_EXPIRED,
 	pool.EventRemoved:      repoolv1.EventKind_EVENT_KIND_REMOVED,
+	pool.EventRetired:      repoolv1.EventKind_EVENT_KIND_RETIRED,
+	pool.EventCapped:       repoolv1.EventKind_EVENT_KIND_QUARANTINE_CAPPED,
 	pool.EventGap:          repoolv1.EventKind_EVENT_KIND_UNSPECIFIED,
 }
 

@@ -844,3 +844,41 @@ func TestBudgetCountsWhatThePoolHolds(t *testing.T) {
 		t.Fatalf("budget counts %d resources and %d cells; the pool holds %d and %d", r, c, res, cl)
 	}
 }
+
+// TestRetirementReachesTheStream: a resource registered with max_uses 1 is
+// retired by its lease; a stream of the retired kind gets the event with
+// the reason, the view says retired, and the next acquire says why.
+func TestRetirementReachesTheStream(t *testing.T) {
+	e := newEnv(t)
+	a := as("key-a")
+	ctx, cancel := context.WithTimeout(a, 10*time.Second)
+	defer cancel()
+	stream, err := e.client.SubscribeEvents(ctx, &repoolv1.SubscribeEventsRequest{Kinds: []repoolv1.EventKind{repoolv1.EventKind_EVENT_KIND_RETIRED}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Header(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.client.Register(a, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "once", MaxUses: 1, MaxAgeSeconds: 3600}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.client.Acquire(a, &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 60}); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := stream.Recv()
+	if err != nil || ev.GetKind() != repoolv1.EventKind_EVENT_KIND_RETIRED || ev.GetResourceId() != "once" || ev.GetDetail() != "max_uses 1 reached" {
+		t.Fatalf("event = %v, %v; want once retired for max_uses 1", ev, err)
+	}
+	got, err := e.client.GetResource(a, &repoolv1.GetResourceRequest{Id: "once"})
+	if r := got.GetResource(); err != nil || r.GetState() != "retired" || r.GetUses() != 1 || r.GetMaxUses() != 1 || r.GetMaxAgeSeconds() != 3600 || r.GetRegisteredAt() == nil {
+		t.Fatalf("GetResource(once) = %v, %v", got, err)
+	}
+	_, err = e.client.Acquire(a, &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 60})
+	if err == nil || !strings.Contains(err.Error(), "retired") {
+		t.Fatalf("Acquire with only a retired resource = %v, want it to say retired", err)
+	}
+	if _, err := e.client.Register(a, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "bad", MaxAgeSeconds: -1}}}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("Register(max_age_seconds -1) = %v, want INVALID_ARGUMENT", err)
+	}
+}

@@ -74,7 +74,7 @@ func (p *Pool) acquireLocked(context string, ttl time.Duration, selector map[str
 		return Lease{}, &ExhaustedError{Why: WhyTokensUsedUp, msg: fmt.Sprintf("the fencing tokens of epoch %d are used up; a new epoch (restart or leader change) is needed", p.epoch)}
 	}
 	l, err := p.acquire(context, ttl, selector, now)
-	if err != nil && (p.expiries.due(now) || p.cooldowns.due(now)) {
+	if err != nil && (p.expiries.due(now) || p.cooldowns.due(now) || p.ageouts.due(now)) {
 		// Expired leases and ended cooldowns beyond this call's budget may
 		// free what it needs: finish them before answering that nothing is
 		// free. Each heap entry is popped once, so this work is amortized
@@ -308,7 +308,7 @@ func (p *Pool) warmCandidates(res *reservoir, ctx int32, n int) {
 		c := res.drawn[res.ndrawn]
 		if ctx >= maxDense && p.res[c].live {
 			if slot := p.findCell(c, ctx); slot >= 0 {
-				prefetch(unsafe.Pointer(p.cellAt(slot)))
+				prefetchCell(p.cellAt(slot))
 			}
 		}
 		res.warm[res.nwarm] = c
@@ -320,7 +320,7 @@ func (p *Pool) warmCandidates(res *reservoir, ctx int32, n int) {
 		prefetch(r)
 		prefetch(unsafe.Add(r, resourceHot-1))
 		if ctx >= 0 && ctx < p.stride {
-			prefetch(unsafe.Pointer(&p.dense[p.denseSlot(c, ctx)]))
+			prefetchCell(&p.dense[p.denseSlot(c, ctx)])
 		}
 		res.drawn[res.ndrawn] = c
 		res.ndrawn++
@@ -405,7 +405,7 @@ func (p *Pool) acquireProbe(ctx int32, context string, ttl time.Duration, select
 			r := &p.res[idx]
 			slot := p.findCell(idx, ctx)
 			switch {
-			case !r.live || slot < 0 || p.cellAt(slot).q.state != qProbation:
+			case !r.live || r.retired || slot < 0 || p.cellAt(slot).q.state != qProbation:
 				return probeStale
 			case r.active >= r.capacity || r.q.state != qNone || !matches(r.labels, selector) || p.avoid.has(idx):
 				return probeWait
@@ -424,7 +424,7 @@ func (p *Pool) acquireProbe(ctx int32, context string, ttl time.Duration, select
 	p.probeRes = p.scanProbes(p.probeRes, func(idx int32) probeState {
 		r := &p.res[idx]
 		switch {
-		case !r.live || r.q.state != qProbation:
+		case !r.live || r.retired || r.q.state != qProbation:
 			return probeStale
 		case r.active >= r.capacity || !matches(r.labels, selector) || p.blockedFor(idx, ctx) || p.avoid.has(idx):
 			return probeWait
@@ -507,5 +507,6 @@ func (p *Pool) grant(idx int32, context string, ttl time.Duration, probe uint8, 
 	p.expiries.push(expires, id)
 	p.compactExpiries()
 	p.counters.Acquired++
+	p.countUse(idx, now)
 	return Lease{ID: id, Resource: r.id, Context: context, Token: token, ExpiresAt: time.Unix(0, expires)}
 }

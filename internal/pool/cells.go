@@ -1,5 +1,7 @@
 package pool
 
+import "unsafe"
+
 // Cells live in two places. The cells of the first maxDense contexts a pool
 // interns are dense: the cell of resource idx for context ctx is
 // dense[idx*stride+ctx], where stride counts the dense contexts that have
@@ -30,6 +32,14 @@ type cell struct {
 	dirty      bool // the slot is listed in Pool.dirtyCells
 	lead       bool // the resource is on the context's leader board
 	lat        latency
+	recent     recent
+}
+
+// prefetchCell starts loading c: its first and last bytes, as a cell may
+// straddle two cache lines.
+func prefetchCell(c *cell) {
+	prefetch(unsafe.Pointer(c))
+	prefetch(unsafe.Add(unsafe.Pointer(c), unsafe.Sizeof(cell{})-1))
 }
 
 // cellAt returns the cell in slot.
@@ -94,6 +104,9 @@ func (p *Pool) newCell(idx, ctx int32, c cell) int32 {
 	*dst = c
 	p.res[idx].ncells++
 	p.ctxs[ctx].cells++
+	if c.q.state != qNone {
+		p.ctxs[ctx].nquar++
+	}
 	p.ncells++
 	return slot
 }
@@ -129,6 +142,9 @@ func (p *Pool) dropCells(idx int32) {
 	}
 	for ctx := range p.stride {
 		if c := &p.dense[p.denseSlot(idx, ctx)]; c.live {
+			if c.q.state != qNone {
+				p.ctxs[ctx].nquar--
+			}
 			*c = cell{dirty: c.dirty}
 			r.ncells--
 			p.ctxs[ctx].cells--
@@ -140,6 +156,9 @@ func (p *Pool) dropCells(idx int32) {
 		if slot, ok := p.sparseIdx[key]; ok {
 			delete(p.sparseIdx, key)
 			c := p.cellAt(slot)
+			if c.q.state != qNone {
+				p.ctxs[ctx].nquar--
+			}
 			*c = cell{dirty: c.dirty}
 			p.freeCells = append(p.freeCells, slot)
 			r.ncells--

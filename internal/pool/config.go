@@ -92,6 +92,19 @@ type Config struct {
 	// probability) or ObjectiveSuccessPerTime (successes per unit of time,
 	// from the latencies outcomes carry). Default ObjectiveSuccess.
 	Objective Objective
+	// MaxUses retires a resource once it has been leased this many times
+	// (a Spec's own MaxUses overrides it). Default 0: no limit.
+	MaxUses int
+	// MaxAge retires a resource this long after its registration, on the
+	// pool's clock (a Spec's own MaxAge overrides it). Default 0: no limit.
+	MaxAge time.Duration
+	// MaxQuarantinedShare caps the share of the pool's resources that are
+	// quarantined at once, as a whole or for any one context: a quarantine
+	// that would go beyond it takes the least bad of the quarantined
+	// resources (the best posterior mean) out of quarantine instead, so
+	// that it is served, and judged by its next outcomes, again. Default
+	// 0.5; 1 turns the cap off.
+	MaxQuarantinedShare float64
 	// Gate, when set, is charged for every resource and cell the pool
 	// creates and refunded for every one it removes, under the pool's lock
 	// (see the package doc). Default none: nothing is charged.
@@ -145,6 +158,7 @@ func (c Config) WithDefaults() Config {
 		EventBuffer:               256,
 		EventHistory:              4096,
 		Objective:                 ObjectiveSuccess,
+		MaxQuarantinedShare:       0.5,
 	})
 	if c.Clock == nil {
 		c.Clock = clock.NewAnchored(0)
@@ -183,13 +197,19 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: EventBuffer %d is below 1", ErrInvalidArgument, c.EventBuffer)
 	case c.EventHistory < 1:
 		return fmt.Errorf("%w: EventHistory %d is below 1", ErrInvalidArgument, c.EventHistory)
+	case c.MaxUses < 0 || c.MaxUses > MaxMaxUses:
+		return fmt.Errorf("%w: MaxUses %d is outside [0, %d]", ErrInvalidArgument, c.MaxUses, MaxMaxUses)
+	case c.MaxAge < 0 || c.MaxAge > MaxMaxAge:
+		return fmt.Errorf("%w: MaxAge %v is outside [0, %v]", ErrInvalidArgument, c.MaxAge, MaxMaxAge)
+	case !(c.MaxQuarantinedShare > 0 && c.MaxQuarantinedShare <= 1):
+		return fmt.Errorf("%w: MaxQuarantinedShare %v is outside (0, 1]", ErrInvalidArgument, c.MaxQuarantinedShare)
 	}
 	return checkObjective(c.Objective)
 }
 
 // Policy is the part of Config that a running pool can change
-// (SetPolicy): quarantine, decay and the objective. The zero value of a field means its
-// default, as in Config.
+// (SetPolicy): quarantine, decay, the objective and retirement. The zero
+// value of a field means its default, as in Config.
 type Policy struct {
 	HalfLife                  time.Duration
 	FailuresToQuarantine      int
@@ -199,6 +219,9 @@ type Policy struct {
 	CooldownBase              time.Duration
 	CooldownMax               time.Duration
 	Objective                 Objective
+	MaxUses                   int
+	MaxAge                    time.Duration
+	MaxQuarantinedShare       float64
 }
 
 // The ranges of a policy that a server takes from its flags and from a
@@ -213,14 +236,19 @@ const (
 	MinCooldown                  = time.Second
 	MaxCooldownBase              = 24 * time.Hour
 	MaxCooldownMax               = 30 * 24 * time.Hour
+	// MaxMaxUses and MaxMaxAge bound MaxUses and MaxAge, here and in a
+	// Spec.
+	MaxMaxUses = 1_000_000_000
+	MaxMaxAge  = 365 * 24 * time.Hour
 )
 
-// Policy returns c's quarantine, decay and objective fields.
+// Policy returns c's quarantine, decay, objective and retirement fields.
 func (c Config) Policy() Policy {
 	return Policy{
 		HalfLife: c.HalfLife, FailuresToQuarantine: c.FailuresToQuarantine, FailuresToQuarantineWhole: c.FailuresToQuarantineWhole,
 		QuarantineBelow: c.QuarantineBelow, QuarantineMinEvidence: c.QuarantineMinEvidence,
 		CooldownBase: c.CooldownBase, CooldownMax: c.CooldownMax, Objective: c.Objective,
+		MaxUses: c.MaxUses, MaxAge: c.MaxAge, MaxQuarantinedShare: c.MaxQuarantinedShare,
 	}
 }
 
@@ -230,5 +258,6 @@ func (c Config) WithPolicy(pol Policy) Config {
 	c.QuarantineBelow, c.QuarantineMinEvidence = pol.QuarantineBelow, pol.QuarantineMinEvidence
 	c.CooldownBase, c.CooldownMax = pol.CooldownBase, pol.CooldownMax
 	c.Objective = pol.Objective
+	c.MaxUses, c.MaxAge, c.MaxQuarantinedShare = pol.MaxUses, pol.MaxAge, pol.MaxQuarantinedShare
 	return c
 }

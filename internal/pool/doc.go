@@ -25,6 +25,20 @@
 // Acquire for that context hands the resource out as a single probe lease,
 // and the probe's outcome decides between recovery and a longer cooldown.
 //
+// Beside the decayed counts, each resource and cell keeps its latest
+// outcomes, up to RecentWindow, as plain counts without prior or decay
+// (ContextStats.RecentSuccesses). Config.MaxQuarantinedShare caps the share
+// of the pool in quarantine: beyond it the least bad quarantined resource
+// is served again (EventCapped). Quarantine and Lift impose and end
+// quarantines whatever the statistics, for an operator.
+//
+// # Retirement
+//
+// A resource that has been leased MaxUses times, or that was registered
+// MaxAge ago (its Spec's limits, else the pool's), is retired: never
+// leased again, kept visible with State StateRetired and the reason, and
+// announced by an EventRetired (retire.go).
+//
 // Fencing tokens grow strictly per pool. The upper bits hold an epoch that
 // the caller raises on every restart or leader change (SetEpoch), so tokens
 // keep growing across Snapshot and Restore and across leaders.

@@ -18,6 +18,14 @@ const (
 	EventLeaseExpired
 	EventRemoved
 	EventGap
+	// EventRetired: the resource reached its MaxUses or MaxAge (Detail
+	// says which) and is never leased again.
+	EventRetired
+	// EventCapped: a quarantine would have put more of the pool than
+	// MaxQuarantinedShare in quarantine, so the least bad of the
+	// quarantined resources (Resource; Context empty for a whole
+	// quarantine) was taken out of quarantine to be served again.
+	EventCapped
 )
 
 // String returns the kind's lower-case name.
@@ -35,6 +43,10 @@ func (k EventKind) String() string {
 		return "removed"
 	case EventGap:
 		return "gap"
+	case EventRetired:
+		return "retired"
+	case EventCapped:
+		return "quarantine_capped"
 	}
 	return "unknown"
 }

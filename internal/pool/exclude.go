@@ -122,7 +122,7 @@ func (p *Pool) couldServeExcluded(context string, selector map[string]string) bo
 	for i := 0; i < p.avoid.n; i++ {
 		idx := p.avoid.idx[i]
 		r := &p.res[idx]
-		if r.live && r.active < r.capacity && r.q.state == qNone && !p.blockedFor(idx, ctx) &&
+		if r.live && !r.retired && r.active < r.capacity && r.q.state == qNone && !p.blockedFor(idx, ctx) &&
 			(len(selector) == 0 || matches(r.labels, selector)) {
 			return true
 		}

@@ -82,7 +82,7 @@ func (p *Pool) checkInvariants() error {
 		if r.active > r.capacity && !p.overbooked { // only Restore may overbook
 			return fmt.Errorf("resource %q: %d leases over capacity %d", r.id, r.active, r.capacity)
 		}
-		want := r.active < r.capacity && r.q.state == qNone
+		want := !r.retired && r.active < r.capacity && r.q.state == qNone
 		if got := r.availPos >= 0; got != want {
 			return fmt.Errorf("resource %q: available %v, want %v", r.id, got, want)
 		}
@@ -210,6 +210,37 @@ func (p *Pool) checkInvariants() error {
 	}
 	if ncells != p.ncells || perRes != p.ncells || len(p.sparseIdx)+len(p.freeCells) != len(p.sparse) {
 		return fmt.Errorf("cells: %d live, ncells %d, per resource %d; sparse %d = index %d + free %d?", ncells, p.ncells, perRes, len(p.sparse), len(p.sparseIdx), len(p.freeCells))
+	}
+	// The quarantine and retirement counts match the resources and cells.
+	blocked, retired := 0, 0
+	quar := make([]int, len(p.ctxs))
+	for idx := range p.res {
+		r := &p.res[idx]
+		if !r.live {
+			continue
+		}
+		if r.q.state != qNone {
+			blocked++
+		}
+		if r.retired {
+			retired++
+			if r.availPos >= 0 || p.retiredWhy[int32(idx)] == "" {
+				return fmt.Errorf("retired resource %q is available (%d) or has no reason (%q)", r.id, r.availPos, p.retiredWhy[int32(idx)])
+			}
+		}
+		for ctx := range p.ctxs {
+			if slot := p.findCell(int32(idx), int32(ctx)); slot >= 0 && p.cellAt(slot).q.state != qNone {
+				quar[ctx]++
+			}
+		}
+	}
+	if blocked != p.nblocked || retired != len(p.retiredWhy) {
+		return fmt.Errorf("%d resources quarantined as a whole, nblocked %d; %d retired, %d reasons", blocked, p.nblocked, retired, len(p.retiredWhy))
+	}
+	for ctx, cs := range p.ctxs {
+		if quar[ctx] != cs.nquar {
+			return fmt.Errorf("context %q: %d cells quarantined, nquar %d", cs.name, quar[ctx], cs.nquar)
+		}
 	}
 	return nil
 }

@@ -195,8 +195,8 @@ func (p *Pool) expireLease(id uint64, l leaseRec, now int64) {
 	})
 }
 
-// Tick expires every lease past its expiry and ends every cooldown that is
-// over, emitting their events. Acquire does some of this work as it goes;
+// Tick expires every lease past its expiry, ends every cooldown that is
+// over and retires every resource past its MaxAge, emitting their events. Acquire does some of this work as it goes;
 // call Tick periodically (every second, say) so that expiry events are
 // timely in an idle pool.
 func (p *Pool) Tick() {
@@ -205,8 +205,8 @@ func (p *Pool) Tick() {
 	p.processDue(p.clock.Now().UnixNano(), -1)
 }
 
-// processDue expires leases and ends cooldowns due by now, at most budget of
-// each (all when budget < 0).
+// processDue expires leases, ends cooldowns and retires resources by age
+// due by now, at most budget of each (all when budget < 0).
 func (p *Pool) processDue(now int64, budget int) {
 	for n := 0; p.expiries.due(now) && n != budget; n++ {
 		at, id := p.expiries.pop()
@@ -216,5 +216,9 @@ func (p *Pool) processDue(now int64, budget int) {
 	}
 	for n := 0; p.cooldowns.due(now) && n != budget; n++ {
 		p.endCooldown(p.cooldowns.pop())
+	}
+	for n := 0; p.ageouts.due(now) && n != budget; n++ {
+		at, e := p.ageouts.pop()
+		p.endAge(at, e, now)
 	}
 }

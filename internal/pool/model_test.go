@@ -63,6 +63,10 @@ func runModel(t *testing.T, seed uint64, steps int) bool {
 		FailuresToQuarantine: 2, FailuresToQuarantineWhole: 5, CooldownBase: 2 * time.Second, CooldownMax: 30 * time.Second,
 		QuarantineBelow: 0.3, QuarantineMinEvidence: 4, Leaders: 1 + rng.IntN(3), Candidates: 1 + rng.IntN(3),
 		EventBuffer: 1 << 16, HalfLife: time.Minute,
+		MaxQuarantinedShare: []float64{0.2, 0.5, 1}[rng.IntN(3)],
+	}
+	if rng.IntN(2) == 0 {
+		cfg.MaxAge = time.Duration(20+rng.IntN(40)) * time.Second
 	}
 	p, err := New(cfg)
 	if err != nil {
@@ -136,6 +140,9 @@ func runModel(t *testing.T, seed uint64, steps int) bool {
 			var specs []Spec
 			for n := 1 + rng.IntN(3); n > 0; n-- {
 				s := Spec{ID: ids[rng.IntN(len(ids))], Capacity: rng.IntN(4)}
+				if rng.IntN(3) == 0 {
+					s.MaxUses = 1 + rng.IntN(8)
+				}
 				if rng.IntN(2) == 0 {
 					s.Labels = map[string]string{"k": fmt.Sprint(rng.IntN(2))}
 				}
@@ -318,6 +325,18 @@ func runModel(t *testing.T, seed uint64, steps int) bool {
 				sub.Close()
 				p = q
 				sub = p.Subscribe(0, 0)
+			}
+		case x < 94:
+			op = "quarantine-control"
+			id := ids[rng.IntN(len(ids))]
+			var err error
+			if rng.IntN(2) == 0 {
+				_, err = p.Quarantine(id, time.Duration(1+rng.IntN(20))*time.Second, "model")
+			} else {
+				_, err = p.Lift(id, "model")
+			}
+			if err != nil && !errors.Is(err, ErrNotFound) {
+				return fail(step, op, "%v", err)
 			}
 		case x < 95:
 			op = "epoch"

@@ -47,6 +47,12 @@ type Spec struct {
 	// Capacity is the most leases the resource carries at once; 0 means 1.
 	Capacity int
 	Labels   map[string]string
+	// MaxUses retires the resource once it has been leased this many
+	// times; 0 means the pool's (Config.MaxUses).
+	MaxUses int
+	// MaxAge retires the resource this long after its registration; 0
+	// means the pool's (Config.MaxAge).
+	MaxAge time.Duration
 }
 
 // Lease grants the use of a resource for a context until ExpiresAt.
@@ -74,6 +80,8 @@ type Pool struct {
 	resView    atomic.Pointer[[]resource] // res as of its last growth, for prefetching without the lock
 	hints      leaseHints
 	res        []resource
+	life       []lifetime       // by resource slot
+	retiredWhy map[int32]string // why each retired resource was, by slot
 	freeRes    []int32
 	avail      []int32 // resources that can take a normal lease now
 	labelIdx   map[string]map[string][]int32
@@ -94,11 +102,13 @@ type Pool struct {
 	leases     leaseTable
 	expiries   minHeap[uint64]   // lease expiry → lease id
 	cooldowns  minHeap[cooldown] // quarantine end → quarantine
+	ageouts    minHeap[ageout]   // retirement by age → resource
 
 	epoch      uint32
 	counter    uint64 // low bits of the last fencing token
 	leaseSeq   uint64 // low bits of the last lease id
 	nresource  int
+	nblocked   int  // live resources quarantined as a whole (in any quarantine state)
 	units      int  // the resource units of the live resources (ResourceUnits)
 	maxLeases  int  // 0: unlimited
 	overbooked bool // Restore gave some resource more leases than its capacity
@@ -122,6 +132,8 @@ type Counters struct {
 	Expired       uint64
 	Quarantined   uint64
 	Recovered     uint64
+	Retired       uint64
+	Capped        uint64 // quarantines ended early by MaxQuarantinedShare
 	DroppedEvents uint64 // subscribers disconnected for being slow
 	// Outcomes counts Reports by outcome, indexed by Outcome (Success,
 	// Failure, Blocked; index 0 stays 0).
@@ -168,13 +180,26 @@ type resource struct {
 	gen        uint32 // bumped when the slot is reused
 	live       bool
 	dirty      bool
+	retired    bool       // retired (Pool.retiredWhy says why): never leased again
+	ownUses    bool       // lifetime.maxUses is set: it, not the pool's, limits uses
+	uses       uint32     // leases granted, at most MaxMaxUses
 	q          quarantine // starts the second line
 	id         string
 	idHead     [idInline]byte // id[:idInline], zero-padded
+	recent     recent         // the latest outcomes over all contexts
 }
 
 // idInline is how many leading bytes of an id a resource keeps inline.
-const idInline = 32
+const idInline = 24
+
+// lifetime is what a resource keeps about its retirement that no lease
+// or report reads: Pool.life[idx] for resource slot idx, 24 bytes.
+type lifetime struct {
+	born    int64  // registration, unix nanoseconds on the pool's clock
+	maxAge  int64  // the resource's own limit in nanoseconds; 0: the pool's
+	maxUses uint32 // the resource's own limit; 0: the pool's
+	imposed bool   // its whole quarantine was imposed (Quarantine): the cap leaves it
+}
 
 // hasID reports whether the resource's id is id, reading the string
 // itself only when the id is longer than idInline bytes.
@@ -218,6 +243,7 @@ type contextState struct {
 	cells   int // the context's cells; a sparse context left with none is freed
 	leaders [maxLeaders]leader
 	nlead   int
+	nquar   int     // the context's cells in quarantine (any state but qNone)
 	probes  []int32 // resources whose cell cooldown ended, FIFO
 	explore reservoir
 	lat     latency // over the context's cells: for a cell not yet timed
@@ -271,7 +297,8 @@ func New(cfg Config) (*Pool, error) {
 
 func (p *Pool) reset() {
 	p.ids.reset()
-	p.res = nil
+	p.res, p.life = nil, nil
+	p.retiredWhy = map[int32]string{}
 	p.resView.Store(nil)
 	p.hints.reset()
 	p.freeRes = nil
@@ -288,8 +315,8 @@ func (p *Pool) reset() {
 	p.explore = reservoir{}
 	p.leases.reset()
 	p.expiries = nil
-	p.cooldowns = nil
-	p.nresource, p.units = 0, 0
+	p.cooldowns, p.ageouts = nil, nil
+	p.nresource, p.units, p.nblocked = 0, 0, 0
 	p.overbooked = false
 	p.dirtyRes, p.dirtyCells, p.removed = nil, nil, nil
 }
@@ -406,6 +433,12 @@ func checkSpecs(specs []Spec) error {
 		}
 		if pr := labelsProblem(s.Labels); pr != "" {
 			return fmt.Errorf("%w: resources[%d].labels %s", ErrInvalidArgument, i, pr)
+		}
+		if s.MaxUses < 0 || s.MaxUses > MaxMaxUses {
+			return fmt.Errorf("%w: resources[%d].max_uses %d is outside [0, %d]", ErrInvalidArgument, i, s.MaxUses, MaxMaxUses)
+		}
+		if s.MaxAge < 0 || s.MaxAge > MaxMaxAge {
+			return fmt.Errorf("%w: resources[%d].max_age %v is outside [0, %v]", ErrInvalidArgument, i, s.MaxAge, MaxMaxAge)
 		}
 	}
 	return nil
@@ -530,6 +563,7 @@ func (p *Pool) addResource(s Spec, now int64) int32 {
 	} else {
 		grown := len(p.res) == cap(p.res)
 		p.res = append(p.res, resource{})
+		p.life = append(p.life, lifetime{})
 		idx = int32(len(p.res) - 1)
 		if grown {
 			res := p.res[:cap(p.res)]
@@ -544,6 +578,9 @@ func (p *Pool) addResource(s Spec, now int64) int32 {
 		dirty: r.dirty, // a slot freed in this change set is still listed in dirtyRes
 	}
 	copy(r.idHead[:], s.ID)
+	p.life[idx] = lifetime{born: now, maxUses: uint32(s.MaxUses), maxAge: int64(s.MaxAge)}
+	r.ownUses = s.MaxUses > 0
+	p.scheduleAgeout(idx)
 	p.ids.insert(s.ID, idx)
 	for k, v := range labels {
 		byValue := p.labelIdx[k]
@@ -628,6 +665,12 @@ func (p *Pool) removeResource(idx int32) {
 			delete(p.labelIdx, k)
 		}
 	}
+	if r.retired {
+		delete(p.retiredWhy, idx)
+	}
+	if r.q.state != qNone {
+		p.nblocked--
+	}
 	r.live = false
 	p.updateAvail(idx)
 	p.ids.remove(r.id, idx)
@@ -636,15 +679,16 @@ func (p *Pool) removeResource(idx int32) {
 	// within the same change set does not list it twice.
 	p.units -= ResourceUnits(r.id, r.labels)
 	*r = resource{gen: r.gen, availPos: -1, dirty: r.dirty}
+	p.life[idx] = lifetime{}
 	p.freeRes = append(p.freeRes, idx)
 	p.nresource--
 }
 
 // updateAvail puts the resource in or out of the set Acquire draws from: live,
-// with free capacity and not quarantined as a whole.
+// not retired, with free capacity and not quarantined as a whole.
 func (p *Pool) updateAvail(idx int32) {
 	r := &p.res[idx]
-	want := r.live && r.active < r.capacity && r.q.state == qNone
+	want := r.live && !r.retired && r.active < r.capacity && r.q.state == qNone
 	switch {
 	case want && r.availPos < 0:
 		r.availPos = int32(len(p.avail))
@@ -734,13 +778,16 @@ func (p *Pool) SetMaxLeases(n int) {
 	p.mu.Unlock()
 }
 
-// SetPolicy changes the pool's quarantine, decay and objective policy live, or
-// returns an error naming the bad field and changes nothing. Later
-// outcomes are judged by the new thresholds, against the consecutive
-// failures already counted; statistics are decayed lazily, so the time
-// since each one's last update is weighed at the new half-life;
-// quarantines already running keep their end, and the next one uses the
-// new cooldowns; a new objective ranks the leader boards again at once.
+// SetPolicy changes the pool's quarantine, decay, objective and
+// retirement policy live, or returns an error naming the bad field and
+// changes nothing. Later outcomes are judged by the new thresholds, against
+// the consecutive failures already counted; statistics are decayed lazily,
+// so the time since each one's last update is weighed at the new
+// half-life; quarantines already running keep their end, and the next one
+// uses the new cooldowns and share cap; a new objective ranks the leader
+// boards again at once. New MaxUses and MaxAge apply to every resource
+// without its own at once: one that has reached them is retired by this
+// call.
 func (p *Pool) SetPolicy(pol Policy) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -758,6 +805,11 @@ func (p *Pool) SetPolicy(pol Policy) error {
 	if perTime := c.Objective == ObjectiveSuccessPerTime; perTime != p.perTime {
 		p.perTime = perTime
 		p.rescoreLeaders()
+	}
+	p.cfg.MaxQuarantinedShare = c.MaxQuarantinedShare
+	if c.MaxUses != p.cfg.MaxUses || c.MaxAge != p.cfg.MaxAge {
+		p.cfg.MaxUses, p.cfg.MaxAge = c.MaxUses, c.MaxAge
+		p.applyLifetimes(p.clock.Now().UnixNano())
 	}
 	return nil
 }
@@ -851,8 +903,12 @@ type ContextStats struct {
 	Context             string
 	Successes, Failures float64 // decayed counts, Beta(1,1) base included
 	SuccessRate         float64 // posterior mean
-	ConsecutiveFailures int
-	BlockedUntil        time.Time // zero unless quarantined
+	// RecentSuccesses and RecentFailures are plain counts of the latest
+	// outcomes, at most RecentWindow of them: no prior, no decay, no
+	// quarantine history folded in.
+	RecentSuccesses, RecentFailures int
+	ConsecutiveFailures             int
+	BlockedUntil                    time.Time // zero unless quarantined
 	// Quarantine is the quarantine state: QuarantineNone, ...Blocked
 	// (cooling down until BlockedUntil), ...AwaitingProbe (the cooldown is
 	// over; the next Acquire that fits gets a probe lease) or ...Probing (a
@@ -895,6 +951,18 @@ type ResourceInfo struct {
 	Quarantine   string    // of the whole resource, as ContextStats.Quarantine
 	Aggregate    ContextStats
 	Contexts     []ContextStats // sorted by context
+	// State is StateActive or StateRetired; RetiredReason says why a
+	// retired resource was ("max_uses 100 reached", "max_age 1h0m0s
+	// reached").
+	State         string
+	RetiredReason string
+	// Uses counts the leases granted on the resource; MaxUses and MaxAge
+	// are the limits that retire it (its own, or else the pool's; 0: none),
+	// MaxAge counted from RegisteredAt.
+	Uses         int
+	MaxUses      int
+	MaxAge       time.Duration
+	RegisteredAt time.Time
 }
 
 // Get returns one resource, or an error wrapping ErrNotFound.
@@ -935,10 +1003,11 @@ func (p *Pool) List(after string, limit int) (infos []ResourceInfo, more bool) {
 	return infos, more
 }
 
-func stats(name string, c counts, consec int32, q quarantine, now, hl int64) ContextStats {
+func stats(name string, c counts, w recent, consec int32, q quarantine, now, hl int64) ContextStats {
 	a, b := c.at(now, hl)
 	s := ContextStats{Context: name, Successes: 1 + a, Failures: 1 + b, SuccessRate: mean(a, b), ConsecutiveFailures: int(consec),
 		Quarantine: quarantineName(q.state)}
+	s.RecentSuccesses, s.RecentFailures = w.counts()
 	if q.state == qBlocked {
 		s.BlockedUntil = time.Unix(0, q.until)
 	}
@@ -949,7 +1018,13 @@ func (p *Pool) infoLocked(idx int32, now int64) ResourceInfo {
 	r := &p.res[idx]
 	info := ResourceInfo{
 		ID: r.id, Capacity: int(r.capacity), ActiveLeases: int(r.active), Quarantine: quarantineName(r.q.state),
-		Aggregate: stats("", r.agg, r.consecFail, r.q, now, p.hl),
+		Aggregate: stats("", r.agg, r.recent, r.consecFail, r.q, now, p.hl),
+		State:     StateActive, RetiredReason: p.retiredWhy[idx],
+		Uses: int(r.uses), MaxUses: int(p.usesLimit(idx)), MaxAge: time.Duration(p.ageLimit(idx)),
+		RegisteredAt: time.Unix(0, p.life[idx].born),
+	}
+	if r.retired {
+		info.State = StateRetired
 	}
 	if len(r.labels) > 0 {
 		info.Labels = maps.Clone(r.labels)
@@ -960,7 +1035,7 @@ func (p *Pool) infoLocked(idx int32, now int64) ResourceInfo {
 	for ci, cs := range p.ctxs {
 		if slot := p.findCell(idx, int32(ci)); slot >= 0 {
 			c := p.cellAt(slot)
-			st := stats(cs.name, c.c, c.consecFail, c.q, now, p.hl)
+			st := stats(cs.name, c.c, c.recent, c.consecFail, c.q, now, p.hl)
 			if c.lat.known() {
 				st.Latency = time.Duration(float64(c.lat.mean) * float64(time.Second)).Round(time.Microsecond) // kept as a float32
 			}

@@ -3,7 +3,6 @@ package pool
 import (
 	"fmt"
 	"time"
-	"unsafe"
 )
 
 // Report is one observed outcome of using a resource for a context. LeaseID
@@ -58,7 +57,7 @@ func (p *Pool) Report(rep Report) (created bool, err error) {
 	ctx, known := p.findContext(rep.Context)
 	warm := func(slot int32) {
 		if known && ctx < p.stride && int(slot) < len(p.res) {
-			prefetch(unsafe.Pointer(&p.dense[p.denseSlot(slot, ctx)]))
+			prefetchCell(&p.dense[p.denseSlot(slot, ctx)])
 		}
 	}
 	if hinted >= 0 {
@@ -138,6 +137,8 @@ func (p *Pool) record(idx, ctx int32, o Outcome, now int64) (created bool) {
 	success := o == Success
 	c.c.add(now, p.hl, success)
 	r.agg.add(now, p.hl, success)
+	c.recent.add(success)
+	r.recent.add(success)
 	p.counters.Reports++
 	p.counters.Outcomes[o]++
 	if success {
@@ -151,6 +152,7 @@ func (p *Pool) record(idx, ctx int32, o Outcome, now int64) (created bool) {
 	case qProbation, qProbing:
 		if success {
 			c.q.state = qNone
+			p.ctxs[ctx].nquar--
 			if c.q.level > 0 {
 				c.q.level--
 			}
@@ -180,6 +182,7 @@ func (p *Pool) record(idx, ctx int32, o Outcome, now int64) (created bool) {
 	case qProbation, qProbing:
 		if success {
 			r.q.state = qNone
+			p.nblocked--
 			if r.q.level > 0 {
 				r.q.level--
 			}
@@ -217,6 +220,9 @@ func (p *Pool) cooldown(level uint8) time.Duration {
 }
 
 func (p *Pool) quarantineCell(c *cell, idx, ctx int32, now int64, why string) {
+	if c.q.state == qNone {
+		p.ctxs[ctx].nquar++
+	}
 	d := p.cooldown(c.q.level)
 	c.q = quarantine{state: qBlocked, until: now + int64(d), level: min(c.q.level+1, 30)}
 	p.cooldowns.push(c.q.until, cooldown{res: idx, ctx: ctx, gen: p.res[idx].gen})
@@ -225,20 +231,33 @@ func (p *Pool) quarantineCell(c *cell, idx, ctx int32, now int64, why string) {
 		Kind: EventBlocked, Resource: p.res[idx].id, Context: p.ctxs[ctx].name, At: time.Unix(0, now),
 		Detail: fmt.Sprintf("%s; cooldown %v", why, d.Round(time.Millisecond)),
 	})
+	p.capContext(ctx, now)
 }
 
 func (p *Pool) quarantineWhole(idx int32, now int64, why string) {
 	r := &p.res[idx]
 	d := p.cooldown(r.q.level)
-	r.q = quarantine{state: qBlocked, until: now + int64(d), level: min(r.q.level+1, 30)}
-	r.consecFail = 0
-	p.updateAvail(idx)
-	p.cooldowns.push(r.q.until, cooldown{res: idx, ctx: -1, gen: r.gen})
-	p.counters.Quarantined++
+	p.blockWhole(idx, quarantine{state: qBlocked, until: now + int64(d), level: min(r.q.level+1, 30)})
 	p.emit(Event{
 		Kind: EventBlocked, Resource: r.id, At: time.Unix(0, now),
 		Detail: fmt.Sprintf("%s; cooldown %v", why, d.Round(time.Millisecond)),
 	})
+	p.capWhole(now)
+}
+
+// blockWhole puts resource idx in the whole quarantine q (qBlocked), out of
+// the set Acquire draws from, with its cooldown scheduled.
+func (p *Pool) blockWhole(idx int32, q quarantine) {
+	r := &p.res[idx]
+	if r.q.state == qNone {
+		p.nblocked++
+	}
+	r.q = q
+	r.consecFail = 0
+	p.life[idx].imposed = false
+	p.updateAvail(idx)
+	p.cooldowns.push(r.q.until, cooldown{res: idx, ctx: -1, gen: r.gen})
+	p.counters.Quarantined++
 }
 
 // endCooldown moves a quarantine whose cooldown ended at until to
@@ -251,6 +270,10 @@ func (p *Pool) endCooldown(until int64, e cooldown) {
 	if e.ctx < 0 {
 		if r.q.state == qBlocked && r.q.until == until {
 			r.q.state = qProbation
+			if p.life[e.res].imposed {
+				p.life[e.res].imposed = false
+				p.markResource(e.res) // its state no longer says imposed
+			}
 			p.probeRes = append(p.probeRes, e.res)
 		}
 		return

@@ -20,6 +20,9 @@ const (
 	// WhyLeasedOrQuarantined: every resource that could serve is either at
 	// its capacity or quarantined, some of each.
 	WhyLeasedOrQuarantined = "all_leased_or_quarantined"
+	// WhyAllRetired: every resource that could serve is retired
+	// (Config.MaxUses, Config.MaxAge).
+	WhyAllRetired = "all_retired"
 	// WhyLeaseLimit: the tenant's limit on outstanding leases is reached.
 	WhyLeaseLimit = "lease_limit"
 	// WhyTokensUsedUp: the epoch's fencing tokens are used up.
@@ -54,16 +57,20 @@ func (p *Pool) shortage(context string, ctx int32, selector map[string]string, n
 	if p.nresource == 0 {
 		return &ExhaustedError{Why: WhyNoneRegistered, msg: "the pool has no resources; register some first"}
 	}
-	var matched, leased, quarantined int
+	var matched, leased, quarantined, retired int
 	var coolEnd int64 // earliest end of a running cooldown among matches
 	complete := true
 	for i := range p.res {
-		if matched >= maxShortageScan {
+		if matched+retired >= maxShortageScan {
 			complete = false
 			break
 		}
 		r := &p.res[i]
 		if !r.live || (len(selector) > 0 && !matches(r.labels, selector)) {
+			continue
+		}
+		if r.retired {
+			retired++
 			continue
 		}
 		matched++
@@ -95,6 +102,10 @@ func (p *Pool) shortage(context string, ctx int32, selector map[string]string, n
 	}
 	e := &ExhaustedError{}
 	switch {
+	case matched == 0 && retired > 0:
+		e.Why = WhyAllRetired
+		e.msg = fmt.Sprintf("all %d resources that could serve context %q are retired (max_uses or max_age reached); register new ones", retired, context)
+		return e
 	case matched == 0:
 		e.Why = WhyNoneMatch
 		e.msg = fmt.Sprintf("no resource carries all the labels %s", labelList(selector))

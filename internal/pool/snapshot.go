@@ -15,6 +15,10 @@ type Stats struct {
 	Alpha, Beta         float64
 	UpdatedAt           time.Time
 	ConsecutiveFailures int
+	// Recent is the record of the latest outcomes behind
+	// ContextStats.RecentSuccesses and RecentFailures, as the pool keeps
+	// it: one bit per outcome below a marker bit; 0 holds none.
+	Recent uint64
 }
 
 // Quarantine is a resource's or cell's quarantine state. A zero Until means
@@ -32,6 +36,17 @@ type ResourceState struct {
 	Labels     map[string]string
 	Aggregate  Stats
 	Quarantine Quarantine
+	// RegisteredAt is when the resource was registered (zero: when it is
+	// restored); Uses the leases granted on it; MaxUses and MaxAge its own
+	// limits (Spec; 0: the pool's); Retired why it was retired ("" while it
+	// is not); Imposed whether its whole quarantine was imposed
+	// (Pool.Quarantine).
+	RegisteredAt time.Time
+	Uses         int
+	MaxUses      int
+	MaxAge       time.Duration
+	Retired      string
+	Imposed      bool
 }
 
 // CellState is a cell in a Snapshot.
@@ -73,8 +88,8 @@ type Changes struct {
 	Removed   []string
 }
 
-func statsOf(c counts, consec int32) Stats {
-	return Stats{Alpha: c.a, Beta: c.b, UpdatedAt: time.Unix(0, c.upd), ConsecutiveFailures: int(consec)}
+func statsOf(c counts, w recent, consec int32) Stats {
+	return Stats{Alpha: c.a, Beta: c.b, UpdatedAt: time.Unix(0, c.upd), ConsecutiveFailures: int(consec), Recent: uint64(w)}
 }
 
 func quarantineOf(q quarantine) Quarantine {
@@ -88,7 +103,12 @@ func quarantineOf(q quarantine) Quarantine {
 
 func (p *Pool) resourceState(idx int32) ResourceState {
 	r := &p.res[idx]
-	s := ResourceState{ID: r.id, Capacity: int(r.capacity), Aggregate: statsOf(r.agg, r.consecFail), Quarantine: quarantineOf(r.q)}
+	l := &p.life[idx]
+	s := ResourceState{
+		ID: r.id, Capacity: int(r.capacity), Aggregate: statsOf(r.agg, r.recent, r.consecFail), Quarantine: quarantineOf(r.q),
+		RegisteredAt: time.Unix(0, l.born), Uses: int(r.uses), MaxUses: int(l.maxUses), MaxAge: time.Duration(l.maxAge),
+		Retired: p.retiredWhy[idx], Imposed: l.imposed && r.q.state == qBlocked,
+	}
 	if len(r.labels) > 0 {
 		s.Labels = maps.Clone(r.labels)
 	}
@@ -97,7 +117,7 @@ func (p *Pool) resourceState(idx int32) ResourceState {
 
 func (p *Pool) cellState(slot int32) CellState {
 	c, k := p.cellAt(slot), p.keyOf(slot)
-	return CellState{Resource: p.res[k.res].id, Context: p.ctxs[k.ctx].name, Stats: statsOf(c.c, c.consecFail), Quarantine: quarantineOf(c.q)}
+	return CellState{Resource: p.res[k.res].id, Context: p.ctxs[k.ctx].name, Stats: statsOf(c.c, c.recent, c.consecFail), Quarantine: quarantineOf(c.q)}
 }
 
 func (p *Pool) mask() uint64 { return 1<<tokenBits - 1 }
@@ -180,6 +200,22 @@ func (p *Pool) clearChangesLocked() {
 	p.dirtyRes, p.dirtyCells, p.removed = p.dirtyRes[:0], p.dirtyCells[:0], nil
 }
 
+// validLifetime checks a resource state's retirement fields.
+func validLifetime(what string, r ResourceState) error {
+	switch {
+	case r.Uses < 0 || r.Uses > MaxMaxUses:
+		return fmt.Errorf("%w: %s uses %d is outside [0, %d]", ErrInvalidArgument, what, r.Uses, MaxMaxUses)
+	case r.MaxUses < 0 || r.MaxUses > MaxMaxUses:
+		return fmt.Errorf("%w: %s max_uses %d is outside [0, %d]", ErrInvalidArgument, what, r.MaxUses, MaxMaxUses)
+	case r.MaxAge < 0 || r.MaxAge > MaxMaxAge:
+		return fmt.Errorf("%w: %s max_age %v is outside [0, %v]", ErrInvalidArgument, what, r.MaxAge, MaxMaxAge)
+	}
+	if pr := valueProblem(r.Retired); pr != "" {
+		return fmt.Errorf("%w: %s retired reason %s", ErrInvalidArgument, what, pr)
+	}
+	return nil
+}
+
 func validStats(what string, s Stats) error {
 	if math.IsNaN(s.Alpha) || math.IsInf(s.Alpha, 0) || s.Alpha < 0 || math.IsNaN(s.Beta) || math.IsInf(s.Beta, 0) || s.Beta < 0 {
 		return fmt.Errorf("%w: %s counts (%v, %v) are not finite and non-negative", ErrInvalidArgument, what, s.Alpha, s.Beta)
@@ -245,6 +281,9 @@ func (s Snapshot) check(name func(kind string, i int) string) error {
 			return err
 		}
 		if err := validStats(what, r.Aggregate); err != nil {
+			return err
+		}
+		if err := validLifetime(what, r); err != nil {
 			return err
 		}
 		if caps != nil {
@@ -352,14 +391,29 @@ func (p *Pool) Restore(s Snapshot) error {
 	// Sized once: a large tenant moved in is restored without regrowing
 	// (and copying) its resources again and again.
 	p.res = make([]resource, 0, len(s.Resources))
+	p.life = make([]lifetime, 0, len(s.Resources))
 	res := p.res[:cap(p.res)]
 	p.resView.Store(&res)
 	for _, rs := range s.Resources {
-		idx := p.addResource(Spec{ID: rs.ID, Capacity: rs.Capacity, Labels: rs.Labels}, now)
+		idx := p.addResource(Spec{ID: rs.ID, Capacity: rs.Capacity, Labels: rs.Labels, MaxUses: rs.MaxUses, MaxAge: rs.MaxAge}, now)
 		r := &p.res[idx]
 		r.agg = counts{a: rs.Aggregate.Alpha, b: rs.Aggregate.Beta, upd: rs.Aggregate.UpdatedAt.UnixNano()}
+		r.recent = recent(rs.Aggregate.Recent)
 		r.consecFail = int32(rs.Aggregate.ConsecutiveFailures)
 		r.q = p.restoreQuarantine(rs.Quarantine, idx, -1)
+		if r.q.state != qNone {
+			p.nblocked++
+			p.life[idx].imposed = rs.Imposed
+		}
+		r.uses = uint32(rs.Uses)
+		if !rs.RegisteredAt.IsZero() {
+			p.life[idx].born = rs.RegisteredAt.UnixNano() // the entry addResource queued is now stale
+			p.scheduleAgeout(idx)
+		}
+		if rs.Retired != "" {
+			r.retired = true
+			p.retiredWhy[idx] = rs.Retired
+		}
 		p.updateAvail(idx)
 	}
 	for _, cs := range s.Cells {
@@ -367,6 +421,7 @@ func (p *Pool) Restore(s Snapshot) error {
 		ctx := p.contextID(cs.Context)
 		c := cell{
 			c:          counts{a: cs.Stats.Alpha, b: cs.Stats.Beta, upd: cs.Stats.UpdatedAt.UnixNano()},
+			recent:     recent(cs.Stats.Recent),
 			consecFail: int32(cs.Stats.ConsecutiveFailures),
 			q:          p.restoreQuarantine(cs.Quarantine, idx, ctx),
 		}

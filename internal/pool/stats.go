@@ -2,8 +2,46 @@ package pool
 
 import (
 	"math"
+	"math/bits"
 	"math/rand/v2"
 )
+
+// RecentWindow is how many of a resource's or cell's latest outcomes its
+// recent counts cover (ContextStats.RecentSuccesses): as many as one 64-bit
+// word holds beside the bit that marks how many it holds.
+const RecentWindow = 63
+
+// recent holds the latest outcomes, up to RecentWindow, one bit each
+// (1 for a success), the newest in bit 0; the highest set bit marks how
+// many there are, and the zero value holds none. It is the plain record
+// beside the decayed counts: no prior, no decay, no allocation.
+type recent uint64
+
+// add records one outcome, forgetting the oldest beyond RecentWindow.
+func (w *recent) add(success bool) {
+	v := uint64(*w)
+	if v == 0 {
+		v = 1
+	}
+	v <<= 1
+	if success {
+		v |= 1
+	}
+	if *w>>63 != 0 { // full: the marker shifted out; put it back over the oldest
+		v |= 1 << 63
+	}
+	*w = recent(v)
+}
+
+// counts returns the successes and failures held.
+func (w recent) counts() (successes, failures int) {
+	if w == 0 {
+		return 0, 0
+	}
+	n := bits.Len64(uint64(w)) - 1
+	s := bits.OnesCount64(uint64(w)) - 1
+	return s, n - s
+}
 
 // counts are discounted Beta-Bernoulli pseudo-counts: a successes and b
 // failures as of upd (unix nanoseconds). The uniform Beta(1, 1) base is not

@@ -117,6 +117,11 @@ func TestGroupsMoveATenantLive(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	r1Info, err := a.pool.GetResource(ctx, &repoolv1.GetResourceRequest{Id: "r1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1Registered := r1Info.GetResource().GetRegisteredAt().AsTime()
 
 	var moved struct {
 		Tenant struct {
@@ -148,6 +153,14 @@ func TestGroupsMoveATenantLive(t *testing.T) {
 	})
 	if f := info.GetResource().GetAggregate().GetFailures(); f < 2.9 {
 		t.Fatalf("r2's failures on the target = %v, want the 3 reported on the source", f)
+	}
+	if rf := info.GetResource().GetAggregate().GetRecentFailures(); rf != 3 {
+		t.Fatalf("r2's recent failures on the target = %d, want the 3 reported on the source", rf)
+	}
+	// r1's uses and registration time move with it (they retire it).
+	if r1, err := b.pool.GetResource(ctx, &repoolv1.GetResourceRequest{Id: "r1"}); err != nil || r1.GetResource().GetUses() != 1 ||
+		!r1.GetResource().GetRegisteredAt().AsTime().Equal(r1Registered) {
+		t.Fatalf("r1 on the target = %v, %v; want 1 use, registered at %v", r1, err, r1Registered)
 	}
 	// r1 (capacity 1) is still leased: r2 is the only resource to grant.
 	for i := 0; i < 5; i++ {

@@ -56,6 +56,8 @@ func fileValues(c server.Config) map[string]string {
 		"revoked_key_max_age": d(c.RevokedKeyMaxAge), "retention_interval": d(c.RetentionInterval),
 		"retention_batch": strconv.Itoa(c.RetentionBatch),
 		"objective":       string(c.Policy.Objective),
+		"max_uses":        strconv.Itoa(c.Policy.MaxUses), "max_age": d(c.Policy.MaxAge),
+		"max_quarantined_share": strconv.FormatFloat(c.Policy.MaxQuarantinedShare, 'g', -1, 64),
 	}
 }
 

@@ -163,6 +163,13 @@ func bindings() []binding {
 			c.Policy.Objective = pool.Objective(v)
 			return nil
 		}},
+		{"max-uses", "retirement policy: leases after which a resource is retired, unless it has its own max_uses (`n`; 0: no limit)", strconv.Itoa(d.Policy.MaxUses), integer(func(c *server.Config) *int { return &c.Policy.MaxUses })},
+		{"max-age", "retirement policy: age after which a resource is retired, unless it has its own max_age (`duration`, whole seconds; 0: no limit)", d.Policy.MaxAge.String(), dur(func(c *server.Config) *time.Duration { return &c.Policy.MaxAge })},
+		{"max-quarantined-share", "quarantine policy: the largest `share` of a tenant's resources in quarantine at once, as a whole or for one context; beyond it the least bad are served again (1: no cap)", strconv.FormatFloat(d.Policy.MaxQuarantinedShare, 'g', -1, 64), func(c *server.Config, v string) error {
+			f, err := strconv.ParseFloat(v, 64)
+			c.Policy.MaxQuarantinedShare = f
+			return err
+		}},
 		{"shutdown-grace", "bound on the graceful drain at shutdown (`duration`)", d.ShutdownGrace.String(), dur(func(c *server.Config) *time.Duration { return &c.ShutdownGrace })},
 		{"http-read-header-timeout", "HTTP: time to receive a request's headers (`duration`)", d.HTTP.ReadHeaderTimeout.String(), dur(func(c *server.Config) *time.Duration { return &c.HTTP.ReadHeaderTimeout })},
 		{"http-read-timeout", "HTTP: time to receive a whole request, body included (`duration`)", d.HTTP.ReadTimeout.String(), dur(func(c *server.Config) *time.Duration { return &c.HTTP.ReadTimeout })},

@@ -111,6 +111,14 @@ type Policy struct {
 	// Objective: what the tenant's pool's Acquire maximises, "success" or
 	// "success_per_time" (pool.Objective).
 	Objective *string
+	// MaxUses retires a resource after this many leases, MaxAgeSeconds
+	// this long after its registration (0: no limit; a resource's own
+	// limits take precedence).
+	MaxUses       *int64
+	MaxAgeSeconds *int64
+	// MaxQuarantinedShare caps the share of the pool in quarantine, in
+	// (0, 1]; 1 is no cap.
+	MaxQuarantinedShare *float64
 }
 
 // AdminLimits are the values a tenant-admin set for its own tenant, each at
@@ -266,6 +274,20 @@ type ResourceRow struct {
 	BlockedUntil int64
 	// CooldownLevel grows the next quarantine exponentially.
 	CooldownLevel int32
+	// RegisteredAt is when the resource was registered; 0 when unknown
+	// (a row written before it was kept: restored as registered then).
+	RegisteredAt int64
+	// Uses counts the leases granted on the resource; MaxUses and MaxAge
+	// (nanoseconds) are its own retirement limits, 0 for the tenant's.
+	// All three are at least 0.
+	Uses, MaxUses, MaxAge int64
+	// Retired says why the resource was retired; "" while it is not. At
+	// most MaxRowIDLen bytes of UTF-8 without NUL.
+	Retired string
+	// Imposed: its quarantine was imposed from the control plane.
+	Imposed bool
+	// Recent holds the bits of its latest outcomes (pool.Stats.Recent).
+	Recent int64
 }
 
 // CellRow is a persisted (resource, context) cell. Times are unix
@@ -286,6 +308,8 @@ type CellRow struct {
 	BlockedUntil int64
 	// CooldownLevel grows the next quarantine exponentially.
 	CooldownLevel int32
+	// Recent holds the bits of its latest outcomes (pool.Stats.Recent).
+	Recent int64
 }
 
 // PoolState is one tenant's persisted pool state as loaded.

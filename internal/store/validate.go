@@ -142,7 +142,8 @@ func (l Limits) Validate() error {
 	for _, r := range []struct {
 		name string
 		v    *float64
-	}{{"policy.quarantine_below", l.Policy.QuarantineBelow}, {"policy.quarantine_min_evidence", l.Policy.QuarantineMinEvidence}} {
+	}{{"policy.quarantine_below", l.Policy.QuarantineBelow}, {"policy.quarantine_min_evidence", l.Policy.QuarantineMinEvidence},
+		{"policy.max_quarantined_share", l.Policy.MaxQuarantinedShare}} {
 		if r.v != nil && (math.IsNaN(*r.v) || math.IsInf(*r.v, 0)) {
 			return fmt.Errorf("%w: limits: %s %v, want a finite number", ErrInvalid, r.name, *r.v)
 		}
@@ -163,6 +164,14 @@ func (l Limits) Validate() error {
 	} {
 		if f.v != nil && *f.v < 1 {
 			return fmt.Errorf("%w: limits: %s %d, want >= 1", ErrInvalid, f.name, *f.v)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    *int64
+	}{{"policy.max_uses", p.MaxUses}, {"policy.max_age_seconds", p.MaxAgeSeconds}} {
+		if f.v != nil && *f.v < 0 {
+			return fmt.Errorf("%w: limits: %s %d, want >= 0", ErrInvalid, f.name, *f.v)
 		}
 	}
 	for _, f := range []struct {
@@ -302,6 +311,12 @@ func resourceProblem(r ResourceRow) error {
 		if !cleanText(k) || !cleanText(v) {
 			return fmt.Errorf("resource %s: label %s has invalid UTF-8 or NUL", quote(r.ID), quote(k))
 		}
+	}
+	if r.Uses < 0 || r.MaxUses < 0 || r.MaxAge < 0 || r.RegisteredAt < 0 {
+		return fmt.Errorf("resource %s: negative registered_at, uses, max_uses or max_age", quote(r.ID))
+	}
+	if len(r.Retired) > MaxRowIDLen || !cleanText(r.Retired) {
+		return fmt.Errorf("resource %s: retired reason is longer than %d bytes, or has invalid UTF-8 or NUL", quote(r.ID), MaxRowIDLen)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/repool/repool/internal/budget"
 	"github.com/repool/repool/internal/clock"
@@ -36,9 +37,12 @@ type Rules interface {
 // (auth.Authenticator does).
 type Credentials interface{ Invalidate(tenant string) }
 
-// Checkpoints forgets what it tracks of a deleted tenant
-// (checkpoint.Checkpointer does).
-type Checkpoints interface{ Forget(tenant string) }
+// Checkpoints forgets what it tracks of a deleted tenant, and makes what a
+// tenant's pool changed durable at once (checkpoint.Checkpointer does).
+type Checkpoints interface {
+	Forget(tenant string)
+	Sync(ctx context.Context, tenant string) error
+}
 
 // Watcher follows a new pool's events until ctx ends (audit.Writer does).
 type Watcher interface {
@@ -316,3 +320,50 @@ func (lc *Lifecycle) Restored(tenant string, resources, cells int) {
 
 // KeyRevoked drops cached credentials so the key fails at once.
 func (lc *Lifecycle) KeyRevoked(tenant, _ string) { lc.cfg.Credentials.Invalidate(tenant) }
+
+// ErrNotDurable: a change made in the tenant's pool could not be made
+// durable at once; the next checkpoint round writes it.
+var ErrNotDurable = errors.New("change made but not yet durable")
+
+// Resource returns one resource of the tenant's pool: pool.ErrNotFound
+// for a resource the pool does not hold (or a tenant without a pool here).
+func (lc *Lifecycle) Resource(tenant, id string) (pool.ResourceInfo, error) {
+	p, ok := lc.cfg.Pools.Lookup(tenant)
+	if !ok {
+		return pool.ResourceInfo{}, fmt.Errorf("%w: resource %q: the tenant has no pool on this server", pool.ErrNotFound, id)
+	}
+	return p.Get(id)
+}
+
+// Quarantine imposes a whole quarantine of d (0: the tenant's cooldown
+// maximum) on one resource of the tenant's pool, or with impose false
+// lifts every quarantine of it (pool.Pool.Quarantine, pool.Pool.Lift),
+// for why; then it makes the change durable before it returns the
+// resource's state. An error wrapping ErrNotDurable means the change was
+// made but only the next checkpoint round writes it; a retry does the
+// same again and confirms it.
+func (lc *Lifecycle) Quarantine(ctx context.Context, tenant, id string, impose bool, d time.Duration, why string) (pool.ResourceInfo, error) {
+	p, ok := lc.cfg.Pools.Lookup(tenant)
+	if !ok {
+		return pool.ResourceInfo{}, fmt.Errorf("%w: resource %q: the tenant has no pool on this server", pool.ErrNotFound, id)
+	}
+	var (
+		info pool.ResourceInfo
+		err  error
+	)
+	if impose {
+		if d == 0 {
+			d = lc.Policy(tenant).PoolPolicy().CooldownMax
+		}
+		info, err = p.Quarantine(id, d, why)
+	} else {
+		info, err = p.Lift(id, why)
+	}
+	if err != nil {
+		return pool.ResourceInfo{}, err
+	}
+	if err := lc.cfg.Checkpoints.Sync(ctx, tenant); err != nil {
+		return info, fmt.Errorf("%w: %w", ErrNotDurable, err)
+	}
+	return info, nil
+}

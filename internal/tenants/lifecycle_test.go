@@ -27,7 +27,8 @@ func (r *recorder) Invalidate(t string) {
 	r.invalidated = append(r.invalidated, t)
 	r.mu.Unlock()
 }
-func (r *recorder) Forget(t string) { r.mu.Lock(); r.forgot = append(r.forgot, t); r.mu.Unlock() }
+func (r *recorder) Forget(t string)                    { r.mu.Lock(); r.forgot = append(r.forgot, t); r.mu.Unlock() }
+func (r *recorder) Sync(context.Context, string) error { return nil }
 func (r *recorder) Watch(_ context.Context, t string, _ *pool.Pool) {
 	r.mu.Lock()
 	r.watch = append(r.watch, t)

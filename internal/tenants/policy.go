@@ -11,7 +11,7 @@ import (
 	"github.com/repool/repool/internal/store"
 )
 
-// Policy is a quarantine, decay and objective policy: the server-wide one that every
+// Policy is a quarantine, decay, objective and retirement policy: the server-wide one that every
 // tenant's pool starts with (flags --half-life, --quarantine-after, ...),
 // overlaid with a tenant's own values (ForTenant). It is the pool's
 // (pool.Policy), with the server's ranges (Validate) and its conversions
@@ -45,6 +45,12 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("config: cooldown_max %v: want cooldown_base (%v) to %s (30 days)", p.CooldownMax, p.CooldownBase, short(pool.MaxCooldownMax))
 	case p.Objective != pool.ObjectiveSuccess && p.Objective != pool.ObjectiveSuccessPerTime:
 		return fmt.Errorf("config: objective %q: want %s or %s", p.Objective, pool.ObjectiveSuccess, pool.ObjectiveSuccessPerTime)
+	case p.MaxUses < 0 || p.MaxUses > pool.MaxMaxUses:
+		return fmt.Errorf("config: max_uses %d: want 0 (no limit) to %d leases", p.MaxUses, pool.MaxMaxUses)
+	case p.MaxAge < 0 || p.MaxAge > pool.MaxMaxAge || p.MaxAge%time.Second != 0:
+		return fmt.Errorf("config: max_age %v: want 0 (no limit) to %s (365 days), in whole seconds", p.MaxAge, short(pool.MaxMaxAge))
+	case !(p.MaxQuarantinedShare > 0 && p.MaxQuarantinedShare <= 1):
+		return fmt.Errorf("config: max_quarantined_share %v: want a share above 0, at most 1 (1: no cap)", p.MaxQuarantinedShare)
 	}
 	return nil
 }
@@ -77,6 +83,11 @@ func (p Policy) ForTenant(t store.Policy) Policy {
 	if t.Objective != nil {
 		p.Objective = pool.Objective(*t.Objective)
 	}
+	whole(&p.MaxUses, t.MaxUses)
+	sec(&p.MaxAge, t.MaxAgeSeconds)
+	if t.MaxQuarantinedShare != nil {
+		p.MaxQuarantinedShare = *t.MaxQuarantinedShare
+	}
 	return p
 }
 
@@ -87,7 +98,7 @@ func (p Policy) Stored() store.Policy {
 	p = PolicyDefaults(p)
 	secs := func(d time.Duration) *int64 { v := int64(d / time.Second); return &v }
 	whole := func(n int) *int64 { v := int64(n); return &v }
-	below, evidence, objective := p.QuarantineBelow, p.QuarantineMinEvidence, string(p.Objective)
+	below, evidence, objective, share := p.QuarantineBelow, p.QuarantineMinEvidence, string(p.Objective), p.MaxQuarantinedShare
 	if below < 0 {
 		below = -1
 	}
@@ -95,6 +106,7 @@ func (p Policy) Stored() store.Policy {
 		HalfLifeSeconds: secs(p.HalfLife), QuarantineAfter: whole(p.FailuresToQuarantine), QuarantineWholeAfter: whole(p.FailuresToQuarantineWhole),
 		QuarantineBelow: &below, QuarantineMinEvidence: &evidence,
 		CooldownBaseSeconds: secs(p.CooldownBase), CooldownMaxSeconds: secs(p.CooldownMax), Objective: &objective,
+		MaxUses: whole(p.MaxUses), MaxAgeSeconds: secs(p.MaxAge), MaxQuarantinedShare: &share,
 	}
 }
 

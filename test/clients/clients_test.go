@@ -102,7 +102,7 @@ func TestClients(t *testing.T) {
 		argv []string
 		want []string
 	}{
-		{"python", []string{"python3", "docs/clients/backend.py"}, []string{"py-0 quarantine none", "first page 2 resources", "the same resource 0 times"}},
+		{"python", []string{"python3", "docs/clients/backend.py"}, []string{"py-0 quarantine none, active, search success rate", "(recent ", "first page 2 resources", "the same resource 0 times"}},
 		{"node", []string{"node", "docs/clients/backend.mjs"}, []string{"3 registered events", "js-0 quarantine none", "the same resource 0 times"}},
 		{"go", []string{"go", "run", "./docs/clients/go"}, []string{"go-0 quarantine none", "the same resource 0 times"}},
 	} {

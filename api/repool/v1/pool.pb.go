@@ -88,6 +88,14 @@ const (
 	EventKind_EVENT_KIND_RECOVERED     EventKind = 3
 	EventKind_EVENT_KIND_LEASE_EXPIRED EventKind = 4
 	EventKind_EVENT_KIND_REMOVED       EventKind = 5
+	// The resource reached max_uses or max_age (detail says which) and is
+	// never leased again.
+	EventKind_EVENT_KIND_RETIRED EventKind = 6
+	// A quarantine would have put more of the pool than the tenant policy's
+	// max_quarantined_share in quarantine: the least bad quarantined
+	// resource (resource_id; context empty for a whole quarantine) is served
+	// again.
+	EventKind_EVENT_KIND_QUARANTINE_CAPPED EventKind = 7
 )
 
 // Enum value maps for EventKind.
@@ -99,14 +107,18 @@ var (
 		3: "EVENT_KIND_RECOVERED",
 		4: "EVENT_KIND_LEASE_EXPIRED",
 		5: "EVENT_KIND_REMOVED",
+		6: "EVENT_KIND_RETIRED",
+		7: "EVENT_KIND_QUARANTINE_CAPPED",
 	}
 	EventKind_value = map[string]int32{
-		"EVENT_KIND_UNSPECIFIED":   0,
-		"EVENT_KIND_REGISTERED":    1,
-		"EVENT_KIND_BLOCKED":       2,
-		"EVENT_KIND_RECOVERED":     3,
-		"EVENT_KIND_LEASE_EXPIRED": 4,
-		"EVENT_KIND_REMOVED":       5,
+		"EVENT_KIND_UNSPECIFIED":       0,
+		"EVENT_KIND_REGISTERED":        1,
+		"EVENT_KIND_BLOCKED":           2,
+		"EVENT_KIND_RECOVERED":         3,
+		"EVENT_KIND_LEASE_EXPIRED":     4,
+		"EVENT_KIND_REMOVED":           5,
+		"EVENT_KIND_RETIRED":           6,
+		"EVENT_KIND_QUARANTINE_CAPPED": 7,
 	}
 )
 
@@ -405,7 +417,13 @@ type Resource struct {
 	// Maximum concurrent leases, at least 1 (0 means the default, 1).
 	Capacity int32 `protobuf:"varint,2,opt,name=capacity,proto3" json:"capacity,omitempty"`
 	// Free-form labels that Acquire can select on.
-	Labels        map[string]string `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Retire the resource once it has been leased this many times (0: the
+	// tenant policy's max_uses). At most 1000000000.
+	MaxUses int32 `protobuf:"varint,4,opt,name=max_uses,json=maxUses,proto3" json:"max_uses,omitempty"`
+	// Retire the resource this many seconds after its registration (0: the
+	// tenant policy's max_age_seconds). At most 31536000 (365 days).
+	MaxAgeSeconds int32 `protobuf:"varint,5,opt,name=max_age_seconds,json=maxAgeSeconds,proto3" json:"max_age_seconds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -459,6 +477,20 @@ func (x *Resource) GetLabels() map[string]string {
 		return x.Labels
 	}
 	return nil
+}
+
+func (x *Resource) GetMaxUses() int32 {
+	if x != nil {
+		return x.MaxUses
+	}
+	return 0
+}
+
+func (x *Resource) GetMaxAgeSeconds() int32 {
+	if x != nil {
+		return x.MaxAgeSeconds
+	}
+	return 0
 }
 
 type RegisterRequest struct {
@@ -1675,7 +1707,20 @@ type ResourceInfo struct {
 	// until blocked_until), "awaiting_probe" (the cooldown is over; the next
 	// Acquire that fits gets a probe lease) or "probing" (a probe lease is
 	// out; its outcome decides).
-	Quarantine    string `protobuf:"bytes,8,opt,name=quarantine,proto3" json:"quarantine,omitempty"`
+	Quarantine string `protobuf:"bytes,8,opt,name=quarantine,proto3" json:"quarantine,omitempty"`
+	// "active", or "retired": it reached max_uses or max_age and is never
+	// leased again (leases already out run their course).
+	State string `protobuf:"bytes,9,opt,name=state,proto3" json:"state,omitempty"`
+	// Why a retired resource was retired, as "max_uses 100 reached" or
+	// "max_age 1h0m0s reached"; empty while it is active.
+	RetiredReason string `protobuf:"bytes,10,opt,name=retired_reason,json=retiredReason,proto3" json:"retired_reason,omitempty"`
+	// Leases granted on the resource since its registration.
+	Uses int32 `protobuf:"varint,11,opt,name=uses,proto3" json:"uses,omitempty"`
+	// The limits that retire it: its own, or else the tenant policy's
+	// (0: none); max_age counts from registered_at.
+	MaxUses       int32                  `protobuf:"varint,12,opt,name=max_uses,json=maxUses,proto3" json:"max_uses,omitempty"`
+	MaxAgeSeconds int32                  `protobuf:"varint,13,opt,name=max_age_seconds,json=maxAgeSeconds,proto3" json:"max_age_seconds,omitempty"`
+	RegisteredAt  *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=registered_at,json=registeredAt,proto3" json:"registered_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1766,6 +1811,48 @@ func (x *ResourceInfo) GetQuarantine() string {
 	return ""
 }
 
+func (x *ResourceInfo) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ResourceInfo) GetRetiredReason() string {
+	if x != nil {
+		return x.RetiredReason
+	}
+	return ""
+}
+
+func (x *ResourceInfo) GetUses() int32 {
+	if x != nil {
+		return x.Uses
+	}
+	return 0
+}
+
+func (x *ResourceInfo) GetMaxUses() int32 {
+	if x != nil {
+		return x.MaxUses
+	}
+	return 0
+}
+
+func (x *ResourceInfo) GetMaxAgeSeconds() int32 {
+	if x != nil {
+		return x.MaxAgeSeconds
+	}
+	return 0
+}
+
+func (x *ResourceInfo) GetRegisteredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RegisteredAt
+	}
+	return nil
+}
+
 // ContextStats are the decayed Beta counts of one resource for one context.
 type ContextStats struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -1784,9 +1871,14 @@ type ContextStats struct {
 	Quarantine string `protobuf:"bytes,7,opt,name=quarantine,proto3" json:"quarantine,omitempty"`
 	// The decayed mean latency, in milliseconds, of the outcomes that carried
 	// one; 0 if none did (and always 0 in ResourceInfo.aggregate).
-	LatencyMs     float64 `protobuf:"fixed64,8,opt,name=latency_ms,json=latencyMs,proto3" json:"latency_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LatencyMs float64 `protobuf:"fixed64,8,opt,name=latency_ms,json=latencyMs,proto3" json:"latency_ms,omitempty"`
+	// Plain counts of the latest outcomes, at most 63 of them: no prior, no
+	// decay. Beside success_rate, the long-run posterior, they say what the
+	// resource does now.
+	RecentSuccesses int32 `protobuf:"varint,9,opt,name=recent_successes,json=recentSuccesses,proto3" json:"recent_successes,omitempty"`
+	RecentFailures  int32 `protobuf:"varint,10,opt,name=recent_failures,json=recentFailures,proto3" json:"recent_failures,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ContextStats) Reset() {
@@ -1871,6 +1963,20 @@ func (x *ContextStats) GetQuarantine() string {
 func (x *ContextStats) GetLatencyMs() float64 {
 	if x != nil {
 		return x.LatencyMs
+	}
+	return 0
+}
+
+func (x *ContextStats) GetRecentSuccesses() int32 {
+	if x != nil {
+		return x.RecentSuccesses
+	}
+	return 0
+}
+
+func (x *ContextStats) GetRecentFailures() int32 {
+	if x != nil {
+		return x.RecentFailures
 	}
 	return 0
 }
@@ -2037,11 +2143,13 @@ const file_repool_v1_pool_proto_rawDesc = "" +
 	"\x05renew\x18\x04 \x01(\v2\x18.repool.v1.RenewResponseH\x00R\x05renew\x12*\n" +
 	"\x05error\x18\x05 \x01(\v2\x12.repool.v1.ProblemH\x00R\x05error\x12\x16\n" +
 	"\x06status\x18\x06 \x01(\x05R\x06statusB\a\n" +
-	"\x05reply\"\xaa\x01\n" +
+	"\x05reply\"\xed\x01\n" +
 	"\bResource\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\x05R\bcapacity\x127\n" +
-	"\x06labels\x18\x03 \x03(\v2\x1f.repool.v1.Resource.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\x03 \x03(\v2\x1f.repool.v1.Resource.LabelsEntryR\x06labels\x12\x19\n" +
+	"\bmax_uses\x18\x04 \x01(\x05R\amaxUses\x12&\n" +
+	"\x0fmax_age_seconds\x18\x05 \x01(\x05R\rmaxAgeSeconds\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"D\n" +
@@ -2133,7 +2241,7 @@ const file_repool_v1_pool_proto_rawDesc = "" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\"v\n" +
 	"\x15ListResourcesResponse\x125\n" +
 	"\tresources\x18\x01 \x03(\v2\x17.repool.v1.ResourceInfoR\tresources\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa4\x03\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xf9\x04\n" +
 	"\fResourceInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\x05R\bcapacity\x12;\n" +
@@ -2144,10 +2252,17 @@ const file_repool_v1_pool_proto_rawDesc = "" +
 	"\taggregate\x18\a \x01(\v2\x17.repool.v1.ContextStatsR\taggregate\x12\x1e\n" +
 	"\n" +
 	"quarantine\x18\b \x01(\tR\n" +
-	"quarantine\x1a9\n" +
+	"quarantine\x12\x14\n" +
+	"\x05state\x18\t \x01(\tR\x05state\x12%\n" +
+	"\x0eretired_reason\x18\n" +
+	" \x01(\tR\rretiredReason\x12\x12\n" +
+	"\x04uses\x18\v \x01(\x05R\x04uses\x12\x19\n" +
+	"\bmax_uses\x18\f \x01(\x05R\amaxUses\x12&\n" +
+	"\x0fmax_age_seconds\x18\r \x01(\x05R\rmaxAgeSeconds\x12?\n" +
+	"\rregistered_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\fregisteredAt\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb8\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8c\x03\n" +
 	"\fContextStats\x12\x18\n" +
 	"\acontext\x18\x01 \x01(\tR\acontext\x12\x1c\n" +
 	"\tsuccesses\x18\x02 \x01(\x01R\tsuccesses\x12\x1a\n" +
@@ -2159,7 +2274,10 @@ const file_repool_v1_pool_proto_rawDesc = "" +
 	"quarantine\x18\a \x01(\tR\n" +
 	"quarantine\x12\x1d\n" +
 	"\n" +
-	"latency_ms\x18\b \x01(\x01R\tlatencyMs\"a\n" +
+	"latency_ms\x18\b \x01(\x01R\tlatencyMs\x12)\n" +
+	"\x10recent_successes\x18\t \x01(\x05R\x0frecentSuccesses\x12'\n" +
+	"\x0frecent_failures\x18\n" +
+	" \x01(\x05R\x0erecentFailures\"a\n" +
 	"\x16SubscribeEventsRequest\x12*\n" +
 	"\x05kinds\x18\x01 \x03(\x0e2\x14.repool.v1.EventKindR\x05kinds\x12\x1b\n" +
 	"\tafter_seq\x18\x02 \x01(\x04R\bafterSeq\"\xc2\x01\n" +
@@ -2175,14 +2293,16 @@ const file_repool_v1_pool_proto_rawDesc = "" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aSUCCESS\x10\x01\x12\v\n" +
 	"\aFAILURE\x10\x02\x12\v\n" +
-	"\aBLOCKED\x10\x03*\xaa\x01\n" +
+	"\aBLOCKED\x10\x03*\xe4\x01\n" +
 	"\tEventKind\x12\x1a\n" +
 	"\x16EVENT_KIND_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15EVENT_KIND_REGISTERED\x10\x01\x12\x16\n" +
 	"\x12EVENT_KIND_BLOCKED\x10\x02\x12\x18\n" +
 	"\x14EVENT_KIND_RECOVERED\x10\x03\x12\x1c\n" +
 	"\x18EVENT_KIND_LEASE_EXPIRED\x10\x04\x12\x16\n" +
-	"\x12EVENT_KIND_REMOVED\x10\x052\xc3\x05\n" +
+	"\x12EVENT_KIND_REMOVED\x10\x05\x12\x16\n" +
+	"\x12EVENT_KIND_RETIRED\x10\x06\x12 \n" +
+	"\x1cEVENT_KIND_QUARANTINE_CAPPED\x10\a2\xc3\x05\n" +
 	"\vPoolService\x12C\n" +
 	"\bRegister\x12\x1a.repool.v1.RegisterRequest\x1a\x1b.repool.v1.RegisterResponse\x12I\n" +
 	"\n" +
@@ -2276,35 +2396,36 @@ var file_repool_v1_pool_proto_depIdxs = []int32{
 	33, // 26: repool.v1.ResourceInfo.blocked_until:type_name -> google.protobuf.Timestamp
 	26, // 27: repool.v1.ResourceInfo.contexts:type_name -> repool.v1.ContextStats
 	26, // 28: repool.v1.ResourceInfo.aggregate:type_name -> repool.v1.ContextStats
-	33, // 29: repool.v1.ContextStats.blocked_until:type_name -> google.protobuf.Timestamp
-	1,  // 30: repool.v1.SubscribeEventsRequest.kinds:type_name -> repool.v1.EventKind
-	1,  // 31: repool.v1.Event.kind:type_name -> repool.v1.EventKind
-	33, // 32: repool.v1.Event.at:type_name -> google.protobuf.Timestamp
-	5,  // 33: repool.v1.PoolService.Register:input_type -> repool.v1.RegisterRequest
-	7,  // 34: repool.v1.PoolService.Deregister:input_type -> repool.v1.DeregisterRequest
-	10, // 35: repool.v1.PoolService.Acquire:input_type -> repool.v1.AcquireRequest
-	12, // 36: repool.v1.PoolService.Renew:input_type -> repool.v1.RenewRequest
-	14, // 37: repool.v1.PoolService.Release:input_type -> repool.v1.ReleaseRequest
-	19, // 38: repool.v1.PoolService.Report:input_type -> repool.v1.ReportRequest
-	21, // 39: repool.v1.PoolService.GetResource:input_type -> repool.v1.GetResourceRequest
-	23, // 40: repool.v1.PoolService.ListResources:input_type -> repool.v1.ListResourcesRequest
-	27, // 41: repool.v1.PoolService.SubscribeEvents:input_type -> repool.v1.SubscribeEventsRequest
-	2,  // 42: repool.v1.PoolService.Leases:input_type -> repool.v1.LeaseCall
-	6,  // 43: repool.v1.PoolService.Register:output_type -> repool.v1.RegisterResponse
-	8,  // 44: repool.v1.PoolService.Deregister:output_type -> repool.v1.DeregisterResponse
-	11, // 45: repool.v1.PoolService.Acquire:output_type -> repool.v1.AcquireResponse
-	13, // 46: repool.v1.PoolService.Renew:output_type -> repool.v1.RenewResponse
-	16, // 47: repool.v1.PoolService.Release:output_type -> repool.v1.ReleaseResponse
-	20, // 48: repool.v1.PoolService.Report:output_type -> repool.v1.ReportResponse
-	22, // 49: repool.v1.PoolService.GetResource:output_type -> repool.v1.GetResourceResponse
-	24, // 50: repool.v1.PoolService.ListResources:output_type -> repool.v1.ListResourcesResponse
-	28, // 51: repool.v1.PoolService.SubscribeEvents:output_type -> repool.v1.Event
-	3,  // 52: repool.v1.PoolService.Leases:output_type -> repool.v1.LeaseReply
-	43, // [43:53] is the sub-list for method output_type
-	33, // [33:43] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	33, // 29: repool.v1.ResourceInfo.registered_at:type_name -> google.protobuf.Timestamp
+	33, // 30: repool.v1.ContextStats.blocked_until:type_name -> google.protobuf.Timestamp
+	1,  // 31: repool.v1.SubscribeEventsRequest.kinds:type_name -> repool.v1.EventKind
+	1,  // 32: repool.v1.Event.kind:type_name -> repool.v1.EventKind
+	33, // 33: repool.v1.Event.at:type_name -> google.protobuf.Timestamp
+	5,  // 34: repool.v1.PoolService.Register:input_type -> repool.v1.RegisterRequest
+	7,  // 35: repool.v1.PoolService.Deregister:input_type -> repool.v1.DeregisterRequest
+	10, // 36: repool.v1.PoolService.Acquire:input_type -> repool.v1.AcquireRequest
+	12, // 37: repool.v1.PoolService.Renew:input_type -> repool.v1.RenewRequest
+	14, // 38: repool.v1.PoolService.Release:input_type -> repool.v1.ReleaseRequest
+	19, // 39: repool.v1.PoolService.Report:input_type -> repool.v1.ReportRequest
+	21, // 40: repool.v1.PoolService.GetResource:input_type -> repool.v1.GetResourceRequest
+	23, // 41: repool.v1.PoolService.ListResources:input_type -> repool.v1.ListResourcesRequest
+	27, // 42: repool.v1.PoolService.SubscribeEvents:input_type -> repool.v1.SubscribeEventsRequest
+	2,  // 43: repool.v1.PoolService.Leases:input_type -> repool.v1.LeaseCall
+	6,  // 44: repool.v1.PoolService.Register:output_type -> repool.v1.RegisterResponse
+	8,  // 45: repool.v1.PoolService.Deregister:output_type -> repool.v1.DeregisterResponse
+	11, // 46: repool.v1.PoolService.Acquire:output_type -> repool.v1.AcquireResponse
+	13, // 47: repool.v1.PoolService.Renew:output_type -> repool.v1.RenewResponse
+	16, // 48: repool.v1.PoolService.Release:output_type -> repool.v1.ReleaseResponse
+	20, // 49: repool.v1.PoolService.Report:output_type -> repool.v1.ReportResponse
+	22, // 50: repool.v1.PoolService.GetResource:output_type -> repool.v1.GetResourceResponse
+	24, // 51: repool.v1.PoolService.ListResources:output_type -> repool.v1.ListResourcesResponse
+	28, // 52: repool.v1.PoolService.SubscribeEvents:output_type -> repool.v1.Event
+	3,  // 53: repool.v1.PoolService.Leases:output_type -> repool.v1.LeaseReply
+	44, // [44:54] is the sub-list for method output_type
+	34, // [34:44] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_repool_v1_pool_proto_init() }

@@ -50,7 +50,7 @@ func saveFull(ctx context.Context, tx pgx.Tx, tenantID string, gen int64, cp sto
 	pg := tx.Conn().PgConn()
 	_, err := pg.CopyFrom(ctx, newCopyReader(len(cp.Resources), func(b []byte, i int) []byte {
 		r := &cp.Resources[i]
-		b = appendFields(b, 11)
+		b = appendFields(b, 18)
 		b = appendText(b, tenantID)
 		b = appendInt8(b, gen)
 		b = appendText(b, r.ID)
@@ -61,15 +61,23 @@ func saveFull(ctx context.Context, tx pgx.Tx, tenantID string, gen int64, cp sto
 		b = appendInt8(b, r.UpdatedAt)
 		b = appendInt4(b, r.ConsecutiveFailures)
 		b = appendInt8(b, r.BlockedUntil)
-		return appendInt4(b, r.CooldownLevel)
+		b = appendInt4(b, r.CooldownLevel)
+		b = appendInt8(b, r.RegisteredAt)
+		b = appendInt8(b, r.Uses)
+		b = appendInt8(b, r.MaxUses)
+		b = appendInt8(b, r.MaxAge)
+		b = appendText(b, r.Retired)
+		b = appendBool(b, r.Imposed)
+		return appendInt8(b, r.Recent)
 	}), `COPY resources (pool_id, gen, id, capacity, labels, alpha, beta, updated_at,
-    consecutive_failures, blocked_until, cooldown_level) FROM STDIN WITH (FORMAT binary)`)
+    consecutive_failures, blocked_until, cooldown_level, registered_at, uses, max_uses, max_age, retired, imposed, recent)
+    FROM STDIN WITH (FORMAT binary)`)
 	if err != nil {
 		return classify(err)
 	}
 	_, err = pg.CopyFrom(ctx, newCopyReader(len(cp.Cells), func(b []byte, i int) []byte {
 		c := &cp.Cells[i]
-		b = appendFields(b, 10)
+		b = appendFields(b, 11)
 		b = appendText(b, tenantID)
 		b = appendInt8(b, gen)
 		b = appendText(b, c.ResourceID)
@@ -79,9 +87,10 @@ func saveFull(ctx context.Context, tx pgx.Tx, tenantID string, gen int64, cp sto
 		b = appendInt8(b, c.UpdatedAt)
 		b = appendInt4(b, c.ConsecutiveFailures)
 		b = appendInt8(b, c.BlockedUntil)
-		return appendInt4(b, c.CooldownLevel)
+		b = appendInt4(b, c.CooldownLevel)
+		return appendInt8(b, c.Recent)
 	}), `COPY cells (pool_id, gen, resource_id, context, alpha, beta, updated_at,
-    consecutive_failures, blocked_until, cooldown_level) FROM STDIN WITH (FORMAT binary)`)
+    consecutive_failures, blocked_until, cooldown_level, recent) FROM STDIN WITH (FORMAT binary)`)
 	return classify(err)
 }
 
@@ -97,19 +106,30 @@ func saveIncremental(ctx context.Context, tx pgx.Tx, tenantID string, gen int64,
 			caps, fails, cooldown = make([]int32, n), make([]int32, n), make([]int32, n)
 			alphas, betas         = make([]float64, n), make([]float64, n)
 			updated, blocked      = make([]int64, n), make([]int64, n)
+			born, uses, maxUses   = make([]int64, n), make([]int64, n), make([]int64, n)
+			maxAge, recent        = make([]int64, n), make([]int64, n)
+			retired               = make([]string, n)
+			imposed               = make([]bool, n)
 		)
 		for i, r := range cp.Resources {
 			ids[i], caps[i], labs[i], alphas[i], betas[i] = r.ID, r.Capacity, labels.Encode(r.Labels), r.Alpha, r.Beta
 			updated[i], fails[i], blocked[i], cooldown[i] = r.UpdatedAt, r.ConsecutiveFailures, r.BlockedUntil, r.CooldownLevel
+			born[i], uses[i], maxUses[i], maxAge[i] = r.RegisteredAt, r.Uses, r.MaxUses, r.MaxAge
+			retired[i], imposed[i], recent[i] = r.Retired, r.Imposed, r.Recent
 		}
 		b.Queue(`
-INSERT INTO resources (pool_id, gen, id, capacity, labels, alpha, beta, updated_at, consecutive_failures, blocked_until, cooldown_level)
-SELECT $1, $11, * FROM unnest($2::text[], $3::int4[], $4::text[], $5::float8[], $6::float8[], $7::int8[], $8::int4[], $9::int8[], $10::int4[])
+INSERT INTO resources (pool_id, gen, id, capacity, labels, alpha, beta, updated_at, consecutive_failures, blocked_until, cooldown_level,
+    registered_at, uses, max_uses, max_age, retired, imposed, recent)
+SELECT $1, $11, * FROM unnest($2::text[], $3::int4[], $4::text[], $5::float8[], $6::float8[], $7::int8[], $8::int4[], $9::int8[], $10::int4[],
+    $12::int8[], $13::int8[], $14::int8[], $15::int8[], $16::text[], $17::bool[], $18::int8[])
 ON CONFLICT (pool_id, gen, id) DO UPDATE SET capacity = excluded.capacity, labels = excluded.labels,
     alpha = excluded.alpha, beta = excluded.beta, updated_at = excluded.updated_at,
     consecutive_failures = excluded.consecutive_failures, blocked_until = excluded.blocked_until,
-    cooldown_level = excluded.cooldown_level`,
-			tenantID, ids, caps, labs, alphas, betas, updated, fails, blocked, cooldown, gen)
+    cooldown_level = excluded.cooldown_level, registered_at = excluded.registered_at, uses = excluded.uses,
+    max_uses = excluded.max_uses, max_age = excluded.max_age, retired = excluded.retired, imposed = excluded.imposed,
+    recent = excluded.recent`,
+			tenantID, ids, caps, labs, alphas, betas, updated, fails, blocked, cooldown, gen,
+			born, uses, maxUses, maxAge, retired, imposed, recent)
 	}
 	var refs []string
 	if n := len(cp.Cells); n > 0 {
@@ -118,23 +138,24 @@ ON CONFLICT (pool_id, gen, id) DO UPDATE SET capacity = excluded.capacity, label
 			alphas, betas    = make([]float64, n), make([]float64, n)
 			updated, blocked = make([]int64, n), make([]int64, n)
 			fails, cooldown  = make([]int32, n), make([]int32, n)
+			recent           = make([]int64, n)
 			seen             = make(map[string]struct{})
 		)
 		for i, c := range cp.Cells {
 			res[i], ctxs[i], alphas[i], betas[i] = c.ResourceID, c.Context, c.Alpha, c.Beta
-			updated[i], fails[i], blocked[i], cooldown[i] = c.UpdatedAt, c.ConsecutiveFailures, c.BlockedUntil, c.CooldownLevel
+			updated[i], fails[i], blocked[i], cooldown[i], recent[i] = c.UpdatedAt, c.ConsecutiveFailures, c.BlockedUntil, c.CooldownLevel, c.Recent
 			if _, ok := seen[c.ResourceID]; !ok {
 				seen[c.ResourceID] = struct{}{}
 				refs = append(refs, c.ResourceID)
 			}
 		}
 		b.Queue(`
-INSERT INTO cells (pool_id, gen, resource_id, context, alpha, beta, updated_at, consecutive_failures, blocked_until, cooldown_level)
-SELECT $1, $10, * FROM unnest($2::text[], $3::text[], $4::float8[], $5::float8[], $6::int8[], $7::int4[], $8::int8[], $9::int4[])
+INSERT INTO cells (pool_id, gen, resource_id, context, alpha, beta, updated_at, consecutive_failures, blocked_until, cooldown_level, recent)
+SELECT $1, $10, * FROM unnest($2::text[], $3::text[], $4::float8[], $5::float8[], $6::int8[], $7::int4[], $8::int8[], $9::int4[], $11::int8[])
 ON CONFLICT (pool_id, gen, resource_id, context) DO UPDATE SET alpha = excluded.alpha, beta = excluded.beta,
     updated_at = excluded.updated_at, consecutive_failures = excluded.consecutive_failures,
-    blocked_until = excluded.blocked_until, cooldown_level = excluded.cooldown_level`,
-			tenantID, res, ctxs, alphas, betas, updated, fails, blocked, cooldown, gen)
+    blocked_until = excluded.blocked_until, cooldown_level = excluded.cooldown_level, recent = excluded.recent`,
+			tenantID, res, ctxs, alphas, betas, updated, fails, blocked, cooldown, gen, recent)
 	}
 	if b.Len() > 0 {
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
@@ -183,7 +204,8 @@ func (s *Store) loadState(ctx context.Context, tx pgx.Tx, tenantID string) (stor
 	}
 
 	rows, err := tx.Query(ctx, `
-SELECT id, capacity, labels, alpha, beta, updated_at, consecutive_failures, blocked_until, cooldown_level
+SELECT id, capacity, labels, alpha, beta, updated_at, consecutive_failures, blocked_until, cooldown_level,
+    registered_at, uses, max_uses, max_age, retired, imposed, recent
 FROM resources WHERE pool_id = $1 AND gen = $2 ORDER BY id`, tenantID, gen)
 	if err != nil {
 		return store.PoolState{}, classify(err)
@@ -192,7 +214,8 @@ FROM resources WHERE pool_id = $1 AND gen = $2 ORDER BY id`, tenantID, gen)
 		r   store.ResourceRow
 		lab string
 	)
-	_, err = pgx.ForEachRow(rows, []any{&r.ID, &r.Capacity, &lab, &r.Alpha, &r.Beta, &r.UpdatedAt, &r.ConsecutiveFailures, &r.BlockedUntil, &r.CooldownLevel},
+	_, err = pgx.ForEachRow(rows, []any{&r.ID, &r.Capacity, &lab, &r.Alpha, &r.Beta, &r.UpdatedAt, &r.ConsecutiveFailures, &r.BlockedUntil, &r.CooldownLevel,
+		&r.RegisteredAt, &r.Uses, &r.MaxUses, &r.MaxAge, &r.Retired, &r.Imposed, &r.Recent},
 		func() error {
 			var err error
 			if r.Labels, err = labels.Decode(lab); err != nil {
@@ -206,13 +229,13 @@ FROM resources WHERE pool_id = $1 AND gen = $2 ORDER BY id`, tenantID, gen)
 	}
 
 	rows, err = tx.Query(ctx, `
-SELECT resource_id, context, alpha, beta, updated_at, consecutive_failures, blocked_until, cooldown_level
+SELECT resource_id, context, alpha, beta, updated_at, consecutive_failures, blocked_until, cooldown_level, recent
 FROM cells WHERE pool_id = $1 AND gen = $2 ORDER BY resource_id, context`, tenantID, gen)
 	if err != nil {
 		return store.PoolState{}, classify(err)
 	}
 	var c store.CellRow
-	_, err = pgx.ForEachRow(rows, []any{&c.ResourceID, &c.Context, &c.Alpha, &c.Beta, &c.UpdatedAt, &c.ConsecutiveFailures, &c.BlockedUntil, &c.CooldownLevel},
+	_, err = pgx.ForEachRow(rows, []any{&c.ResourceID, &c.Context, &c.Alpha, &c.Beta, &c.UpdatedAt, &c.ConsecutiveFailures, &c.BlockedUntil, &c.CooldownLevel, &c.Recent},
 		func() error {
 			st.Cells = append(st.Cells, c)
 			return nil

@@ -89,3 +89,11 @@ func appendFloat8(b []byte, v float64) []byte {
 	b = binary.BigEndian.AppendUint32(b, 8)
 	return binary.BigEndian.AppendUint64(b, math.Float64bits(v))
 }
+
+func appendBool(b []byte, v bool) []byte {
+	b = binary.BigEndian.AppendUint32(b, 1)
+	if v {
+		return append(b, 1)
+	}
+	return append(b, 0)
+}

@@ -63,17 +63,17 @@ func (r raw) Corrupt(ctx context.Context, tenantID string, kind storetest.Corrup
 	// LoadCheckpoint reads.
 	const (
 		gen  = `(SELECT gen FROM checkpoint_meta WHERE pool_id = $1)`
-		res  = `INSERT INTO resources VALUES ($1, ` + gen + `, $2, $3, $4, $5, 1, 0, 0, 0, 0)`
-		cell = `INSERT INTO cells VALUES ($1, ` + gen + `, $2, $3, 1, $4, 0, 0, 0, 0)`
+		res  = `INSERT INTO resources VALUES ($1, ` + gen + `, $2, $3, $4, $5, 1, 0, 0, 0, 0, 0, 0, 0, 0, '', false, 0)`
+		cell = `INSERT INTO cells VALUES ($1, ` + gen + `, $2, $3, 1, $4, 0, 0, 0, 0, 0)`
 	)
 	var err error
 	switch kind {
 	case storetest.CorruptCapacity:
 		_, err = r.pool.Exec(ctx, res, tenantID, storetest.CorruptID, 0, "{}", 1.0)
 	case storetest.CorruptAlpha:
-		_, err = r.pool.Exec(ctx, `INSERT INTO resources VALUES ($1, `+gen+`, $2, 1, '{}', 'NaN', 1, 0, 0, 0, 0)`, tenantID, storetest.CorruptID)
+		_, err = r.pool.Exec(ctx, `INSERT INTO resources VALUES ($1, `+gen+`, $2, 1, '{}', 'NaN', 1, 0, 0, 0, 0, 0, 0, 0, 0, '', false, 0)`, tenantID, storetest.CorruptID)
 	case storetest.CorruptBeta:
-		_, err = r.pool.Exec(ctx, `INSERT INTO cells SELECT pool_id, gen, id, $2, 1, -1, 0, 0, 0, 0 FROM resources WHERE pool_id = $1 AND gen = `+gen+` ORDER BY id LIMIT 1`,
+		_, err = r.pool.Exec(ctx, `INSERT INTO cells SELECT pool_id, gen, id, $2, 1, -1, 0, 0, 0, 0, 0 FROM resources WHERE pool_id = $1 AND gen = `+gen+` ORDER BY id LIMIT 1`,
 			tenantID, storetest.CorruptID)
 	case storetest.CorruptOrphan:
 		_, err = r.pool.Exec(ctx, cell, tenantID, storetest.CorruptID, "ctx", 1.0)

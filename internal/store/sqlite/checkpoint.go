@@ -19,18 +19,20 @@ const insertBatch = 100
 
 const (
 	resourceInsert = `INSERT INTO resources (pool_id, id, capacity, labels, alpha, beta, updated_at,
-    consecutive_failures, blocked_until, cooldown_level) VALUES `
-	resourceValues = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+    consecutive_failures, blocked_until, cooldown_level, registered_at, uses, max_uses, max_age, retired, imposed, recent) VALUES `
+	resourceValues = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	resourceUpsert = ` ON CONFLICT (pool_id, id) DO UPDATE SET capacity = excluded.capacity,
     labels = excluded.labels, alpha = excluded.alpha, beta = excluded.beta, updated_at = excluded.updated_at,
     consecutive_failures = excluded.consecutive_failures, blocked_until = excluded.blocked_until,
-    cooldown_level = excluded.cooldown_level`
+    cooldown_level = excluded.cooldown_level, registered_at = excluded.registered_at, uses = excluded.uses,
+    max_uses = excluded.max_uses, max_age = excluded.max_age, retired = excluded.retired, imposed = excluded.imposed,
+    recent = excluded.recent`
 	cellInsert = `INSERT INTO cells (pool_id, resource_id, context, alpha, beta, updated_at,
-    consecutive_failures, blocked_until, cooldown_level) VALUES `
-	cellValues = `(?, ?, ?, ?, ?, ?, ?, ?, ?)`
+    consecutive_failures, blocked_until, cooldown_level, recent) VALUES `
+	cellValues = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	cellUpsert = ` ON CONFLICT (pool_id, resource_id, context) DO UPDATE SET alpha = excluded.alpha,
     beta = excluded.beta, updated_at = excluded.updated_at, consecutive_failures = excluded.consecutive_failures,
-    blocked_until = excluded.blocked_until, cooldown_level = excluded.cooldown_level`
+    blocked_until = excluded.blocked_until, cooldown_level = excluded.cooldown_level, recent = excluded.recent`
 )
 
 // SaveCheckpoint implements store.Store.
@@ -155,10 +157,11 @@ func writeResources(ctx context.Context, tx *sql.Tx, tenantID string, rows []sto
 	if upsert {
 		tail = resourceUpsert
 	}
-	b := newBatcher(tx, resourceInsert, resourceValues, tail, 10)
+	b := newBatcher(tx, resourceInsert, resourceValues, tail, 17)
 	for _, r := range rows {
 		if err := b.add(ctx, tenantID, r.ID, r.Capacity, labels.Encode(r.Labels), r.Alpha, r.Beta, r.UpdatedAt,
-			r.ConsecutiveFailures, r.BlockedUntil, r.CooldownLevel); err != nil {
+			r.ConsecutiveFailures, r.BlockedUntil, r.CooldownLevel,
+			r.RegisteredAt, r.Uses, r.MaxUses, r.MaxAge, r.Retired, r.Imposed, r.Recent); err != nil {
 			b.flush(ctx)
 			return err
 		}
@@ -171,10 +174,10 @@ func writeCells(ctx context.Context, tx *sql.Tx, tenantID string, rows []store.C
 	if upsert {
 		tail = cellUpsert
 	}
-	b := newBatcher(tx, cellInsert, cellValues, tail, 9)
+	b := newBatcher(tx, cellInsert, cellValues, tail, 10)
 	for _, c := range rows {
 		if err := b.add(ctx, tenantID, c.ResourceID, c.Context, c.Alpha, c.Beta, c.UpdatedAt,
-			c.ConsecutiveFailures, c.BlockedUntil, c.CooldownLevel); err != nil {
+			c.ConsecutiveFailures, c.BlockedUntil, c.CooldownLevel, c.Recent); err != nil {
 			b.flush(ctx)
 			return err
 		}
@@ -234,7 +237,8 @@ func (s *Store) loadState(ctx context.Context, tx *sql.Tx, tenantID string) (sto
 	}
 
 	rows, err := tx.QueryContext(ctx, `
-SELECT id, capacity, labels, alpha, beta, updated_at, consecutive_failures, blocked_until, cooldown_level
+SELECT id, capacity, labels, alpha, beta, updated_at, consecutive_failures, blocked_until, cooldown_level,
+    registered_at, uses, max_uses, max_age, retired, imposed, recent
 FROM resources WHERE pool_id = ? ORDER BY id`, tenantID)
 	if err != nil {
 		return store.PoolState{}, classify(err)
@@ -247,7 +251,8 @@ FROM resources WHERE pool_id = ? ORDER BY id`, tenantID)
 			alpha, beta       sql.NullFloat64
 			updated, blockedU int64
 		)
-		if err := rows.Scan(&r.ID, &capacity, &lab, &alpha, &beta, &updated, &cf, &blockedU, &cl); err != nil {
+		if err := rows.Scan(&r.ID, &capacity, &lab, &alpha, &beta, &updated, &cf, &blockedU, &cl,
+			&r.RegisteredAt, &r.Uses, &r.MaxUses, &r.MaxAge, &r.Retired, &r.Imposed, &r.Recent); err != nil {
 			rows.Close()
 			return store.PoolState{}, fmt.Errorf("%w: resource %q: %v", store.ErrCorrupt, r.ID, err)
 		}
@@ -269,7 +274,7 @@ FROM resources WHERE pool_id = ? ORDER BY id`, tenantID)
 	}
 
 	rows, err = tx.QueryContext(ctx, `
-SELECT resource_id, context, alpha, beta, updated_at, consecutive_failures, blocked_until, cooldown_level
+SELECT resource_id, context, alpha, beta, updated_at, consecutive_failures, blocked_until, cooldown_level, recent
 FROM cells WHERE pool_id = ? ORDER BY resource_id, context`, tenantID)
 	if err != nil {
 		return store.PoolState{}, classify(err)
@@ -282,7 +287,7 @@ FROM cells WHERE pool_id = ? ORDER BY resource_id, context`, tenantID)
 			alpha, beta       sql.NullFloat64
 			updated, blockedU int64
 		)
-		if err := rows.Scan(&c.ResourceID, &c.Context, &alpha, &beta, &updated, &cf, &blockedU, &cl); err != nil {
+		if err := rows.Scan(&c.ResourceID, &c.Context, &alpha, &beta, &updated, &cf, &blockedU, &cl, &c.Recent); err != nil {
 			return store.PoolState{}, fmt.Errorf("%w: cell %q/%q: %v", store.ErrCorrupt, c.ResourceID, c.Context, err)
 		}
 		if !fitsInt32(cf, cl) || !alpha.Valid || !beta.Valid {

@@ -77,8 +77,8 @@ func (r raw) Dump(ctx context.Context) (string, error) {
 
 func (r raw) Corrupt(ctx context.Context, tenantID string, kind storetest.Corruption) error {
 	const (
-		res  = `INSERT INTO resources VALUES (?, ?, ?, ?, ?, 1, 0, 0, 0, 0)`
-		cell = `INSERT INTO cells VALUES (?, ?, ?, 1, ?, 0, 0, 0, 0)`
+		res  = `INSERT INTO resources VALUES (?, ?, ?, ?, ?, 1, 0, 0, 0, 0, 0, 0, 0, 0, '', 0, 0)`
+		cell = `INSERT INTO cells VALUES (?, ?, ?, 1, ?, 0, 0, 0, 0, 0)`
 	)
 	var err error
 	switch kind {
@@ -86,9 +86,9 @@ func (r raw) Corrupt(ctx context.Context, tenantID string, kind storetest.Corrup
 		_, err = r.w.ExecContext(ctx, res, tenantID, storetest.CorruptID, 0, "{}", 1.0)
 	case storetest.CorruptAlpha:
 		// SQLite stores NaN as NULL, which NOT NULL rejects; 9e999 is +Inf.
-		_, err = r.w.ExecContext(ctx, `INSERT INTO resources VALUES (?, ?, 1, '{}', 9e999, 1, 0, 0, 0, 0)`, tenantID, storetest.CorruptID)
+		_, err = r.w.ExecContext(ctx, `INSERT INTO resources VALUES (?, ?, 1, '{}', 9e999, 1, 0, 0, 0, 0, 0, 0, 0, 0, '', 0, 0)`, tenantID, storetest.CorruptID)
 	case storetest.CorruptBeta:
-		_, err = r.w.ExecContext(ctx, `INSERT INTO cells SELECT pool_id, id, ?, 1, -1, 0, 0, 0, 0 FROM resources WHERE pool_id = ? ORDER BY id LIMIT 1`,
+		_, err = r.w.ExecContext(ctx, `INSERT INTO cells SELECT pool_id, id, ?, 1, -1, 0, 0, 0, 0, 0 FROM resources WHERE pool_id = ? ORDER BY id LIMIT 1`,
 			storetest.CorruptID, tenantID)
 	case storetest.CorruptOrphan:
 		_, err = r.w.ExecContext(ctx, cell, tenantID, storetest.CorruptID, "ctx", 1.0)

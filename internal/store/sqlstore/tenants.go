@@ -190,9 +190,10 @@ INSERT INTO tenant_limits (tenant_id, rate_per_second, burst, reserved_resources
                            policy_half_life_seconds, policy_quarantine_after, policy_quarantine_whole_after,
                            policy_quarantine_below, policy_quarantine_min_evidence,
                            policy_cooldown_base_seconds, policy_cooldown_max_seconds,
-                           max_lease_streams, admin_max_lease_streams, policy_objective)
+                           max_lease_streams, admin_max_lease_streams, policy_objective,
+                           policy_max_uses, policy_max_age_seconds, policy_max_quarantined_share)
 SELECT id, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
-       $16, $17, $18, $19, $20, $21, $22, $23, $24, $25
+       $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28
 FROM tenants WHERE id = $1 AND status <> 'deleted' `+s.c.ForShare+`
 ON CONFLICT (tenant_id) DO UPDATE SET
     rate_per_second = excluded.rate_per_second, burst = excluded.burst,
@@ -210,7 +211,9 @@ ON CONFLICT (tenant_id) DO UPDATE SET
     policy_cooldown_base_seconds = excluded.policy_cooldown_base_seconds,
     policy_cooldown_max_seconds = excluded.policy_cooldown_max_seconds,
     max_lease_streams = excluded.max_lease_streams, admin_max_lease_streams = excluded.admin_max_lease_streams,
-    policy_objective = excluded.policy_objective`,
+    policy_objective = excluded.policy_objective,
+    policy_max_uses = excluded.policy_max_uses, policy_max_age_seconds = excluded.policy_max_age_seconds,
+    policy_max_quarantined_share = excluded.policy_max_quarantined_share`,
 		tenantID, l.RatePerSecond, l.Burst, l.ReservedResources, l.MaxResources,
 		l.ReservedCells, l.MaxCells, l.MaxStreams, l.MaxLeases,
 		l.Admin.RatePerSecond, l.Admin.Burst, l.Admin.MaxResources, l.Admin.MaxCells,
@@ -218,7 +221,8 @@ ON CONFLICT (tenant_id) DO UPDATE SET
 		l.Policy.HalfLifeSeconds, l.Policy.QuarantineAfter, l.Policy.QuarantineWholeAfter,
 		l.Policy.QuarantineBelow, l.Policy.QuarantineMinEvidence,
 		l.Policy.CooldownBaseSeconds, l.Policy.CooldownMaxSeconds,
-		l.MaxLeaseStreams, l.Admin.MaxLeaseStreams, l.Policy.Objective)
+		l.MaxLeaseStreams, l.Admin.MaxLeaseStreams, l.Policy.Objective,
+		l.Policy.MaxUses, l.Policy.MaxAgeSeconds, l.Policy.MaxQuarantinedShare)
 	if err != nil {
 		return fmt.Errorf("put limits of tenant %q: %w", tenantID, s.classify(err))
 	}
@@ -245,7 +249,8 @@ SELECT t.status, l.rate_per_second, l.burst, l.reserved_resources, l.max_resourc
        l.policy_half_life_seconds, l.policy_quarantine_after, l.policy_quarantine_whole_after,
        l.policy_quarantine_below, l.policy_quarantine_min_evidence,
        l.policy_cooldown_base_seconds, l.policy_cooldown_max_seconds,
-       l.max_lease_streams, l.admin_max_lease_streams, l.policy_objective
+       l.max_lease_streams, l.admin_max_lease_streams, l.policy_objective,
+       l.policy_max_uses, l.policy_max_age_seconds, l.policy_max_quarantined_share
 FROM tenants t LEFT JOIN tenant_limits l ON l.tenant_id = t.id
 WHERE t.id = $1`, tenantID).Scan(&status, &l.RatePerSecond, &l.Burst, &l.ReservedResources, &l.MaxResources,
 		&l.ReservedCells, &l.MaxCells, &l.MaxStreams, &l.MaxLeases,
@@ -254,7 +259,8 @@ WHERE t.id = $1`, tenantID).Scan(&status, &l.RatePerSecond, &l.Burst, &l.Reserve
 		&l.Policy.HalfLifeSeconds, &l.Policy.QuarantineAfter, &l.Policy.QuarantineWholeAfter,
 		&l.Policy.QuarantineBelow, &l.Policy.QuarantineMinEvidence,
 		&l.Policy.CooldownBaseSeconds, &l.Policy.CooldownMaxSeconds,
-		&l.MaxLeaseStreams, &l.Admin.MaxLeaseStreams, &l.Policy.Objective)
+		&l.MaxLeaseStreams, &l.Admin.MaxLeaseStreams, &l.Policy.Objective,
+		&l.Policy.MaxUses, &l.Policy.MaxAgeSeconds, &l.Policy.MaxQuarantinedShare)
 	if errors.Is(err, sql.ErrNoRows) || (err == nil && status == store.StatusDeleted) {
 		return store.Limits{}, fmt.Errorf("tenant %q: %w", tenantID, store.ErrNotFound)
 	}

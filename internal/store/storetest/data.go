@@ -36,6 +36,11 @@ func Synthetic(resources, contexts int, seed int64) store.Checkpoint {
 		}
 		if i%7 == 0 {
 			r.BlockedUntil = base + 1_000_000_000
+			r.Imposed = i%14 == 0
+		}
+		r.RegisteredAt, r.Uses, r.Recent = base-int64(i), int64(i%50), int64(i)<<3|1<<40
+		if i%5 == 0 {
+			r.MaxUses, r.MaxAge, r.Retired = 100, 3_600_000_000_000, "max_uses 100 reached"
 		}
 		if i%2 == 0 {
 			r.Labels = map[string]string{"region": fmt.Sprintf("eu-%d", i%3), "kind": "proxy"}
@@ -51,6 +56,7 @@ func Synthetic(resources, contexts int, seed int64) store.Checkpoint {
 				ConsecutiveFailures: int32(j),
 				BlockedUntil:        int64(j%2) * base,
 				CooldownLevel:       int32(j % 3),
+				Recent:              int64(i+j) | 1<<62,
 			})
 		}
 	}

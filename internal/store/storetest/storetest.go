@@ -516,6 +516,7 @@ func testLimits(t *testing.T, h *harness) {
 				HalfLifeSeconds: ptr(int64(600)), QuarantineAfter: ptr(int64(3)), QuarantineWholeAfter: ptr(int64(9)),
 				QuarantineBelow: ptr(-1.0), QuarantineMinEvidence: ptr(12.5),
 				CooldownBaseSeconds: ptr(int64(10)), CooldownMaxSeconds: ptr(int64(3600)), Objective: ptr("success_per_time"),
+				MaxUses: ptr(int64(100)), MaxAgeSeconds: ptr(int64(0)), MaxQuarantinedShare: ptr(0.25),
 			},
 		}},
 		{name: "only a policy", limits: store.Limits{Policy: store.Policy{QuarantineAfter: ptr(int64(2)), QuarantineBelow: ptr(0.25)}}},
