@@ -114,6 +114,32 @@ func (t *tally) add(a jobAnswer, err error) {
 	}
 }
 
+// refusals returns how many answers were refusals, and each kind with its
+// count, sorted.
+func (t *tally) refusals() (n int, kinds []string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k, c := range t.refused {
+		n += c
+		kinds = append(kinds, fmt.Sprintf("%d× %s", c, k))
+	}
+	sort.Strings(kinds)
+	return n, kinds
+}
+
+// registerProxies registers n resources proxy-000… of capacity 4 through
+// the sidecar's provider base URL S.
+func registerProxies(t *testing.T, client *http.Client, S string, n int) {
+	t.Helper()
+	resources := make([]map[string]any, n)
+	for i := range resources {
+		resources[i] = map[string]any{"id": fmt.Sprintf("proxy-%03d", i), "capacity": 4}
+	}
+	if a, err := post(client, S+"/resources", map[string]any{"resources": resources}); err != nil || a.status != 200 {
+		t.Fatalf("registering %d resources = %d %v (%v), want 200", n, a.status, a.body, err)
+	}
+}
+
 // TestWorkersAreNeverRefused: a backend with 8, 32 and then 64 workers,
 // each doing what docs/backend.md says a worker does (acquire, then one
 // release with the outcome and "next" per job), against ./scripts/run as
@@ -124,13 +150,7 @@ func TestWorkersAreNeverRefused(t *testing.T) {
 	r := startFresh(t, "")
 	S := r.sidecar() + "/v1/providers/default"
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 128}}
-	resources := make([]map[string]any, 256)
-	for i := range resources {
-		resources[i] = map[string]any{"id": fmt.Sprintf("proxy-%03d", i), "capacity": 4}
-	}
-	if a, err := post(client, S+"/resources", map[string]any{"resources": resources}); err != nil || a.status != 200 {
-		t.Fatalf("registering 256 resources = %d %v (%v), want 200", a.status, a.body, err)
-	}
+	registerProxies(t, client, S, 256)
 	const jobsPerWorker = 120
 	var lines []string
 	for _, workers := range []int{8, 32, 64} {
@@ -165,13 +185,7 @@ func TestWorkersAreNeverRefused(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		refused := 0
-		var kinds []string
-		for k, n := range tl.refused {
-			refused += n
-			kinds = append(kinds, fmt.Sprintf("%d× %s", n, k))
-		}
-		sort.Strings(kinds)
+		refused, kinds := tl.refusals()
 		lines = append(lines, fmt.Sprintf("%2d workers: %5d calls, %d refused, %d transport errors", workers, tl.calls, refused, len(tl.errs)))
 		if refused > 0 || len(tl.errs) > 0 {
 			t.Errorf("%d workers: %d of %d calls refused (%s), %d transport errors (%v); want every call answered",
@@ -275,13 +289,7 @@ func TestStallIsNotSilence(t *testing.T) {
 	r := startFresh(t, "")
 	S := r.sidecar() + "/v1/providers/default"
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	resources := make([]map[string]any, 64)
-	for i := range resources {
-		resources[i] = map[string]any{"id": fmt.Sprintf("proxy-%03d", i), "capacity": 4}
-	}
-	if a, err := post(client, S+"/resources", map[string]any{"resources": resources}); err != nil || a.status != 200 {
-		t.Fatalf("registering 64 resources = %d %v (%v), want 200", a.status, a.body, err)
-	}
+	registerProxies(t, client, S, 64)
 	sidecarPID := pidOf(t, "bin/sidecar", filepath.Join(r.data, "sidecar.yaml"))
 
 	tl := &tally{refused: map[string]int{}}
@@ -348,13 +356,7 @@ func TestStallIsNotSilence(t *testing.T) {
 	close(stop)
 	wg.Wait()
 
-	refused := 0
-	var kinds []string
-	for k, n := range tl.refused {
-		refused += n
-		kinds = append(kinds, fmt.Sprintf("%d× %s", n, k))
-	}
-	sort.Strings(kinds)
+	refused, kinds := tl.refusals()
 	if refused > 0 || len(tl.errs) > 0 {
 		t.Errorf("a 1.5 s stall of the sidecar under 32 workers: %d of %d calls refused (%s), %d transport errors (%v); want none: the stall is not the provider's silence",
 			refused, tl.calls, strings.Join(kinds, "; "), len(tl.errs), tl.errs)
