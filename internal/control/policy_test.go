@@ -38,11 +38,11 @@ func TestPutPolicy(t *testing.T) {
 			"quarantine_after 3 -> default, quarantine_whole_after default -> 4, cooldown_max_seconds default -> 60"},
 		{"tenant-admin chooses the time objective", admin, `{"objective":"success_per_time"}`,
 			`{"burst":7,"policy.cooldown_base_seconds":10,"policy.cooldown_max_seconds":60,"policy.half_life_seconds":600,"policy.objective":"success_per_time","policy.quarantine_below":-1,"policy.quarantine_min_evidence":2.5,"policy.quarantine_whole_after":4}`,
-			`{"half_life_seconds":600,"quarantine_after":5,"quarantine_whole_after":4,"quarantine_below":-1,"quarantine_min_evidence":2.5,"cooldown_base_seconds":10,"cooldown_max_seconds":60,"objective":"success_per_time"}`,
+			`{"half_life_seconds":600,"quarantine_after":5,"quarantine_whole_after":4,"quarantine_below":-1,"quarantine_min_evidence":2.5,"cooldown_base_seconds":10,"cooldown_max_seconds":60,"objective":"success_per_time","max_uses":0,"max_age_seconds":0,"max_quarantined_share":0.5}`,
 			"objective default -> success_per_time"},
 		{"null resets the objective", admin, `{"objective":null}`,
 			`{"burst":7,"policy.cooldown_base_seconds":10,"policy.cooldown_max_seconds":60,"policy.half_life_seconds":600,"policy.quarantine_below":-1,"policy.quarantine_min_evidence":2.5,"policy.quarantine_whole_after":4}`,
-			`{"half_life_seconds":600,"quarantine_after":5,"quarantine_whole_after":4,"quarantine_below":-1,"quarantine_min_evidence":2.5,"cooldown_base_seconds":10,"cooldown_max_seconds":60,"objective":"success"}`,
+			`{"half_life_seconds":600,"quarantine_after":5,"quarantine_whole_after":4,"quarantine_below":-1,"quarantine_min_evidence":2.5,"cooldown_base_seconds":10,"cooldown_max_seconds":60,"objective":"success","max_uses":0,"max_age_seconds":0,"max_quarantined_share":0.5}`,
 			"objective success_per_time -> default"},
 	}
 	// The third case's effective quarantine_whole_after is 4.
