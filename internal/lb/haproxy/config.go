@@ -16,6 +16,7 @@ import (
 	"github.com/haproxytech/client-native/v5/models"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
+	"github.com/repool/repool/internal/lb/agent"
 	"github.com/repool/repool/internal/lb/inventory"
 )
 
@@ -31,6 +32,12 @@ const (
 	// HealthURI is what HAProxy checks on each server's HTTP port:
 	// 200 active and ready (UP), 404 healthy standby (NOLB), else DOWN.
 	HealthURI = "/readyz/active"
+	// CheckExpect is the HTTP check's expected status (rstatus): 200, or
+	// 404, which disable-on-404 turns into NOLB for a server that is up;
+	// for a DOWN server (restarted, or a check timed out) the 404 passes,
+	// and the agent's 0% weight (package agent) keeps it out of the load
+	// balancing until the next check makes it NOLB.
+	CheckExpect = "^(200|404)$"
 )
 
 // BackendFor returns the backend of a group's servers: Backend for the
@@ -452,7 +459,7 @@ func buildBackend(conf configuration.Configuration, tx string, inv *inventory.In
 	}
 	for i, c := range []*models.HTTPCheck{
 		{Type: models.HTTPCheckTypeSend, Method: "GET", URI: HealthURI},
-		{Type: models.HTTPCheckTypeExpect, Match: "status", Pattern: "200"},
+		{Type: models.HTTPCheckTypeExpect, Match: "rstatus", Pattern: CheckExpect},
 		{Type: models.HTTPCheckTypeDisableDashOnDash404},
 	} {
 		c.Index = ptr(int64(i))
@@ -477,6 +484,13 @@ func buildBackend(conf configuration.Configuration, tx string, inv *inventory.In
 			Fall:            ptr(int64(ch.Fall)),
 			Rise:            ptr(int64(ch.Rise)),
 			OnMarkedDown:    "shutdown-sessions",
+			// The agent on the HTTP port (package agent) brings a
+			// standby that was DOWN back: disable-on-404 alone leaves
+			// it DOWN. Plaintext, TLS or not.
+			AgentCheck: "enabled",
+			AgentPort:  ptr(int64(s.HTTPPort)),
+			AgentSend:  agent.Hello,
+			AgentInter: ms(ch.Inter),
 		}
 		if tls := inv.TLS; tls.On() {
 			// Re-encrypted to the server, its certificate verified for
