@@ -39,7 +39,9 @@ const (
 )
 
 // Down is the answer of a server that is not ready: DOWN, with why (one
-// line; HAProxy shows it after "via agent : down").
+// line; HAProxy logs it after "via agent : down"). Once its agent said
+// down, only its agent's up brings a server back, so a former active
+// server that comes back as a standby gets its 0% weight first.
 func Down(why string) string {
 	why = strings.Map(func(r rune) rune {
 		if r == '\r' || r == '\n' {

@@ -1,6 +1,7 @@
 package haproxy_test
 
 import (
+	"net/http"
 	"slices"
 	"testing"
 	"time"
@@ -29,7 +30,7 @@ func TestRestartedStandby(t *testing.T) {
 	haproxytest.WaitStatus(t, rt, map[string]string{"active": "UP", "standby": "DOWN"})
 	trio.Standby.Start(t)
 	began := time.Now()
-	waitStandby(t, trio, standbyBack)
+	waitStandby(t, trio, "standby", "active", standbyBack)
 	t.Logf("restarted standby NOLB after %v", time.Since(began))
 }
 
@@ -46,47 +47,68 @@ func TestStalledStandby(t *testing.T) {
 	haproxytest.WaitStatus(t, rt, map[string]string{"active": "UP", "standby": "DOWN"})
 	trio.Standby.Resume()
 	began := time.Now()
-	waitStandby(t, trio, standbyBack)
+	waitStandby(t, trio, "standby", "active", standbyBack)
 	t.Logf("stalled standby NOLB after %v", time.Since(began))
 }
 
-// waitStandby waits up to within for the standby to be NOLB again, then
-// checks that the active server still takes every call. On its way back
-// the standby must never be UP with a weight (it would take calls): the
-// states seen while polling (every 10 ms) are checked.
-func waitStandby(t *testing.T, trio *haproxytest.Trio, within time.Duration) {
+// TestFormerActiveRestarted: the active server shuts down (503, not
+// ready: its agent says down) while the standby takes over; restarted as
+// a standby it comes back to NOLB without ever being UP at the weight it
+// had as the active one: after the agent's down only its "up 0%" brings
+// it back. With only the HTTP check's disable-on-404 it stayed DOWN.
+func TestFormerActiveRestarted(t *testing.T) {
+	trio := haproxytest.StartTrio(t)
+	rt := trio.Runtime
+	haproxytest.WaitStatus(t, rt, map[string]string{"active": "UP", "standby": "NOLB", "broken": "DOWN"})
+
+	trio.Standby.SetStatus(http.StatusOK)
+	trio.Active.SetStatus(http.StatusServiceUnavailable)
+	haproxytest.WaitStatus(t, rt, map[string]string{"active": "DOWN", "standby": "UP"})
+	trio.Active.Stop()
+	trio.Active.SetStatus(http.StatusNotFound)
+	trio.Active.Start(t)
+	began := time.Now()
+	waitStandby(t, trio, "active", "standby", standbyBack)
+	t.Logf("former active NOLB after %v", time.Since(began))
+}
+
+// waitStandby waits up to within for server name to be NOLB again, then
+// checks that server serving takes every call. On its way back name must
+// never be UP with a weight (it would take calls): the states seen while
+// polling (every 10 ms) are checked.
+func waitStandby(t *testing.T, trio *haproxytest.Trio, name, serving string, within time.Duration) {
 	t.Helper()
 	var last string
 	var seen []string
 	defer func() {
 		if t.Failed() {
-			t.Logf("standby last seen %s", last)
+			t.Logf("%s last seen %s", name, last)
 		}
 	}()
-	testenv.Eventually(t, within, "the standby to be NOLB", func() bool {
+	testenv.Eventually(t, within, name+" to be NOLB", func() bool {
 		servers, err := trio.Runtime.Servers()
 		if err != nil {
 			t.Fatalf("Servers() = got error %v, want nil", err)
 		}
 		for _, s := range servers {
-			if s.Name == "standby" {
+			if s.Name == name {
 				last = s.Raw + " " + s.CheckStatus
 				if !slices.Contains(seen, s.Raw) {
 					seen = append(seen, s.Raw)
 				}
 				if s.Status == haproxy.StatusUp {
-					t.Errorf("standby on its way back = got %s weight %d (check %s), want never UP with a weight", s.Raw, s.Weight, s.CheckStatus)
+					t.Errorf("%s on its way back = got %s weight %d (check %s), want never UP with a weight", name, s.Raw, s.Weight, s.CheckStatus)
 				}
 				return s.Status == haproxy.StatusNOLB
 			}
 		}
 		return false
 	})
-	t.Logf("standby states seen: %v", seen)
-	haproxytest.WaitStatus(t, trio.Runtime, map[string]string{"active": "UP", "standby": "NOLB", "broken": "DOWN"})
+	t.Logf("%s states seen: %v", name, seen)
+	haproxytest.WaitStatus(t, trio.Runtime, map[string]string{serving: "UP", name: "NOLB", "broken": "DOWN"})
 	for range 3 {
-		if got := haproxytest.Call(t, trio.Inv, ""); got != "active" {
-			t.Errorf("Health/Check via VIP = answered by %q, want active", got)
+		if got := haproxytest.Call(t, trio.Inv, ""); got != serving {
+			t.Errorf("Health/Check via VIP = answered by %q, want %s", got, serving)
 		}
 	}
 }
