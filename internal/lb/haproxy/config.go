@@ -394,8 +394,11 @@ func buildControlFrontend(conf configuration.Configuration, tx string, inv *inve
 // buildControlBackend writes the control-plane backend of group g: each
 // server's HTTP port, tracking the server in the group's backend, so that
 // only the active server gets requests (a standby is NOLB there too),
-// drain, ready and maint of the server apply here as well, and no check
-// is added.
+// drain, ready and maint of the server apply here as well, and no HTTP
+// check is added. Each server has the agent check of its twin: a tracking
+// server follows its twin's state but not its weight, and the agent's 0%
+// keeps a standby on its way back from DOWN out of the load balancing
+// here too.
 func buildControlBackend(conf configuration.Configuration, tx string, inv *inventory.Inventory, g string) error {
 	backend := ControlBackendFor(g)
 	if err := conf.CreateBackend(httpBackend(backend), tx, 0); err != nil {
@@ -415,6 +418,10 @@ func buildControlBackend(conf configuration.Configuration, tx string, inv *inven
 		params := models.ServerParams{
 			Track:        BackendFor(g) + "/" + s.Name,
 			OnMarkedDown: "shutdown-sessions",
+			AgentCheck:   "enabled",
+			AgentPort:    ptr(int64(s.HTTPPort)),
+			AgentSend:    agent.Hello,
+			AgentInter:   ms(inv.Checks.Inter),
 		}
 		if tls := inv.TLS; tls.On() {
 			params.Ssl, params.SslCafile, params.Verify = "enabled", tls.ServerCA, "required"
