@@ -415,14 +415,10 @@ func buildControlBackend(conf configuration.Configuration, tx string, inv *inven
 		if s.Group != g {
 			continue
 		}
-		params := models.ServerParams{
+		params := withAgent(models.ServerParams{
 			Track:        BackendFor(g) + "/" + s.Name,
 			OnMarkedDown: "shutdown-sessions",
-			AgentCheck:   "enabled",
-			AgentPort:    ptr(int64(s.HTTPPort)),
-			AgentSend:    agent.Hello,
-			AgentInter:   ms(inv.Checks.Inter),
-		}
+		}, s, inv.Checks)
 		if tls := inv.TLS; tls.On() {
 			params.Ssl, params.SslCafile, params.Verify = "enabled", tls.ServerCA, "required"
 			params.Sni, params.Verifyhost, params.Alpn = "str("+tls.ServerName+")", tls.ServerName, "http/1.1"
@@ -482,7 +478,7 @@ func buildBackend(conf configuration.Configuration, tx string, inv *inventory.In
 		// Every option sits on the server line: check-proto is ignored on
 		// default-server, and without it a "proto h2" server
 		// would be checked over HTTP/2.
-		params := models.ServerParams{
+		params := withAgent(models.ServerParams{
 			Check:           "enabled",
 			HealthCheckPort: ptr(int64(s.HTTPPort)),
 			CheckProto:      "h1",
@@ -491,14 +487,7 @@ func buildBackend(conf configuration.Configuration, tx string, inv *inventory.In
 			Fall:            ptr(int64(ch.Fall)),
 			Rise:            ptr(int64(ch.Rise)),
 			OnMarkedDown:    "shutdown-sessions",
-			// The agent on the HTTP port (package agent) brings a
-			// standby that was DOWN back: disable-on-404 alone leaves
-			// it DOWN. Plaintext, TLS or not.
-			AgentCheck: "enabled",
-			AgentPort:  ptr(int64(s.HTTPPort)),
-			AgentSend:  agent.Hello,
-			AgentInter: ms(ch.Inter),
-		}
+		}, s, ch)
 		if tls := inv.TLS; tls.On() {
 			// Re-encrypted to the server, its certificate verified for
 			// ServerName on calls and on checks alike; checks speak
@@ -521,6 +510,19 @@ func buildBackend(conf configuration.Configuration, tx string, inv *inventory.In
 		}
 	}
 	return nil
+}
+
+// withAgent returns p with the agent check of server s (package agent):
+// on its HTTP port, in plaintext whether or not the port speaks TLS, as
+// often as the health check. Its "up 0%" keeps a standby that comes back
+// from DOWN (the 404 of a DOWN server passes CheckExpect) out of the load
+// balancing until the next check makes it NOLB.
+func withAgent(p models.ServerParams, s inventory.Server, ch inventory.Checks) models.ServerParams {
+	p.AgentCheck = "enabled"
+	p.AgentPort = ptr(int64(s.HTTPPort))
+	p.AgentSend = agent.Hello
+	p.AgentInter = ms(ch.Inter)
+	return p
 }
 
 // monitorMaxConn bounds the monitor frontend: Keepalived's track script
