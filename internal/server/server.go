@@ -39,6 +39,7 @@ import (
 	"github.com/repool/repool/internal/control"
 	"github.com/repool/repool/internal/dataplane"
 	"github.com/repool/repool/internal/journal"
+	"github.com/repool/repool/internal/lb/agent"
 	"github.com/repool/repool/internal/netlimit"
 	"github.com/repool/repool/internal/pool"
 	"github.com/repool/repool/internal/ratelimit"
@@ -498,6 +499,9 @@ func (s *Server) listen() error {
 		return fmt.Errorf("HTTP listener: %w", err)
 	}
 	s.httpLn = httpLn // not before: a nil *Listener would make a non-nil net.Listener
+	// HAProxy's agent check shares the HTTP port, in plaintext (before
+	// TLS), its first bytes bounded like a request's headers.
+	s.httpLn = agent.Listen(s.httpLn, s.agentAnswer, s.cfg.HTTP.ReadHeaderTimeout)
 	c := s.cfg
 	// Stream workers reuse goroutines across calls instead of starting one
 	// per call: a call on a new goroutine grows its stack, copying it, on
@@ -577,23 +581,45 @@ func (s *Server) httpHandler() http.Handler {
 		}
 	})
 	mux.HandleFunc("GET /readyz/active", func(w http.ResponseWriter, _ *http.Request) {
-		// 200: active and ready; 404: healthy standby (HAProxy marks it
-		// NOLB); 503: not ready or broken, its store not writable
-		// included (DOWN).
-		switch err := s.writes.err(); {
-		case !s.ready.Load():
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
-		case !s.lead.Load():
-			http.Error(w, "standby", http.StatusNotFound)
-		case err != nil:
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		switch code, why := s.role(); code {
+		case http.StatusOK:
+			_, _ = io.WriteString(w, why+"\n")
 		default:
-			_, _ = io.WriteString(w, "active\n")
+			http.Error(w, why, code)
 		}
 	})
 	mux.Handle("GET /metrics", s.metricsHandler())
 	mux.Handle("/api/v1/", s.control.Handler())
 	return mux
+}
+
+// role is what /readyz/active answers, and why: 200 active and ready; 404
+// healthy standby (HAProxy marks it NOLB); 503 not ready or broken, its
+// store not writable included (DOWN).
+func (s *Server) role() (int, string) {
+	switch err := s.writes.err(); {
+	case !s.ready.Load():
+		return http.StatusServiceUnavailable, "not ready"
+	case !s.lead.Load():
+		return http.StatusNotFound, "standby"
+	case err != nil:
+		return http.StatusServiceUnavailable, err.Error()
+	default:
+		return http.StatusOK, "active"
+	}
+}
+
+// agentAnswer is the answer to HAProxy's agent check on the HTTP port
+// (package agent), the same as /readyz/active's.
+func (s *Server) agentAnswer() string {
+	switch code, why := s.role(); code {
+	case http.StatusOK:
+		return agent.Active
+	case http.StatusNotFound:
+		return agent.Standby
+	default:
+		return agent.Down(why)
+	}
 }
 
 // tlsWatchInterval is how often the TLS files are checked for changes.

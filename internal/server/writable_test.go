@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
+	"github.com/repool/repool/internal/lb/agent"
 	"github.com/repool/repool/internal/store"
 	"github.com/repool/repool/internal/testenv"
 )
@@ -37,6 +38,26 @@ func readyz(r *running, path string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, strings.TrimSpace(string(b))
+}
+
+// agentCheck is what HAProxy's agent check reads on r's HTTP port
+// (package agent), without the line end.
+func agentCheck(t *testing.T, r *running) string {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", r.s.HTTPAddr(), 5*time.Second)
+	if err != nil {
+		t.Fatalf("agent check: dial %s = got error %v, want nil", r.s.HTTPAddr(), err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, agent.Hello); err != nil {
+		t.Fatalf("agent check: send = got error %v, want nil", err)
+	}
+	b, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatalf("agent check: read = got %q, error %v, want nil", b, err)
+	}
+	return strings.TrimSuffix(string(b), "\n")
 }
 
 // waitReadyz waits until GET path answers code with a body that starts
@@ -275,6 +296,13 @@ func TestStoreNotWritablePostgresHA(t *testing.T) {
 	if code, body := readyz(b, "/readyz/active"); code != http.StatusNotFound {
 		t.Errorf("standby's /readyz/active = %d %q, want 404", code, body)
 	}
+	// HAProxy's agent check agrees with /readyz/active.
+	if got := agentCheck(t, a); got != agent.Down(want) {
+		t.Errorf("active server's agent = got %q, want %q", got, agent.Down(want))
+	}
+	if got := agentCheck(t, b); got != agent.Standby {
+		t.Errorf("standby's agent = got %q, want %q", got, agent.Standby)
+	}
 	err := cycle(ctx, a, "c")
 	msg, ok := notWritableReason(err)
 	if !ok || !strings.HasPrefix(msg, "store not writable: the database refused the write: ") || !strings.Contains(msg, "read-only transaction (SQLSTATE 25006)") {
@@ -291,6 +319,9 @@ func TestStoreNotWritablePostgresHA(t *testing.T) {
 	}
 	if err := cycle(ctx, a, "c"); err != nil {
 		t.Errorf("a lease cycle once writable: %v", err)
+	}
+	if got := agentCheck(t, a); got != agent.Active {
+		t.Errorf("active server's agent once writable = got %q, want %q", got, agent.Active)
 	}
 	if code, body := readyz(b, "/readyz/active"); code != http.StatusNotFound {
 		t.Errorf("standby's /readyz/active = %d %q, want 404", code, body)

@@ -58,7 +58,7 @@ func serve(ctx context.Context, args []string, env Env) error {
 	if s.TLS() {
 		security = "TLS"
 	}
-	fmt.Fprintf(env.Stdout, "repool server: gRPC on %s, HTTP on %s (health /healthz, /readyz, /readyz/active; metrics /metrics; control plane /api/v1/), %s\n", s.GRPCAddr(), s.HTTPAddr(), security)
+	fmt.Fprintf(env.Stdout, "repool server: gRPC on %s, HTTP on %s (health /healthz, /readyz, /readyz/active, HAProxy agent; metrics /metrics; control plane /api/v1/), %s\n", s.GRPCAddr(), s.HTTPAddr(), security)
 	go func() {
 		for {
 			select {

@@ -499,6 +499,22 @@ func (c *cluster) haproxyStatus(l *lb) string {
 	return string(out)
 }
 
+// serverState returns the STATE column of server name in l's "server
+// haproxy status" (UP, NOLB, DOWN, DRAIN, MAINT), "" if it is not listed.
+func (c *cluster) serverState(l *lb, name string) string {
+	col := 0 // the SERVER column: 1 behind a GROUP column (TestGroups)
+	for _, line := range strings.Split(c.haproxyStatus(l), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 0 && f[0] == "GROUP" {
+			col = 1
+		}
+		if len(f) > col+2 && f[col] == name {
+			return f[col+2]
+		}
+	}
+	return ""
+}
+
 // upServers returns the servers l's HAProxy has UP, space-separated.
 func (c *cluster) upServers(l *lb) string {
 	var up []string

@@ -16,6 +16,7 @@ import (
 	"github.com/haproxytech/client-native/v5/models"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
+	"github.com/repool/repool/internal/lb/agent"
 	"github.com/repool/repool/internal/lb/inventory"
 )
 
@@ -34,6 +35,12 @@ const (
 	// HealthURI is what HAProxy checks on each server's HTTP port:
 	// 200 active and ready (UP), 404 healthy standby (NOLB), else DOWN.
 	HealthURI = "/readyz/active"
+	// CheckExpect is the HTTP check's expected status (rstatus): 200, or
+	// 404, which disable-on-404 turns into NOLB for a server that is up;
+	// for a DOWN server (restarted, or a check timed out) the 404 passes,
+	// and the agent's 0% weight (package agent) keeps it out of the load
+	// balancing until the next check makes it NOLB.
+	CheckExpect = "^(200|404)$"
 )
 
 // BackendFor returns the backend of a group's servers: Backend for the
@@ -397,8 +404,11 @@ func buildControlFrontend(conf configuration.Configuration, tx string, inv *inve
 // buildControlBackend writes the control-plane backend of group g: each
 // server's HTTP port, tracking the server in the group's backend, so that
 // only the active server gets requests (a standby is NOLB there too),
-// drain, ready and maint of the server apply here as well, and no check
-// is added.
+// drain, ready and maint of the server apply here as well, and no HTTP
+// check is added. Each server has the agent check of its twin: a tracking
+// server follows its twin's state but not its weight, and the agent's 0%
+// keeps a standby on its way back from DOWN out of the load balancing
+// here too.
 func buildControlBackend(conf configuration.Configuration, tx string, inv *inventory.Inventory, g string) error {
 	backend := ControlBackendFor(g)
 	if err := conf.CreateBackend(httpBackend(backend), tx, 0); err != nil {
@@ -415,10 +425,10 @@ func buildControlBackend(conf configuration.Configuration, tx string, inv *inven
 		if s.Group != g {
 			continue
 		}
-		params := models.ServerParams{
+		params := withAgent(models.ServerParams{
 			Track:        BackendFor(g) + "/" + s.Name,
 			OnMarkedDown: "shutdown-sessions",
-		}
+		}, s, inv.Checks)
 		if tls := inv.TLS; tls.On() {
 			params.Ssl, params.SslCafile, params.Verify = "enabled", tls.ServerCA, "required"
 			params.Sni, params.Verifyhost, params.Alpn = "str("+tls.ServerName+")", tls.ServerName, "http/1.1"
@@ -462,7 +472,7 @@ func buildBackend(conf configuration.Configuration, tx string, inv *inventory.In
 	}
 	for i, c := range []*models.HTTPCheck{
 		{Type: models.HTTPCheckTypeSend, Method: "GET", URI: HealthURI},
-		{Type: models.HTTPCheckTypeExpect, Match: "status", Pattern: "200"},
+		{Type: models.HTTPCheckTypeExpect, Match: "rstatus", Pattern: CheckExpect},
 		{Type: models.HTTPCheckTypeDisableDashOnDash404},
 	} {
 		c.Index = ptr(int64(i))
@@ -478,7 +488,7 @@ func buildBackend(conf configuration.Configuration, tx string, inv *inventory.In
 		// Every option sits on the server line: check-proto is ignored on
 		// default-server, and without it a "proto h2" server
 		// would be checked over HTTP/2.
-		params := models.ServerParams{
+		params := withAgent(models.ServerParams{
 			Check:           "enabled",
 			HealthCheckPort: ptr(int64(s.HTTPPort)),
 			CheckProto:      "h1",
@@ -487,7 +497,7 @@ func buildBackend(conf configuration.Configuration, tx string, inv *inventory.In
 			Fall:            ptr(int64(ch.Fall)),
 			Rise:            ptr(int64(ch.Rise)),
 			OnMarkedDown:    "shutdown-sessions",
-		}
+		}, s, ch)
 		if tls := inv.TLS; tls.On() {
 			// Re-encrypted to the server, its certificate verified for
 			// ServerName on calls and on checks alike; checks speak
@@ -510,6 +520,19 @@ func buildBackend(conf configuration.Configuration, tx string, inv *inventory.In
 		}
 	}
 	return nil
+}
+
+// withAgent returns p with the agent check of server s (package agent):
+// on its HTTP port, in plaintext whether or not the port speaks TLS, as
+// often as the health check. Its "up 0%" keeps a standby that comes back
+// from DOWN (the 404 of a DOWN server passes CheckExpect) out of the load
+// balancing until the next check makes it NOLB.
+func withAgent(p models.ServerParams, s inventory.Server, ch inventory.Checks) models.ServerParams {
+	p.AgentCheck = "enabled"
+	p.AgentPort = ptr(int64(s.HTTPPort))
+	p.AgentSend = agent.Hello
+	p.AgentInter = ms(ch.Inter)
+	return p
 }
 
 // monitorMaxConn bounds the monitor frontend: Keepalived's track script

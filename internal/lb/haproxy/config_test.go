@@ -129,13 +129,14 @@ func TestRenderDirectives(t *testing.T) {
 		"  monitor-uri /lb-health\n  http-request use-service prometheus-exporter if { path /metrics }\n",
 		"  option httpchk\n",
 		"  http-check send meth GET uri /readyz/active\n",
-		"  http-check expect status 200\n",
+		"  http-check expect rstatus ^(200|404)$\n",
 		"  http-check disable-on-404\n",
 		"  server repool1 10.0.0.21:9090 ",
 		" ssl ", " ca-file /etc/haproxy/tls/ca.crt ", " verify required ", " verifyhost repool.internal\n", " sni str(repool.internal) ",
 		" alpn h2 ", " check-ssl ", " check-sni repool.internal ", " check-alpn http/1.1 ", " check-proto h1 ", " port 8081 ",
 		" crt /etc/haproxy/tls/haproxy-client.pem ",
 		" fall 1 inter 100 ", " rise 1 ",
+		" agent-check ", " agent-send repool-agent ", " agent-inter 100 ", " agent-port 8081 ",
 	} {
 		if !strings.Contains(string(got), line) {
 			t.Errorf("Render(example) = got\n%s\nwant it to contain %q", got, line)
@@ -221,9 +222,9 @@ func TestRenderGroups(t *testing.T) {
 	got := string(rendered)
 	for _, want := range []string{
 		"  use_backend %[req.hdr(x-repool-tenant),map(" + inv.HAProxy.TenantMap + ",repool)]\n  default_backend repool\n",
-		"\nbackend repool\n  mode http\n  option redispatch -1\n  option httpchk\n  http-check send meth GET uri /readyz/active\n  http-check expect status 200\n  http-check disable-on-404\n  server repool1 ",
+		"\nbackend repool\n  mode http\n  option redispatch -1\n  option httpchk\n  http-check send meth GET uri /readyz/active\n  http-check expect rstatus ^(200|404)$\n  http-check disable-on-404\n  server repool1 ",
 		"\n  server repool2 ",
-		"\nbackend repool_big\n  mode http\n  option redispatch -1\n  option httpchk\n  http-check send meth GET uri /readyz/active\n  http-check expect status 200\n  http-check disable-on-404\n  server repool3 ",
+		"\nbackend repool_big\n  mode http\n  option redispatch -1\n  option httpchk\n  http-check send meth GET uri /readyz/active\n  http-check expect rstatus ^(200|404)$\n  http-check disable-on-404\n  server repool3 ",
 		"  http-request deny deny_status 404 unless { path_beg /api/v1/ }\n  use_backend control_%[path,field(5,/),map(" + inv.HAProxy.TenantMap + ",repool)]\n  default_backend control_repool\n",
 		"\nbackend control_repool_big\n  mode http\n  option redispatch -1\n  option httpchk\n  http-check disable-on-404\n  server repool3 10.0.0.23:8081 ",
 		" track repool_big/repool3 ",

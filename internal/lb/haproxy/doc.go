@@ -11,8 +11,10 @@
 // and one backend whose health check GETs /readyz/active on each server's
 // HTTP port over HTTP/1 (check-proto h1 on every server line: on
 // default-server it would be ignored and the checks would speak HTTP/2) and
-// expects 200, with disable-on-404 so that a healthy standby is NOLB rather
-// than DOWN.
+// expects 200 or 404 (CheckExpect), with disable-on-404 so that a healthy
+// standby is NOLB rather than DOWN, and an agent check on the same port
+// (package agent) whose 0% weight keeps a standby coming back from DOWN
+// out of the load balancing until the next check makes it NOLB.
 //
 // With servers in more than one group (tenant-sharded groups), each group
 // has such a backend (BackendFor: Backend for the default group,

@@ -35,11 +35,15 @@ type Status string
 // Statuses of a server. Transitional states ("UP 1/2", "DOWN 1/2") are
 // reported as the state they are still in.
 const (
-	StatusUp    Status = "UP"    // passes its check: takes traffic
+	StatusUp    Status = "UP"    // passes its check at a weight: takes traffic
 	StatusNOLB  Status = "NOLB"  // healthy standby (404): no new traffic
-	StatusDown  Status = "DOWN"  // fails its check (503, refused, timeout)
+	StatusDown  Status = "DOWN"  // fails its check (503, refused, timeout) or its agent says down
 	StatusMaint Status = "MAINT" // set to maint
-	StatusDrain Status = "DRAIN" // set to drain
+	// StatusDrain: set to drain, or up at weight 0 (HAProxy's "show stat"
+	// says UP): a standby on its way back from DOWN, between its agent's
+	// "up 0%" and the next check's 404 (package agent), or a server just
+	// made active, before its agent's "up 100%".
+	StatusDrain Status = "DRAIN"
 )
 
 // ServerStatus is one server of a group's backend.
@@ -52,9 +56,10 @@ type ServerStatus struct {
 	// Raw is HAProxy's own status text, e.g. "UP", "DOWN 1/2",
 	// "MAINT (via repool/x)".
 	Raw string
-	// CheckStatus is the last health check's result, e.g. "L7OK" (200),
-	// "L7OKC" (404 with disable-on-404: conditionally OK, so NOLB), "L7STS"
-	// (another status), "L4CON" (connection refused).
+	// CheckStatus is the last health check's result, e.g. "L7OK" (200, or
+	// 404 from a DOWN server), "L7OKC" (404 with disable-on-404:
+	// conditionally OK, so NOLB), "L7STS" (another status), "L4CON"
+	// (connection refused), "L7TOUT" (timed out).
 	CheckStatus string
 	// CheckCode is the HTTP status of the last check, 0 if none.
 	CheckCode int
@@ -154,7 +159,7 @@ func (r *Runtime) Servers() ([]ServerStatus, error) {
 				Name:        st.Name,
 				Group:       group,
 				Addr:        s.Addr,
-				Status:      parseStatus(s.Status),
+				Status:      statusOf(s.Status, deref(s.Weight)),
 				Raw:         s.Status,
 				CheckStatus: strings.TrimPrefix(s.CheckStatus, "* "),
 				CheckCode:   int(deref(s.CheckCode)),
@@ -238,6 +243,16 @@ func (r *Runtime) SetState(name string, state AdminState, force bool) error {
 		return fmt.Errorf("%w: %s: set server %s/%s state %s: %v", ErrRuntime, r.socket, backend, name, state, err)
 	}
 	return nil
+}
+
+// statusOf is parseStatus, except that a server UP at weight 0 takes no
+// traffic: StatusDrain.
+func statusOf(raw string, weight int64) Status {
+	st := parseStatus(raw)
+	if st == StatusUp && weight == 0 && raw != "no check" {
+		return StatusDrain
+	}
+	return st
 }
 
 // parseStatus reduces "show stat"'s status column to a Status.

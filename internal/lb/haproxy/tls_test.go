@@ -20,7 +20,8 @@ import (
 // certificate: the health checks over TLS still tell the active server
 // (UP) from a standby (NOLB, 404) and a broken one (DOWN, 503), a server
 // whose certificate does not verify is DOWN, and a call through the VIP
-// over TLS (h2) reaches the active server.
+// over TLS (h2) reaches the active server. A restarted standby is NOLB
+// again (its agent answers in plaintext on the TLS port).
 func TestTLSThroughHAProxy(t *testing.T) {
 	dir, err := os.MkdirTemp("", "repool-haproxy-tls-") // a clean path for the inventory
 	if err != nil {
@@ -70,6 +71,21 @@ func TestTLSThroughHAProxy(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || string(body) != "active" || resp.ProtoMajor != 2 {
 		t.Errorf("GET through the VIP = %s %d %q, want HTTP/2 200 from the active server", resp.Proto, resp.StatusCode, body)
+	}
+	// The agent answers in plaintext on the TLS port: the standby is at
+	// weight 0, and restarted it is NOLB again.
+	standby.Stop()
+	haproxytest.WaitStatus(t, p.Runtime, map[string]string{"standby": "DOWN"})
+	standby.Start(t)
+	haproxytest.WaitStatus(t, p.Runtime, map[string]string{"active": "UP", "standby": "NOLB", "broken": "DOWN", "impostor": "DOWN"})
+	servers, err := p.Runtime.Servers()
+	if err != nil {
+		t.Fatalf("Servers() = got error %v, want nil", err)
+	}
+	for _, s := range servers {
+		if s.Name == "standby" && s.Weight != 0 {
+			t.Errorf("restarted standby over TLS = got weight %d, want 0 (its agent's)", s.Weight)
+		}
 	}
 	plain := &http.Client{Timeout: 5 * time.Second}
 	if resp, err := plain.Get("http://127.0.0.1:" + strconv.Itoa(inv.VIP.GRPCPort) + "/"); err == nil {

@@ -225,7 +225,7 @@ type Server struct {
 	// GRPCPort is the server's gRPC port. Default 9090.
 	GRPCPort int `yaml:"grpc_port"`
 	// HTTPPort is the server's HTTP port, where HAProxy checks
-	// GET /readyz/active. Default 8081.
+	// GET /readyz/active and asks its agent (package agent). Default 8081.
 	HTTPPort int `yaml:"http_port"`
 	// Group is the group the server belongs to (its --group): a lowercase
 	// letter, then lowercase letters, digits and '-', at most 31. Each

@@ -3,8 +3,9 @@
 //
 // A Server is a fake repool server: an HTTP/1-only health port answering
 // GET /readyz/active with a status the test sets (200 active, 404 standby,
-// 503 not ready) and an h2c-only "gRPC" port answering every plain HTTP/2
-// request with the server's name, and gRPC calls with a real gRPC server
+// 503 not ready) and HAProxy's agent check to match (package agent), and
+// an h2c-only "gRPC" port answering every plain HTTP/2 request with the
+// server's name, and gRPC calls with a real gRPC server
 // (the standard health service) that sends the server's name in its
 // ServedByKey header. Start renders a configuration with package haproxy and runs
 // "haproxy -f cfg -db" as a child process. Everything started is stopped in
@@ -38,6 +39,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
+	"github.com/repool/repool/internal/lb/agent"
 	"github.com/repool/repool/internal/lb/haproxy"
 	"github.com/repool/repool/internal/lb/inventory"
 	"github.com/repool/repool/internal/testenv"
@@ -48,16 +50,22 @@ import (
 // under a second.
 const WaitFor = 15 * time.Second
 
-// Server is a fake repool server on loopback. SetStatus is safe for
-// concurrent use.
+// Server is a fake repool server on loopback. SetStatus, Pause and Resume
+// are safe for concurrent use.
 type Server struct {
 	Name     string
 	GRPCPort int // h2c only; answers with Name
-	HTTPPort int // HTTP/1 only; GET /readyz/active answers the set status
+	// HTTPPort is HTTP/1 only: GET /readyz/active answers the set status.
+	// It also answers HAProxy's agent check (package agent): Active for
+	// 200, Standby for 404, Down otherwise.
+	HTTPPort int
 	// Group is the server's group in LoopbackInventory; "" is the default
 	// group.
 	Group  string
 	status atomic.Int32
+	paused atomic.Pointer[chan struct{}] // closed by Resume
+	tlsCfg *tls.Config
+	stop   []func() // stops what Start started
 }
 
 // ServedByKey is the header metadata entry in which a Server's gRPC answers
@@ -81,9 +89,42 @@ func NewTLSServer(tb testing.TB, name string, status int, cfg *tls.Config) *Serv
 
 func newServer(tb testing.TB, name string, status int, tlsCfg *tls.Config) *Server {
 	tb.Helper()
-	s := &Server{Name: name}
+	s := &Server{Name: name, tlsCfg: tlsCfg}
 	s.status.Store(int32(status))
+	tb.Cleanup(s.Stop)
+	tb.Cleanup(s.Resume)
+	s.Start(tb)
+	return s
+}
 
+// agentTimeout bounds a connection's first bytes on a Server's HTTP port.
+const agentTimeout = 5 * time.Second
+
+// answer is the agent check's answer for the set status.
+func (s *Server) answer() string {
+	s.wait()
+	switch st := int(s.status.Load()); st {
+	case http.StatusOK:
+		return agent.Active
+	case http.StatusNotFound:
+		return agent.Standby
+	default:
+		return agent.Down(fmt.Sprintf("status %d", st))
+	}
+}
+
+// wait blocks while the server is paused.
+func (s *Server) wait() {
+	if ch := s.paused.Load(); ch != nil {
+		<-*ch
+	}
+}
+
+// Start listens on the server's ports, or on free ports the first time:
+// after Stop it is the same server started again, as a restarted process
+// would be.
+func (s *Server) Start(tb testing.TB) {
+	tb.Helper()
 	check := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, haproxy.ControlAPI) && r.ProtoMajor == 1 {
 			// The control plane, as the control frontend forwards it.
@@ -94,6 +135,7 @@ func newServer(tb testing.TB, name string, status int, tlsCfg *tls.Config) *Serv
 			http.Error(w, "unexpected "+r.Proto+" "+r.URL.Path, http.StatusBadRequest)
 			return
 		}
+		s.wait()
 		w.WriteHeader(int(s.status.Load()))
 	})}
 	check.Protocols = new(http.Protocols)
@@ -101,7 +143,6 @@ func newServer(tb testing.TB, name string, status int, tlsCfg *tls.Config) *Serv
 
 	gs := grpc.NewServer()
 	healthpb.RegisterHealthServer(gs, health.NewServer())
-	tb.Cleanup(gs.Stop)
 	grpcSrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
 			w.Header().Set(ServedByKey, s.Name)
@@ -112,25 +153,30 @@ func newServer(tb testing.TB, name string, status int, tlsCfg *tls.Config) *Serv
 	})}
 	grpcSrv.Protocols = new(http.Protocols)
 	grpcSrv.Protocols.SetUnencryptedHTTP2(true)
-	if tlsCfg != nil {
-		h := tlsCfg.Clone()
+	if s.tlsCfg != nil {
+		h := s.tlsCfg.Clone()
 		h.NextProtos = []string{"http/1.1"}
 		check.TLSConfig = h
-		g := tlsCfg.Clone()
+		g := s.tlsCfg.Clone()
 		g.NextProtos = []string{"h2"}
 		grpcSrv.TLSConfig = g
 		grpcSrv.Protocols.SetHTTP2(true)
 	}
 
+	s.stop = append(s.stop, gs.Stop)
 	for _, l := range []struct {
-		srv  *http.Server
-		port *int
-	}{{check, &s.HTTPPort}, {grpcSrv, &s.GRPCPort}} {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		srv   *http.Server
+		port  *int
+		agent bool
+	}{{check, &s.HTTPPort, true}, {grpcSrv, &s.GRPCPort, false}} {
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(*l.port)))
 		if err != nil {
-			tb.Fatalf("haproxytest: listen on 127.0.0.1:0 = got error %v, want nil", err)
+			tb.Fatalf("haproxytest: listen on 127.0.0.1:%d = got error %v, want nil", *l.port, err)
 		}
 		*l.port = ln.Addr().(*net.TCPAddr).Port
+		if l.agent {
+			ln = agent.Listen(ln, s.answer, agentTimeout)
+		}
 		if l.srv.TLSConfig != nil {
 			ln = tls.NewListener(ln, l.srv.TLSConfig)
 		}
@@ -139,16 +185,39 @@ func newServer(tb testing.TB, name string, status int, tlsCfg *tls.Config) *Serv
 			defer close(done)
 			l.srv.Serve(ln)
 		}()
-		tb.Cleanup(func() {
+		s.stop = append(s.stop, func() {
 			l.srv.Close()
 			<-done
 		})
 	}
-	return s
+}
+
+// Stop closes the server's ports and connections, as a killed process
+// would. Start starts it again.
+func (s *Server) Stop() {
+	for _, stop := range s.stop {
+		stop()
+	}
+	s.stop = nil
 }
 
 // SetStatus changes what the health check answers.
 func (s *Server) SetStatus(status int) { s.status.Store(int32(status)) }
+
+// Pause makes the health check and the agent hold their answers until
+// Resume, as a stopped (SIGSTOP) process would: HAProxy's checks time out.
+func (s *Server) Pause() {
+	ch := make(chan struct{})
+	s.paused.Store(&ch)
+}
+
+// Resume lets held answers go (SIGCONT). It does nothing if the server is
+// not paused.
+func (s *Server) Resume() {
+	if ch := s.paused.Swap(nil); ch != nil {
+		close(*ch)
+	}
+}
 
 // LoopbackInventory returns an inventory whose HAProxy binds only loopback:
 // the VIP is 127.0.0.1 on a free port; LB host lb1 is 127.0.0.2 with its
