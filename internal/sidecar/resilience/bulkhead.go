@@ -43,13 +43,11 @@ type BulkheadPolicy struct {
 	MaxInFlight int `yaml:"max_in_flight"`
 	// SlowAfter is the answer time at which an answer is slow: a slow
 	// answer halves the limit (at most once per SlowAfter), and once every
-	// answer for three times SlowAfter has been slow the provider is slow
-	// and the bulkhead refuses the attempts beyond its limit instead of
-	// letting them wait, until an answer comes faster. A provider that
-	// answers nothing, with attempts sent, for three times SlowAfter (or
-	// three times its slowest recent answer, if more) is silent, and
-	// refused the same way. A shorter hiccup (a tenant's move, a pause of
-	// the server, a busy machine) is waited out, not refused.
+	// answer for SlowAfter has been slow the provider is slow and the
+	// bulkhead refuses the attempts beyond its limit instead of letting
+	// them wait, until an answer comes faster. A provider that answers
+	// nothing, with attempts sent, for twice SlowAfter (or twice its
+	// slowest recent answer, if more) is silent, and refused the same way.
 	// It must exceed the provider's normal answer time under load (its
 	// distance included). Default 100ms.
 	SlowAfter time.Duration `yaml:"slow_after"`
@@ -98,9 +96,9 @@ type BulkheadStatus struct {
 	// InFlight are the attempts admitted and not yet ended; Waiting, those
 	// waiting for a slot.
 	InFlight, Waiting int
-	// Slow is true while the bulkhead refuses instead of waiting: every
-	// answer for three times SlowAfter was slow, or the provider is
-	// silent.
+	// Slow is true while the bulkhead refuses instead of waiting: the last
+	// answer was slow, or no answer came for SlowAfter with attempts in
+	// flight.
 	Slow bool
 	// LastAnswer is the time the last answered attempt took.
 	LastAnswer time.Duration
@@ -294,21 +292,13 @@ func (b *Bulkhead) Sent() {
 	b.mu.Unlock()
 }
 
-// slowSpell is how many times SlowAfter a spell of slow answers, or a
-// silence, lasts before the provider counts as slow or silent: a hiccup of
-// a few hundred milliseconds (a tenant's move, a pause of the server, a
-// busy machine answering everything late) is waited out rather than
-// refused, and a provider slow for longer is still found within a third
-// of a second at the default SlowAfter.
-const slowSpell = 3
-
 // slowLocked reports whether the provider is slow at now: every answer for
-// slowSpell×SlowAfter has been slow, or it is silent (silentLocked). One late answer,
+// SlowAfter has been slow, or it is silent (silentLocked). One late answer,
 // or a burst of them, is not enough: a stall of the machine (of the sidecar
 // itself, not the provider) delays every answer in flight at once, and the
 // next ones come fast again.
 func (b *Bulkhead) slowLocked(now int64) bool {
-	return (b.spellSince != 0 && now-b.spellSince >= slowSpell*int64(b.policy.SlowAfter)) || b.silentLocked(now)
+	return (b.spellSince != 0 && now-b.spellSince >= int64(b.policy.SlowAfter)) || b.silentLocked(now)
 }
 
 // silentLocked reports whether attempts were sent and the provider has
@@ -318,10 +308,10 @@ func (b *Bulkhead) silentLocked(now int64) bool {
 }
 
 // silentAfterLocked is how long the provider may answer nothing, with
-// attempts sent, before it counts as silent: slowSpell times SlowAfter, or
-// slowSpell times its slowest recent answer if that is more.
+// attempts sent, before it counts as silent: twice SlowAfter, or twice its
+// slowest recent answer if that is more.
 func (b *Bulkhead) silentAfterLocked() time.Duration {
-	return slowSpell * max(b.policy.SlowAfter, time.Duration(b.peak))
+	return 2 * max(b.policy.SlowAfter, time.Duration(b.peak))
 }
 
 // Leave ends an attempt admitted by Enter. sent is when the attempt went to
