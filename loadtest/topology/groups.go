@@ -45,6 +45,7 @@ type groups struct {
 	sync    *proc
 
 	placed map[string]string // tenant → group, guarded by Topology.mu
+	clock  clock.Clock       // the topology's
 }
 
 // groupTokenTTL is the lifetime of the tokens the groups' servers issue:
@@ -78,7 +79,7 @@ func (t *Topology) startGroups(ctx context.Context) error {
 	if t.cfg.Postgres == nil {
 		return errors.New("tenant-sharded groups need PostgreSQL (HA mode): run with -store postgres")
 	}
-	g := &groups{names: t.cfg.Groups, placed: map[string]string{}, mapFile: filepath.Join(t.cfg.Dir, "repool-tenants.map")}
+	g := &groups{names: t.cfg.Groups, clock: t.cfg.Clock, placed: map[string]string{}, mapFile: filepath.Join(t.cfg.Dir, "repool-tenants.map")}
 	t.groups = g
 	db, err := t.cfg.Postgres.CreateDB(ctx, "groups")
 	if err != nil {
@@ -248,14 +249,37 @@ func (g *groups) inventory(dir, sock string, grpcPort int) (string, error) {
 }
 
 // control calls the control plane of n with the operator token and decodes
-// the answer into out (when set); any status but want is an error.
+// the answer into out (when set); any status but want is an error. A 503
+// (n is not, or not yet again, its group's active server) is asked again
+// within the minute, as a client would: once, with one core kept busy by
+// other work, a POST right after n's /readyz/active answered 200 was
+// answered "not the active server" (the cause in the server was not found).
 func (g *groups) control(ctx context.Context, n *node, method, path string, body any, want int, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for {
+		err := g.controlOnce(ctx, n, method, path, body, want, out)
+		var unavailable errUnavailable
+		if !errors.As(err, &unavailable) {
+			return err
+		}
+		if err := clock.Sleep(ctx, g.clock, 50*time.Millisecond); err != nil {
+			return fmt.Errorf("%w (%w)", unavailable, err)
+		}
+	}
+}
+
+// errUnavailable is a control-plane answer 503.
+type errUnavailable struct{ msg string }
+
+func (e errUnavailable) Error() string { return e.msg }
+
+// controlOnce is one call of control.
+func (g *groups) controlOnce(ctx context.Context, n *node, method, path string, body any, want int, out any) error {
 	raw, err := json.Marshal(body)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, "http://"+n.http+path, bytes.NewReader(raw))
 	if err != nil {
 		return err
@@ -269,7 +293,11 @@ func (g *groups) control(ctx context.Context, n *node, method, path string, body
 	defer resp.Body.Close()
 	got, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != want {
-		return fmt.Errorf("%s %s on %s = %s %s, want %d", method, path, n.name, resp.Status, bytes.TrimSpace(got), want)
+		err := fmt.Errorf("%s %s on %s = %s %s, want %d", method, path, n.name, resp.Status, bytes.TrimSpace(got), want)
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			return errUnavailable{err.Error()}
+		}
+		return err
 	}
 	if out != nil {
 		return json.Unmarshal(got, out)
