@@ -88,7 +88,9 @@ func (s *Summary) rebalance(moves []Move) *Rebalance {
 	return r
 }
 
-// targets: no failed call of any tenant across the move (a short target),
+// targets: no failed call of any tenant across the move (a short target,
+// besides the calls the sidecar's bulkhead shed, which shed_calls judges in
+// full-length runs),
 // and every quiet tenant's p99 after the move at most TargetQuietP99 × its
 // p99 before (not a short target: a short run has too few calls for a
 // p99; the short variant's test bounds it generously).
@@ -97,7 +99,16 @@ func (r *Rebalance) targets(order []string) []Target {
 	for _, name := range order {
 		ph := r.Providers[name]
 		errs := ph.Before.Errors + ph.During.Errors + ph.Settling.Errors + ph.After.Errors
-		out = append(out, Target{Name: "failed_calls", Provider: name, Want: "0 across the move", Got: fmt.Sprint(errs), OK: errs == 0, Short: true})
+		shed := ph.Before.Shed + ph.During.Shed + ph.Settling.Shed + ph.After.Shed
+		out = append(out, Target{Name: "failed_calls", Provider: name, Want: "0 across the move, besides those shed",
+			Got: fmt.Sprint(errs - shed), OK: errs == shed, Short: true})
+		// Shed calls are judged in full-length runs only: the bulkhead
+		// sheds the calls of a provider whose every answer is slow, and
+		// on a machine whose cores are busy (one kept busy beside the
+		// test command: every tenant's calls held up to 0.5 s) that is
+		// the machine, not the move.
+		out = append(out, Target{Name: "shed_calls", Provider: name, Want: "0 across the move",
+			Got: fmt.Sprint(shed), OK: shed == 0})
 	}
 	for _, name := range order {
 		ph := r.Providers[name]

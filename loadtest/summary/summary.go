@@ -96,6 +96,9 @@ type Stats struct {
 	// FastFailMarked is the share of failed requests that carried
 	// X-Repool-Fast-Fail.
 	FastFailMarked float64 `json:"fast_fail_marked"`
+	// Shed counts the failed requests the sidecar refused itself because
+	// the provider answered slowly (bulkhead-full): load shed, not lost.
+	Shed int64 `json:"shed"`
 }
 
 // ProviderStats are one provider's numbers: over the whole run, and over
@@ -304,6 +307,9 @@ func stats(samples []Sample, keep func(Sample) bool) Stats {
 			}
 			if x.FastFail != "" {
 				marked++
+			}
+			if x.FastFail == "bulkhead-full" {
+				st.Shed++
 			}
 		}
 	}
