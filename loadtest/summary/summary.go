@@ -96,9 +96,10 @@ type Stats struct {
 	// FastFailMarked is the share of failed requests that carried
 	// X-Repool-Fast-Fail.
 	FastFailMarked float64 `json:"fast_fail_marked"`
-	// Shed counts the failed requests the sidecar refused itself because
-	// the provider answered slowly (bulkhead-full): load shed, not lost.
-	Shed int64 `json:"shed"`
+	// Refused counts the failed requests the sidecar refused itself, as
+	// it judged the provider slow or down by the time its answers took
+	// (bulkhead-full, circuit-open: knownBadAnswer).
+	Refused int64 `json:"refused"`
 }
 
 // ProviderStats are one provider's numbers: over the whole run, and over
@@ -308,8 +309,8 @@ func stats(samples []Sample, keep func(Sample) bool) Stats {
 			if x.FastFail != "" {
 				marked++
 			}
-			if x.FastFail == "bulkhead-full" {
-				st.Shed++
+			if knownBadAnswer(x) {
+				st.Refused++
 			}
 		}
 	}
