@@ -150,15 +150,16 @@ func TestShortScenarios(t *testing.T) {
 // to catch — the move hurting the other tenants, their calls refused and
 // retried, or served slowly, for seconds — moves it far above the bound;
 // the floor keeps a quiet machine's few-millisecond figures from turning
-// noise into a failure. It is 250 ms, not less: with both cores kept busy
-// by other work (load average 7–10) the quiet p90 after the move went from
-// 5.6 ms before to 92 ms, every call answered — a busy machine, not the
-// move — while a move that hurts the other tenants holds their calls for
-// seconds. The figure itself is judged by the full-length run's
+// noise into a failure. It is a second, not less: with one core kept busy
+// beside the whole test command (its other packages running too) the quiet
+// p90 after the move went from 6.1 ms before to 259 ms, every quiet call
+// answered — a busy machine, not the move — while a move that hurts the
+// other tenants holds their calls for seconds. The figure itself is
+// printed as a measure: line and judged by the full-length run's
 // quiet_p99_after_move target, not here.
 const (
 	quietFactor = 4
-	quietFloor  = 250 * time.Millisecond
+	quietFloor  = time.Second
 )
 
 // checkRebalance checks what a short rebalance run can show: the move
@@ -194,6 +195,9 @@ func checkRebalance(t *testing.T, s *summary.Summary, doc map[string]any) {
 	bound := max(quietFactor*q.Before.P90MS, float64(quietFloor.Milliseconds()))
 	t.Logf("quiet tenants' p90: %.1f ms before the move, %.1f ms after (bound %.1f ms; p99 %.1f → %.1f ms); move window %.3f s",
 		q.Before.P90MS, q.After.P90MS, bound, q.Before.P99MS, q.After.P99MS, r.WindowS)
+	t.Logf("measure: rebalance_short_quiet_p90_before_ms=%.1f", q.Before.P90MS)
+	t.Logf("measure: rebalance_short_quiet_p90_after_ms=%.1f", q.After.P90MS)
+	t.Logf("measure: rebalance_short_move_window_s=%.3f", r.WindowS)
 	if q.After.P90MS > bound {
 		t.Errorf("quiet tenants' p90 after the move = %.1f ms, want ≤ max(%d × %.1f ms before, %v)", q.After.P90MS, quietFactor, q.Before.P90MS, quietFloor)
 	}
