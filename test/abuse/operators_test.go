@@ -27,9 +27,11 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 
 // startOn runs cmd/server on the PostgreSQL store dsn with more flags and
 // waits until it is active (/readyz/active 200). The store's first server
-// prints the demo key and the operator token: the returned server has
-// them only then.
-func startOn(t *testing.T, bins binaries, name, dsn string, flags ...string) *server {
+// (first) prints the demo key and the operator token before it listens;
+// startOn waits for them in its output too, since the copy of a child's
+// output into ours can lag its readiness on a busy machine (a Register
+// once went out with no key and was answered UNAUTHENTICATED).
+func startOn(t *testing.T, bins binaries, name, dsn string, first bool, flags ...string) *server {
 	t.Helper()
 	s := &server{bins: bins, store: dsn, grpcAddr: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))}
 	port := testenv.FreePort(t)
@@ -43,10 +45,11 @@ func startOn(t *testing.T, bins binaries, name, dsn string, flags ...string) *se
 			t.Fatalf("%s exited:\n%s", name, s.out.String())
 		}
 		code, _ := get(s.httpURL + "/readyz/active")
-		return code == 200
+		return code == 200 && (!first || tokenRE.MatchString(s.out.String()) && keyRE.MatchString(s.out.String()))
 	})
-	if k, tok := keyRE.FindStringSubmatch(s.out.String()), tokenRE.FindStringSubmatch(s.out.String()); k != nil && tok != nil {
-		s.key, s.token = k[1], tok[1]
+	if first {
+		out := s.out.String()
+		s.key, s.token = keyRE.FindStringSubmatch(out)[1], tokenRE.FindStringSubmatch(out)[1]
 	}
 	return s
 }
@@ -79,11 +82,8 @@ func get(url string) (int, string) {
 // be drained or retired, and a stranded tenant had no way back.
 func attackGroupsOfACarelessOperator(t *testing.T, bins binaries) {
 	dsn := testenv.Postgres(t)
-	a := startOn(t, bins, "server-a", dsn, "--ha", "--ha-name", "a", "--ha-interval", "100ms", "--ha-session-timeout", "1s")
-	if a.token == "" {
-		t.Fatalf("the store's first server printed no operator token:\n%s", a.out.String())
-	}
-	b := startOn(t, bins, "server-b", dsn, "--ha", "--ha-name", "b", "--group", "b", "--ha-interval", "100ms", "--ha-session-timeout", "1s")
+	a := startOn(t, bins, "server-a", dsn, true, "--ha", "--ha-name", "a", "--ha-interval", "100ms", "--ha-session-timeout", "1s")
+	b := startOn(t, bins, "server-b", dsn, false, "--ha", "--ha-name", "b", "--group", "b", "--ha-interval", "100ms", "--ha-session-timeout", "1s")
 	b.token = a.token
 
 	// A typo: no tenant is created, none moved; the message names the
@@ -193,7 +193,7 @@ func between(s, open, close string) string {
 // and every write failed as INTERNAL.
 func attackStoreStopsTakingWrites(t *testing.T, bins binaries) {
 	dsn := testenv.Postgres(t)
-	srv := startOn(t, bins, "server", dsn, "--store-probe-interval", "100ms")
+	srv := startOn(t, bins, "server", dsn, true, "--store-probe-interval", "100ms")
 	pc := srv.pool(t)
 	ctx := withKey(srv.key)
 	if _, err := pc.Register(ctx, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "r1", Capacity: 4}}}); err != nil {
