@@ -150,10 +150,11 @@ func (e *Elector) Campaign(ctx context.Context) (*Term, error) {
 		}
 		if err == nil {
 			var held bool
+			sent := time.Now()
 			held, err = e.lock(ctx, conn)
 			if err == nil && held {
 				e.log.Info("acquired the leader lock")
-				return e.hold(conn), nil
+				return e.hold(conn, sent), nil
 			}
 			if err == nil && ctx.Err() == nil {
 				continue // not yet: wait again on the same session
@@ -174,15 +175,20 @@ func (e *Elector) Campaign(ctx context.Context) (*Term, error) {
 	}
 }
 
-// checkTimeout bounds one check of the leader's session. The database can
-// free the lock SessionTimeout after the last query of the session ended
-// (idle_session_timeout); the next check starts at most Interval after it,
-// so a check that gives up half-way through what is left still ends the
-// term before then: (SessionTimeout - Interval) / 2, 875 ms with the
-// defaults. A shorter bound (it was the Interval) ended terms on a GC pause
-// or a busy machine's scheduling delay, with no danger to guard against.
-func (e *Elector) checkTimeout() time.Duration {
-	return (e.cfg.SessionTimeout - e.cfg.Interval) / 2
+// confirmedFor is how long a leader may serve on one confirmation that its
+// session held the lock, counted from when that confirmation's query (the
+// check, or the lock attempt that won) was sent. The database frees the
+// lock of a silent session SessionTimeout after the session's last query
+// ended (idle_session_timeout), and that query ended after it was sent, so
+// the lock is the leader's until at least sent + SessionTimeout; the
+// leader stops serving Interval before that, as margin for its own step
+// down. 1.75 s with the defaults. A check is waited for until the last
+// confirmation runs out, not for a fixed share of the period: an answer
+// that comes late but says the lock is held proves the session was busy,
+// not idle, so a slow database or a starved process (both cores busy, a
+// long GC pause) does not end a term the database has not ended.
+func (e *Elector) confirmedFor() time.Duration {
+	return e.cfg.SessionTimeout - e.cfg.Interval
 }
 
 // maxLockTimeout caps lockTimeout at half of PostgreSQL's default
@@ -295,26 +301,38 @@ func (e *Elector) connect(ctx context.Context) (*pgx.Conn, error) {
 	return pgx.ConnectConfig(cctx, cfg)
 }
 
-// hold keeps the session alive and watches it: a check that fails, or
-// takes longer than checkTimeout, ends the term at once, so that the leader
-// stops serving before the database could have handed the lock to another.
-func (e *Elector) hold(conn *pgx.Conn) *Term {
+// hold keeps the session alive and watches it. Each check confirms the
+// lock for confirmedFor from when it was sent; a check that fails, says the
+// lock is not held, or has no answer when the last confirmation runs out
+// ends the term at once, so that the leader stops serving before the
+// database could have handed the lock to another. sent is when the lock
+// attempt that won was sent: the first confirmation. The confirmations run
+// on real time (time.Now), not on Config.Clock: they race the database's
+// own timeout.
+func (e *Elector) hold(conn *pgx.Conn, sent time.Time) *Term {
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &Term{done: make(chan struct{}), cancel: cancel}
+	until := sent.Add(e.confirmedFor())
 	go func() {
 		defer close(t.done)
 		defer conn.Close(context.Background())
 		clock.Every(ctx, e.cfg.Clock, e.cfg.Interval, func(ctx context.Context) bool {
-			held, err := e.check(ctx, conn)
+			sent := time.Now()
+			held, err := e.check(ctx, conn, until)
 			if ctx.Err() != nil {
 				return false // resigned
 			}
-			if err != nil || !held {
+			switch {
+			case errors.Is(err, context.DeadlineExceeded):
+				t.why = fmt.Errorf("leader session unconfirmed: no answer from the database within %v of sending the last check it answered, and it may soon free the lock", e.confirmedFor())
+			case err != nil || !held:
 				t.why = fmt.Errorf("leader session lost: %v", errOr(err, "lock not held"))
-				e.log.Error("stepping down", "why", t.why)
-				return false
+			default:
+				until = sent.Add(e.confirmedFor())
+				return true
 			}
-			return true
+			e.log.Error("stepping down", "why", t.why)
+			return false
 		})
 		if t.why == nil {
 			t.why = errors.New("resigned")
@@ -323,10 +341,10 @@ func (e *Elector) hold(conn *pgx.Conn) *Term {
 	return t
 }
 
-// check asks, within checkTimeout, whether conn still holds the leader
-// lock.
-func (e *Elector) check(ctx context.Context, conn *pgx.Conn) (held bool, err error) {
-	cctx, cancel := context.WithTimeout(ctx, e.checkTimeout())
+// check asks whether conn still holds the leader lock, waiting for the
+// answer until the deadline until (the last confirmation's end).
+func (e *Elector) check(ctx context.Context, conn *pgx.Conn, until time.Time) (held bool, err error) {
+	cctx, cancel := context.WithDeadline(ctx, until)
 	defer cancel()
 	err = conn.QueryRow(cctx, heldQuery("$1"), e.cfg.LockID).Scan(&held)
 	return held, err
