@@ -387,6 +387,43 @@ func (d *dbTier) stopPatroni(n *dbNode, within time.Duration) {
 	}
 }
 
+// crash kills n's Patroni and PostgreSQL with SIGKILL, as a host that
+// dies: nothing gives up the leader key, which expires after the ttl.
+func (d *dbTier) crash(n *dbNode) {
+	pid := d.postmasterPID(n)
+	syscall.Kill(-n.patroni.Process.Pid, syscall.SIGKILL)
+	if pid > 0 {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	<-n.patroniDone
+}
+
+// postmasterPID is the pid of n's running postmaster, 0 if none.
+func (d *dbTier) postmasterPID(n *dbNode) int {
+	raw, err := os.ReadFile(filepath.Join(n.dataDir(), "postmaster.pid"))
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(raw), "\n")
+	pid, _ := strconv.Atoi(strings.TrimSpace(line))
+	return pid
+}
+
+// patronictl runs patronictl with n's configuration, as the postgres OS
+// user.
+func (d *dbTier) patronictl(n *dbNode, args ...string) string {
+	d.t.Helper()
+	cmd := exec.Command("patronictl", append([]string{"-c", d.patroniConfig(n)}, args...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: d.cred}
+	cmd.Dir = n.dir
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + n.dir, "LANG=C.UTF-8"}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		d.t.Fatalf("patronictl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
 // restStatus is the status of GET path on n's Patroni REST API, 0 if it
 // does not answer.
 func (d *dbTier) restStatus(n *dbNode, path string) int {
