@@ -525,10 +525,11 @@ func (d *dbTier) createRepoolRole() {
 	d.psql(p, "repool", "REVOKE CREATE ON SCHEMA public FROM PUBLIC; GRANT ALL ON SCHEMA public TO repool")
 }
 
-// DSN is the servers' --store: role repool through HAProxy's database
-// frontend on the VIP, TLS verified for the VIP's address.
+// DSN is the servers' --store as docs/ha.md gives it: role repool through
+// HAProxy's database frontend on the VIP, TLS verified for the VIP's
+// address, and only a read-write session accepted.
 func (d *dbTier) DSN() string {
-	return fmt.Sprintf("postgres://repool:%s@%s:%d/repool?sslmode=verify-full&sslrootcert=%s",
+	return fmt.Sprintf("postgres://repool:%s@%s:%d/repool?sslmode=verify-full&sslrootcert=%s&target_session_attrs=read-write",
 		d.repoolPass, vipAddr, d.dbPort, d.caFile)
 }
 
