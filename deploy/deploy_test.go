@@ -196,6 +196,9 @@ func TestMakeCerts(t *testing.T) {
 	verify("server2.crt", "server2.key", "repool.internal", "10.0.0.22")
 	verify("haproxy-client.pem", "haproxy-client.pem", "haproxy")
 	verify("postgres.crt", "postgres.key", "10.0.0.31")
+	if _, err := verify("postgres.crt", "postgres.key").Verify(x509.VerifyOptions{DNSName: "10.0.0.100", Roots: roots}); err == nil {
+		t.Error("postgres.crt for one address verifies for the VIP, want only its own")
+	}
 	verify("sidecar.crt", "sidecar.key", "sidecar")
 	verify("prometheus.crt", "prometheus.key", "prometheus")
 	if _, err := verify("server1.crt", "server1.key").Verify(x509.VerifyOptions{DNSName: "10.0.0.22", Roots: roots}); err == nil {
@@ -205,6 +208,13 @@ func TestMakeCerts(t *testing.T) {
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("server1.key = %v, %v; want mode 0600", fi, err)
 	}
+
+	// The database tier: one pair for the VIP and every node (a list).
+	out, err := exec.Command("./make-certs", dir, "repool.internal", "10.0.0.100", "10.0.0.100,10.0.0.31,10.0.0.32,10.0.0.33", "10.0.0.21").CombinedOutput()
+	if err != nil {
+		t.Fatalf("make-certs with the database tier's addresses = %v\n%s", err, out)
+	}
+	verify("postgres.crt", "postgres.key", "10.0.0.100", "10.0.0.31", "10.0.0.32", "10.0.0.33")
 
 	run() // renewal: new certificates, the same CA
 	if second := verify("vip.pem", "vip.pem", "repool.internal"); second.SerialNumber.Cmp(first.SerialNumber) == 0 {

@@ -141,12 +141,24 @@ func (t *Term) Resign() {
 // one the Term keeps: the lock belongs to it. When ctx ends, a waiting
 // attempt is cancelled (pgx cancels the query and closes the connection)
 // and the session is closed.
+//
+// A database that cannot be reached (a failover of the database tier,
+// when HAProxy has no primary to send the session to) is logged once, at
+// the first failed attempt, and its end once, with the number of failed
+// attempts and how long they lasted: not once per attempt.
 func (e *Elector) Campaign(ctx context.Context) (*Term, error) {
 	var conn *pgx.Conn
+	var failed int             // attempts failed in a row
+	var failingSince time.Time // the first of them
 	for {
 		var err error
 		if conn == nil {
 			conn, err = e.connect(ctx)
+			if err == nil && failed > 0 {
+				e.log.Info("leader election: database reachable again", "failed_attempts", failed,
+					"after", time.Since(failingSince).Round(time.Millisecond))
+				failed = 0
+			}
 		}
 		if err == nil {
 			var held bool
@@ -168,7 +180,12 @@ func (e *Elector) Campaign(ctx context.Context) (*Term, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		e.log.Warn("leader election: database unreachable", "err", err)
+		if failed == 0 {
+			failingSince = time.Now()
+			e.log.Warn("leader election: database unreachable; retrying every interval, logged again when it answers",
+				"err", err, "interval", e.cfg.Interval)
+		}
+		failed++
 		if err := clock.Sleep(ctx, e.cfg.Clock, e.cfg.Interval); err != nil {
 			return nil, err
 		}

@@ -1,12 +1,18 @@
 package ha
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
+	"net/url"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -498,4 +504,114 @@ func lead(ctx context.Context, t *testing.T, dsn string, clk clock.Clock) *Term 
 		t.Fatalf("Campaign(a) = got error %v, want a term", err)
 	}
 	return term
+}
+
+// gate is a TCP proxy to a PostgreSQL address that drops every connection
+// until it is opened, as a database tier without a primary does.
+type gate struct {
+	ln     net.Listener
+	target string
+	open   atomic.Bool
+	tries  atomic.Int64 // connections dropped
+}
+
+// attempts is the number of connections the gate dropped.
+func (g *gate) attempts() int64 { return g.tries.Load() }
+
+// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *syncBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+func newGate(t *testing.T, target string) *gate {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gate{ln: ln, target: target}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if !g.open.Load() {
+				g.tries.Add(1)
+				c.Close()
+				continue
+			}
+			go func() {
+				defer c.Close()
+				up, err := net.Dial("tcp", target)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				go io.Copy(up, c)
+				io.Copy(c, up)
+			}()
+		}
+	}()
+	return g
+}
+
+// TestUnreachableDatabaseLoggedOnce: a campaign against a database that
+// drops every connection for a while logs that once, not per attempt, and
+// logs once that it answers again, with the failed attempts counted; then
+// it takes the lock.
+func TestUnreachableDatabaseLoggedOnce(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newGate(t, u.Host)
+	u.Host = g.ln.Addr().String()
+	var logs syncBuffer
+	e, err := New(Config{DSN: u.String(), Name: "gated", Interval: interval, SessionTimeout: time.Second,
+		Log: slog.New(slog.NewTextHandler(&logs, nil)), LockID: 0x6c6f67})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := make(chan *Term, 1)
+	go func() {
+		term, err := e.Campaign(ctx)
+		if err != nil {
+			t.Errorf("Campaign() = got error %v, want a term once the database answers", err)
+		}
+		done <- term
+	}()
+	testenv.Eventually(t, 10*time.Second, "10 failed attempts", func() bool {
+		return strings.Count(logs.String(), "database unreachable") == 1 && g.attempts() >= 10
+	})
+	g.open.Store(true)
+	term := <-done
+	if term == nil {
+		t.Fatal("no term")
+	}
+	defer term.Resign()
+	out := logs.String()
+	if n := strings.Count(out, "database unreachable"); n != 1 {
+		t.Errorf("log has %d lines saying the database is unreachable over %d failed attempts, want 1:\n%s", n, g.attempts(), out)
+	}
+	if n := strings.Count(out, "database reachable again"); n != 1 || !strings.Contains(out, "failed_attempts=") {
+		t.Errorf("log has %d lines saying the database answers again, want 1 with failed_attempts:\n%s", n, out)
+	}
 }

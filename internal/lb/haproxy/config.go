@@ -32,6 +32,12 @@ const (
 	// MetricsURI is where the monitor frontend serves HAProxy's built-in
 	// Prometheus exporter (frontends, backends, servers' states).
 	MetricsURI = "/metrics"
+	// DBFrontend is the PostgreSQL frontend on the VIP (TCP), with the
+	// inventory's database section.
+	DBFrontend = "postgres"
+	// DBBackend holds the database nodes; only the primary passes its
+	// check (Patroni's GET /primary).
+	DBBackend = "postgres_primary"
 	// HealthURI is what HAProxy checks on each server's HTTP port:
 	// 200 active and ready (UP), 404 healthy standby (NOLB), else DOWN.
 	HealthURI = "/readyz/active"
@@ -348,6 +354,11 @@ func build(conf configuration.Configuration, tx string, inv *inventory.Inventory
 		return fmt.Errorf("frontend %s http-request use-service: %w", MonitorFrontend, err)
 	}
 
+	if inv.Database != nil {
+		if err := buildDatabase(conf, tx, inv); err != nil {
+			return err
+		}
+	}
 	for _, g := range groups {
 		if err := buildBackend(conf, tx, inv, g); err != nil {
 			return err
@@ -356,6 +367,65 @@ func build(conf configuration.Configuration, tx string, inv *inventory.Inventory
 	for _, g := range groups {
 		if err := buildControlBackend(conf, tx, inv, g); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// buildDatabase writes the PostgreSQL frontend on the VIP and its backend
+// of database nodes. It is TCP: the servers' TLS to PostgreSQL
+// (sslmode=verify-full) passes through to the node, so every node's
+// certificate must hold the VIP's address or name. Each node is checked
+// over HTTP on Patroni's REST API (GET /primary: 200 only on the node that
+// runs the primary and holds the leader key in the consensus store), so at
+// most one node takes connections; a node that fails its check has every
+// connection through it cut (on-marked-down shutdown-sessions), so a server
+// talking to a primary that was demoted or cut off notices at once instead
+// of lingering on a read-only or stale database.
+func buildDatabase(conf configuration.Configuration, tx string, inv *inventory.Inventory) error {
+	db := inv.Database
+	if err := conf.CreateFrontend(&models.Frontend{
+		Name: DBFrontend, Mode: "tcp", DefaultBackend: DBBackend,
+	}, tx, 0); err != nil {
+		return fmt.Errorf("frontend %s: %w", DBFrontend, err)
+	}
+	if err := conf.CreateBind("frontend", DBFrontend, &models.Bind{
+		Address:    inv.VIP.IP().String(),
+		Port:       ptr(int64(db.Port)),
+		BindParams: models.BindParams{Name: "vip-postgres", Transparent: true},
+	}, tx, 0); err != nil {
+		return fmt.Errorf("frontend %s bind: %w", DBFrontend, err)
+	}
+	if err := conf.CreateBackend(&models.Backend{
+		Name: DBBackend, Mode: "tcp", AdvCheck: "httpchk",
+	}, tx, 0); err != nil {
+		return fmt.Errorf("backend %s: %w", DBBackend, err)
+	}
+	for i, c := range []*models.HTTPCheck{
+		{Type: models.HTTPCheckTypeSend, Method: "GET", URI: inventory.DBPrimaryURI},
+		{Type: models.HTTPCheckTypeExpect, Match: "status", Pattern: "200"},
+	} {
+		c.Index = ptr(int64(i))
+		if err := conf.CreateHTTPCheck("backend", DBBackend, c, tx, 0); err != nil {
+			return fmt.Errorf("backend %s http-check %s: %w", DBBackend, c.Type, err)
+		}
+	}
+	ch := db.Checks
+	for _, n := range db.Nodes {
+		if err := conf.CreateServer("backend", DBBackend, &models.Server{
+			Name:    n.Name,
+			Address: n.Address,
+			Port:    ptr(int64(n.Port)),
+			ServerParams: models.ServerParams{
+				Check:           "enabled",
+				HealthCheckPort: ptr(int64(n.RESTPort)),
+				Inter:           ms(ch.Inter),
+				Fall:            ptr(int64(ch.Fall)),
+				Rise:            ptr(int64(ch.Rise)),
+				OnMarkedDown:    "shutdown-sessions",
+			},
+		}, tx, 0); err != nil {
+			return fmt.Errorf("backend %s server %s: %w", DBBackend, n.Name, err)
 		}
 	}
 	return nil

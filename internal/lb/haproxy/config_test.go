@@ -137,6 +137,11 @@ func TestRenderDirectives(t *testing.T) {
 		" crt /etc/haproxy/tls/haproxy-client.pem ",
 		" fall 1 inter 100 ", " rise 1 ",
 		" agent-check ", " agent-send repool-agent ", " agent-inter 100 ", " agent-port 8081 ",
+		// The database tier: TCP to the node whose Patroni says it is the
+		// primary; sessions cut when a node is marked down.
+		"frontend postgres\n  mode tcp\n  bind 10.0.0.100:5432 name vip-postgres transparent\n  default_backend postgres_primary\n",
+		"backend postgres_primary\n  mode tcp\n  option httpchk\n  http-check send meth GET uri /primary\n  http-check expect status 200\n",
+		"  server pg1 10.0.0.31:5432 check fall 2 inter 500 on-marked-down shutdown-sessions port 8008 rise 1\n",
 	} {
 		if !strings.Contains(string(got), line) {
 			t.Errorf("Render(example) = got\n%s\nwant it to contain %q", got, line)
@@ -233,8 +238,8 @@ func TestRenderGroups(t *testing.T) {
 			t.Errorf("Render(two groups) = got\n%s\nwant it to contain %q", got, want)
 		}
 	}
-	if n := strings.Count(got, "  server "); n != 6 {
-		t.Errorf("Render(two groups) has %d server lines, want 6 (each server in its group's backend and control backend)", n)
+	if n := strings.Count(got, "  server repool"); n != 6 {
+		t.Errorf("Render(two groups) has %d repool server lines, want 6 (each server in its group's backend and control backend)", n)
 	}
 	if strings.Contains(got, os.TempDir()+"/repool-haproxy-render-") {
 		t.Errorf("Render(two groups) = got\n%s\nwant no trace of the render's temporary map", got)

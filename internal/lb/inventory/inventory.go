@@ -1,7 +1,9 @@
 // Package inventory describes the HAProxy + Keepalived front end of a repool
 // cluster: the virtual IP, the load-balancer hosts that pass it
-// between them with VRRP, the repool servers behind HAProxy, and the timings
-// of HAProxy's health checks and of Keepalived's track script.
+// between them with VRRP, the repool servers behind HAProxy, the
+// Patroni-managed PostgreSQL nodes HAProxy sends the servers' database
+// connections to (optional), and the timings of HAProxy's health checks and
+// of Keepalived's track script.
 //
 // The HAProxy and Keepalived renderers (packages haproxy and keepalived) read
 // the same Inventory, so the two configurations cannot disagree on an address
@@ -65,7 +67,17 @@ const (
 	DefaultFrontendConn   = 10000 // the gRPC frontend's maxconn
 	DefaultGroup          = "default"
 	DefaultTenantMap      = "/etc/haproxy/repool-tenants.map"
+	DefaultDBPort         = 5432                   // Database.Port and DBNode.Port
+	DefaultDBRESTPort     = 8008                   // DBNode.RESTPort: Patroni's REST API
+	DefaultDBCheckInter   = 500 * time.Millisecond // Database.Checks.Inter
+	DefaultDBCheckFall    = 2                      // Database.Checks.Fall
+	DefaultDBCheckRise    = 1                      // Database.Checks.Rise
 )
+
+// DBPrimaryURI is the path of Patroni's REST API that HAProxy checks on
+// each database node: 200 on the node that runs the primary and holds the
+// leader key, 503 on every other.
+const DBPrimaryURI = "/primary"
 
 // DefaultTextfileDir is the directory whose *.prom files Debian's
 // prometheus-node-exporter serves (its textfile collector).
@@ -92,6 +104,42 @@ type Inventory struct {
 	Keepalived Keepalived `yaml:"keepalived"`
 	HAProxy    HAProxy    `yaml:"haproxy"`
 	TLS        TLS        `yaml:"tls"`
+	// Database is the PostgreSQL tier; nil (the section left out) renders
+	// no database frontend.
+	Database *Database `yaml:"database"`
+}
+
+// Database is the PostgreSQL tier under Patroni: HAProxy listens on the
+// VIP's Port (TCP: the servers' TLS to PostgreSQL passes through
+// untouched) and sends each connection to the one node whose Patroni
+// answers 200 on DBPrimaryURI. A node marked down has its connections
+// cut (on-marked-down shutdown-sessions), so no server keeps talking to
+// a demoted primary. docs/ha.md, "The database tier".
+type Database struct {
+	// Port is HAProxy's PostgreSQL frontend on the VIP, the port in the
+	// servers' --store. Default 5432.
+	Port int `yaml:"port"`
+	// Nodes are the PostgreSQL nodes, each with its Patroni. At least 2.
+	Nodes []DBNode `yaml:"nodes"`
+	// Checks time HAProxy's checks of Patroni's REST API. Defaults inter
+	// 500ms, fall 2 (one slow answer of Patroni's REST API must not cut
+	// every session of the primary), rise 1.
+	Checks Checks `yaml:"checks"`
+}
+
+// DBNode is one PostgreSQL node managed by Patroni.
+type DBNode struct {
+	// Name is the node's HAProxy server name (Patroni's name for it, by
+	// convention): lowercase letters, digits, '-' and '_'. Required,
+	// unique among the nodes.
+	Name string `yaml:"name"`
+	// Address is the node's IPv4 address. Required.
+	Address string `yaml:"address"`
+	// Port is PostgreSQL's port on the node. Default 5432.
+	Port int `yaml:"port"`
+	// RESTPort is Patroni's REST API port on the node (restapi.listen),
+	// where HAProxy checks GET /primary over HTTP. Default 8008.
+	RESTPort int `yaml:"rest_port"`
 }
 
 // HAProxy is how HAProxy runs: as its own user and group (it starts as
@@ -367,6 +415,13 @@ func (inv *Inventory) setDefaults() {
 		Connect: DefaultConnectTimeout, Client: DefaultClientTimeout, Server: DefaultServerTimeout,
 		Tunnel: DefaultTunnelTimeout, HTTPRequest: DefaultRequestTimeout, Check: DefaultCheckTimeout,
 	})
+	if db := inv.Database; db != nil {
+		orDefault(&db.Port, DefaultDBPort)
+		for i := range db.Nodes {
+			db.Nodes[i] = defaults.Fill(db.Nodes[i], DBNode{Port: DefaultDBPort, RESTPort: DefaultDBRESTPort})
+		}
+		db.Checks = defaults.Fill(db.Checks, Checks{Inter: DefaultDBCheckInter, Fall: DefaultDBCheckFall, Rise: DefaultDBCheckRise})
+	}
 	inv.HAProxy = defaults.Fill(inv.HAProxy, HAProxy{User: DefaultHAProxyUser, Group: DefaultHAProxyUser, MaxConn: DefaultMaxConn, TenantMap: DefaultTenantMap})
 	orDefault(&inv.HAProxy.FrontendMaxConn, min(DefaultFrontendConn, inv.HAProxy.MaxConn))
 	inv.Keepalived = defaults.Fill(inv.Keepalived, Keepalived{
@@ -555,6 +610,7 @@ func (inv *Inventory) Validate() error {
 	} else if t != (TLS{}) {
 		v.fail("tls.cert", "required when any tls key is set (the VIP's certificate and key, one PEM file)")
 	}
+	v.database(inv)
 	v.positive("keepalived.track_interval", inv.Keepalived.TrackInterval)
 	v.positive("keepalived.track_fall", inv.Keepalived.TrackFall)
 	v.positive("keepalived.track_rise", inv.Keepalived.TrackRise)
@@ -625,6 +681,55 @@ func (v *validator) vip(vip VIP) {
 	if vip.ControlPort == vip.GRPCPort {
 		v.fail("vip.control_port", "%d is also vip.grpc_port", vip.ControlPort)
 	}
+}
+
+// database checks the database section, if any: its frontend port must
+// differ from the VIP's other ports and the LB hosts' monitor ports, and
+// every node's endpoints must be distinct.
+func (v *validator) database(inv *Inventory) {
+	db := inv.Database
+	if db == nil {
+		return
+	}
+	v.port("database.port", db.Port)
+	switch db.Port {
+	case inv.VIP.GRPCPort:
+		v.fail("database.port", "%d is also vip.grpc_port", db.Port)
+	case inv.VIP.ControlPort:
+		v.fail("database.port", "%d is also vip.control_port", db.Port)
+	}
+	for i, h := range inv.LBHosts {
+		if h.MonitorPort == db.Port {
+			v.fail("database.port", "%d is also lb_hosts[%d].monitor_port", db.Port, i)
+		}
+	}
+	if len(db.Nodes) < 2 {
+		v.fail("database.nodes", "need at least 2 PostgreSQL nodes (a primary and a synchronous standby to fail over to), got %d", len(db.Nodes))
+	}
+	names := map[string]string{}
+	endpoints := map[netip.AddrPort]string{}
+	for i, n := range db.Nodes {
+		f := fmt.Sprintf("database.nodes[%d]", i)
+		v.name(f+".name", n.Name, names)
+		v.addr(f+".address", n.Address, nil)
+		v.port(f+".port", n.Port)
+		v.port(f+".rest_port", n.RESTPort)
+		if a, err := netip.ParseAddr(n.Address); err == nil {
+			for _, p := range []struct {
+				field string
+				port  int
+			}{{"port", n.Port}, {"rest_port", n.RESTPort}} {
+				ap := netip.AddrPortFrom(a, uint16(p.port))
+				if other, dup := endpoints[ap]; dup {
+					v.fail(f+"."+p.field, "%s is also %s", ap, other)
+				}
+				endpoints[ap] = f + "." + p.field
+			}
+		}
+	}
+	v.ms("database.checks.inter", db.Checks.Inter)
+	v.positive("database.checks.fall", db.Checks.Fall)
+	v.positive("database.checks.rise", db.Checks.Rise)
 }
 
 func (v *validator) name(field, name string, seen map[string]string) {

@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -190,6 +191,65 @@ func validateCases() []validateCase {
 		{"tenant map relative", func(i *Inventory) { i.HAProxy.TenantMap = "tenants.map" }, "haproxy.tenant_map"},
 		{"tenant map with space", func(i *Inventory) { i.HAProxy.TenantMap = "/etc/haproxy/a b.map" }, "haproxy.tenant_map"},
 		{"tenant map not clean", func(i *Inventory) { i.HAProxy.TenantMap = "/etc/haproxy/../a.map" }, "haproxy.tenant_map"},
+		{"database", func(i *Inventory) { i.Database = testDatabase() }, ""},
+		{"database port is grpc port", func(i *Inventory) { i.Database = testDatabase(); i.Database.Port = 9090 }, "database.port"},
+		{"database port is control port", func(i *Inventory) { i.Database = testDatabase(); i.Database.Port = 8081 }, "database.port"},
+		{"database port is monitor port", func(i *Inventory) { i.Database = testDatabase(); i.Database.Port = 8404 }, "database.port"},
+		{"database one node", func(i *Inventory) { i.Database = testDatabase(); i.Database.Nodes = i.Database.Nodes[:1] }, "database.nodes"},
+		{"database node name dup", func(i *Inventory) { i.Database = testDatabase(); i.Database.Nodes[1].Name = "pg1" }, "database.nodes[1].name"},
+		{"database node address", func(i *Inventory) { i.Database = testDatabase(); i.Database.Nodes[0].Address = "pg1.example" }, "database.nodes[0].address"},
+		{"database node rest port", func(i *Inventory) { i.Database = testDatabase(); i.Database.Nodes[2].RESTPort = 0 }, "database.nodes[2].rest_port"},
+		{"database node same ports", func(i *Inventory) {
+			i.Database = testDatabase()
+			i.Database.Nodes[0].RESTPort = i.Database.Nodes[0].Port
+		}, "database.nodes[0].rest_port"},
+		{"database nodes on one host", func(i *Inventory) {
+			i.Database = testDatabase()
+			i.Database.Nodes[1].Address = i.Database.Nodes[0].Address
+		}, "database.nodes[1].port"},
+		{"database check inter", func(i *Inventory) { i.Database = testDatabase(); i.Database.Checks.Inter = 0 }, "database.checks.inter"},
+	}
+}
+
+// testDatabase is a valid database section with defaults applied.
+func testDatabase() *Database {
+	db := &Database{Port: DefaultDBPort, Checks: Checks{Inter: DefaultDBCheckInter, Fall: DefaultDBCheckFall, Rise: DefaultDBCheckRise}}
+	for i, a := range []string{"192.0.2.31", "192.0.2.32", "192.0.2.33"} {
+		db.Nodes = append(db.Nodes, DBNode{Name: fmt.Sprintf("pg%d", i+1), Address: a, Port: DefaultDBPort, RESTPort: DefaultDBRESTPort})
+	}
+	return db
+}
+
+// TestParseDatabaseDefaults: a database section that names only its
+// nodes' names and addresses gets the documented ports and check timings.
+func TestParseDatabaseDefaults(t *testing.T) {
+	inv, err := Parse(strings.NewReader(minimal + `
+database:
+  nodes:
+    - {name: pg1, address: 192.0.2.31}
+    - {name: pg2, address: 192.0.2.32}
+`))
+	if err != nil {
+		t.Fatalf("Parse(minimal + database) = got error %v, want nil", err)
+	}
+	db := inv.Database
+	for _, tt := range []struct {
+		name      string
+		got, want any
+	}{
+		{"database.port", db.Port, 5432},
+		{"database.nodes[1].port", db.Nodes[1].Port, 5432},
+		{"database.nodes[1].rest_port", db.Nodes[1].RESTPort, 8008},
+		{"database.checks.inter", db.Checks.Inter, 500 * time.Millisecond},
+		{"database.checks.fall", db.Checks.Fall, 2},
+		{"database.checks.rise", db.Checks.Rise, 1},
+	} {
+		if tt.got != tt.want {
+			t.Errorf("%s = got %v, want %v", tt.name, tt.got, tt.want)
+		}
+	}
+	if inv, err := Parse(strings.NewReader(minimal)); err != nil || inv.Database != nil {
+		t.Errorf("Parse(minimal).Database = got %v (error %v), want nil: the section is optional", inv.Database, err)
 	}
 }
 
