@@ -293,10 +293,10 @@ func (c *Client) open(tok *token.Token) (*stream, error) {
 
 // stream is one open Leases stream.
 type stream struct {
-	c      *Client
-	tok    *token.Token
-	bs     grpc.BidiStreamingClient[repoolv1.LeaseCall, repoolv1.LeaseReply]
-	cancel context.CancelFunc
+	c       *Client
+	tok     *token.Token
+	bs      grpc.BidiStreamingClient[repoolv1.LeaseCall, repoolv1.LeaseReply]
+	cancel  context.CancelFunc
 	last    atomic.Int64 // unix nanoseconds of the last call sent
 	pending atomic.Int32 // calls sent and not answered
 	over    atomic.Bool  // ended or half-closed: takes no more calls
