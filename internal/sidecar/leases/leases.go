@@ -233,20 +233,22 @@ func (c *Client) send(tok *token.Token, call *repoolv1.LeaseCall, w *waiter) boo
 	return false
 }
 
-// pick returns the stream for the next call: the first one without calls
-// waiting, else the one with fewest (a stream does its calls one at a
-// time), opened anew if it cannot take the call; nil if none could be
-// opened.
+// pick returns the stream for the next call: an open one without calls
+// waiting, else a new one in an empty slot, else the one with fewest
+// calls waiting (a stream does its calls one at a time); opened anew if
+// it cannot take the call; nil if none could be opened.
 func (c *Client) pick(tok *token.Token) *stream {
 	n := uint32(len(c.streams))
 	start := c.next.Add(1)
-	best, fewest := 0, int32(1<<31-1)
+	best, empty, fewest := -1, -1, int32(1<<31-1)
 	for i := range n {
 		k := int((start + i) % n)
 		s := c.streams[k].s.Load()
 		if s == nil {
-			best = k
-			break
+			if empty < 0 {
+				empty = k
+			}
+			continue
 		}
 		if l := s.pending.Load(); l < fewest {
 			best, fewest = k, l
@@ -254,6 +256,9 @@ func (c *Client) pick(tok *token.Token) *stream {
 				break
 			}
 		}
+	}
+	if fewest > 0 && empty >= 0 {
+		best = empty
 	}
 	sl := &c.streams[best]
 	if s := sl.s.Load(); s != nil && s.usable(tok) {
