@@ -207,3 +207,20 @@ func TestLeasesStreamDeadline(t *testing.T) {
 		t.Errorf("a timed-out call through the stream: %d %s; unary: %d %s; want the same", streamed.status, streamed.raw, unary.status, unary.raw)
 	}
 }
+
+// TestLeaseStreamsOff: lease_streams -1 makes every call unary, though the
+// server offers the stream.
+func TestLeaseStreamsOff(t *testing.T) {
+	fake := fakeserver.Start(t, fakeserver.Config{Leases: true})
+	pc := fast(fake)
+	pc.LeaseStreams = -1
+	h := start(t, one("p", pc), sidecar.Options{})
+	for range 10 {
+		if r := h.acquire("p"); r.status != 200 {
+			t.Fatalf("acquire = %d %s", r.status, r.raw)
+		}
+	}
+	if got, s := fake.Calls("Acquire"), fake.Calls("Leases"); got != 10 || s != 0 {
+		t.Errorf("Acquire calls = %d, Leases streams = %d; want 10 unary calls and no stream", got, s)
+	}
+}

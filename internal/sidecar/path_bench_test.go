@@ -40,6 +40,9 @@ const pathCallers = 32
 // (getrusage). pathCallers callers make Acquire+Release rounds, the two
 // paths in alternating 2-second rounds, three each; then, open loop, 2,000
 // calls per second through the sidecar (Poisson arrivals) for 3 seconds.
+// The sidecar path is measured twice: on the server's Leases streams
+// (provider "default", as shipped) and with lease_streams -1 (provider
+// "unary", the same configuration otherwise).
 // It reports calls per second, p50 and p99 per call and CPU per call of
 // each process, and the ratios the targets are written in
 // (docs/sidecar.md).
@@ -76,6 +79,14 @@ func BenchmarkSidecarPath(b *testing.B) {
 	listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(testenv.FreePort(b)))
 	cfg := strings.NewReplacer("127.0.0.1:7070", listen, "10.0.0.100:9090", grpcAddr,
 		"/etc/repool/tls/ca.crt", caFile, "/etc/repool/sidecar-default.key", keyFile).Replace(string(shipped))
+	// Beside it, provider "unary": the same with lease_streams -1, the
+	// sidecar's calls as unary calls.
+	start, end := strings.Index(cfg, "\n  default:\n"), strings.Index(cfg, "\npolicies:")
+	if start < 0 || end < start {
+		b.Fatal("deploy/config/sidecar.yaml: no providers.default block before policies")
+	}
+	unaryBlock := strings.Replace(cfg[start:end], "\n  default:\n", "\n  unary:\n    lease_streams: -1\n", 1)
+	cfg = cfg[:end] + unaryBlock + cfg[end:]
 	cfgFile := filepath.Join(dir, "sidecar.yaml")
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
 		b.Fatal(err)
@@ -94,10 +105,11 @@ func BenchmarkSidecarPath(b *testing.B) {
 	pool.AppendCertsFromPEM(ca.PEM)
 	direct, ctx := poolClient(b, grpcAddr, apiKey, credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: "repool.internal"}), 1_000_000)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: pathCallers, MaxConnsPerHost: pathCallers}}
-	base := "http://" + listen + "/v1/providers/default"
+	base := "http://" + listen + "/v1/providers/"
 	paths := []roundPath{
 		{"direct gRPC", func() error { return grpcRound(ctx, direct) }},
-		{"sidecar", func() error { return sidecarRound(client, base) }},
+		{"sidecar", func() error { return sidecarRound(client, base+"default") }},
+		{"sidecar unary", func() error { return sidecarRound(client, base+"unary") }},
 	}
 	for _, p := range paths { // connections, tokens, streams
 		for range 200 {
@@ -108,28 +120,32 @@ func BenchmarkSidecarPath(b *testing.B) {
 	}
 	procs := []*process{server, sidecarProc}
 	for b.Loop() {
-		var got [2]pathRun
-		for rep := range 6 {
-			j := rep % 2
-			r := closedLoop(b, paths[j], procs, 2*time.Second)
-			got[j].add(r)
+		got := make([]pathRun, len(paths))
+		for rep := range 3 * len(paths) {
+			j := rep % len(paths)
+			got[j].add(closedLoop(b, paths[j], procs, 2*time.Second))
 		}
-		open := openLoop(b, paths[1], procs, 2000, 3*time.Second)
+		open := []pathResult{openLoop(b, paths[1], procs, 2000, 3*time.Second), openLoop(b, paths[2], procs, 2000, 3*time.Second)}
 		fmt.Printf("\nBenchmarkSidecarPath: %d callers, Acquire+Release rounds (2 calls), TLS, shipped sidecar.yaml; load average %s\n", pathCallers, loadavg())
-		fmt.Printf("  %-12s %10s %10s %10s %14s %14s %14s\n", "path", "calls/s", "p50/call", "p99/call", "server µs/call", "sidecar µs/call", "callers µs/call")
+		fmt.Printf("  %-14s %10s %10s %10s %15s %15s %15s\n", "path", "calls/s", "p50/call", "p99/call", "server µs/call", "sidecar µs/call", "callers µs/call")
+		res := make([]pathResult, len(paths))
 		for j, p := range paths {
-			g := got[j].result()
-			fmt.Printf("  %-12s %10.0f %10v %10v %14.1f %14.1f %14.1f\n", p.name, g.rate, g.p50, g.p99, g.cpu[0], g.cpu[1], g.cpu[2])
+			res[j] = got[j].result()
+			g := res[j]
+			fmt.Printf("  %-14s %10.0f %10v %10v %15.1f %15.1f %15.1f\n", p.name, g.rate, g.p50, g.p99, g.cpu[0], g.cpu[1], g.cpu[2])
 		}
-		d, s := got[0].result(), got[1].result()
-		fmt.Printf("  sidecar-path throughput / direct: %.2f (target ≥ 0.75); sidecar CPU per call %.1f µs (target ≤ 50)\n", s.rate/d.rate, s.cpu[1])
-		fmt.Printf("  open loop, %.0f calls/s offered through the sidecar: %.0f calls/s answered, p50 %v, p99 %v, sidecar %.1f µs CPU per call (target ≤ 120), server %.1f\n",
-			2000.0, open.rate, open.p50, open.p99, open.cpu[1], open.cpu[0])
+		d, s, u := res[0], res[1], res[2]
+		fmt.Printf("  sidecar-path throughput / direct: %.2f (target ≥ 0.75; unary %.2f); sidecar CPU per call %.1f µs (target ≤ 50; unary %.1f); server CPU per call behind the sidecar / direct %.2f\n",
+			s.rate/d.rate, u.rate/d.rate, s.cpu[1], u.cpu[1], s.cpu[0]/d.cpu[0])
+		for j, o := range open {
+			fmt.Printf("  open loop, 2000 calls/s offered through %s: %.0f calls/s answered, p50 %v, p99 %v per call; sidecar %.1f µs CPU per call (target ≤ 120), server %.1f\n",
+				paths[j+1].name, o.rate, o.p50, o.p99, o.cpu[1], o.cpu[0])
+		}
 		b.ReportMetric(s.rate/d.rate, "throughput-sidecar/direct")
 		b.ReportMetric(s.cpu[1], "sidecar-cpu-µs/call")
-		b.ReportMetric(d.cpu[0], "server-cpu-µs/call-direct")
-		b.ReportMetric(s.cpu[0], "server-cpu-µs/call-sidecar")
-		b.ReportMetric(open.cpu[1], "sidecar-cpu-µs/call-2000/s")
+		b.ReportMetric(u.cpu[1], "sidecar-unary-cpu-µs/call")
+		b.ReportMetric(s.cpu[0]/d.cpu[0], "server-cpu-sidecar/direct")
+		b.ReportMetric(open[0].cpu[1], "sidecar-cpu-µs/call-2000/s")
 	}
 }
 

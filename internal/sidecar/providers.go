@@ -93,7 +93,9 @@ func (u *upstream) retire() {
 }
 
 func (u *upstream) close() {
-	u.leases.Close()
+	if u.leases != nil {
+		u.leases.Close()
+	}
 	u.tokens.Close()
 	u.conn.Close()
 	close(u.closed)
@@ -103,17 +105,19 @@ func (u *upstream) close() {
 func (u *upstream) wait() { <-u.closed }
 
 // upstreamKey is what an upstream is built from: a provider's name,
-// endpoint, API key and token policy, and the Redis settings (the zero
-// value without Redis; with its defaults, a Redis is never zero).
+// endpoint, API key, token policy and lease streams, and the Redis
+// settings (the zero value without Redis; with its defaults, a Redis is
+// never zero).
 type upstreamKey struct {
 	name, endpoint, apiKey string
 	tls                    config.TLS // with the files' contents: a rotation reconnects
 	token                  token.Policy
 	redis                  token.Redis
+	leaseStreams           int
 }
 
 func newUpstreamKey(name string, p config.Provider, r *config.Redis) upstreamKey {
-	k := upstreamKey{name: name, endpoint: p.Endpoint, apiKey: p.APIKey, tls: p.TLS, token: p.Token}
+	k := upstreamKey{name: name, endpoint: p.Endpoint, apiKey: p.APIKey, tls: p.TLS, token: p.Token, leaseStreams: p.LeaseStreams}
 	if r != nil {
 		k.redis = r.Redis
 	}
@@ -158,7 +162,11 @@ func (s *Sidecar) dial(k upstreamKey) (*upstream, error) {
 		conn.Close()
 		return nil, err
 	}
-	return &upstream{key: k, conn: conn, tokens: tokens, leases: leases.New(repoolv1.NewPoolServiceClient(conn), leases.DefaultStreams),
+	var streams *leases.Client
+	if k.leaseStreams >= 0 {
+		streams = leases.New(repoolv1.NewPoolServiceClient(conn), k.leaseStreams)
+	}
+	return &upstream{key: k, conn: conn, tokens: tokens, leases: streams,
 		gone: make(chan struct{}), closed: make(chan struct{})}, nil
 }
 
