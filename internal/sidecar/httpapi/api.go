@@ -366,7 +366,18 @@ func writeProto(w http.ResponseWriter, status int, m proto.Message) {
 		w.Write(emptyObject) // an error means the client went away
 		return
 	}
-	raw, err := marshal.Marshal(m)
+	var raw []byte
+	var err error
+	ok := false
+	switch r := m.(type) { // the answers of nearly every call, without reflection
+	case *repoolv1.AcquireResponse:
+		raw, ok = appendLeaseAnswer(make([]byte, 0, 192), r.GetLease())
+	case *repoolv1.RenewResponse:
+		raw, ok = appendLeaseAnswer(make([]byte, 0, 192), r.GetLease())
+	}
+	if !ok {
+		raw, err = marshal.Marshal(m)
+	}
 	if err != nil {
 		writeAnswer(w, answer{status: http.StatusInternalServerError, code: codeInternal, msg: "encoding the answer: " + err.Error()})
 		return
