@@ -54,6 +54,13 @@ const DefaultStreams = 8
 // refused to open a stream.
 const fallbackFor = 30 * time.Second
 
+// maxWaiting is the calls a stream may have waiting for replies before the
+// next call is made unary instead: far below what fills a stream's HTTP/2
+// window (64 KiB by default on the server, calls of about 100 bytes), so
+// that sending a call never waits for the window, which would hold the
+// caller past its deadline while the server does not read.
+const maxWaiting = 128
+
 // idleAfter is how long a stream may go without a call before the next
 // call opens a new one: under the server's grpc_max_stream_idle (1m by
 // default), so that a call is not sent just as the server ends the stream
@@ -259,6 +266,8 @@ func (c *Client) pick(tok *token.Token) *stream {
 	}
 	if fewest > 0 && empty >= 0 {
 		best = empty
+	} else if fewest >= maxWaiting {
+		return nil // every stream is backed up: the server is not reading
 	}
 	sl := &c.streams[best]
 	if s := sl.s.Load(); s != nil && s.usable(tok) {
