@@ -224,3 +224,36 @@ func TestLeaseStreamsOff(t *testing.T) {
 		t.Errorf("Acquire calls = %d, Leases streams = %d; want 10 unary calls and no stream", got, s)
 	}
 }
+
+// TestLeasesStreamBackedUpGoesUnary: calls beyond the 128 a stream may
+// have waiting are made unary, so that none waits to be sent while the
+// server does not read the stream.
+func TestLeasesStreamBackedUpGoesUnary(t *testing.T) {
+	unblock := make(chan struct{})
+	fake := fakeserver.Start(t, fakeserver.Config{Leases: true,
+		Acquire: func(ctx context.Context, req *repoolv1.AcquireRequest) (*repoolv1.AcquireResponse, error) {
+			if _, unary := ctx.Deadline(); !unary { // a stream's call: the server is stuck on it
+				<-unblock
+			}
+			return &repoolv1.AcquireResponse{Lease: &repoolv1.Lease{LeaseId: "l", ResourceId: "r1", FencingToken: 1, ExpiresAt: timestamppb.Now()}}, nil
+		}})
+	pc := fast(fake)
+	pc.LeaseStreams, pc.Timeout = 1, 20*time.Second
+	h := start(t, one("p", pc), sidecar.Options{})
+	const calls = 130
+	var wg sync.WaitGroup
+	for range calls {
+		wg.Go(func() {
+			if r := h.acquire("p"); r.status != 200 {
+				t.Errorf("acquire = %d %s", r.status, r.raw)
+			}
+		})
+	}
+	unary := func() int64 { return fake.Calls("Acquire") - fake.StreamCalls("Acquire") }
+	testenv.Eventually(t, 15*time.Second, "two calls made unary", func() bool { return unary() == calls-128 })
+	close(unblock)
+	wg.Wait()
+	if got := unary(); got != calls-128 {
+		t.Errorf("unary Acquire calls = %d, want %d (the stream held 128)", got, calls-128)
+	}
+}
