@@ -249,11 +249,13 @@ func TestLeasesStreamBackedUpGoesUnary(t *testing.T) {
 			}
 		})
 	}
+	// At least two calls are made unary while the stream is stuck (more if
+	// a call found no stream yet, as the connection came up).
 	unary := func() int64 { return fake.Calls("Acquire") - fake.StreamCalls("Acquire") }
-	testenv.Eventually(t, 15*time.Second, "two calls made unary", func() bool { return unary() == calls-128 })
+	testenv.Eventually(t, 15*time.Second, "two calls made unary", func() bool { return unary() >= calls-128 })
 	close(unblock)
 	wg.Wait()
-	if got := unary(); got != calls-128 {
-		t.Errorf("unary Acquire calls = %d, want %d (the stream held 128)", got, calls-128)
+	if streamed, all := fake.StreamCalls("Acquire"), fake.Calls("Acquire"); streamed > 128 || all != calls {
+		t.Errorf("Acquire calls = %d on the stream of %d in all; want at most 128 on it, %d in all", streamed, all, calls)
 	}
 }

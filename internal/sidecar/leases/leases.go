@@ -334,12 +334,12 @@ func (s *stream) usable(tok *token.Token) bool {
 }
 
 // send sends call and queues w for its reply; false if the stream has
-// ended (the call was not sent).
+// ended or has maxWaiting calls waiting (the call was not sent).
 func (s *stream) send(call *repoolv1.LeaseCall, w *waiter) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.err != nil || s.half {
-		return false
+	if s.err != nil || s.half || s.pending.Load() >= maxWaiting {
+		return false // ended, or backed up (decided here, under mu, not only in pick)
 	}
 	s.queue = append(s.queue, w)
 	s.pending.Add(1)
