@@ -307,3 +307,47 @@ func BenchmarkCredentials(b *testing.B) {
 		}
 	})
 }
+
+// TestBearerVerified: the claims a tap verified authenticate each call of
+// their own with one key lookup, and a revoked key, a suspended tenant and
+// an expired token are refused from the next call, as Bearer refuses them.
+func TestBearerVerified(t *testing.T) {
+	a, fs, fc, _ := setup(t)
+	tok, _, err := a.IssueToken(Principal{Tenant: "acme", KeyID: "k1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := a.ClaimBearer("not-a-token"); ok {
+		t.Fatal("ClaimBearer(garbage) = ok, want refused")
+	}
+	v, ok := a.ClaimBearer(tok)
+	if !ok || v.Tenant() != "acme" {
+		t.Fatalf("ClaimBearer(valid) = %q, %v; want acme, ok", v.Tenant(), ok)
+	}
+	if p, err := a.BearerVerified(context.Background(), v); err != nil || p.Tenant != "acme" {
+		t.Fatalf("BearerVerified(valid) = %+v, %v", p, err)
+	}
+	if got := testing.AllocsPerRun(100, func() { _, _ = a.BearerVerified(context.Background(), v) }); got != 0 {
+		t.Fatalf("BearerVerified allocates %v times, want 0 (a cached key lookup)", got)
+	}
+	if _, err := a.BearerVerified(context.Background(), Verified{}); !errors.Is(err, ErrUnauthenticated) {
+		t.Fatalf("BearerVerified(zero) = %v, want ErrUnauthenticated", err)
+	}
+	fs.key.RevokedAt = fc.Now()
+	a.Invalidate("acme")
+	if _, err := a.BearerVerified(context.Background(), v); !errors.Is(err, ErrUnauthenticated) {
+		t.Fatalf("BearerVerified(revoked key) = %v, want ErrUnauthenticated", err)
+	}
+	fs.key.RevokedAt = time.Time{}
+	fs.tenant.Status = store.StatusSuspended
+	a.Invalidate("acme")
+	if _, err := a.BearerVerified(context.Background(), v); !errors.Is(err, ErrSuspended) {
+		t.Fatalf("BearerVerified(suspended tenant) = %v, want ErrSuspended", err)
+	}
+	fs.tenant.Status = store.StatusActive
+	a.Invalidate("acme")
+	fc.Advance(16 * time.Minute)
+	if _, err := a.BearerVerified(context.Background(), v); !errors.Is(err, ErrUnauthenticated) {
+		t.Fatalf("BearerVerified(expired) = %v, want ErrUnauthenticated", err)
+	}
+}

@@ -127,7 +127,12 @@ func (s *Service) authenticate(ctx context.Context) (context.Context, error) {
 	if keys := metadata.ValueFromIncomingContext(ctx, "x-api-key"); len(keys) == 1 {
 		p, err = s.cfg.Auth.APIKey(ctx, keys[0])
 	} else if authz := metadata.ValueFromIncomingContext(ctx, "authorization"); len(authz) == 1 && len(authz[0]) > 7 && strings.EqualFold(authz[0][:7], "bearer ") {
-		p, err = s.cfg.Auth.Bearer(ctx, authz[0][7:])
+		tok := authz[0][7:]
+		if v, ok := verifiedBearer(ctx, tok); ok {
+			p, err = s.cfg.Auth.BearerVerified(ctx, v) // Tap verified it
+		} else {
+			p, err = s.cfg.Auth.Bearer(ctx, tok)
+		}
 	}
 	if err != nil {
 		return nil, err

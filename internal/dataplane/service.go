@@ -42,6 +42,11 @@ type Authenticator interface {
 	IssueToken(p auth.Principal) (string, time.Time, error)
 	// Claim sorts a credential without the store (auth.Authenticator.Claim).
 	Claim(apiKey, bearer string) (string, auth.Verdict)
+	// ClaimBearer verifies a bearer token without the store, and
+	// BearerVerified authenticates a call with what it verified
+	// (auth.Authenticator.ClaimBearer, BearerVerified).
+	ClaimBearer(tok string) (auth.Verified, bool)
+	BearerVerified(ctx context.Context, v auth.Verified) (auth.Principal, error)
 }
 
 // Journal makes data-plane changes durable before they are acknowledged,

@@ -44,6 +44,12 @@ func (f fakeAuth) Bearer(context.Context, string) (auth.Principal, error) {
 
 func (f fakeAuth) Claim(apiKey, bearer string) (string, auth.Verdict) { return "", auth.Unknown }
 
+func (f fakeAuth) ClaimBearer(string) (auth.Verified, bool) { return auth.Verified{}, false }
+
+func (f fakeAuth) BearerVerified(context.Context, auth.Verified) (auth.Principal, error) {
+	return auth.Principal{}, auth.ErrUnauthenticated
+}
+
 func (f fakeAuth) IssueToken(p auth.Principal) (string, time.Time, error) {
 	return "tok-" + p.Tenant, time.Unix(1e9, 0), nil
 }

@@ -18,9 +18,6 @@ import (
 // within the budget's hold (a request trickling in, or never sent).
 var errUnverifiedTooLong = errors.New("call not authenticated in time")
 
-// slotKey carries a call's callbudget slot on its context.
-type slotKey struct{}
-
 // Tap is the gRPC server's InTapHandle: it runs for every new call before
 // gRPC reads the call's request, under the connection's lock, so it asks
 // nothing of the store. A data-plane call without a credential, or with a
@@ -35,21 +32,33 @@ func (s *Service) Tap(ctx context.Context, info *tap.Info) (context.Context, err
 	if s.cfg.Calls == nil {
 		return ctx, nil
 	}
-	tenant := ""
+	t := &tapped{}
 	if guarded(info.FullMethodName) {
-		var v auth.Verdict
-		tenant, v = s.cfg.Auth.Claim(credentials(info.Header))
-		if v == auth.Invalid {
-			return nil, toStatus(s.log, auth.ErrUnauthenticated)
+		apiKey, bearer := credentials(info.Header)
+		if bearer != "" {
+			// The token is verified here once: authenticate takes the
+			// claims from the context instead of verifying it again.
+			var ok bool
+			if t.token, ok = s.cfg.Auth.ClaimBearer(bearer); !ok {
+				return nil, toStatus(s.log, auth.ErrUnauthenticated)
+			}
+			t.bearer = bearer
+			t.tenant = t.token.Tenant()
+		} else {
+			var v auth.Verdict
+			if t.tenant, v = s.cfg.Auth.Claim(apiKey, ""); v == auth.Invalid {
+				return nil, toStatus(s.log, auth.ErrUnauthenticated)
+			}
 		}
 	}
-	slot, err := s.cfg.Calls.Admit(tenant)
+	slot, err := s.cfg.Calls.Admit(t.tenant)
 	if err != nil {
 		return nil, toStatus(s.log, fmt.Errorf("%w: %v", ErrOverBudget, err))
 	}
-	if tenant != "" {
+	t.slot = slot
+	if t.tenant != "" {
 		context.AfterFunc(ctx, slot.Release)
-		return context.WithValue(ctx, slotKey{}, slot), nil
+		return context.WithValue(ctx, tappedKey{}, t), nil
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	hold := time.AfterFunc(s.cfg.Calls.Hold(), func() {
@@ -61,7 +70,29 @@ func (s *Service) Tap(ctx context.Context, info *tap.Info) (context.Context, err
 		hold.Stop()
 		slot.Release()
 	})
-	return context.WithValue(ctx, slotKey{}, slot), nil
+	return context.WithValue(ctx, tappedKey{}, t), nil
+}
+
+// tappedKey carries what Tap learnt of a call (*tapped) on its context.
+type tappedKey struct{}
+
+// tapped is what Tap learnt of a call: its callbudget slot and, for a
+// bearer token, the token as sent and its verified claims.
+type tapped struct {
+	slot   *callbudget.Slot
+	tenant string
+	bearer string
+	token  auth.Verified
+}
+
+// verifiedBearer returns the claims Tap verified of the call's bearer
+// token, if it is the token tok.
+func verifiedBearer(ctx context.Context, tok string) (auth.Verified, bool) {
+	t, ok := ctx.Value(tappedKey{}).(*tapped)
+	if !ok || t.bearer == "" || t.bearer != tok {
+		return auth.Verified{}, false
+	}
+	return t.token, true
 }
 
 // credentials returns a call's x-api-key and bearer token, each "" when
@@ -79,7 +110,7 @@ func credentials(md metadata.MD) (apiKey, bearer string) {
 // authenticated tells the call's slot, if Tap gave it one, the tenant the
 // call authenticated as.
 func authenticated(ctx context.Context, tenant string) {
-	if slot, ok := ctx.Value(slotKey{}).(*callbudget.Slot); ok {
-		slot.Authenticated(tenant)
+	if t, ok := ctx.Value(tappedKey{}).(*tapped); ok {
+		t.slot.Authenticated(tenant)
 	}
 }

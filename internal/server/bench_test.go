@@ -126,6 +126,13 @@ func vsRedis(b *testing.B) (context.Context, *redisPool, []repoolv1.PoolServiceC
 	cfg := Config{Store: sqliteStore(b), RatePerSecond: 1e9, Burst: 1 << 30}
 	b.Cleanup(TuneRuntime(cfg, os.Getenv))
 	r := start(b, cfg)
+	// The demo tenant's stored limits (DemoRatePerSecond) are its own, not
+	// the configuration's defaults: it is given the configured ones, so
+	// that the benchmark measures the server rather than a rate limit.
+	limits := fmt.Sprintf(`{"rate_per_second":%g,"burst":%d}`, cfg.RatePerSecond, cfg.Burst)
+	if code := r.api(b, "PUT", "/api/v1/tenants/demo/limits", r.op, limits, nil); code != 200 {
+		b.Fatalf("PUT /api/v1/tenants/demo/limits %s = %d, want 200", limits, code)
+	}
 	ctx := withKey(r.key)
 	var res []*repoolv1.Resource
 	for i := 0; i < benchResources; i++ {
@@ -337,6 +344,7 @@ func sideBySide(b *testing.B, ctx context.Context, rdb *redis.Client, what strin
 	slices := max(*benchSlices, 1)
 	slice := *benchFor / time.Duration(slices)
 	out := make([]measured, len(sides))
+	firsts := make([]atomic.Pointer[error], len(sides)) // each side's first error
 	for range slices {
 		for i, sd := range sides {
 			var r *redis.Client
@@ -345,7 +353,13 @@ func sideBySide(b *testing.B, ctx context.Context, rdb *redis.Client, what strin
 			}
 			_, c, err := measureCPU(ctx, r, slice, func() (rate float64) {
 				var errs int64
-				rate, errs = run(*benchClients, slice, sd.cycle)
+				rate, errs = run(*benchClients, slice, func(ctx context.Context, w, i int) error {
+					err := sd.cycle(ctx, w, i)
+					if err != nil && ctx.Err() == nil {
+						firsts[i].CompareAndSwap(nil, &err)
+					}
+					return err
+				})
 				out[i].errs += errs
 				return rate
 			})
@@ -368,6 +382,16 @@ func sideBySide(b *testing.B, ctx context.Context, rdb *redis.Client, what strin
 	fmt.Printf(" %s %.0f/s (%d errors, %.1f µs CPU per cycle: clients %.1f + server %.1f)\n",
 		sides[len(sides)-1].name, theirs.rate, theirs.errs, theirs.cpu.perCycle(),
 		float64(theirs.cpu.process)/1e3/theirs.cpu.cycles, float64(theirs.cpu.redis)/1e3/theirs.cpu.cycles)
+	// A refused call (a rate limit, a budget) makes a side's rate measure
+	// the refusal: the benchmark fails (TestVsRedisBenchmarksRefuseNothing).
+	var errs int64
+	for i, m := range out {
+		errs += m.errs
+		if first := firsts[i].Load(); first != nil {
+			b.Errorf("%s: %s: %d calls failed, the first with %v; a benchmark's calls must all succeed", what, sides[i].name, m.errs, *first)
+		}
+	}
+	b.ReportMetric(float64(errs), "errors")
 	return out
 }
 
@@ -535,5 +559,22 @@ func BenchmarkNoisyNeighbour(b *testing.B) {
 		fmt.Printf("tenant B, A flooding:  %d cycles, p50 %v, p99 %v, errors %d (A: %d cycles ok, %d refused by its limit)\n",
 			len(noisy), pct(noisy, 0.5), pct(noisy, 0.99), noisyErr, floodOK.Load(), floodRefused.Load())
 		fmt.Printf("B p99 with A flooding / alone = %.2f\n", float64(pct(noisy, 0.99))/float64(pct(solo, 0.99)))
+	}
+}
+
+// TestVsRedisBenchmarksRefuseNothing runs the side-by-side benchmarks
+// briefly and fails if any of their calls failed: a side whose calls are
+// refused (the tenant's rate limit, a budget) would measure the refusal.
+func TestVsRedisBenchmarksRefuseNothing(t *testing.T) {
+	defer func(d time.Duration, s, c int) { *benchFor, *benchSlices, *benchClients = d, s, c }(*benchFor, *benchSlices, *benchClients)
+	*benchFor, *benchSlices, *benchClients = 300*time.Millisecond, 1, 16
+	for name, bench := range map[string]func(*testing.B){
+		"AcquireReportVsRedis":      BenchmarkAcquireReportVsRedis,
+		"AcquireReleaseNextVsRedis": BenchmarkAcquireReleaseNextVsRedis,
+	} {
+		r := testing.Benchmark(bench)
+		if r.N == 0 || r.Extra["errors"] != 0 {
+			t.Errorf("Benchmark%s: %d runs, %v calls failed; want every call to succeed (its output above says which failed)", name, r.N, r.Extra["errors"])
+		}
 	}
 }

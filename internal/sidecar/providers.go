@@ -17,6 +17,7 @@ import (
 	repoolv1 "github.com/repool/repool/api/repool/v1"
 	"github.com/repool/repool/internal/sidecar/config"
 	"github.com/repool/repool/internal/sidecar/httpapi"
+	"github.com/repool/repool/internal/sidecar/leases"
 	"github.com/repool/repool/internal/sidecar/provider"
 	"github.com/repool/repool/internal/sidecar/resilience"
 	"github.com/repool/repool/internal/sidecar/token"
@@ -42,6 +43,7 @@ type upstream struct {
 	key    upstreamKey // what it is built from: a reload keeps it if equal
 	conn   *grpc.ClientConn
 	tokens *token.Source
+	leases *leases.Client // the Leases streams on conn
 
 	mu      sync.Mutex
 	refs    int
@@ -91,6 +93,9 @@ func (u *upstream) retire() {
 }
 
 func (u *upstream) close() {
+	if u.leases != nil {
+		u.leases.Close()
+	}
 	u.tokens.Close()
 	u.conn.Close()
 	close(u.closed)
@@ -100,17 +105,19 @@ func (u *upstream) close() {
 func (u *upstream) wait() { <-u.closed }
 
 // upstreamKey is what an upstream is built from: a provider's name,
-// endpoint, API key and token policy, and the Redis settings (the zero
-// value without Redis; with its defaults, a Redis is never zero).
+// endpoint, API key, token policy and lease streams, and the Redis
+// settings (the zero value without Redis; with its defaults, a Redis is
+// never zero).
 type upstreamKey struct {
 	name, endpoint, apiKey string
 	tls                    config.TLS // with the files' contents: a rotation reconnects
 	token                  token.Policy
 	redis                  token.Redis
+	leaseStreams           int
 }
 
 func newUpstreamKey(name string, p config.Provider, r *config.Redis) upstreamKey {
-	k := upstreamKey{name: name, endpoint: p.Endpoint, apiKey: p.APIKey, tls: p.TLS, token: p.Token}
+	k := upstreamKey{name: name, endpoint: p.Endpoint, apiKey: p.APIKey, tls: p.TLS, token: p.Token, leaseStreams: p.LeaseStreams}
 	if r != nil {
 		k.redis = r.Redis
 	}
@@ -155,7 +162,11 @@ func (s *Sidecar) dial(k upstreamKey) (*upstream, error) {
 		conn.Close()
 		return nil, err
 	}
-	return &upstream{key: k, conn: conn, tokens: tokens,
+	var streams *leases.Client
+	if k.leaseStreams >= 0 {
+		streams = leases.New(repoolv1.NewPoolServiceClient(conn), k.leaseStreams)
+	}
+	return &upstream{key: k, conn: conn, tokens: tokens, leases: streams,
 		gone: make(chan struct{}), closed: make(chan struct{})}, nil
 }
 
@@ -219,7 +230,7 @@ func (s *Sidecar) Apply(cfg config.Config) error {
 			Provider: name, Policy: pc.Resilience(), Clock: s.guards, Metrics: s.resMetrics, Notify: s.transitions,
 			Probe: func(ctx context.Context) error { return provider.CheckHealth(ctx, health) }}, prev)
 		prov, err := provider.New(provider.Config{
-			Name: name, Timeout: pc.Timeout, Pool: repoolv1.NewPoolServiceClient(e.up.conn), Tokens: e.up.tokens,
+			Name: name, Timeout: pc.Timeout, Pool: repoolv1.NewPoolServiceClient(e.up.conn), Tokens: e.up.tokens, Leases: e.up.leases,
 			Health:  health,
 			Breaker: e.guard.Breaker, Retrier: e.guard.Retrier, Bulkhead: e.guard.Bulkhead, Metrics: s.provMetrics,
 		})

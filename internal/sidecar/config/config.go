@@ -167,6 +167,12 @@ type Provider struct {
 	APIKeyFile string `yaml:"api_key_file"`
 	// Token is the token cache policy.
 	Token token.Policy `yaml:"token"`
+	// LeaseStreams is how many of the server's Leases streams carry the
+	// provider's Acquire, Release, Report and Renew calls at most
+	// (leases.Client): 0 means the default, leases.DefaultStreams; -1
+	// makes them unary calls. At most 32, a tenant's default
+	// max_lease_streams.
+	LeaseStreams int `yaml:"lease_streams"`
 	// Policy names the provider's resilience policy in Config.Policies.
 	// Default "default".
 	Policy string `yaml:"policy"`
@@ -466,6 +472,9 @@ func (p Provider) validate(name string) error {
 		return fmt.Errorf("%s.api_key: not resolved (api_key_env and api_key_file are read by config.Load)", field)
 	case strings.ContainsAny(p.APIKey, " \t\r\n"):
 		return fmt.Errorf("%s.api_key: contains white space", field)
+	}
+	if p.LeaseStreams < -1 || p.LeaseStreams > 32 {
+		return fmt.Errorf("%s.lease_streams %d: want 1 to 32 streams, 0 for the default (8) or -1 for unary calls", field, p.LeaseStreams)
 	}
 	if err := p.Token.Validate(); err != nil {
 		return fmt.Errorf("%s.token.%w", field, err)

@@ -12,8 +12,11 @@ package fakeserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -54,6 +57,14 @@ type Config struct {
 	Clock clock.Clock
 	// NoAuth turns off the bearer check of PoolService calls.
 	NoAuth bool
+	// Leases offers the Leases stream, as the real server does; without
+	// it Leases is UNIMPLEMENTED. Its calls go to the handlers below, one
+	// at a time in the order sent, on the stream's context, and are
+	// counted as their unary calls are (Calls) and apart (StreamCalls).
+	// A call whose handler answers UNAUTHENTICATED, PERMISSION_DENIED,
+	// UNAVAILABLE, CANCELED or DEADLINE_EXCEEDED ends the stream with that
+	// status, as the real server ends it.
+	Leases bool
 
 	// IssueToken replaces the default (check the key, issue a token).
 	IssueToken func(ctx context.Context, req *repoolv1.IssueTokenRequest) (*repoolv1.IssueTokenResponse, error)
@@ -84,12 +95,13 @@ type Server struct {
 	addr string
 	grpc *grpc.Server
 
-	next    atomic.Uint64 // token, lease and fencing numbers
-	mu      sync.Mutex
-	tokens  map[string]time.Time // issued token → expiry
-	calls   map[string]int64     // method → calls received
-	routes  map[route]int64      // method and x-repool-tenant → calls received
-	revoked map[string]bool
+	next     atomic.Uint64 // token, lease and fencing numbers
+	mu       sync.Mutex
+	tokens   map[string]time.Time // issued token → expiry
+	calls    map[string]int64     // method → calls received
+	routes   map[route]int64      // method and x-repool-tenant → calls received
+	streamed map[string]int64     // method → calls received on a Leases stream
+	revoked  map[string]bool
 }
 
 // Start serves a fake on a free port of 127.0.0.1 until the test ends.
@@ -112,7 +124,7 @@ func Start(tb testing.TB, cfg Config) *Server {
 		tb.Fatalf("fakeserver: listen: %v", err)
 	}
 	s := &Server{cfg: cfg, addr: ln.Addr().String(),
-		tokens: map[string]time.Time{}, calls: map[string]int64{}, routes: map[route]int64{}, revoked: map[string]bool{}}
+		tokens: map[string]time.Time{}, calls: map[string]int64{}, streamed: map[string]int64{}, routes: map[route]int64{}, revoked: map[string]bool{}}
 	s.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(s.unary), grpc.ChainStreamInterceptor(s.stream))
 	repoolv1.RegisterAuthServiceServer(s.grpc, authServer{s: s})
 	repoolv1.RegisterPoolServiceServer(s.grpc, poolServer{s: s})
@@ -133,6 +145,14 @@ func (s *Server) Calls(method string) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.calls[method]
+}
+
+// StreamCalls returns how many calls of a method ("Acquire", ...) the
+// fake received on Leases streams (Calls counts them too).
+func (s *Server) StreamCalls(method string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.streamed[method]
 }
 
 // route is a method and the x-repool-tenant its call named.
@@ -318,6 +338,94 @@ func (p poolServer) Report(ctx context.Context, req *repoolv1.ReportRequest) (*r
 		return p.s.cfg.Report(ctx, req)
 	}
 	return &repoolv1.ReportResponse{}, nil
+}
+
+// Leases serves the Leases stream when Config.Leases is set.
+func (p poolServer) Leases(stream grpc.BidiStreamingServer[repoolv1.LeaseCall, repoolv1.LeaseReply]) error {
+	if !p.s.cfg.Leases {
+		return status.Error(codes.Unimplemented, "method Leases not implemented")
+	}
+	ctx := stream.Context()
+	for {
+		call, err := stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		reply, err := p.leaseCall(ctx, call)
+		if err != nil {
+			switch status.Code(err) {
+			case codes.Unauthenticated, codes.PermissionDenied, codes.Unavailable, codes.Canceled, codes.DeadlineExceeded:
+				return err
+			}
+			reply = &repoolv1.LeaseReply{Reply: &repoolv1.LeaseReply_Error{Error: problem(err)}, Status: int32(status.Code(err))}
+		}
+		if err := stream.Send(reply); err != nil {
+			return err
+		}
+	}
+}
+
+// leaseCall does one call of a Leases stream as its unary call.
+func (p poolServer) leaseCall(ctx context.Context, call *repoolv1.LeaseCall) (*repoolv1.LeaseReply, error) {
+	method := ""
+	switch call.GetCall().(type) {
+	case *repoolv1.LeaseCall_Acquire:
+		method = "Acquire"
+	case *repoolv1.LeaseCall_Release:
+		method = "Release"
+	case *repoolv1.LeaseCall_Report:
+		method = "Report"
+	case *repoolv1.LeaseCall_Renew:
+		method = "Renew"
+	default:
+		return nil, status.Error(codes.InvalidArgument, "a lease call sets none of acquire, release, report, renew")
+	}
+	p.s.count(ctx, "/repool.v1.PoolService/"+method)
+	p.s.mu.Lock()
+	p.s.streamed[method]++
+	p.s.mu.Unlock()
+	if err := p.s.authorize(ctx, "/repool.v1.PoolService/"+method); err != nil {
+		return nil, err
+	}
+	switch c := call.GetCall().(type) {
+	case *repoolv1.LeaseCall_Acquire:
+		r, err := p.Acquire(ctx, c.Acquire)
+		return &repoolv1.LeaseReply{Reply: &repoolv1.LeaseReply_Acquire{Acquire: r}}, err
+	case *repoolv1.LeaseCall_Release:
+		r, err := p.Release(ctx, c.Release)
+		return &repoolv1.LeaseReply{Reply: &repoolv1.LeaseReply_Release{Release: r}}, err
+	case *repoolv1.LeaseCall_Report:
+		r, err := p.Report(ctx, c.Report)
+		return &repoolv1.LeaseReply{Reply: &repoolv1.LeaseReply_Report{Report: r}}, err
+	default:
+		r, err := p.Renew(ctx, call.GetRenew())
+		return &repoolv1.LeaseReply{Reply: &repoolv1.LeaseReply_Renew{Renew: r}}, err
+	}
+}
+
+// problem is a handler's error as a LeaseReply's Problem, as the real
+// server writes it.
+func problem(err error) *repoolv1.Problem {
+	st := status.Convert(err)
+	pr := &repoolv1.Problem{Code: strings.ToLower(st.Code().String()), Message: st.Message()}
+	for _, d := range st.Details() {
+		info, ok := d.(*errdetails.ErrorInfo)
+		if !ok || info.GetDomain() != repoolv1.ErrorDomain {
+			continue
+		}
+		pr.Code = strings.ToLower(info.GetReason())
+		pr.Why = info.GetMetadata()[repoolv1.ErrorInfoWhy]
+		if t, err := time.Parse(time.RFC3339Nano, info.GetMetadata()[repoolv1.ErrorInfoFreesAt]); err == nil {
+			pr.FreesAt = timestamppb.New(t)
+		}
+		if ms, err := strconv.ParseInt(info.GetMetadata()[repoolv1.ErrorInfoRetryAfterMS], 10, 64); err == nil {
+			pr.RetryAfterMs = int32(ms)
+		}
+	}
+	return pr
 }
 
 func (p poolServer) SubscribeEvents(req *repoolv1.SubscribeEventsRequest, stream grpc.ServerStreamingServer[repoolv1.Event]) error {

@@ -357,11 +357,27 @@ var marshal = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: tru
 
 func writeProto(w http.ResponseWriter, status int, m proto.Message) {
 	if rr, ok := m.(*repoolv1.ReleaseResponse); ok && rr.GetNext() == nil {
-		// A plain release answers {}, as it did before next existed.
-		writeJSON(w, status, struct{}{})
+		// A plain release answers {}, as it did before next existed: the
+		// bytes, not an encoder's reflection of an empty struct.
+		h := w.Header()
+		h.Set("Content-Type", "application/json")
+		h.Set("Cache-Control", "no-store")
+		w.WriteHeader(status)
+		w.Write(emptyObject) // an error means the client went away
 		return
 	}
-	raw, err := marshal.Marshal(m)
+	var raw []byte
+	var err error
+	ok := false
+	switch r := m.(type) { // the answers of nearly every call, without reflection
+	case *repoolv1.AcquireResponse:
+		raw, ok = appendLeaseAnswer(make([]byte, 0, 192), r.GetLease())
+	case *repoolv1.RenewResponse:
+		raw, ok = appendLeaseAnswer(make([]byte, 0, 192), r.GetLease())
+	}
+	if !ok {
+		raw, err = marshal.Marshal(m)
+	}
 	if err != nil {
 		writeAnswer(w, answer{status: http.StatusInternalServerError, code: codeInternal, msg: "encoding the answer: " + err.Error()})
 		return
@@ -372,6 +388,10 @@ func writeProto(w http.ResponseWriter, status int, m proto.Message) {
 	w.WriteHeader(status)
 	w.Write(append(raw, '\n')) // an error means the client went away
 }
+
+// emptyObject is the JSON answer {} with its newline, as writeJSON writes
+// it.
+var emptyObject = []byte("{}\n")
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	h := w.Header()

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
+	"github.com/repool/repool/internal/sidecar/leases"
 	"github.com/repool/repool/internal/sidecar/resilience"
 	"github.com/repool/repool/internal/sidecar/token"
 )
@@ -90,6 +91,9 @@ type Config struct {
 	Bulkhead *resilience.Bulkhead
 	// Metrics counts the calls.
 	Metrics *Metrics
+	// Leases carries Acquire, Release, Report and Renew on the server's
+	// Leases streams (unary calls when it cannot); nil makes them unary.
+	Leases *leases.Client
 }
 
 // Provider makes calls to one reputation cluster. Safe for concurrent use.
@@ -106,6 +110,7 @@ type Provider struct {
 	bulkhead *resilience.Bulkhead
 	series   *series
 	health   healthpb.HealthClient
+	leases   *leases.Client
 }
 
 // New returns a Provider.
@@ -118,7 +123,7 @@ func New(cfg Config) (*Provider, error) {
 	}
 	return &Provider{
 		name: cfg.Name, timeout: cfg.Timeout, pool: cfg.Pool, tokens: cfg.Tokens,
-		breaker: cfg.Breaker, retrier: cfg.Retrier, bulkhead: cfg.Bulkhead, health: cfg.Health,
+		breaker: cfg.Breaker, retrier: cfg.Retrier, bulkhead: cfg.Bulkhead, health: cfg.Health, leases: cfg.Leases,
 		series: newSeries(cfg.Metrics, cfg.Name,
 			resilience.FastFailCircuitOpen, resilience.FastFailBulkhead, resilience.FastFailTimeout, resilience.FastFailUpstream),
 	}, nil
@@ -162,6 +167,8 @@ func (p *Provider) Bulkhead() *resilience.Bulkhead { return p.bulkhead }
 //	    inside the retry so that a call waiting to retry holds no slot, and
 //	    inside the attempt rules so that their abort ends its waits.
 //	 5. The auth layer is innermost, so each attempt carries a current token,
+//	    (on a Leases stream opened with that token, when Config.Leases is
+//	    set: leases.Client),
 //	    and a token the server refuses is replaced and the attempt repeated
 //	    once without spending a retry; an IssueToken that fails with
 //	    UNAVAILABLE is retried like the call itself.
@@ -197,13 +204,17 @@ func (p *Provider) Do(ctx context.Context, method Method, call Call) error {
 			if err := p.bulkhead.Enter(a.Context()); err != nil {
 				return a.End(err)
 			}
-			err = p.tokens.Do(a.Context(), func(ctx context.Context) error {
+			err = p.tokens.DoToken(a.Context(), func(ctx context.Context, t *token.Token) error {
 				trailer = nil
 				if a.SentAt().IsZero() { // from here the provider owes an answer
 					a.Sent()          // (the silence rule)
 					p.bulkhead.Sent() // (the bulkhead's slowness)
 				}
-				return call(ctx, p.pool, grpc.Trailer(&trailer))
+				pool := p.pool
+				if p.leases != nil {
+					pool = p.leases.With(t)
+				}
+				return call(ctx, pool, grpc.Trailer(&trailer))
 			})
 			p.bulkhead.Leave(a.SentAt())
 			return a.End(err)

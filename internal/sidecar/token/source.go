@@ -450,18 +450,25 @@ func (s *Source) Invalidate(ctx context.Context, t *Token) {
 // UNAUTHENTICATED (or IssueToken refusing the key) matches
 // ErrInvalidCredentials.
 func (s *Source) Do(ctx context.Context, call func(ctx context.Context) error) error {
+	return s.DoToken(ctx, func(ctx context.Context, _ *Token) error { return call(ctx) })
+}
+
+// DoToken is Do for a call that needs the token itself as well (a Leases
+// stream is opened with it): call gets the context Do would give it and
+// the token that context carries.
+func (s *Source) DoToken(ctx context.Context, call func(ctx context.Context, t *Token) error) error {
 	t, err := s.Token(ctx)
 	if err != nil {
 		return err
 	}
-	err = call(t.Outgoing(ctx))
+	err = call(t.Outgoing(ctx), t)
 	if status.Code(err) != codes.Unauthenticated {
 		return err
 	}
 	if t, err = s.Refresh(ctx, t); err != nil {
 		return err
 	}
-	if err = call(t.Outgoing(ctx)); status.Code(err) == codes.Unauthenticated {
+	if err = call(t.Outgoing(ctx), t); status.Code(err) == codes.Unauthenticated {
 		return &credentialsError{err: err}
 	}
 	return err
