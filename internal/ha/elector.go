@@ -58,6 +58,15 @@ type Config struct {
 	// LockID is the advisory lock the group's servers compete for; zero
 	// means LockID (the default group's).
 	LockID int64
+	// Reachable, when set, is told after each exchange of the election
+	// with the database whether the database answered: true after a
+	// session opened, a standby's wait for the lock or a leader's check
+	// answered (held or not), false after one failed or went unanswered
+	// within its bound. An attempt that ctx ended tells nothing. A standby
+	// calls it about every lockTimeout, a leader every Interval, a server
+	// that cannot reach the database every Interval: it says whether the
+	// database can be reached from this server, whatever its role.
+	Reachable func(ok bool)
 }
 
 // Elector campaigns for leadership. Safe for use by one goroutine at a time.
@@ -96,6 +105,9 @@ func New(cfg Config) (*Elector, error) {
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Reachable == nil {
+		cfg.Reachable = func(bool) {}
 	}
 	return &Elector{cfg: cfg, log: cfg.Log.With("component", "ha")}, nil
 }
@@ -151,6 +163,9 @@ func (e *Elector) Campaign(ctx context.Context) (*Term, error) {
 		if err == nil {
 			var held bool
 			held, err = e.lock(ctx, conn)
+			if ctx.Err() == nil {
+				e.cfg.Reachable(err == nil)
+			}
 			if err == nil && held {
 				e.log.Info("acquired the leader lock")
 				return e.hold(conn), nil
@@ -167,6 +182,7 @@ func (e *Elector) Campaign(ctx context.Context) (*Term, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
+		e.cfg.Reachable(false)
 		e.log.Warn("leader election: database unreachable", "err", err)
 		if err := clock.Sleep(ctx, e.cfg.Clock, e.cfg.Interval); err != nil {
 			return nil, err
@@ -309,6 +325,7 @@ func (e *Elector) hold(conn *pgx.Conn) *Term {
 			if ctx.Err() != nil {
 				return false // resigned
 			}
+			e.cfg.Reachable(err == nil)
 			if err != nil || !held {
 				t.why = fmt.Errorf("leader session lost: %v", errOr(err, "lock not held"))
 				e.log.Error("stepping down", "why", t.why)
