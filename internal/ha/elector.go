@@ -59,10 +59,11 @@ type Config struct {
 	// means LockID (the default group's).
 	LockID int64
 	// Reachable, when set, is told after each exchange of the election
-	// with the database whether the database answered: true after a
-	// session opened, a standby's wait for the lock or a leader's check
-	// answered (held or not), false after one failed or went unanswered
-	// within its bound. An attempt that ctx ended tells nothing. A standby
+	// with the database whether the database answered: true after a wait
+	// for the lock (a standby's, or the winning one) or a leader's check
+	// answered, held or not; false after a connection, a wait or a check
+	// failed or went unanswered within its bound. An attempt that ctx
+	// ended tells nothing. A standby
 	// calls it about every lockTimeout, a leader every Interval, a server
 	// that cannot reach the database every Interval: it says whether the
 	// database can be reached from this server, whatever its role.

@@ -39,7 +39,7 @@ func newHA(s *Server, cfg Config, raw store.Store) (*haState, error) {
 		stepdowns: prometheus.NewCounter(prometheus.CounterOpts{Name: "repool_ha_stepdowns_total", Help: "Times this server lost leadership."}),
 		isActive:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "repool_ha_active", Help: "1 while this server is the active one."}),
 		reachable: prometheus.NewGauge(prometheus.GaugeOpts{Name: "repool_ha_database_reachable",
-			Help: "1 while this server's leader election last reached the database (a session opened, a standby's wait for the lock or the leader's check answered), 0 after an attempt failed: on standbys too."}),
+			Help: "1 while this server's leader election last reached the database (a wait for the lock or the leader's check answered), 0 after a connection, a wait or a check failed: on standbys too."}),
 	}
 	el, err := ha.New(ha.Config{DSN: st.DSN(), Name: cfg.HAName, Interval: cfg.HAInterval, SessionTimeout: cfg.HASessionTimeout,
 		Clock: s.clock, Log: s.log, LockID: postgres.GroupLockID(cfg.Group),
