@@ -58,6 +58,16 @@ type Config struct {
 	// LockID is the advisory lock the group's servers compete for; zero
 	// means LockID (the default group's).
 	LockID int64
+	// Reachable, when set, is told after each exchange of the election
+	// with the database whether the database answered: true after a wait
+	// for the lock (a standby's, or the winning one) or a leader's check
+	// answered, held or not; false after a connection, a wait or a check
+	// failed or went unanswered within its bound. An attempt that ctx
+	// ended tells nothing. A standby
+	// calls it about every lockTimeout, a leader every Interval, a server
+	// that cannot reach the database every Interval: it says whether the
+	// database can be reached from this server, whatever its role.
+	Reachable func(ok bool)
 }
 
 // Elector campaigns for leadership. Safe for use by one goroutine at a time.
@@ -96,6 +106,9 @@ func New(cfg Config) (*Elector, error) {
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Reachable == nil {
+		cfg.Reachable = func(bool) {}
 	}
 	return &Elector{cfg: cfg, log: cfg.Log.With("component", "ha")}, nil
 }
@@ -164,6 +177,9 @@ func (e *Elector) Campaign(ctx context.Context) (*Term, error) {
 			var held bool
 			sent := time.Now()
 			held, err = e.lock(ctx, conn)
+			if ctx.Err() == nil {
+				e.cfg.Reachable(err == nil)
+			}
 			if err == nil && held {
 				e.log.Info("acquired the leader lock")
 				return e.hold(conn, sent), nil
@@ -180,6 +196,7 @@ func (e *Elector) Campaign(ctx context.Context) (*Term, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
+		e.cfg.Reachable(false)
 		if failed == 0 {
 			failingSince = time.Now()
 			e.log.Warn("leader election: database unreachable; retrying every interval, logged again when it answers",
@@ -339,6 +356,7 @@ func (e *Elector) hold(conn *pgx.Conn, sent time.Time) *Term {
 			if ctx.Err() != nil {
 				return false // resigned
 			}
+			e.cfg.Reachable(err == nil)
 			switch {
 			case errors.Is(err, context.DeadlineExceeded):
 				t.why = fmt.Errorf("leader session unconfirmed: no answer from the database within %v of sending the last check it answered, and it may soon free the lock", e.confirmedFor())

@@ -615,3 +615,125 @@ func TestUnreachableDatabaseLoggedOnce(t *testing.T) {
 		t.Errorf("log has %d lines saying the database answers again, want 1 with failed_attempts:\n%s", n, out)
 	}
 }
+
+// reports records what an elector told Config.Reachable.
+type reports struct {
+	mu  sync.Mutex
+	got []bool
+}
+
+func (r *reports) add(ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, ok)
+}
+
+// count returns how many reports said ok and how many did not.
+func (r *reports) count() (yes, no int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, ok := range r.got {
+		if ok {
+			yes++
+		} else {
+			no++
+		}
+	}
+	return yes, no
+}
+
+// last returns the latest report (false if none).
+func (r *reports) last() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.got) > 0 && r.got[len(r.got)-1]
+}
+
+// TestReachable: the election tells Config.Reachable whether the database
+// answered, whatever the server's role: false at every attempt while
+// nothing listens at the DSN's address; true at each answered wait of a
+// standby and each check of the leader; false once the leader's check
+// fails (its session terminated).
+func TestReachable(t *testing.T) {
+	var down reports
+	dead := fmt.Sprintf("postgres://nobody@127.0.0.1:%d/repool?sslmode=disable&connect_timeout=1", testenv.FreePort(t))
+	e, err := New(Config{DSN: dead, Name: "x", Interval: interval, SessionTimeout: 5 * time.Second, Reachable: down.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	_, err = e.Campaign(ctx)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Campaign with nothing listening = got error %v, want the context's deadline", err)
+	}
+	if yes, no := down.count(); yes != 0 || no < 2 {
+		t.Fatalf("reports with nothing listening = %d true, %d false; want none true and a false per attempt (at least 2 in 500 ms at a %v interval)", yes, no, interval)
+	}
+
+	dsn := testenv.Postgres(t)
+	ctx, cancel = context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	obs := observer(ctx, t, dsn)
+	var leaderR, standbyR reports
+	fake := clock.NewFake(time.Unix(0, 0))
+	a, err := New(Config{DSN: dsn, Name: "a", Interval: interval, SessionTimeout: 5 * time.Second, Clock: fake, Reachable: leaderR.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	term, err := a.Campaign(ctx)
+	if err != nil {
+		t.Fatalf("Campaign(a) = got error %v, want a term", err)
+	}
+	defer term.Resign()
+	if yes, no := leaderR.count(); yes != 1 || no != 0 {
+		t.Fatalf("leader's reports after winning the lock = %d true, %d false; want 1 true (its lock attempt)", yes, no)
+	}
+
+	b, err := New(Config{DSN: dsn, Name: "b", Interval: interval, SessionTimeout: 5 * time.Second, Reachable: standbyR.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bctx, bcancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if term, err := b.Campaign(bctx); err == nil {
+			term.Resign()
+		}
+	}()
+	testenv.Eventually(t, 30*time.Second, "the standby's waits to be reported reachable 3 times", func() bool {
+		yes, _ := standbyR.count()
+		return yes >= 3
+	})
+	bcancel()
+	<-done
+	if _, no := standbyR.count(); no != 0 {
+		t.Errorf("standby's reports = %d false, want none: the database answered every wait", no)
+	}
+
+	if err := fake.Wait(ctx, 1); err != nil {
+		t.Fatalf("waiting for the leader's check ticker = got error %v, want nil", err)
+	}
+	fake.Advance(interval)
+	testenv.Eventually(t, 10*time.Second, "the leader's check to be reported reachable", func() bool {
+		yes, _ := leaderR.count()
+		return yes >= 2
+	})
+	s := sessions(ctx, t, obs, "a")
+	if len(s) != 1 {
+		t.Fatalf("sessions of a = got %+v, want one", s)
+	}
+	if _, err := obs.Exec(ctx, `SELECT pg_terminate_backend($1)`, s[0].pid); err != nil {
+		t.Fatalf("pg_terminate_backend = got error %v, want nil", err)
+	}
+	fake.Advance(interval)
+	select {
+	case <-term.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the term did not end at the first check after its session was terminated")
+	}
+	if leaderR.last() {
+		t.Errorf("leader's last report after its check failed = true, want false")
+	}
+}

@@ -26,6 +26,7 @@ type haState struct {
 	takeovers prometheus.Counter
 	stepdowns prometheus.Counter
 	isActive  prometheus.Gauge
+	reachable prometheus.Gauge
 }
 
 func newHA(s *Server, cfg Config, raw store.Store) (*haState, error) {
@@ -33,18 +34,29 @@ func newHA(s *Server, cfg Config, raw store.Store) (*haState, error) {
 	if !ok {
 		return nil, errors.New("ha: the store does not support high availability (use postgres://)")
 	}
-	el, err := ha.New(ha.Config{DSN: st.DSN(), Name: cfg.HAName, Interval: cfg.HAInterval, SessionTimeout: cfg.HASessionTimeout,
-		Clock: s.clock, Log: s.log, LockID: postgres.GroupLockID(cfg.Group)})
-	if err != nil {
-		return nil, err
-	}
 	h := &haState{
-		elector:   el,
 		takeovers: prometheus.NewCounter(prometheus.CounterOpts{Name: "repool_ha_takeovers_total", Help: "Times this server became active."}),
 		stepdowns: prometheus.NewCounter(prometheus.CounterOpts{Name: "repool_ha_stepdowns_total", Help: "Times this server lost leadership."}),
 		isActive:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "repool_ha_active", Help: "1 while this server is the active one."}),
+		reachable: prometheus.NewGauge(prometheus.GaugeOpts{Name: "repool_ha_database_reachable",
+			Help: "1 while this server's leader election last reached the database (a wait for the lock or the leader's check answered), 0 after a connection, a wait or a check failed: on standbys too."}),
 	}
-	s.reg.MustRegister(h.takeovers, h.stepdowns, h.isActive)
+	el, err := ha.New(ha.Config{DSN: st.DSN(), Name: cfg.HAName, Interval: cfg.HAInterval, SessionTimeout: cfg.HASessionTimeout,
+		Clock: s.clock, Log: s.log, LockID: postgres.GroupLockID(cfg.Group),
+		Reachable: func(ok bool) {
+			if ok {
+				h.reachable.Set(1)
+			} else {
+				h.reachable.Set(0)
+			}
+		}})
+	if err != nil {
+		return nil, err
+	}
+	h.elector = el
+	// It opened the store, on that database, before it campaigns.
+	h.reachable.Set(1)
+	s.reg.MustRegister(h.takeovers, h.stepdowns, h.isActive, h.reachable)
 	return h, nil
 }
 

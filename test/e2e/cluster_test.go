@@ -30,7 +30,7 @@ const (
 	pgBin         = "/usr/lib/postgresql/15/bin"
 	haproxyBin    = "/usr/sbin/haproxy"
 	keepalivedBin = "/usr/sbin/keepalived"
-	scriptHint    = "run scripts/test as root: it installs PostgreSQL 15, HAProxy, Keepalived, iproute2, curl and tcpdump"
+	scriptHint    = "run scripts/test as root: it installs PostgreSQL 15, HAProxy, Keepalived, iproute2, curl, tcpdump, Prometheus and its node exporter"
 )
 
 // Ports and timings of the cluster under test.
@@ -51,6 +51,7 @@ type cluster struct {
 
 	serverBin, sidecarBin string
 
+	pg     *proc     // PostgreSQL
 	dsn    string    // the servers' store
 	db     *pgx.Conn // the test's own connection (root namespace)
 	apiKey string    // the demo tenant's key
@@ -197,7 +198,7 @@ func (c *cluster) postgres() {
 	if c.tls != nil {
 		// TLS only (hostssl): the servers connect with sslmode=require.
 		fmt.Fprintf(hba, "hostssl all all %s trust\n", subnet)
-		cert, key := c.tls.ca.Issue("db", hostDB.addr).Write(c.tb, pgDir, "server")
+		cert, key := c.tls.issue("db", hostDB.addr).Write(c.tb, pgDir, "server")
 		for _, f := range []string{cert, key} {
 			if err := os.Chown(f, uid, gid); err != nil {
 				c.tb.Fatal(err)
@@ -209,7 +210,7 @@ func (c *cluster) postgres() {
 	}
 	hba.Close()
 
-	c.ps.start("postgres", hostDB.ns(), []string{"HOME=" + pgDir}, slices.Concat(asPG, []string{filepath.Join(pgBin, "postgres")},
+	c.pg = c.ps.start("postgres", hostDB.ns(), []string{"HOME=" + pgDir}, slices.Concat(asPG, []string{filepath.Join(pgBin, "postgres")},
 		pgcluster.ServerArgs(data, hostDB.addr, pgPort, pgDir), []string{"-c", "log_min_messages=warning"}, sslArgs)...)
 
 	admin := fmt.Sprintf("postgres://postgres@%s:%d/postgres?sslmode=%s&connect_timeout=2", hostDB.addr, pgPort, sslmode)

@@ -52,7 +52,8 @@ var (
 	hostS3     = host{"s3", "10.231.0.23"}
 	hostS4     = host{"s4", "10.231.0.24"} // TestGroups' fourth server
 	hostClient = host{"client", "10.231.0.30"}
-	allHosts   = []host{hostDB, hostLB1, hostLB2, hostS1, hostS2, hostS3, hostS4, hostClient}
+	hostMon    = host{"mon", "10.231.0.40"} // TestAlerts' Prometheus
+	allHosts   = []host{hostDB, hostLB1, hostLB2, hostS1, hostS2, hostS3, hostS4, hostClient, hostMon}
 )
 
 // ip runs the ip command and returns its output; a failure fails tb.

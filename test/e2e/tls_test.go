@@ -49,10 +49,12 @@ func (c *cluster) setupTLS() {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		c.tb.Fatal(err)
 	}
-	f := &tlsFiles{ca: tlstest.NewCA(c.tb, "repool e2e CA"), dir: dir}
+	// Valid for longer than RepoolCertificateExpiresSoon's 14 days
+	// (deploy/monitoring), which TestAlerts checks stays quiet.
+	f := &tlsFiles{ca: tlstest.NewCAValid(c.tb, "repool e2e CA", time.Now().Add(-time.Hour), time.Now().Add(certValidity)), dir: dir}
 	f.caFile = f.ca.WriteCA(dir, "ca.crt")
 	f.vipPEM = filepath.Join(dir, "vip.pem")
-	if err := os.WriteFile(f.vipPEM, f.ca.Issue("vip", serverName, vipAddr).PEM(), 0o600); err != nil {
+	if err := os.WriteFile(f.vipPEM, f.issue("vip", serverName, vipAddr).PEM(), 0o600); err != nil {
 		c.tb.Fatal(err)
 	}
 	c.tls = f
@@ -60,12 +62,22 @@ func (c *cluster) setupTLS() {
 	pool.AppendCertsFromPEM(f.ca.PEM)
 	probe.Transport.(*http.Transport).TLSClientConfig = &tls.Config{RootCAs: pool}
 	serverScheme = "https"
+	c.tb.Cleanup(func() { serverScheme = "http" })
+}
+
+// certValidity is how long the run's certificates are valid: as long as a
+// real deployment's, so that no certificate-expiry alert fires.
+const certValidity = 90 * 24 * time.Hour
+
+// issue signs a certificate valid for certValidity.
+func (f *tlsFiles) issue(cn string, hosts ...string) tlstest.Pair {
+	return f.ca.IssueValid(cn, time.Now().Add(-time.Hour), time.Now().Add(certValidity), hosts...)
 }
 
 // serverPair writes the certificate and key of server host h (its name
 // and address) and returns their paths.
 func (f *tlsFiles) serverPair(tb testing.TB, h host) (string, string) {
-	return f.ca.Issue(h.name, serverName, h.addr).Write(tb, f.dir, h.name)
+	return f.issue(h.name, serverName, h.addr).Write(tb, f.dir, h.name)
 }
 
 // creds are the credentials of the test's own gRPC clients: TLS verifying

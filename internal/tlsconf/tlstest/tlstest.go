@@ -29,12 +29,18 @@ type CA struct {
 // NewCA makes a CA named name, valid for a day.
 func NewCA(tb testing.TB, name string) *CA {
 	tb.Helper()
+	return NewCAValid(tb, name, time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour))
+}
+
+// NewCAValid is NewCA with a validity period of its own.
+func NewCAValid(tb testing.TB, name string, notBefore, notAfter time.Time) *CA {
+	tb.Helper()
 	key := newKey(tb)
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(tb),
 		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
+		NotBefore:             notBefore,
+		NotAfter:              notAfter,
 		IsCA:                  true,
 		BasicConstraintsValid: true,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
