@@ -111,6 +111,19 @@ func post(t *testing.T, url, bearer, body string) (int, string) {
 	return resp.StatusCode, string(raw)
 }
 
+// call is one call of the load: it posts a JSON body and returns the
+// status (0 if the call failed) and the body. The load ignores failures;
+// the checks are on the pages.
+func call(url, body string) (int, string) {
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		return 0, ""
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(raw)
+}
+
 // cluster is a server and a sidecar with two providers: default on the
 // server, dead on a port where nothing listens.
 type cluster struct {
@@ -169,7 +182,7 @@ func startCluster(t *testing.T) *cluster {
 // load runs workers that acquire and release leases through the sidecar
 // until the test ends: proxy-8 always fails, and every tenth cycle also
 // reports a failure of it (so the pool quarantines it however rarely it
-// leases it), proxy-7 fails one use in four, the others succeed. It returns how many
+// leases it), proxy-7 fails one use in ten, the others succeed. It returns how many
 // cycles they completed so far.
 func load(t *testing.T, c *cluster, workers int) func() int {
 	var (
@@ -185,7 +198,7 @@ func load(t *testing.T, c *cluster, workers int) func() int {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(w), 7))
 			for ctx.Err() == nil {
-				code, body := post(t, c.defaultURL+"/acquire", "", `{"context":"checkout","ttl_seconds":30}`)
+				code, body := call(c.defaultURL+"/acquire", `{"context":"checkout","ttl_seconds":30}`)
 				if code != 200 {
 					time.Sleep(10 * time.Millisecond) // nothing to lease for now: do not spin
 					continue
@@ -201,19 +214,19 @@ func load(t *testing.T, c *cluster, workers int) func() int {
 					continue
 				}
 				outcome := "SUCCESS"
-				if id := a.Lease.ResourceID; id == "proxy-8" || (id == "proxy-7" && rng.IntN(4) == 0) {
+				if id := a.Lease.ResourceID; id == "proxy-8" || (id == "proxy-7" && rng.IntN(10) == 0) {
 					outcome = "FAILURE"
 				}
-				post(t, c.defaultURL+"/leases/"+a.Lease.LeaseID+"/release", "", `{"fencing_token":"`+a.Lease.FencingToken+`","outcome":"`+outcome+`"}`)
+				call(c.defaultURL+"/leases/"+a.Lease.LeaseID+"/release", `{"fencing_token":"`+a.Lease.FencingToken+`","outcome":"`+outcome+`"}`)
 				mu.Lock()
 				done++
 				report := done%10 == 0
 				mu.Unlock()
 				if report {
-					post(t, c.defaultURL+"/reports", "", `{"resource_id":"proxy-8","context":"checkout","outcome":"FAILURE"}`)
+					call(c.defaultURL+"/reports", `{"resource_id":"proxy-8","context":"checkout","outcome":"FAILURE"}`)
 					// The backend calls the dead provider too, which
 					// keeps its breaker opening again after each probe.
-					post(t, c.deadURL+"/acquire", "", `{"context":"checkout","ttl_seconds":30}`)
+					call(c.deadURL+"/acquire", `{"context":"checkout","ttl_seconds":30}`)
 				}
 			}
 		}()
@@ -328,7 +341,7 @@ func TestStatusPagesInChromium(t *testing.T) {
 		return strings.Contains(string(raw), `"quarantine":"blocked"`)
 	})
 	testenv.Eventually(t, 30*time.Second, "the dead provider's breaker to open", func() bool {
-		code, body := post(t, c.deadURL+"/acquire", "", `{"context":"checkout","ttl_seconds":30}`)
+		code, body := call(c.deadURL+"/acquire", `{"context":"checkout","ttl_seconds":30}`)
 		return code == 503 && strings.Contains(body, "circuit")
 	})
 
@@ -381,12 +394,26 @@ func TestStatusPagesInChromium(t *testing.T) {
 	if r := row(t, ctx, "proxy-8"); !strings.Contains(r, "quarantined") {
 		t.Fatalf("the row of proxy-8, which always fails = %q, want it quarantined by the pool", r)
 	}
-	order, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('table')[1].rows).slice(1).map(r => r.cells[0].innerText.trim())`))
+	// Worst first, as shown: the two quarantined, then the others by their
+	// long-run success, lowest first.
+	listed, err := chromedp.Run(ctx, chromedp.Evaluate[[][]string](`Array.from(document.querySelectorAll('table')[1].rows).slice(1).map(r => [r.cells[0].innerText.trim(), r.cells[4].innerText.trim()])`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(order) != 9 || !(slices.Index(order, "proxy-3") < 2 && slices.Index(order, "proxy-8") < 2 && slices.Index(order, "proxy-7") == 2) {
-		t.Fatalf("the resources listed in order %q, want the quarantined proxy-3 and proxy-8 first, then proxy-7 that fails at times (worst first)", order)
+	var order []string
+	var rates []float64
+	for _, l := range listed {
+		var pct float64
+		if len(l) != 2 {
+			t.Fatalf("a resource row of the tenant's page = %q, want its id and its long-run success", l)
+		}
+		if _, err := fmt.Sscanf(l[1], "%f %%", &pct); err != nil {
+			t.Fatalf("the long-run success of %s = %q, want a percentage", l[0], l[1])
+		}
+		order, rates = append(order, l[0]), append(rates, pct)
+	}
+	if len(order) != 9 || slices.Index(order, "proxy-3") > 1 || slices.Index(order, "proxy-8") > 1 || !slices.IsSorted(rates[2:]) {
+		t.Fatalf("the resources listed in order %q with long-run success %v, want the quarantined proxy-3 and proxy-8 first, then the others by success, lowest first", order, rates)
 	}
 	// The hostile id is text, not markup: no script element, the title
 	// unchanged, no dialog (the listener above).
