@@ -98,7 +98,7 @@ for this path only, until the token expires or you sign out.</p>
 <h1>Tenant {{.Tenant.ID}}</h1>
 <p class="sub">{{.Tenant.Name}} &middot; status {{.Tenant.Status}}{{if .Tenant.Group}} &middot; group {{.Tenant.Group}}{{end}} &middot; this server: {{.Self}} &middot; signed in as {{.Actor}}</p>
 {{if .Elsewhere}}<p class="warn">{{.Elsewhere}}</p>
-{{else if .NoPool}}<p class="muted">The tenant has no pool on this server yet (no resource registered since it started).</p>
+{{else if .NoPool}}<p class="muted">This server ({{.Self}}) holds no pool of this tenant: a tenant's pool is held by its group's active server, once the tenant has registered a resource.</p>
 {{else}}
 <table>
 <tr><th>resources</th><td class="num">{{.Total}}</td></tr>

@@ -47,7 +47,7 @@ func TestStatusPagesRoles(t *testing.T) {
 		{"viewer: another tenant", "/status/tenants/b", viewer, 403, "scoped to another tenant"},
 		{"metrics: no page", "/status", metrics, 403, "reads /metrics only"},
 		{"operator: an unknown tenant", "/status/tenants/zz", op, 404, "There is no tenant"},
-		{"operator: a tenant without a pool here", "/status/tenants/b", op, 200, "no pool on this server"},
+		{"operator: a tenant without a pool here", "/status/tenants/b", op, 200, "holds no pool of this tenant"},
 		{"an unknown page", "/status/nothing", op, 404, "There is no page"},
 	} {
 		r := h.page("GET", c.path, c.tok)
