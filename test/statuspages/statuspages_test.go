@@ -379,9 +379,11 @@ func TestStatusPagesInChromium(t *testing.T) {
 	screenshot(t, ctx, "status-server.png")
 
 	// The tenant's pool, through the link, as the cookie allows.
+	opened := time.Now()
 	if err := chromedp.Do(ctx, chromedp.Click(chromedp.Search(`//a[text()="`+c.tenant+`"]`)), chromedp.WaitVisible(chromedp.Search(`//h2[starts-with(text(),"Resources")]`))); err != nil {
 		t.Fatalf("opening the tenant's page = got error %v", err)
 	}
+	tenantPage := time.Since(opened)
 	if r := row(t, ctx, "proxy-3"); !strings.Contains(r, "quarantined until") {
 		t.Fatalf("the row of proxy-3 = %q, want it quarantined until a time", r)
 	}
@@ -455,6 +457,9 @@ func TestStatusPagesInChromium(t *testing.T) {
 		t.Fatalf("the sidecar's row of provider default = %q, want its breaker closed and a valid token", def)
 	}
 	screenshot(t, ctx, "status-sidecar.png")
+	// Figures for a person to compare, not a target: the time from the
+	// click to the tenant's page shown, under the load above.
+	t.Logf("measure: statuspages_tenant_page_ms=%d", tenantPage.Milliseconds())
 	t.Logf("measure: statuspages_load_cycles=%d", done())
 }
 
