@@ -112,16 +112,24 @@ func (a *API) authenticate(r *http.Request) (caller, error) {
 	if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
 		return caller{}, invalid
 	}
+	c, _, err := a.verify(r, tok)
+	return c, err
+}
+
+// verify checks a control-plane token and returns its caller and expiry;
+// every failure is the same 401.
+func (a *API) verify(r *http.Request, tok string) (caller, time.Time, error) {
+	invalid := &apiError{http.StatusUnauthorized, codeUnauthenticated, "invalid or expired bearer token"}
 	claims, err := a.cfg.Signer.Verify(tok, token.AudienceControl)
 	if err != nil {
-		return caller{}, invalid
+		return caller{}, time.Time{}, invalid
 	}
 	if err := validateRole(claims.Role, claims.Tenant); err != nil {
 		// Correctly signed but meaningless: our own signer made it.
 		a.log.WarnContext(r.Context(), "control token with invalid claims", "role", claims.Role, "tenant", claims.Tenant)
-		return caller{}, invalid
+		return caller{}, time.Time{}, invalid
 	}
-	return caller{role: claims.Role, tenant: claims.Tenant}, nil
+	return caller{role: claims.Role, tenant: claims.Tenant}, claims.ExpiresAt, nil
 }
 
 // ReadsTenantMetrics reports whether r carries a valid control-plane token

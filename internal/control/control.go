@@ -75,6 +75,10 @@ type Config struct {
 	// Groups is the server's side of tenant-sharded groups; nil when the
 	// server does not shard.
 	Groups Groups
+	// Self says what this server is now, in a word or a short phrase
+	// ("active", "standby", "not ready"), for the status pages. Nil means
+	// "serving".
+	Self func() string
 }
 
 // Validate reports the first missing required field.

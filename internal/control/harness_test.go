@@ -209,6 +209,14 @@ func (f *fakeHooks) Resource(tenant, id string) (pool.ResourceInfo, error) {
 	return NopHooks{}.Resource(tenant, id)
 }
 
+func (f *fakeHooks) Resources(tenant, after string, limit int) ([]pool.ResourceInfo, bool, error) {
+	if p := f.pools[tenant]; p != nil {
+		infos, more := p.List(after, limit)
+		return infos, more, nil
+	}
+	return NopHooks{}.Resources(tenant, after, limit)
+}
+
 // Quarantine records a call that changed the pool, or that the quarantine
 // function failed as a store would (the change made, not durable).
 func (f *fakeHooks) Quarantine(ctx context.Context, tenant, id string, impose bool, d time.Duration, why string) (pool.ResourceInfo, error) {

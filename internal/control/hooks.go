@@ -41,6 +41,11 @@ type Hooks interface {
 	// Resource returns one resource of the tenant's pool; an error
 	// wrapping pool.ErrNotFound is answered 404.
 	Resource(tenant, id string) (pool.ResourceInfo, error)
+	// Resources returns up to limit resources of the tenant's pool with
+	// ids greater than after, in id order, and whether more follow
+	// (pool.Pool.List); an error wrapping pool.ErrNotFound when the tenant
+	// has no pool on this server.
+	Resources(tenant, after string, limit int) ([]pool.ResourceInfo, bool, error)
 	// Quarantine imposes a quarantine of d (0: the tenant's cooldown
 	// maximum) on a resource of the tenant's pool, or with impose false
 	// lifts its quarantines, for why, and makes the change durable before
@@ -71,6 +76,11 @@ func (NopHooks) KeyRevoked(string, string) {}
 // Resource finds nothing: NopHooks hold no pools.
 func (NopHooks) Resource(_, id string) (pool.ResourceInfo, error) {
 	return pool.ResourceInfo{}, fmt.Errorf("%w: resource %q: no pools here", pool.ErrNotFound, id)
+}
+
+// Resources finds nothing: NopHooks hold no pools.
+func (NopHooks) Resources(string, string, int) ([]pool.ResourceInfo, bool, error) {
+	return nil, false, fmt.Errorf("%w: no pools here", pool.ErrNotFound)
 }
 
 // Quarantine finds nothing: NopHooks hold no pools.

@@ -292,6 +292,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	if s.control, err = control.New(control.Config{
 		Store: s.store, Limits: s.rules, MaxKeysPerTenant: cfg.MaxKeysPerTenant, Signer: s.signer, Hooks: s.tenants,
 		Clock: opts.Clock, Log: opts.Log, Active: s.active, Groups: groups,
+		Self: func() string { _, why := s.role(); return why },
 	}); err != nil {
 		return nil, err
 	}
@@ -590,6 +591,9 @@ func (s *Server) httpHandler() http.Handler {
 	})
 	mux.Handle("GET /metrics", s.metricsHandler())
 	mux.Handle("/api/v1/", s.control.Handler())
+	pages := s.control.StatusPages()
+	mux.Handle("/status", pages)
+	mux.Handle("/status/", pages)
 	return mux
 }
 

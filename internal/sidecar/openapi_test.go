@@ -30,6 +30,8 @@ var (
 
 func openAPIRouter() (routers.Router, error) {
 	specOnce.Do(func() {
+		// The status page is HTML: checked as text, like /metrics.
+		openapi3filter.RegisterBodyDecoder("text/html", openapi3filter.PlainBodyDecoder)
 		loader := openapi3.NewLoader()
 		doc, err := loader.LoadFromData(httpapi.OpenAPI)
 		if err != nil {

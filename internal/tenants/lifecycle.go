@@ -335,6 +335,18 @@ func (lc *Lifecycle) Resource(tenant, id string) (pool.ResourceInfo, error) {
 	return p.Get(id)
 }
 
+// Resources returns up to limit resources of the tenant's pool with ids
+// greater than after, in id order, and whether more follow:
+// pool.ErrNotFound for a tenant without a pool here.
+func (lc *Lifecycle) Resources(tenant, after string, limit int) ([]pool.ResourceInfo, bool, error) {
+	p, ok := lc.cfg.Pools.Lookup(tenant)
+	if !ok {
+		return nil, false, fmt.Errorf("%w: the tenant has no pool on this server", pool.ErrNotFound)
+	}
+	infos, more := p.List(after, limit)
+	return infos, more, nil
+}
+
 // Quarantine imposes a whole quarantine of d (0: the tenant's cooldown
 // maximum) on one resource of the tenant's pool, or with impose false
 // lifts every quarantine of it (pool.Pool.Quarantine, pool.Pool.Lift),

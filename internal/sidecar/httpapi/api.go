@@ -131,6 +131,7 @@ func New(cfg Config) (*API, error) {
 		{"POST", "/v1/providers/{p}/reports", unary(a, provider.MethodReport, body[*repoolv1.ReportRequest](a), repoolv1.PoolServiceClient.Report)},
 		{"GET", "/v1/providers/{p}/events", a.events},
 		{"GET", "/v1/breakers", a.breakers},
+		{"GET", "/status", a.status},
 		{"GET", "/healthz", a.healthz},
 		{"GET", "/readyz", a.readyz},
 		{"GET", "/metrics", cfg.Metrics.ServeHTTP},

@@ -111,6 +111,7 @@ type Provider struct {
 	series   *series
 	health   healthpb.HealthClient
 	leases   *leases.Client
+	recent   recentBuckets
 }
 
 // New returns a Provider.
@@ -137,6 +138,9 @@ func (p *Provider) Breaker() *resilience.Breaker { return p.breaker }
 
 // Bulkhead returns the provider's bulkhead.
 func (p *Provider) Bulkhead() *resilience.Bulkhead { return p.bulkhead }
+
+// Tokens returns the state of the provider's bearer token.
+func (p *Provider) Tokens() token.Status { return p.tokens.Status() }
 
 // Do runs one logical call to the provider. This is the only place where
 // the resilience layers are composed, and their order is the design
@@ -248,9 +252,11 @@ func ownTimeout(ctx context.Context, err error, timeout time.Duration) error {
 func (p *Provider) observe(method Method, start time.Time, err error) {
 	p.series.call(method, resilience.Code(err)).Inc()
 	p.series.observer(method).Observe(time.Since(start).Seconds())
-	if reason := resilience.FastFail(err); reason != "" {
+	reason := resilience.FastFail(err)
+	if reason != "" {
 		p.series.fastFail[reason].Inc()
 	}
+	p.recent.add(time.Now(), reason != "")
 }
 
 // Subscribe opens the provider's event stream. The breaker only admits the

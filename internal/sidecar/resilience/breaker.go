@@ -276,6 +276,11 @@ type Status struct {
 	// LastTrip is zero if the breaker never opened.
 	LastTrip       time.Time
 	LastTripReason string
+	// LastFailure and LastCause are the gRPC code and the cause in words
+	// of the latest failure the breaker counted; LastCause is empty if it
+	// counted none.
+	LastFailure codes.Code
+	LastCause   string
 }
 
 // Breaker is one provider's circuit breaker: sony/gobreaker's local
@@ -527,6 +532,9 @@ func (b *Breaker) Status() Status {
 	}
 	if st == StateOpen {
 		s.RetryAfter = b.RetryAfter()
+	}
+	if c := b.lastCause.Load(); c != nil {
+		s.LastFailure, s.LastCause = codes.Code(b.lastFailure.Load()), *c
 	}
 	if at := b.lastTrip.Load(); at != 0 {
 		s.LastTrip = time.Unix(0, at)

@@ -183,6 +183,32 @@ func New(cfg Config) (*Source, error) {
 	return s, nil
 }
 
+// Status is the state of a Source's token, for the status page.
+type Status struct {
+	// Held: the Source holds a token now (it may have expired if the
+	// provider stopped answering).
+	Held bool
+	// IssuedAt and ExpiresAt are the held token's; Tenant the tenant it
+	// names.
+	IssuedAt, ExpiresAt time.Time
+	Tenant              string
+	// Failing: the latest refresh ahead of expiry failed; the held token
+	// is served until it expires.
+	Failing bool
+}
+
+// Status returns the state of the Source's token. It never fetches one.
+func (s *Source) Status() Status {
+	st := Status{Failing: s.failing.Load(), Tenant: s.Tenant()}
+	if t := s.cur.Load(); t != nil {
+		st.Held, st.IssuedAt, st.ExpiresAt = true, t.IssuedAt, t.ExpiresAt
+		if t.Tenant != "" {
+			st.Tenant = t.Tenant
+		}
+	}
+	return st
+}
+
 // Key is the Redis key of a provider's token: one per provider and API key,
 // without revealing the key.
 func Key(prefix, provider, apiKey string) string {
