@@ -253,6 +253,19 @@ type Checkpoint struct {
 	// Removed lists resource ids deleted since the last checkpoint; their
 	// cells are deleted too. Unknown ids are ignored.
 	Removed []string
+	// Bindings replace the tenant's affinity bindings when the checkpoint
+	// is Full or BindingsChanged; otherwise the saved ones stay.
+	Bindings        []BindingRow
+	BindingsChanged bool
+}
+
+// BindingRow is a persisted affinity binding: the key of Context is bound
+// to ResourceID until ExpiresAt (unix nanoseconds); Failed says the last
+// release under the key reported a failure.
+type BindingRow struct {
+	Context, Key, ResourceID string
+	ExpiresAt                int64
+	Failed                   bool
 }
 
 // ResourceRow is a persisted resource. Times are unix nanoseconds.
@@ -322,6 +335,8 @@ type PoolState struct {
 	Resources []ResourceRow
 	// Cells ordered by (ResourceID, Context).
 	Cells []CellRow
+	// Bindings are the affinity bindings last saved.
+	Bindings []BindingRow
 }
 
 // LeaseRow is a journaled lease. Times are unix nanoseconds.

@@ -41,10 +41,11 @@ func (s *Store) LoadMeta(ctx context.Context, c Conn, tenantID, cols string, des
 		return store.PoolState{}, err
 	}
 	var (
-		st  store.PoolState
-		hwm int64
+		st       store.PoolState
+		hwm      int64
+		affinity string
 	)
-	err := c.QueryRow(ctx, `SELECT fencing_hwm`+cols+` FROM checkpoint_meta WHERE pool_id = $1`, tenantID).Scan(append([]any{&hwm}, dest...)...)
+	err := c.QueryRow(ctx, `SELECT fencing_hwm, affinity`+cols+` FROM checkpoint_meta WHERE pool_id = $1`, tenantID).Scan(append([]any{&hwm, &affinity}, dest...)...)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 	case err != nil:
@@ -53,6 +54,9 @@ func (s *Store) LoadMeta(ctx context.Context, c Conn, tenantID, cols string, des
 		return store.PoolState{}, fmt.Errorf("%w: fencing high-water mark %d is negative", store.ErrCorrupt, hwm)
 	default:
 		st.HasCheckpoint, st.FencingHWM = true, uint64(hwm)
+		if st.Bindings, err = store.DecodeBindings(affinity); err != nil {
+			return store.PoolState{}, err
+		}
 	}
 	return st, nil
 }
@@ -76,7 +80,17 @@ func (s *Store) CheckpointTx(ctx context.Context, tenantID string, cp store.Chec
 		if err := s.placedHere(ctx, tx, tenantID, s.c.ForShare); err != nil {
 			return err
 		}
-		return write(tx, now)
+		if err := write(tx, now); err != nil {
+			return err
+		}
+		if cp.Full || cp.BindingsChanged {
+			// The dialect's write made the checkpoint_meta row.
+			if _, err := tx.Exec(ctx, `UPDATE checkpoint_meta SET affinity = $2 WHERE pool_id = $1`,
+				tenantID, store.EncodeBindings(cp.Bindings)); err != nil {
+				return s.classify(err)
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("save checkpoint of tenant %q: %w", tenantID, err)

@@ -107,6 +107,7 @@ func Run(t *testing.T, open func(t *testing.T, opts store.Options) store.Store) 
 		{"CheckpointCorrupt", testCheckpointCorrupt},
 		{"CheckpointDeletedTenant", testCheckpointDeletedTenant},
 		{"CheckpointConcurrent", testCheckpointConcurrent},
+		{"CheckpointBindings", testCheckpointBindings},
 		{"LeaseJournal", testLeaseJournal},
 		{"AuditRetention", testAuditRetention},
 		{"RevokedKeyRetention", testRevokedKeyRetention},
