@@ -15,10 +15,11 @@ const (
 	MinAffinityTTL = time.Second
 	MaxAffinityTTL = 24 * time.Hour
 	// BindingCells is what one binding costs in the tenant's cell budget
-	// (Gate.Reserve(0, BindingCells)): a binding holds at most MaxIDLen
-	// bytes of key and of context and a few dozen more, less than the
-	// worst-case cell (TestMemoryOfATenantsShare).
-	BindingCells = 1
+	// (Gate.Reserve(0, BindingCells)): a binding holds up to MaxIDLen
+	// bytes of key and of context of its own, about twice what the
+	// worst-case cell holds (TestMemoryOfATenantsShare: 125,000 such
+	// bindings hold about 86 MiB, 125,000 such cells about 42 MiB).
+	BindingCells = 2
 	// bindingSaveSlack: a use that extends a binding's expiry marks the
 	// bindings changed (for the next checkpoint) only once the expiry has
 	// moved more than a quarter of its TTL beyond the one last saved, so

@@ -209,7 +209,7 @@ func TestAffinityExpires(t *testing.T) {
 // cannot grow the pool's bindings beyond its budget however many keys it
 // sends.
 func TestAffinityBoundedByTheBudget(t *testing.T) {
-	g := &countGate{ceiling: 10}
+	g := &countGate{ceiling: 10 * BindingCells}
 	p, fc := newTestPool(t, Config{Gate: g})
 	register(t, p, Spec{ID: "a", Capacity: 1 << 20}) // 1 resource unit
 	for i := range 10 {
@@ -240,8 +240,8 @@ func TestAffinityBoundedByTheBudget(t *testing.T) {
 	if n := p.Bindings(); n != 10 {
 		t.Fatalf("%d bindings after 1,000 keys, want the budget's 10", n)
 	}
-	if _, cells := g.counts(); cells != 10 {
-		t.Fatalf("the Gate holds %d cells, want 10", cells)
+	if _, cells := g.counts(); cells != 10*BindingCells {
+		t.Fatalf("the Gate holds %d cells, want %d", cells, 10*BindingCells)
 	}
 	if c := p.Counters(); c.BindingsEvicted != 990 {
 		t.Fatalf("BindingsEvicted = %d, want 990", c.BindingsEvicted)
@@ -348,5 +348,48 @@ func TestAffinityAllocations(t *testing.T) {
 		}
 	}); n != 0 {
 		t.Fatalf("a bound AcquireAffine allocates %v times per call, want 0", n)
+	}
+}
+
+// BenchmarkAffinity compares an acquire and release of a 1,000-resource
+// pool without a key, with a key bound to a resource that serves (the
+// binding's lookup and no scoring), and with 10,000 keys in turn.
+func BenchmarkAffinity(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		keys int
+	}{{"plain", 0}, {"one key", 1}, {"10000 keys", 10_000}} {
+		b.Run(bc.name, func(b *testing.B) {
+			p, err := New(Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			specs := make([]Spec, 1000)
+			for i := range specs {
+				specs[i] = Spec{ID: fmt.Sprintf("proxy-%04d", i), Capacity: 1 << 20}
+			}
+			if _, _, err := p.Register(specs); err != nil {
+				b.Fatal(err)
+			}
+			keys := make([]string, max(bc.keys, 1))
+			for i := range keys {
+				keys[i] = fmt.Sprint("session-", i)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				aff := Affinity{}
+				if bc.keys > 0 {
+					aff.Key = keys[i%len(keys)]
+				}
+				l, err := p.AcquireAffine("job", time.Minute, nil, nil, aff)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := p.Release(l.ID, l.Token, Success); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
