@@ -58,7 +58,7 @@ func toCheckpoint(s pool.Snapshot) store.Checkpoint {
 func changesToCheckpoint(ch pool.Changes) store.Checkpoint {
 	return store.Checkpoint{FencingHWM: ch.LastToken, Removed: ch.Removed,
 		Resources: mapAll(ch.Resources, resourceRow), Cells: mapAll(ch.Cells, cellRow),
-		Bindings: mapAll(ch.Bindings, bindingRow), BindingsChanged: ch.BindingsChanged}
+		Bindings: mapAll(ch.Bindings, bindingRow), Unbound: mapAll(ch.Unbound, func(k pool.BindingKey) store.BindingKey { return store.BindingKey(k) })}
 }
 
 // toSnapshot converts a loaded pool state. Leases are not checkpointed: the

@@ -21,10 +21,10 @@ const (
 	// bindings hold about 86 MiB, 125,000 such cells about 42 MiB).
 	BindingCells = 2
 	// bindingSaveSlack: a use that extends a binding's expiry marks the
-	// bindings changed (for the next checkpoint) only once the expiry has
+	// binding changed (for the next checkpoint) only once the expiry has
 	// moved more than a quarter of its TTL beyond the one last saved, so
-	// that a busy key does not rewrite the bindings every flush. A restored
-	// binding may end that much early.
+	// that a busy key is not written again every flush. A restored binding
+	// may end that much early.
 	bindingSaveSlack = 4
 )
 
@@ -70,6 +70,7 @@ type binding struct {
 	gen     uint32 // the resource slot's generation when bound
 	bgen    uint32 // bumped when the binding slot is reused
 	live    bool
+	dirty   bool  // listed in bindings.dirty (see Pool.markResource)
 	failed  bool  // the last release of a lease under the key reported FAILURE or BLOCKED
 	expires int64 // unix ns
 	ttl     int64 // ns
@@ -87,11 +88,22 @@ type bindRef struct {
 // binding was extended since is pushed again at the new expiry when it
 // comes due; extensions never shorten, so an entry is never late).
 type bindings struct {
-	idx     map[bindKey]int32
-	list    []binding
-	free    []int32
-	expiry  minHeap[bindRef]
-	changed bool // since the last Snapshot or TakeChanges
+	idx    map[bindKey]int32
+	list   []binding
+	free   []int32
+	expiry minHeap[bindRef]
+	// The change set since the last Snapshot or TakeChanges: slots made,
+	// moved or extended, and keys dropped.
+	dirty   []int32
+	removed []bindKey
+}
+
+// mark adds a binding slot to the change set.
+func (b *bindings) mark(slot int32) {
+	if bb := &b.list[slot]; !bb.dirty {
+		bb.dirty = true
+		b.dirty = append(b.dirty, slot)
+	}
 }
 
 func (b *bindings) reset() {
@@ -186,7 +198,7 @@ func (p *Pool) acquireBound(context string, ttl time.Duration, selector map[stri
 	}
 	b := &p.binds.list[slot]
 	b.res, b.gen, b.failed = idx, p.res[idx].gen, false
-	p.binds.changed = true
+	p.binds.mark(slot)
 	p.touchBinding(slot, bttl, now)
 	p.tagLease(l.ID, slot)
 	return l, nil
@@ -260,7 +272,7 @@ func (p *Pool) releasedBound(l leaseRec, outcome Outcome) {
 	}
 	if f := outcome != Success; f != b.failed {
 		b.failed = f
-		p.binds.changed = true
+		p.binds.mark(slot)
 	}
 }
 
@@ -329,10 +341,11 @@ func (p *Pool) newBinding(k bindKey, now int64) int32 {
 		slot = int32(len(p.binds.list) - 1)
 	}
 	b := &p.binds.list[slot]
-	*b = binding{k: k, bgen: b.bgen + 1, live: true, expires: now}
+	// dirty stays set while the slot is listed in the change set.
+	*b = binding{k: k, bgen: b.bgen + 1, live: true, expires: now, dirty: b.dirty}
 	p.binds.idx[k] = slot
 	p.binds.expiry.push(now, bindRef{slot, b.bgen}) // moved to the real expiry when due
-	p.binds.changed = true
+	p.binds.mark(slot)
 	return slot
 }
 
@@ -343,7 +356,7 @@ func (p *Pool) touchBinding(slot int32, ttl, now int64) {
 	if exp := now + ttl; exp > b.expires {
 		b.expires, b.ttl = exp, ttl
 		if exp-b.saved > ttl/bindingSaveSlack {
-			p.binds.changed = true
+			p.binds.mark(slot)
 		}
 	}
 }
@@ -352,9 +365,9 @@ func (p *Pool) touchBinding(slot int32, ttl, now int64) {
 func (p *Pool) dropBinding(slot int32) {
 	b := &p.binds.list[slot]
 	delete(p.binds.idx, b.k)
-	*b = binding{bgen: b.bgen}
+	p.binds.removed = append(p.binds.removed, b.k)
+	*b = binding{bgen: b.bgen, dirty: b.dirty}
 	p.binds.free = append(p.binds.free, slot)
-	p.binds.changed = true
 	if p.gate != nil {
 		p.gate.Release(0, BindingCells)
 	}
@@ -410,23 +423,62 @@ type BindingState struct {
 	Failed bool
 }
 
+// BindingKey names a binding: its context and key.
+type BindingKey struct{ Context, Key string }
+
+// bindingState returns binding slot's state and marks it saved, or false
+// if its resource is gone (the key is rebound at its next use, or the
+// binding expires); the caller holds the write lock.
+func (p *Pool) bindingState(slot int32) (BindingState, bool) {
+	b := &p.binds.list[slot]
+	r := &p.res[b.res]
+	if !b.live || !r.live || r.gen != b.gen {
+		return BindingState{}, false
+	}
+	b.saved = b.expires
+	return BindingState{Context: b.k.context, Key: b.k.key, Resource: r.id, ExpiresAt: time.Unix(0, b.expires), Failed: b.failed}, true
+}
+
 // bindingStates lists the live bindings of live resources and marks them
 // saved; the caller holds the write lock.
 func (p *Pool) bindingStates() []BindingState {
 	out := make([]BindingState, 0, len(p.binds.idx))
 	for i := range p.binds.list {
-		b := &p.binds.list[i]
-		if !b.live {
-			continue
+		if s, ok := p.bindingState(int32(i)); ok {
+			out = append(out, s)
 		}
-		r := &p.res[b.res]
-		if !r.live || r.gen != b.gen {
-			continue // its resource is gone: rebound at its next use, or expires
-		}
-		b.saved = b.expires
-		out = append(out, BindingState{Context: b.k.context, Key: b.k.key, Resource: r.id, ExpiresAt: time.Unix(0, b.expires), Failed: b.failed})
 	}
 	return out
+}
+
+// bindingChanges returns the change set's bindings: those made, moved or
+// extended (their state) and the keys dropped; the caller holds the write
+// lock. A key dropped and bound again is in both: apply the removals
+// first. A binding whose resource is gone is listed as removed.
+func (p *Pool) bindingChanges() (changed []BindingState, removed []BindingKey) {
+	for _, k := range p.binds.removed {
+		removed = append(removed, BindingKey{k.context, k.key})
+	}
+	for _, slot := range p.binds.dirty {
+		b := &p.binds.list[slot]
+		if !b.live || !b.dirty {
+			continue
+		}
+		if s, ok := p.bindingState(slot); ok {
+			changed = append(changed, s)
+		} else {
+			removed = append(removed, BindingKey{b.k.context, b.k.key})
+		}
+	}
+	return changed, removed
+}
+
+// clearBindingChanges starts a new change set of bindings.
+func (p *Pool) clearBindingChanges() {
+	for _, slot := range p.binds.dirty {
+		p.binds.list[slot].dirty = false
+	}
+	p.binds.dirty, p.binds.removed = p.binds.dirty[:0], nil
 }
 
 // checkBindings validates a snapshot's bindings; known says whether a

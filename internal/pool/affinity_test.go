@@ -302,12 +302,17 @@ func TestAffinitySurvivesSnapshotRestore(t *testing.T) {
 		}
 	}
 	ch := p.TakeChanges()
-	if !ch.BindingsChanged || len(ch.Bindings) != 30 {
-		t.Fatalf("TakeChanges: bindings changed %v, %d bindings; want 30", ch.BindingsChanged, len(ch.Bindings))
+	if len(ch.Bindings) != 30 || len(ch.Unbound) != 0 {
+		t.Fatalf("TakeChanges: %d bindings, %d unbound; want 30 and none", len(ch.Bindings), len(ch.Unbound))
 	}
 	affine(t, p, "login", "session-0")
-	if ch := p.TakeChanges(); ch.BindingsChanged {
-		t.Fatal("a use that barely extends a binding marked the bindings changed")
+	if ch := p.TakeChanges(); len(ch.Bindings) != 0 {
+		t.Fatal("a use that barely extends a binding put it in the change set")
+	}
+	fc.Advance(DefaultAffinityTTL / 2)
+	affine(t, p, "login", "session-0")
+	if ch := p.TakeChanges(); len(ch.Bindings) != 1 || ch.Bindings[0].Key != "session-0" {
+		t.Fatalf("a use that extends a binding by half its TTL: change set %+v, want that binding", ch.Bindings)
 	}
 	s := p.Snapshot()
 	if len(s.Bindings) != 30 {
@@ -391,5 +396,28 @@ func BenchmarkAffinity(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestAffinityChangeSetListsDroppedKeys: expired and evicted bindings are
+// in the change set as unbound keys, so that a checkpoint deletes them.
+func TestAffinityChangeSetListsDroppedKeys(t *testing.T) {
+	g := &countGate{ceiling: 3 * BindingCells}
+	p, fc := newTestPool(t, Config{Gate: g})
+	register(t, p, Spec{ID: "a", Capacity: 100})
+	for _, k := range []string{"k1", "k2", "k3"} {
+		affine(t, p, "job", k)
+		fc.Advance(time.Second)
+	}
+	_ = p.TakeChanges()
+	affine(t, p, "job", "k4") // evicts k1
+	ch := p.TakeChanges()
+	if len(ch.Unbound) != 1 || ch.Unbound[0] != (BindingKey{"job", "k1"}) || len(ch.Bindings) != 1 || ch.Bindings[0].Key != "k4" {
+		t.Fatalf("after an eviction: unbound %+v, bindings %+v; want k1 unbound, k4 bound", ch.Unbound, ch.Bindings)
+	}
+	fc.Advance(DefaultAffinityTTL)
+	p.Tick()
+	if ch := p.TakeChanges(); len(ch.Unbound) != 3 || p.Bindings() != 0 {
+		t.Fatalf("after every binding expired: unbound %+v, %d bindings; want 3 unbound, none left", ch.Unbound, p.Bindings())
 	}
 }

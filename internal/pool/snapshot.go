@@ -87,10 +87,12 @@ type Changes struct {
 	Resources []ResourceState
 	Cells     []CellState
 	Removed   []string
-	// Bindings, when BindingsChanged, are all the pool's affinity
-	// bindings, to replace the saved ones.
-	Bindings        []BindingState
-	BindingsChanged bool
+	// Bindings are the affinity bindings made, moved or extended, and
+	// Unbound the keys dropped (expired, evicted, or whose resource is
+	// gone); a key can be in both (dropped, then bound again): apply
+	// Unbound first.
+	Bindings []BindingState
+	Unbound  []BindingKey
 }
 
 func statsOf(c counts, w recent, consec int32) Stats {
@@ -192,9 +194,7 @@ func (p *Pool) TakeChanges() Changes {
 			ch.Cells = append(ch.Cells, p.cellState(slot))
 		}
 	}
-	if p.binds.changed {
-		ch.Bindings, ch.BindingsChanged = p.bindingStates(), true
-	}
+	ch.Bindings, ch.Unbound = p.bindingChanges()
 	p.clearChangesLocked()
 	return ch
 }
@@ -207,7 +207,7 @@ func (p *Pool) clearChangesLocked() {
 		p.cellAt(slot).dirty = false
 	}
 	p.dirtyRes, p.dirtyCells, p.removed = p.dirtyRes[:0], p.dirtyCells[:0], nil
-	p.binds.changed = false
+	p.clearBindingChanges()
 }
 
 // validLifetime checks a resource state's retirement fields.

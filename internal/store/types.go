@@ -253,11 +253,18 @@ type Checkpoint struct {
 	// Removed lists resource ids deleted since the last checkpoint; their
 	// cells are deleted too. Unknown ids are ignored.
 	Removed []string
-	// Bindings replace the tenant's affinity bindings when the checkpoint
-	// is Full or BindingsChanged; otherwise the saved ones stay.
-	Bindings        []BindingRow
-	BindingsChanged bool
+	// Bindings are affinity bindings to write: all of them in a Full
+	// checkpoint (the saved ones are replaced), those changed in an
+	// incremental one (upserted by context and key, after Unbound is
+	// deleted). (Context, Key) must be unique within the checkpoint.
+	Bindings []BindingRow
+	// Unbound lists the bindings dropped since the last checkpoint
+	// (incremental only); unknown ones are ignored.
+	Unbound []BindingKey
 }
+
+// BindingKey names an affinity binding.
+type BindingKey struct{ Context, Key string }
 
 // BindingRow is a persisted affinity binding: the key of Context is bound
 // to ResourceID until ExpiresAt (unix nanoseconds); Failed says the last

@@ -276,7 +276,7 @@ func (cp Checkpoint) Validate() error {
 	if err := rowsProblem(cp.Resources, cp.Cells, cp.Full); err != nil {
 		return invalid(err)
 	}
-	return invalid(bindingsProblem(cp.Bindings))
+	return invalid(bindingsProblem(cp.Bindings, cp.Unbound))
 }
 
 // Validate checks a loaded pool state the way Checkpoint.Validate checks a
@@ -289,7 +289,7 @@ func (p PoolState) Validate() error {
 	if err := rowsProblem(p.Resources, p.Cells, true); err != nil {
 		return fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
-	if err := bindingsProblem(p.Bindings); err != nil {
+	if err := bindingsProblem(p.Bindings, nil); err != nil {
 		return fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
 	return nil

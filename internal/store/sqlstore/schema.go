@@ -41,11 +41,10 @@ func (s *Store) LoadMeta(ctx context.Context, c Conn, tenantID, cols string, des
 		return store.PoolState{}, err
 	}
 	var (
-		st       store.PoolState
-		hwm      int64
-		affinity string
+		st  store.PoolState
+		hwm int64
 	)
-	err := c.QueryRow(ctx, `SELECT fencing_hwm, affinity`+cols+` FROM checkpoint_meta WHERE pool_id = $1`, tenantID).Scan(append([]any{&hwm, &affinity}, dest...)...)
+	err := c.QueryRow(ctx, `SELECT fencing_hwm`+cols+` FROM checkpoint_meta WHERE pool_id = $1`, tenantID).Scan(append([]any{&hwm}, dest...)...)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 	case err != nil:
@@ -54,7 +53,7 @@ func (s *Store) LoadMeta(ctx context.Context, c Conn, tenantID, cols string, des
 		return store.PoolState{}, fmt.Errorf("%w: fencing high-water mark %d is negative", store.ErrCorrupt, hwm)
 	default:
 		st.HasCheckpoint, st.FencingHWM = true, uint64(hwm)
-		if st.Bindings, err = store.DecodeBindings(affinity); err != nil {
+		if st.Bindings, err = s.loadBindings(ctx, c, tenantID); err != nil {
 			return store.PoolState{}, err
 		}
 	}
@@ -83,14 +82,7 @@ func (s *Store) CheckpointTx(ctx context.Context, tenantID string, cp store.Chec
 		if err := write(tx, now); err != nil {
 			return err
 		}
-		if cp.Full || cp.BindingsChanged {
-			// The dialect's write made the checkpoint_meta row.
-			if _, err := tx.Exec(ctx, `UPDATE checkpoint_meta SET affinity = $2 WHERE pool_id = $1`,
-				tenantID, store.EncodeBindings(cp.Bindings)); err != nil {
-				return s.classify(err)
-			}
-		}
-		return nil
+		return s.saveBindings(ctx, tx, tenantID, cp)
 	})
 	if err != nil {
 		return fmt.Errorf("save checkpoint of tenant %q: %w", tenantID, err)

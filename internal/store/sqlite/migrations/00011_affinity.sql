@@ -1,10 +1,19 @@
--- Affinity bindings (docs/pool.md "Affinity"): a tenant's bindings of
--- affinity keys to resources, written whole with its checkpoint whenever
--- they changed, as JSON ([{"c": context, "k": key, "r": resource id,
--- "e": expiry in unix ns, "f": last release failed}]); '' holds none.
+-- Affinity bindings (docs/pool.md "Affinity"): a tenant's affinity keys,
+-- each (context, key) bound to a resource until expires_at (unix ns);
+-- failed is 1 when the last release under the key reported a failure.
+-- Written with the tenant's checkpoint: a full one replaces them all, an
+-- incremental one deletes the keys dropped and upserts those changed.
 
 -- +goose Up
-ALTER TABLE checkpoint_meta ADD COLUMN affinity TEXT NOT NULL DEFAULT '';
+CREATE TABLE affinity_bindings (
+    pool_id     TEXT NOT NULL,
+    context     TEXT NOT NULL,
+    key         TEXT NOT NULL,
+    resource_id TEXT NOT NULL,
+    expires_at  INTEGER NOT NULL,
+    failed      INTEGER NOT NULL,
+    PRIMARY KEY (pool_id, context, key)
+) WITHOUT ROWID;
 
 -- +goose Down
-ALTER TABLE checkpoint_meta DROP COLUMN affinity;
+DROP TABLE affinity_bindings;
