@@ -4,7 +4,8 @@
 //
 // It follows the pool's event stream (server-sent events) while it registers three resources,
 // acquires a lease once, then releases with the outcome, the use's measured latency (latency_ms) and
-// "next" once per use (one round trip per use). A transient
+// "next" once per use (one round trip per use), then keeps a session's work on one resource with an
+// affinity key, which moves to another resource (lease "rebound") after a failure. A transient
 // answer (the sidecar's retry_after_ms says when to come back) is retried, a release's too.
 const base = `${process.env.SIDECAR ?? 'http://127.0.0.1:7070'}/v1/providers/${process.env.PROVIDER ?? 'default'}`;
 const retry = new Set(['no_resource_available', 'rate_limited', 'circuit_open', 'unavailable', 'deadline_exceeded']);
@@ -27,10 +28,11 @@ async function call(method, path, body) {
   return ans;
 }
 
-async function acquire(context) {
+// affinity, when given, is a key that gets the same resource while that resource serves well.
+async function acquire(context, affinity) {
   for (;;) {
     try {
-      return (await call('POST', '/acquire', { context, ttl_seconds: 30 })).lease;
+      return (await call('POST', '/acquire', { context, ttl_seconds: 30, ...(affinity ? { affinity } : {}) })).lease;
     } catch (e) {
       if (!retry.has(e.code)) throw e;
       await sleep(e.retry_after_ms || 1000);
@@ -93,6 +95,24 @@ async function use(lease, i) {
   return { ok: i % 5 !== 0, took: Math.max(1, Math.round(performance.now() - started)) };
 }
 
+// session is work that must stay on one resource (a login, a cart): every lease under the affinity
+// key is the same resource while it succeeds; after a FAILURE the key is bound to another one and
+// the lease says "rebound" (log in again there). It returns how many uses stayed on the first
+// resource and whether the failure moved the key.
+async function session(key, uses = 4) {
+  const next = { context: 'checkout', ttl_seconds: 30, affinity: key };
+  let lease = await acquire('checkout', key);
+  const first = lease.resource_id;
+  let same = 0;
+  for (let i = 0; i < uses; i++) {
+    lease = (await release(lease, 'SUCCESS', next)).next.lease;
+    if (lease.resource_id === first) same++;
+  }
+  const moved = (await release(lease, 'FAILURE', next)).next.lease;
+  await release(moved, 'SUCCESS');
+  return { same, moved: moved.rebound && moved.resource_id !== first };
+}
+
 const stop = new AbortController();
 const watching = events('registered', 3, stop.signal);
 await sleep(200); // let the subscription open before the resources are registered
@@ -123,5 +143,6 @@ const latency = last.contexts.find((c) => c.context === 'search')?.latency_ms ??
 const timer = setTimeout(() => stop.abort(), 10000);
 const seen = await watching;
 clearTimeout(timer);
+const pinned = await session('cart-42');
 const res = (await call('GET', '/resources/js-0')).resource;
-console.log(`node: ${uses} uses in ${trips} round trips; after ${failedNext} failures the next lease was the same resource ${sameAfterFailure} times; ${seen.filter((e) => e.resource_id.startsWith('js-')).length} registered events; js-0 quarantine ${res.quarantine}; ${last.id} search latency ${Math.round(latency)} ms`);
+console.log(`node: ${uses} uses in ${trips} round trips; after ${failedNext} failures the next lease was the same resource ${sameAfterFailure} times; ${seen.filter((e) => e.resource_id.startsWith('js-')).length} registered events; js-0 quarantine ${res.quarantine}; ${last.id} search latency ${Math.round(latency)} ms; affinity: the same resource ${pinned.same} of 4 times, ${pinned.moved ? 'rebound' : 'NOT rebound'} after a failure`);

@@ -5,7 +5,8 @@
 
 It registers three resources, acquires a lease once, then uses a resource and releases its lease
 with its outcome, the use's measured latency (latency_ms) and "next" in one call per use (one round
-trip per use), and reads a resource's statistics. A
+trip per use), and reads a resource's statistics. Then it keeps a session's work on one resource with
+an affinity key, which moves to another resource (lease "rebound") after a failure. A
 transient answer (the sidecar's retry_after_ms says when to come back) is retried, a release's too.
 """
 import json
@@ -41,10 +42,13 @@ def call(method, path, body=None):
         raise APIError(e.code, json.load(e)) from None
 
 
-def acquire(context):
+def acquire(context, affinity=None):
+    body = {"context": context, "ttl_seconds": 30}
+    if affinity:
+        body["affinity"] = affinity  # the same key gets the same resource while it serves well
     while True:
         try:
-            return call("POST", "/acquire", {"context": context, "ttl_seconds": 30})["lease"]
+            return call("POST", "/acquire", body)["lease"]
         except APIError as e:
             if e.code not in RETRY:
                 raise
@@ -82,6 +86,22 @@ def use(lease, i):
     return ok, max(1, round((time.monotonic() - started) * 1000))
 
 
+def session(key, uses=4):
+    """Work that must stay on one resource (a login, a cart): every lease under the affinity key is
+    the same resource while it succeeds; after a FAILURE the key is bound to another one and the
+    lease says "rebound" (log in again there). Returns how many of the uses stayed on the first
+    resource and whether the failure moved the key."""
+    nxt = {"context": "checkout", "ttl_seconds": 30, "affinity": key}
+    lease = acquire("checkout", key)
+    first, same = lease["resource_id"], 0
+    for _ in range(uses):
+        lease = release(lease, "SUCCESS", nxt)["next"]["lease"]
+        same += lease["resource_id"] == first
+    moved = release(lease, "FAILURE", nxt)["next"]["lease"]
+    release(moved, "SUCCESS")
+    return same, moved["rebound"] and moved["resource_id"] != first
+
+
 def main():
     call("POST", "/resources", {"resources": [{"id": f"py-{i}", "capacity": 2} for i in range(3)]})
     lease, uses = acquire("search"), 0
@@ -105,6 +125,7 @@ def main():
     release(lease, "SUCCESS", latency_ms=took)
     last = call("GET", f"/resources/{lease['resource_id']}")["resource"]
     latency = next((c["latency_ms"] for c in last["contexts"] if c["context"] == "search"), 0)
+    same, moved = session("cart-42")
     res = call("GET", "/resources/py-0")["resource"]
     page = call("GET", "/resources?page_size=2")
     search = next((c for c in res["contexts"] if c["context"] == "search"), None)
@@ -113,7 +134,8 @@ def main():
     print(f"python: {uses} uses in {trips} round trips; after {failed_next} failures the next lease was "
           f"the same resource {same_after_failure} times; py-0 quarantine {res['quarantine']}, "
           f"{res['state']}, search success rate {rate}{recent}; first page {len(page['resources'])} resources; "
-          f"{last['id']} search latency {round(latency)} ms")
+          f"{last['id']} search latency {round(latency)} ms; affinity: the same resource {same} of 4 times, "
+          f"{'rebound' if moved else 'NOT rebound'} after a failure")
 
 
 if __name__ == "__main__":

@@ -270,7 +270,7 @@ func (c *Checkpointer) Save(ctx context.Context, tenant string) error {
 		c.mu.Lock()
 		hwm, known := c.savedHWM[tenant]
 		c.mu.Unlock()
-		if known && cp.FencingHWM == hwm && len(cp.Resources) == 0 && len(cp.Cells) == 0 && len(cp.Removed) == 0 {
+		if known && cp.FencingHWM == hwm && len(cp.Resources) == 0 && len(cp.Cells) == 0 && len(cp.Removed) == 0 && len(cp.Bindings) == 0 && len(cp.Unbound) == 0 {
 			// Nothing changed since the last write: an idle tenant costs
 			// the store nothing.
 			return nil

@@ -1,6 +1,8 @@
 package checkpoint
 
 import (
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/repool/repool/internal/pool"
@@ -42,24 +44,38 @@ func cellRow(c pool.CellState) store.CellRow {
 	}
 }
 
+func bindingRow(b pool.BindingState) store.BindingRow {
+	return store.BindingRow{Context: b.Context, Key: b.Key, ResourceID: b.Resource, ExpiresAt: b.ExpiresAt.UnixNano(), Failed: b.Failed}
+}
+
 // toCheckpoint converts a full snapshot.
 func toCheckpoint(s pool.Snapshot) store.Checkpoint {
 	return store.Checkpoint{Full: true, FencingHWM: s.LastToken,
-		Resources: mapAll(s.Resources, resourceRow), Cells: mapAll(s.Cells, cellRow)}
+		Resources: mapAll(s.Resources, resourceRow), Cells: mapAll(s.Cells, cellRow), Bindings: mapAll(s.Bindings, bindingRow)}
 }
 
 // changesToCheckpoint converts an incremental change set.
 func changesToCheckpoint(ch pool.Changes) store.Checkpoint {
 	return store.Checkpoint{FencingHWM: ch.LastToken, Removed: ch.Removed,
-		Resources: mapAll(ch.Resources, resourceRow), Cells: mapAll(ch.Cells, cellRow)}
+		Resources: mapAll(ch.Resources, resourceRow), Cells: mapAll(ch.Cells, cellRow),
+		Bindings: mapAll(ch.Bindings, bindingRow), Unbound: mapAll(ch.Unbound, func(k pool.BindingKey) store.BindingKey { return store.BindingKey(k) })}
 }
 
 // toSnapshot converts a loaded pool state. Leases are not checkpointed: the
 // restored pool starts with none, and the caller raises the epoch so that
-// new tokens exceed every token issued before.
+// new tokens exceed every token issued before. A binding of a resource the
+// state does not hold is dropped: its resource was removed after the
+// bindings were last written.
 func toSnapshot(st store.PoolState) pool.Snapshot {
+	var binds []pool.BindingState
+	for _, b := range st.Bindings {
+		if _, ok := slices.BinarySearchFunc(st.Resources, b.ResourceID, func(r store.ResourceRow, id string) int { return strings.Compare(r.ID, id) }); ok {
+			binds = append(binds, pool.BindingState{Context: b.Context, Key: b.Key, Resource: b.ResourceID, ExpiresAt: time.Unix(0, b.ExpiresAt), Failed: b.Failed})
+		}
+	}
 	return pool.Snapshot{
-		Epoch: uint32(st.FencingHWM >> 40), LastToken: st.FencingHWM, LastLease: st.FencingHWM &^ (1<<40 - 1),
+		Bindings: binds,
+		Epoch:    uint32(st.FencingHWM >> 40), LastToken: st.FencingHWM, LastLease: st.FencingHWM &^ (1<<40 - 1),
 		Resources: mapAll(st.Resources, func(r store.ResourceRow) pool.ResourceState {
 			return pool.ResourceState{
 				ID: r.ID, Capacity: int(r.Capacity), Labels: r.Labels,

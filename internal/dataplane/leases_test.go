@@ -529,3 +529,74 @@ func TestLeasesStreamQuotaAndIdle(t *testing.T) {
 		t.Errorf("a new stream once the idle one ended = %v, want an answer", err)
 	}
 }
+
+// TestAffinity: an affinity key on an acquire and on a release's next,
+// unary and on the Leases stream: the same key gets the same resource
+// (rebound false) while it succeeds, another one (rebound true) after a
+// FAILURE, and a bad key or binding lifetime is an invalid argument naming
+// the field.
+func TestAffinity(t *testing.T) {
+	e, _ := newSwitchEnv(t)
+	a := as("key-a")
+	var rs []*repoolv1.Resource
+	for i := range 8 {
+		rs = append(rs, &repoolv1.Resource{Id: fmt.Sprint("r", i), Capacity: 100})
+	}
+	if _, err := e.client.Register(a, &repoolv1.RegisterRequest{Resources: rs}); err != nil {
+		t.Fatal(err)
+	}
+	first, err := e.client.Acquire(a, &repoolv1.AcquireRequest{Context: "login", TtlSeconds: 60, Affinity: "alice", AffinityTtlSeconds: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound := first.GetLease().GetResourceId()
+	for range 20 {
+		resp, err := e.client.Acquire(a, &repoolv1.AcquireRequest{Context: "login", TtlSeconds: 60, Affinity: "alice"})
+		if err != nil || resp.GetLease().GetResourceId() != bound || resp.GetLease().GetRebound() {
+			t.Fatalf("unary acquire with key alice = %v, %v; want %s, not rebound", resp, err, bound)
+		}
+	}
+	for _, tc := range []struct {
+		req  *repoolv1.AcquireRequest
+		want string
+	}{
+		{&repoolv1.AcquireRequest{Context: "login", TtlSeconds: 60, Affinity: strings.Repeat("k", 257)}, "affinity key is 257 bytes"},
+		{&repoolv1.AcquireRequest{Context: "login", TtlSeconds: 60, Affinity: "k", AffinityTtlSeconds: 86401}, "affinity_ttl_seconds 86401 is outside [1, 86400]"},
+		{&repoolv1.AcquireRequest{Context: "login", TtlSeconds: 60, AffinityTtlSeconds: 60}, "affinity_ttl_seconds without affinity"},
+	} {
+		if _, err := e.client.Acquire(a, tc.req); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("unary acquire %q = %v, want INVALID_ARGUMENT %q", tc.want, err, tc.want)
+		}
+	}
+
+	st := openLeases(t, e, "key-a")
+	call := acquireCall("login", 60)
+	call.GetAcquire().Affinity = "bob"
+	reply, err := do(st, call)
+	l := reply.GetAcquire().GetLease()
+	if err != nil || l == nil {
+		t.Fatalf("stream acquire with key bob = %v, %v", reply, err)
+	}
+	next := &repoolv1.NextLease{Context: "login", TtlSeconds: 60, Affinity: "bob"}
+	for range 5 {
+		reply, err = do(st, releaseCall(l, repoolv1.Outcome_SUCCESS, next))
+		n := reply.GetRelease().GetNext().GetLease()
+		if err != nil || n.GetResourceId() != l.GetResourceId() || n.GetRebound() {
+			t.Fatalf("stream release SUCCESS with next under key bob = %v, %v; want %s again", reply, err, l.GetResourceId())
+		}
+		l = n
+	}
+	reply, err = do(st, releaseCall(l, repoolv1.Outcome_FAILURE, next))
+	n := reply.GetRelease().GetNext().GetLease()
+	if err != nil || n.GetResourceId() == l.GetResourceId() || !n.GetRebound() {
+		t.Fatalf("stream release FAILURE with next under key bob = %v, %v; want another resource than %s, rebound", reply, err, l.GetResourceId())
+	}
+	call.GetAcquire().Affinity = "bob"
+	reply, err = do(st, call)
+	if got := reply.GetAcquire().GetLease(); err != nil || got.GetResourceId() != n.GetResourceId() || got.GetRebound() {
+		t.Fatalf("stream acquire with key bob after the rebind = %v, %v; want %s", reply, err, n.GetResourceId())
+	}
+	bad := &repoolv1.NextLease{Context: "login", TtlSeconds: 60, Affinity: "bob", AffinityTtlSeconds: -1}
+	reply, err = do(st, releaseCall(n, repoolv1.Outcome_SUCCESS, bad))
+	wantProblem(t, "stream release with next.affinity_ttl_seconds -1", reply, err, codes.InvalidArgument, "invalid_argument")
+}

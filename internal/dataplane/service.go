@@ -295,8 +295,21 @@ func parseLeaseID(s string) (uint64, error) {
 func toLease(l pool.Lease) *repoolv1.Lease {
 	return &repoolv1.Lease{
 		LeaseId: leaseID(l.ID), ResourceId: l.Resource, Context: l.Context,
-		FencingToken: l.Token, ExpiresAt: timestamppb.New(l.ExpiresAt),
+		FencingToken: l.Token, ExpiresAt: timestamppb.New(l.ExpiresAt), Rebound: l.Rebound,
 	}
+}
+
+// affinity is the pool.Affinity of a request's affinity fields (field names
+// them in messages: "affinity" or "next.affinity").
+func affinity(field, key string, ttlSeconds int32) (pool.Affinity, error) {
+	hi := int32(pool.MaxAffinityTTL / time.Second)
+	if ttlSeconds < 0 || ttlSeconds > hi {
+		return pool.Affinity{}, fmt.Errorf("%w: %s_ttl_seconds %d is outside [1, %d] (0: %d)", pool.ErrInvalidArgument, field, ttlSeconds, hi, int(pool.DefaultAffinityTTL/time.Second))
+	}
+	if key == "" && ttlSeconds != 0 {
+		return pool.Affinity{}, fmt.Errorf("%w: %s_ttl_seconds without %s", pool.ErrInvalidArgument, field, field)
+	}
+	return pool.Affinity{Key: key, TTL: time.Duration(ttlSeconds) * time.Second}, nil
 }
 
 // leaseTTL is the lifetime a request's ttl_seconds asks for: it has no
@@ -322,7 +335,11 @@ func (s *Service) Acquire(ctx context.Context, req *repoolv1.AcquireRequest) (*r
 	if err != nil {
 		return nil, err
 	}
-	l, err := p.AcquireExcluding(req.GetContext(), ttl, req.GetLabels(), req.GetExclude())
+	aff, err := affinity("affinity", req.GetAffinity(), req.GetAffinityTtlSeconds())
+	if err != nil {
+		return nil, err
+	}
+	l, err := p.AcquireAffine(req.GetContext(), ttl, req.GetLabels(), req.GetExclude(), aff)
 	if err != nil {
 		return nil, err
 	}
@@ -443,8 +460,12 @@ func (s *Service) releaseNext(ctx context.Context, tenant string, p *pool.Pool, 
 	if err != nil {
 		return nil, err
 	}
+	aff, err := affinity("next.affinity", n.GetAffinity(), n.GetAffinityTtlSeconds())
+	if err != nil {
+		return nil, err
+	}
 	_, l, nextErr, err := p.ReleaseNextTimed(id, req.GetFencingToken(), outcome, latency(req.GetLatencyMs()),
-		pool.Next{Context: n.GetContext(), TTL: ttl, Labels: n.GetLabels(), Exclude: n.GetExclude(), KeepFailed: n.GetKeepFailed()})
+		pool.Next{Context: n.GetContext(), TTL: ttl, Labels: n.GetLabels(), Exclude: n.GetExclude(), KeepFailed: n.GetKeepFailed(), Affinity: aff})
 	if err != nil {
 		return nil, err
 	}

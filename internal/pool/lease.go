@@ -77,6 +77,7 @@ func (p *Pool) releaseLocked(id, token uint64, outcome Outcome, latency time.Dur
 		ctx := p.contextID(l.context)
 		created = p.record(l.res, ctx, outcome, now)
 		p.recordLatency(l.res, ctx, latency, now)
+		p.releasedBound(l, outcome)
 	}
 	p.endLease(id, l)
 	return l.res, created, nil
@@ -95,6 +96,8 @@ type Next struct {
 	// Failure or Blocked outcome; by default it is excluded, unless it is
 	// the only resource that can serve now.
 	KeepFailed bool
+	// Affinity binds the next lease to a key (AcquireAffine).
+	Affinity Affinity
 }
 
 // ReleaseNext releases lease id as Release does and, under the same lock,
@@ -136,6 +139,9 @@ func (p *Pool) ReleaseNextTimed(id, token uint64, outcome Outcome, latency time.
 	if err := validExclude("next.exclude", next.Exclude); err != nil {
 		return false, Lease{}, nil, err
 	}
+	if err := next.Affinity.check("next.affinity"); err != nil {
+		return false, Lease{}, nil, err
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := p.closedErr(); err != nil {
@@ -150,7 +156,7 @@ func (p *Pool) ReleaseNextTimed(id, token uint64, outcome Outcome, latency time.
 	if (outcome == Failure || outcome == Blocked) && !next.KeepFailed {
 		failed = res
 	}
-	l, nextErr = p.acquireAvoiding(next.Context, next.TTL, next.Labels, next.Exclude, failed, now)
+	l, nextErr = p.acquireBound(next.Context, next.TTL, next.Labels, next.Exclude, failed, next.Affinity, now)
 	return created, l, nextErr, nil
 }
 
@@ -221,4 +227,5 @@ func (p *Pool) processDue(now int64, budget int) {
 		at, e := p.ageouts.pop()
 		p.endAge(at, e, now)
 	}
+	p.expireBindings(now, budget)
 }

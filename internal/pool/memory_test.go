@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 // heapAfterGC is the live heap after a collection.
@@ -65,6 +66,24 @@ func TestMemoryOfATenantsShare(t *testing.T) {
 					if _, err := p.Report(Report{Resource: fmt.Sprint("r", i), Context: ctx, Outcome: Success}); err != nil {
 						t.Fatal(err)
 					}
+				}
+			}
+		}, 256 << 20},
+		{"62,500 affinity bindings (125,000 cells), each with a 256-byte key in its own 256-byte context", func(p *Pool) {
+			for i := range 100 {
+				if _, _, err := p.Register([]Spec{{ID: fmt.Sprint("r", i), Capacity: 1 << 20}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for b := range cells / BindingCells {
+				ctx := fmt.Sprintf("%06d-", b) + strings.Repeat("c", MaxIDLen-7)
+				key := fmt.Sprintf("%06d-", b) + strings.Repeat("k", MaxIDLen-7)
+				l, err := p.AcquireAffine(ctx, time.Hour, nil, nil, Affinity{Key: key})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := p.Release(l.ID, l.Token, 0); err != nil {
+					t.Fatal(err)
 				}
 			}
 		}, 256 << 20},

@@ -62,6 +62,10 @@ type Lease struct {
 	Context   string
 	Token     uint64
 	ExpiresAt time.Time
+	// Rebound: the lease was asked with an affinity key that was bound to
+	// another resource, and the key is bound to this one now
+	// (AcquireAffine).
+	Rebound bool
 }
 
 // Pool is one tenant's reputation pool. Create it with New. Safe for
@@ -98,6 +102,7 @@ type Pool struct {
 	ncells     int
 	probeRes   []int32   // whole-quarantined resources whose cooldown ended
 	avoid      avoidSet  // the resources the acquire under way must not lease
+	binds      bindings  // affinity keys → resources (affinity.go)
 	explore    reservoir // for contexts without statistics yet
 	leases     leaseTable
 	expiries   minHeap[uint64]   // lease expiry → lease id
@@ -135,6 +140,10 @@ type Counters struct {
 	Retired       uint64
 	Capped        uint64 // quarantines ended early by MaxQuarantinedShare
 	DroppedEvents uint64 // subscribers disconnected for being slow
+	// Rebound counts affinity keys bound to another resource;
+	// BindingsExpired and BindingsEvicted the bindings dropped at their
+	// expiry and to make room in the budget.
+	Rebound, BindingsExpired, BindingsEvicted uint64
 	// Outcomes counts Reports by outcome, indexed by Outcome (Success,
 	// Failure, Blocked; index 0 stays 0).
 	Outcomes [Blocked + 1]uint64
@@ -229,6 +238,7 @@ type leaseRec struct {
 	res     int32
 	gen     uint32
 	probe   uint8 // probeNone, probeCell, probeWhole
+	bind    int32 // the affinity binding's slot + 1 the lease was made under; 0: none
 }
 
 const (
@@ -312,6 +322,7 @@ func (p *Pool) reset() {
 	p.sparseIdx = map[cellKey]int32{}
 	p.ncells = 0
 	p.probeRes = nil
+	p.binds.reset()
 	p.explore = reservoir{}
 	p.leases.reset()
 	p.expiries = nil
@@ -847,12 +858,13 @@ func (p *Pool) Len() (resources, cells int) {
 }
 
 // Charge returns what the pool's state costs in its Gate's units: the
-// resource units of its resources (ResourceUnits) and its cells. It is
-// what a caller of Restore accounts.
+// resource units of its resources (ResourceUnits) and its cells, affinity
+// bindings included (BindingCells each). It is what a caller of Restore
+// accounts.
 func (p *Pool) Charge() (resourceUnits, cells int) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	return p.units, p.ncells
+	return p.units, p.ncells + len(p.binds.idx)*BindingCells
 }
 
 // ActiveLeases returns the number of live leases (some may be past their

@@ -73,6 +73,7 @@ type Snapshot struct {
 	Resources []ResourceState
 	Cells     []CellState
 	Leases    []LeaseState
+	Bindings  []BindingState
 }
 
 // Changes is what changed since the previous Snapshot or TakeChanges: the
@@ -86,6 +87,12 @@ type Changes struct {
 	Resources []ResourceState
 	Cells     []CellState
 	Removed   []string
+	// Bindings are the affinity bindings made, moved or extended, and
+	// Unbound the keys dropped (expired, evicted, or whose resource is
+	// gone); a key can be in both (dropped, then bound again): apply
+	// Unbound first.
+	Bindings []BindingState
+	Unbound  []BindingKey
 }
 
 func statsOf(c counts, w recent, consec int32) Stats {
@@ -161,6 +168,7 @@ func (p *Pool) snapshotLocked() Snapshot {
 	p.leases.each(func(id uint64, l leaseRec) {
 		s.Leases = append(s.Leases, LeaseState{ID: id, Resource: p.res[l.res].id, Context: l.context, Token: l.token, ExpiresAt: time.Unix(0, l.expires)})
 	})
+	s.Bindings = p.bindingStates()
 	return s
 }
 
@@ -186,6 +194,7 @@ func (p *Pool) TakeChanges() Changes {
 			ch.Cells = append(ch.Cells, p.cellState(slot))
 		}
 	}
+	ch.Bindings, ch.Unbound = p.bindingChanges()
 	p.clearChangesLocked()
 	return ch
 }
@@ -198,6 +207,7 @@ func (p *Pool) clearChangesLocked() {
 		p.cellAt(slot).dirty = false
 	}
 	p.dirtyRes, p.dirtyCells, p.removed = p.dirtyRes[:0], p.dirtyCells[:0], nil
+	p.clearBindingChanges()
 }
 
 // validLifetime checks a resource state's retirement fields.
@@ -352,7 +362,7 @@ func (s Snapshot) check(name func(kind string, i int) string) error {
 			return fmt.Errorf("%w: %s token or id above the snapshot's high-water marks", ErrInvalidArgument, name("leases", i))
 		}
 	}
-	return nil
+	return checkBindings(s.Bindings, known, name)
 }
 
 // Restore replaces the pool's state with s. The snapshot is checked
@@ -443,6 +453,7 @@ func (p *Pool) Restore(s Snapshot) error {
 		p.expiries.push(expires, ls.ID)
 		p.hints.put(ls.ID&p.mask(), idx, p.leases.len())
 	}
+	p.restoreBindings(s.Bindings, now)
 	p.clearChangesLocked()
 	return nil
 }

@@ -180,3 +180,51 @@ func TestLatencyThroughTheSidecar(t *testing.T) {
 		t.Fatalf("resource = %d %s, want the search context's latency_ms 200 (the mean of 100 and 300)", r.status, r.raw)
 	}
 }
+
+// TestAffinityThroughTheSidecar: against the real server, "affinity" on an
+// acquire and on a release's next in the sidecar's JSON: the same key gets
+// the same resource after a SUCCESS and another one, "rebound": true,
+// after a FAILURE; a bad key or lifetime is a 400 naming the field.
+func TestAffinityThroughTheSidecar(t *testing.T) {
+	addr, key := realServer(t)
+	h := start(t, config.Config{Providers: map[string]config.Provider{"demo": {Endpoint: addr, APIKey: key}}}, sidecar.Options{})
+	const p = "/v1/providers/demo"
+	h.do("POST", p+"/resources", `{"resources":[{"id":"a","capacity":10},{"id":"b","capacity":10},{"id":"c","capacity":10}]}`)
+	r := h.do("POST", p+"/acquire", `{"context":"login","ttl_seconds":30,"affinity":"alice","affinity_ttl_seconds":600}`)
+	lease, _ := r.body["lease"].(map[string]any)
+	if r.status != 200 || lease == nil || lease["rebound"] != false {
+		t.Fatalf("acquire with affinity = %d %s, want a lease, not rebound", r.status, r.raw)
+	}
+	bound := lease["resource_id"]
+	for range 5 {
+		r = h.do("POST", p+"/leases/"+lease["lease_id"].(string)+"/release",
+			fmt.Sprintf(`{"fencing_token":%q,"outcome":"SUCCESS","next":{"context":"login","ttl_seconds":30,"affinity":"alice"}}`, lease["fencing_token"]))
+		next, _ := r.body["next"].(map[string]any)
+		l2, _ := next["lease"].(map[string]any)
+		if r.status != 200 || l2 == nil || l2["resource_id"] != bound || l2["rebound"] != false {
+			t.Fatalf("release SUCCESS with next under alice = %d %s, want %v again", r.status, r.raw, bound)
+		}
+		lease = l2
+	}
+	r = h.do("POST", p+"/leases/"+lease["lease_id"].(string)+"/release",
+		fmt.Sprintf(`{"fencing_token":%q,"outcome":"FAILURE","next":{"context":"login","ttl_seconds":30,"affinity":"alice"}}`, lease["fencing_token"]))
+	next, _ := r.body["next"].(map[string]any)
+	l2, _ := next["lease"].(map[string]any)
+	if r.status != 200 || l2 == nil || l2["resource_id"] == bound || l2["rebound"] != true {
+		t.Fatalf("release FAILURE with next under alice = %d %s, want another resource, rebound", r.status, r.raw)
+	}
+	r = h.do("POST", p+"/acquire", `{"context":"login","ttl_seconds":30,"affinity":"alice"}`)
+	if got, _ := r.body["lease"].(map[string]any); r.status != 200 || got["resource_id"] != l2["resource_id"] {
+		t.Fatalf("acquire under alice after the rebind = %d %s, want %v", r.status, r.raw, l2["resource_id"])
+	}
+	for _, bad := range []struct{ body, want string }{
+		{`{"context":"login","ttl_seconds":30,"affinity":"` + strings.Repeat("k", 257) + `"}`, "affinity"},
+		{`{"context":"login","ttl_seconds":30,"affinity":"k","affinity_ttl_seconds":90000}`, "affinity_ttl_seconds"},
+		{`{"context":"login","ttl_seconds":30,"affinity":7}`, "affinity"},
+	} {
+		r = h.do("POST", p+"/acquire", bad.body)
+		if r.status != 400 || !strings.Contains(r.errField("message"), bad.want) {
+			t.Fatalf("acquire %s = %d %s, want 400 naming %s", bad.body[:40], r.status, r.raw, bad.want)
+		}
+	}
+}

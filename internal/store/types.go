@@ -253,6 +253,26 @@ type Checkpoint struct {
 	// Removed lists resource ids deleted since the last checkpoint; their
 	// cells are deleted too. Unknown ids are ignored.
 	Removed []string
+	// Bindings are affinity bindings to write: all of them in a Full
+	// checkpoint (the saved ones are replaced), those changed in an
+	// incremental one (upserted by context and key, after Unbound is
+	// deleted). (Context, Key) must be unique within the checkpoint.
+	Bindings []BindingRow
+	// Unbound lists the bindings dropped since the last checkpoint
+	// (incremental only); unknown ones are ignored.
+	Unbound []BindingKey
+}
+
+// BindingKey names an affinity binding.
+type BindingKey struct{ Context, Key string }
+
+// BindingRow is a persisted affinity binding: the key of Context is bound
+// to ResourceID until ExpiresAt (unix nanoseconds); Failed says the last
+// release under the key reported a failure.
+type BindingRow struct {
+	Context, Key, ResourceID string
+	ExpiresAt                int64
+	Failed                   bool
 }
 
 // ResourceRow is a persisted resource. Times are unix nanoseconds.
@@ -322,6 +342,8 @@ type PoolState struct {
 	Resources []ResourceRow
 	// Cells ordered by (ResourceID, Context).
 	Cells []CellRow
+	// Bindings are the affinity bindings last saved.
+	Bindings []BindingRow
 }
 
 // LeaseRow is a journaled lease. Times are unix nanoseconds.

@@ -273,7 +273,10 @@ func (cp Checkpoint) Validate() error {
 			}
 		}
 	}
-	return invalid(rowsProblem(cp.Resources, cp.Cells, cp.Full))
+	if err := rowsProblem(cp.Resources, cp.Cells, cp.Full); err != nil {
+		return invalid(err)
+	}
+	return invalid(bindingsProblem(cp.Bindings, cp.Unbound))
 }
 
 // Validate checks a loaded pool state the way Checkpoint.Validate checks a
@@ -284,6 +287,9 @@ func (p PoolState) Validate() error {
 		return fmt.Errorf("%w: fencing high-water mark %d exceeds %d", ErrCorrupt, p.FencingHWM, uint64(MaxFencingHWM))
 	}
 	if err := rowsProblem(p.Resources, p.Cells, true); err != nil {
+		return fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	if err := bindingsProblem(p.Bindings, nil); err != nil {
 		return fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
 	return nil

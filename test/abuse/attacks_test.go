@@ -37,6 +37,7 @@ func TestAttacks(t *testing.T) {
 		{"a tenant sends on Leases streams and never reads the answers", attackUnreadLeaseStreams},
 		{"a tenant fills the connection bound with idle Leases streams", attackIdleLeaseStreamsFillConnections},
 		{"a tenant registers resources with long ids and many labels", attackLongIdsAndLabels},
+		{"a tenant sends a new affinity key with every acquire", attackAffinityKeys},
 		{"a client without a valid credential holds requests half sent", attackUnauthenticatedRequests},
 		{"a tenant holds requests half sent", attackTenantRequests},
 		{"a tenant's Leases streams past its own cap", attackLeaseStreamsPerTenant},

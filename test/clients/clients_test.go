@@ -83,7 +83,8 @@ func stack(t *testing.T) string {
 // sidecar (the clients register resources of their own names, but each
 // starts from a fresh pool) and checks what it printed: 50 uses in 50 round
 // trips, after each failure a next lease on another resource (the
-// default exclusion), and for Node the registered events it read from the
+// default exclusion), an affinity key's four uses on one resource and its
+// move after a failure, and for Node the registered events it read from the
 // stream. Then
 // again through a proxy that answers two of the releases as a sidecar does
 // when something on the way is transient: one refused before it reaches the
@@ -132,6 +133,13 @@ func TestClients(t *testing.T) {
 				}
 				t.Logf("%s", bytes.TrimSpace(out))
 				for _, w := range append(c.want, want) {
+					if !strings.Contains(string(out), w) {
+						t.Errorf("%s printed %q, want it to say %q", c.name, out, w)
+					}
+				}
+				// An affinity key keeps a session on one resource and
+				// moves it after a failure.
+				for _, w := range []string{"affinity: the same resource 4 of 4 times, rebound after a failure"} {
 					if !strings.Contains(string(out), w) {
 						t.Errorf("%s printed %q, want it to say %q", c.name, out, w)
 					}

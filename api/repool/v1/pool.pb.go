@@ -688,8 +688,13 @@ type Lease struct {
 	Context    string                 `protobuf:"bytes,3,opt,name=context,proto3" json:"context,omitempty"`
 	// Strictly increasing per pool, across restarts and leader changes. Pass it
 	// to whatever the resource guards so that a stale holder can be refused.
-	FencingToken  uint64                 `protobuf:"varint,4,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
-	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	FencingToken uint64                 `protobuf:"varint,4,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	ExpiresAt    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// The lease was asked with an affinity key that was bound to another
+	// resource (it failed, was quarantined, retired, removed or full): the
+	// key is bound to this one now. Work that lived on the old resource (a
+	// login, a cart) starts again here.
+	Rebound       bool `protobuf:"varint,6,opt,name=rebound,proto3" json:"rebound,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -759,6 +764,13 @@ func (x *Lease) GetExpiresAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Lease) GetRebound() bool {
+	if x != nil {
+		return x.Rebound
+	}
+	return false
+}
+
 type AcquireRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Kind of work, 1 to 256 bytes (for example "product-list").
@@ -771,9 +783,22 @@ type AcquireRequest struct {
 	// backend that just saw one fail asks for another. When every resource
 	// that could serve now is excluded, the answer is RESOURCE_EXHAUSTED
 	// with why "all_excluded".
-	Exclude       []string `protobuf:"bytes,4,rep,name=exclude,proto3" json:"exclude,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Exclude []string `protobuf:"bytes,4,rep,name=exclude,proto3" json:"exclude,omitempty"`
+	// Optional affinity key (1 to 256 bytes of UTF-8 without NUL; a session,
+	// an account): the same key and context get the same resource while it
+	// is healthy for the context (not quarantined, retired or removed), has
+	// free capacity, carries the labels and is not excluded, and the last
+	// release under the key did not report FAILURE or BLOCKED; otherwise the
+	// lease is chosen as without a key and the key is bound to it (the
+	// lease's rebound says so). A binding costs one cell of the tenant's
+	// budget; when the budget is full the binding that expires soonest is
+	// dropped to make room (none to drop: RESOURCE_EXHAUSTED, over_budget).
+	Affinity string `protobuf:"bytes,5,opt,name=affinity,proto3" json:"affinity,omitempty"`
+	// How long the binding lasts after its last use, 1 to 86400 seconds;
+	// 0 means 1800 (30 minutes). A use extends it, never shortens it.
+	AffinityTtlSeconds int32 `protobuf:"varint,6,opt,name=affinity_ttl_seconds,json=affinityTtlSeconds,proto3" json:"affinity_ttl_seconds,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *AcquireRequest) Reset() {
@@ -832,6 +857,20 @@ func (x *AcquireRequest) GetExclude() []string {
 		return x.Exclude
 	}
 	return nil
+}
+
+func (x *AcquireRequest) GetAffinity() string {
+	if x != nil {
+		return x.Affinity
+	}
+	return ""
+}
+
+func (x *AcquireRequest) GetAffinityTtlSeconds() int32 {
+	if x != nil {
+		return x.AffinityTtlSeconds
+	}
+	return 0
 }
 
 type AcquireResponse struct {
@@ -1083,9 +1122,14 @@ type NextLease struct {
 	Exclude []string `protobuf:"bytes,4,rep,name=exclude,proto3" json:"exclude,omitempty"`
 	// Do not exclude the released resource after a FAILURE or BLOCKED
 	// outcome (work pinned to one resource).
-	KeepFailed    bool `protobuf:"varint,5,opt,name=keep_failed,json=keepFailed,proto3" json:"keep_failed,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	KeepFailed bool `protobuf:"varint,5,opt,name=keep_failed,json=keepFailed,proto3" json:"keep_failed,omitempty"`
+	// Affinity key and binding lifetime, as AcquireRequest's. A release
+	// under the key whose outcome is FAILURE or BLOCKED binds the key to
+	// another resource for this next lease.
+	Affinity           string `protobuf:"bytes,6,opt,name=affinity,proto3" json:"affinity,omitempty"`
+	AffinityTtlSeconds int32  `protobuf:"varint,7,opt,name=affinity_ttl_seconds,json=affinityTtlSeconds,proto3" json:"affinity_ttl_seconds,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *NextLease) Reset() {
@@ -1151,6 +1195,20 @@ func (x *NextLease) GetKeepFailed() bool {
 		return x.KeepFailed
 	}
 	return false
+}
+
+func (x *NextLease) GetAffinity() string {
+	if x != nil {
+		return x.Affinity
+	}
+	return ""
+}
+
+func (x *NextLease) GetAffinityTtlSeconds() int32 {
+	if x != nil {
+		return x.AffinityTtlSeconds
+	}
+	return 0
 }
 
 type ReleaseResponse struct {
@@ -2163,7 +2221,7 @@ const file_repool_v1_pool_proto_rawDesc = "" +
 	"\x11DeregisterRequest\x12!\n" +
 	"\fresource_ids\x18\x01 \x03(\tR\vresourceIds\".\n" +
 	"\x12DeregisterResponse\x12\x18\n" +
-	"\aremoved\x18\x01 \x01(\x05R\aremoved\"\xbd\x01\n" +
+	"\aremoved\x18\x01 \x01(\x05R\aremoved\"\xd7\x01\n" +
 	"\x05Lease\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x1f\n" +
 	"\vresource_id\x18\x02 \x01(\tR\n" +
@@ -2171,13 +2229,16 @@ const file_repool_v1_pool_proto_rawDesc = "" +
 	"\acontext\x18\x03 \x01(\tR\acontext\x12#\n" +
 	"\rfencing_token\x18\x04 \x01(\x04R\ffencingToken\x129\n" +
 	"\n" +
-	"expires_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\xdf\x01\n" +
+	"expires_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x18\n" +
+	"\arebound\x18\x06 \x01(\bR\arebound\"\xad\x02\n" +
 	"\x0eAcquireRequest\x12\x18\n" +
 	"\acontext\x18\x01 \x01(\tR\acontext\x12\x1f\n" +
 	"\vttl_seconds\x18\x02 \x01(\x05R\n" +
 	"ttlSeconds\x12=\n" +
 	"\x06labels\x18\x03 \x03(\v2%.repool.v1.AcquireRequest.LabelsEntryR\x06labels\x12\x18\n" +
-	"\aexclude\x18\x04 \x03(\tR\aexclude\x1a9\n" +
+	"\aexclude\x18\x04 \x03(\tR\aexclude\x12\x1a\n" +
+	"\baffinity\x18\x05 \x01(\tR\baffinity\x120\n" +
+	"\x14affinity_ttl_seconds\x18\x06 \x01(\x05R\x12affinityTtlSeconds\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"9\n" +
@@ -2196,7 +2257,7 @@ const file_repool_v1_pool_proto_rawDesc = "" +
 	"\aoutcome\x18\x03 \x01(\x0e2\x12.repool.v1.OutcomeR\aoutcome\x12(\n" +
 	"\x04next\x18\x04 \x01(\v2\x14.repool.v1.NextLeaseR\x04next\x12\x1d\n" +
 	"\n" +
-	"latency_ms\x18\x05 \x01(\rR\tlatencyMs\"\xf6\x01\n" +
+	"latency_ms\x18\x05 \x01(\rR\tlatencyMs\"\xc4\x02\n" +
 	"\tNextLease\x12\x18\n" +
 	"\acontext\x18\x01 \x01(\tR\acontext\x12\x1f\n" +
 	"\vttl_seconds\x18\x02 \x01(\x05R\n" +
@@ -2204,7 +2265,9 @@ const file_repool_v1_pool_proto_rawDesc = "" +
 	"\x06labels\x18\x03 \x03(\v2 .repool.v1.NextLease.LabelsEntryR\x06labels\x12\x18\n" +
 	"\aexclude\x18\x04 \x03(\tR\aexclude\x12\x1f\n" +
 	"\vkeep_failed\x18\x05 \x01(\bR\n" +
-	"keepFailed\x1a9\n" +
+	"keepFailed\x12\x1a\n" +
+	"\baffinity\x18\x06 \x01(\tR\baffinity\x120\n" +
+	"\x14affinity_ttl_seconds\x18\a \x01(\x05R\x12affinityTtlSeconds\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"<\n" +

@@ -5,7 +5,9 @@
 //
 // It registers three resources, acquires a lease once, then releases with
 // the outcome, the use's measured latency (latency_ms) and "next" once per
-// use (one round trip per use) and reads a resource back. A
+// use (one round trip per use) and reads a resource back; then it keeps a
+// session's work on one resource with an affinity key, which moves to
+// another resource (lease "rebound") after a failure. A
 // transient answer (the sidecar's retry_after_ms says when to come back) is
 // retried, a release's too.
 package main
@@ -26,6 +28,8 @@ type Lease struct {
 	LeaseID      string `json:"lease_id"`
 	ResourceID   string `json:"resource_id"`
 	FencingToken string `json:"fencing_token"`
+	// Rebound: the affinity key asked with moved to this resource.
+	Rebound bool `json:"rebound"`
 }
 
 // APIError is the sidecar's {"error":{...}}.
@@ -142,10 +146,16 @@ func release(lease Lease, outcome string, took time.Duration, next map[string]an
 	}
 }
 
-func acquire(context string) (Lease, error) {
+// acquire leases a resource for context. affinity, when not empty, is a key
+// that gets the same resource while that resource serves well.
+func acquire(context, affinity string) (Lease, error) {
+	body := map[string]any{"context": context, "ttl_seconds": 30}
+	if affinity != "" {
+		body["affinity"] = affinity
+	}
 	for {
 		var ans struct{ Lease Lease }
-		err := call("POST", "/acquire", map[string]any{"context": context, "ttl_seconds": 30}, &ans)
+		err := call("POST", "/acquire", body, &ans)
 		e, ok := err.(*APIError)
 		switch {
 		case err == nil:
@@ -170,13 +180,43 @@ func use(lease Lease, i int) (outcome string, took time.Duration) {
 	return outcome, time.Since(started)
 }
 
+// session is work that must stay on one resource (a login, a cart): every
+// lease under the affinity key is the same resource while it succeeds;
+// after a FAILURE the key is bound to another one and the lease says
+// "rebound" (log in again there). It returns how many of uses stayed on the
+// first resource and whether the failure moved the key.
+func session(key string, uses int) (same int, moved bool, err error) {
+	next := map[string]any{"context": "checkout", "ttl_seconds": 30, "affinity": key}
+	lease, err := acquire("checkout", key)
+	if err != nil {
+		return 0, false, err
+	}
+	first := lease.ResourceID
+	for range uses {
+		n, err := release(lease, "SUCCESS", 0, next)
+		if err != nil || n.Lease == nil {
+			return same, false, fmt.Errorf("release with next under %s: %v, %+v", key, err, n.Error)
+		}
+		lease = *n.Lease
+		if lease.ResourceID == first {
+			same++
+		}
+	}
+	n, err := release(lease, "FAILURE", 0, next)
+	if err != nil || n.Lease == nil {
+		return same, false, fmt.Errorf("release FAILURE with next under %s: %v, %+v", key, err, n.Error)
+	}
+	_, err = release(*n.Lease, "SUCCESS", 0, nil)
+	return same, n.Lease.Rebound && n.Lease.ResourceID != first, err
+}
+
 func main() {
 	var reg struct{ Registered, Existing int }
 	res := []map[string]any{{"id": "go-0", "capacity": 2}, {"id": "go-1", "capacity": 2}, {"id": "go-2", "capacity": 2}}
 	if err := call("POST", "/resources", map[string]any{"resources": res}, &reg); err != nil {
 		log.Fatal(err)
 	}
-	lease, err := acquire("search")
+	lease, err := acquire("search", "")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -203,7 +243,7 @@ func main() {
 		if next.Error != nil {
 			time.Sleep(next.Error.wait())
 		}
-		if lease, err = acquire("search"); err != nil {
+		if lease, err = acquire("search", ""); err != nil {
 			log.Fatal(err)
 		}
 	}
@@ -233,10 +273,18 @@ func main() {
 			latency = c.LatencyMS
 		}
 	}
+	same, moved, err := session("cart-42", 4)
+	if err != nil {
+		log.Fatal(err)
+	}
+	rebound := "rebound"
+	if !moved {
+		rebound = "NOT rebound"
+	}
 	var got resource
 	if err := call("GET", "/resources/go-0", nil, &got); err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("go: %d uses in %d round trips; after %d failures the next lease was the same resource %d times; go-0 quarantine %s, %d contexts; %s search latency %.0f ms\n",
-		uses, trips, failedNext, sameAfterFailure, got.Resource.Quarantine, len(got.Resource.Contexts), last.Resource.ID, latency)
+	fmt.Printf("go: %d uses in %d round trips; after %d failures the next lease was the same resource %d times; go-0 quarantine %s, %d contexts; %s search latency %.0f ms; affinity: the same resource %d of 4 times, %s after a failure\n",
+		uses, trips, failedNext, sameAfterFailure, got.Resource.Quarantine, len(got.Resource.Contexts), last.Resource.ID, latency, same, rebound)
 }

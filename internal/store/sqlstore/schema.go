@@ -53,6 +53,9 @@ func (s *Store) LoadMeta(ctx context.Context, c Conn, tenantID, cols string, des
 		return store.PoolState{}, fmt.Errorf("%w: fencing high-water mark %d is negative", store.ErrCorrupt, hwm)
 	default:
 		st.HasCheckpoint, st.FencingHWM = true, uint64(hwm)
+		if st.Bindings, err = s.loadBindings(ctx, c, tenantID); err != nil {
+			return store.PoolState{}, err
+		}
 	}
 	return st, nil
 }
@@ -76,7 +79,10 @@ func (s *Store) CheckpointTx(ctx context.Context, tenantID string, cp store.Chec
 		if err := s.placedHere(ctx, tx, tenantID, s.c.ForShare); err != nil {
 			return err
 		}
-		return write(tx, now)
+		if err := write(tx, now); err != nil {
+			return err
+		}
+		return s.saveBindings(ctx, tx, tenantID, cp)
 	})
 	if err != nil {
 		return fmt.Errorf("save checkpoint of tenant %q: %w", tenantID, err)

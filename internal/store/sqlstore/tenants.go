@@ -154,6 +154,7 @@ func (s *Store) DeleteTenant(ctx context.Context, id string) error {
 		var stmts []Stmt
 		for _, q := range []string{
 			`DELETE FROM cells WHERE pool_id = $1`,
+			`DELETE FROM affinity_bindings WHERE pool_id = $1`,
 			`DELETE FROM resources WHERE pool_id = $1`,
 			`DELETE FROM checkpoint_meta WHERE pool_id = $1`,
 			`DELETE FROM lease_journal WHERE pool_id = $1`,

@@ -107,6 +107,7 @@ func Run(t *testing.T, open func(t *testing.T, opts store.Options) store.Store) 
 		{"CheckpointCorrupt", testCheckpointCorrupt},
 		{"CheckpointDeletedTenant", testCheckpointDeletedTenant},
 		{"CheckpointConcurrent", testCheckpointConcurrent},
+		{"CheckpointBindings", testCheckpointBindings},
 		{"LeaseJournal", testLeaseJournal},
 		{"AuditRetention", testAuditRetention},
 		{"RevokedKeyRetention", testRevokedKeyRetention},
@@ -453,6 +454,7 @@ func fillTenant(t *testing.T, h *harness, id string, seed int64) store.Checkpoin
 		}
 	}
 	cp := Synthetic(20, 3, seed)
+	cp.Bindings = []store.BindingRow{{Context: "login", Key: id + "-session", ResourceID: cp.Resources[0].ID, ExpiresAt: 1}}
 	h.save(t, id, cp)
 	return cp
 }
@@ -1159,6 +1161,7 @@ func CountRows(ctx context.Context, tenantID string, count func(ctx context.Cont
 		{"checkpoint_meta", "pool_id"},
 		{"resources", "pool_id"},
 		{"cells", "pool_id"},
+		{"affinity_bindings", "pool_id"},
 	} {
 		n, err := count(ctx, fmt.Sprintf(`SELECT count(*) FROM %s WHERE %s = $1`, st.table, st.column), tenantID)
 		if err != nil {
