@@ -187,7 +187,11 @@ func TestCallOutcomes(t *testing.T) {
 			wantStatus: 502, wantCode: "internal", wantFast: "upstream", wantCalls: 1},
 		{name: "DEADLINE_EXCEEDED is not retried", acquire: failing(status.Error(codes.DeadlineExceeded, "slow store")),
 			wantStatus: 504, wantCode: "deadline_exceeded", wantFast: "timeout", wantCalls: 1},
-		{name: "our own timeout is not retried", timeout: 50 * time.Millisecond,
+		// The handler holds the call until its deadline, so the timeout is
+		// the test's length; a second leaves room for the call to reach the
+		// server (on a new Leases stream: a connection, TLS-free here, and a
+		// stream) on a busy machine, where 50 ms once did not.
+		{name: "our own timeout is not retried", timeout: time.Second,
 			acquire: func(ctx context.Context, _ *repoolv1.AcquireRequest) (*repoolv1.AcquireResponse, error) {
 				<-ctx.Done()
 				return nil, status.Error(codes.Unavailable, "too late")
