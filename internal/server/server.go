@@ -104,6 +104,12 @@ type Server struct {
 	ready atomic.Bool // restored (standby: connected) and serving
 	lead  atomic.Bool // the active server
 	lost  atomic.Bool // the store's claim was lost: write nothing more
+	// started is when New returned; leaderSince when this server last
+	// became active (Unix ns; 0 before its first term). configHash is the
+	// status's configuration hash.
+	started     time.Time
+	leaderSince atomic.Int64
+	configHash  string
 	// journalDone stops a single server's lease journal and waits for it.
 	journalDone func()
 	grpc        *grpc.Server
@@ -174,6 +180,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	if s.storeURL, err = cfg.StoreURL(); err != nil {
 		return nil, err
 	}
+	s.configHash = configHash(cfg, s.storeURL)
 	u := s.storeURL
 	if cfg.HA {
 		u = haSessions(u, cfg.HASessionTimeout)
@@ -325,6 +332,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 		s.log.Info("server ready as standby", "grpc", s.grpcLn.Addr().String(), "http", s.httpLn.Addr().String(), "store", s.storeURL.Redacted())
 		s.ready.Store(true)
 	}
+	s.started = s.clock.Now()
 	return s, nil
 }
 
@@ -356,6 +364,7 @@ func (s *Server) becomeActive(ctx context.Context, epoch uint32) error {
 	// A new term starts writable: whatever a standby's store did before
 	// the probe and this term's writes find out.
 	s.writes.reset()
+	s.leaderSince.Store(s.clock.Now().UnixNano())
 	s.lead.Store(true)
 	s.ready.Store(true)
 	s.syncHealth()
@@ -589,6 +598,7 @@ func (s *Server) httpHandler() http.Handler {
 		}
 	})
 	mux.Handle("GET /metrics", s.metricsHandler())
+	mux.Handle("GET /status", s.control.StatusHandler(func() any { return s.Status() }))
 	mux.Handle("/api/v1/", s.control.Handler())
 	return mux
 }
