@@ -145,6 +145,11 @@ type Cluster struct {
 	Groups []Group `json:"groups"`
 	// Database is the store the servers report (nil if none answered).
 	Database *Database `json:"database,omitempty"`
+	// Warnings are what needs a look, in words: a group without a leader
+	// or with two, no VIP holder or two, a server that did not answer,
+	// versions or configurations that differ within a group, a leader
+	// that an LB host's HAProxy does not see UP.
+	Warnings []string `json:"warnings"`
 }
 
 // LBHost is one LB host: Keepalived's VRRP state and its HAProxy.
