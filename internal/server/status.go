@@ -23,8 +23,12 @@ func (s *Server) Status() status.Server {
 		Name: s.cfg.HAName, Time: now, StartedAt: s.started, Serving: code == http.StatusOK, Reason: why,
 		HA: s.ha != nil, Group: s.cfg.Group, Epoch: s.epoch.Load(),
 		Build: build(buildinfo.Read()), ConfigHash: s.configHash,
-		Store:   status.Store{Kind: storeKind(s.storeURL), Address: s.storeURL.Redacted(), Writable: true},
-		Tenants: len(s.pools.Tenants()),
+		Store: status.Store{Kind: storeKind(s.storeURL), Address: s.storeURL.Redacted(), Writable: true},
+	}
+	if s.shard != nil {
+		st.Tenants = len(s.pools.Admitted()) // placed here, pool or not
+	} else {
+		st.Tenants = len(s.pools.Tenants())
 	}
 	switch {
 	case !s.ready.Load():

@@ -57,7 +57,7 @@ lb2      10.0.0.12  BACKUP  -                  up
 SERVER   GROUP    ROLE     EPOCH   LEADER SINCE  LOCK     LB1             LB2             VERSION                CONFIG        CHECKPOINT  TENANTS
 repool1  default  active   486790  5m12s         held     UP L7OK/200     UP L7OK/200     v1.2.3 (0123456789ab)  3fa2c1d09e11  850ms       12
 repool2  default  standby  -       -             waiting  NOLB L7OKC/404  NOLB L7OKC/404  v1.2.3 (0123456789ab)  3fa2c1d09e11  -           0
-repool3  default  ?        -       -             -        DOWN L4CON      DOWN L4CON      dial tcp 10.0.0.23:8081: connect: connection refused
+repool3  default  ?        -       -             -        DOWN L4CON      DOWN L4CON      -                      -             -           -
 
 GROUP    LEADER   EPOCH   SINCE                 STANDBYS
 default  repool1  486790  2026-12-05T03:54:48Z  repool2 (waiting on the lock), repool3 (down)
