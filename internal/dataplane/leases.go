@@ -110,15 +110,17 @@ func (s *Service) leaseCall(ctx context.Context, call *repoolv1.LeaseCall) (*rep
 	reply, err := s.leaseCallChecked(ctx, method, call)
 	if err == nil {
 		s.count(method, nil, start)
+		s.logCall(ctx, method, nil, start)
 		return reply, nil
 	}
-	st := toStatus(s.log, err)
+	st := toStatus(ctx, s.log, err)
 	s.count(method, st, start)
+	s.logCall(ctx, method, st, start)
 	code := status.Code(st)
 	if endsStream(code) {
 		return nil, st
 	}
-	return &repoolv1.LeaseReply{Reply: &repoolv1.LeaseReply_Error{Error: problem(s.log, err)}, Status: int32(code)}, nil
+	return &repoolv1.LeaseReply{Reply: &repoolv1.LeaseReply_Error{Error: problem(ctx, s.log, err)}, Status: int32(code)}, nil
 }
 
 // endsStream tells the refusals of the caller or of this server, which end

@@ -40,12 +40,12 @@ func (s *Service) Tap(ctx context.Context, info *tap.Info) (context.Context, err
 		var v auth.Verdict
 		tenant, v = s.cfg.Auth.Claim(credentials(info.Header))
 		if v == auth.Invalid {
-			return nil, toStatus(s.log, auth.ErrUnauthenticated)
+			return nil, toStatus(ctx, s.log, auth.ErrUnauthenticated)
 		}
 	}
 	slot, err := s.cfg.Calls.Admit(tenant)
 	if err != nil {
-		return nil, toStatus(s.log, fmt.Errorf("%w: %v", ErrOverBudget, err))
+		return nil, toStatus(ctx, s.log, fmt.Errorf("%w: %v", ErrOverBudget, err))
 	}
 	if tenant != "" {
 		context.AfterFunc(ctx, slot.Release)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -49,6 +50,7 @@ import (
 	"github.com/repool/repool/internal/tenants"
 	"github.com/repool/repool/internal/tlsconf"
 	"github.com/repool/repool/internal/token"
+	"github.com/repool/repool/internal/tracing"
 )
 
 // Options are the server's injected dependencies.
@@ -68,6 +70,9 @@ type Options struct {
 	// resolution: Report and Acquire read the time on every call, and a
 	// vDSO clock read is a tenth of a Report's cost.
 	PoolClock clock.Clock
+	// SpanExporter, when set, receives the data plane's spans instead of
+	// Config.OTLPEndpoint's collector (tests).
+	SpanExporter sdktrace.SpanExporter
 }
 
 // Server is a running repool server. Create it with New, run it with Run.
@@ -118,6 +123,7 @@ type Server struct {
 	grpcLn      net.Listener
 	httpLn      net.Listener
 	tls         *tlsconf.Server // nil: plaintext
+	tracer      *tracing.Tracer // spans of the data plane's calls, when Config.OTLPEndpoint is set
 
 	storeURL open.URL           // Config.Store, parsed
 	rules    control.LimitRules // defaults and bounds of tenants' limits
@@ -181,6 +187,9 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 		return nil, err
 	}
 	s.configHash = configHash(cfg, s.storeURL)
+	if s.tracer, err = tracing.New(tracing.Config{OTLPEndpoint: cfg.OTLPEndpoint, Service: "repool-server", Exporter: opts.SpanExporter}); err != nil {
+		return nil, err
+	}
 	u := s.storeURL
 	if cfg.HA {
 		u = haSessions(u, cfg.HASessionTimeout)
@@ -523,7 +532,7 @@ func (s *Server) listen() error {
 	// window (BDP estimation) up to 16 MiB, and a stream whose handler
 	// does not read (a Leases stream whose client reads no answer) holds
 	// all of it.
-	opts := append(s.svc.ServerOptions(), grpc.NumStreamWorkers(streamWorkers), grpc.SharedWriteBuffer(true),
+	opts := append(append(s.svc.ServerOptions(), s.tracer.ServerOptions()...), grpc.NumStreamWorkers(streamWorkers), grpc.SharedWriteBuffer(true),
 		grpc.MaxConcurrentStreams(uint32(c.GRPCMaxConcurrentStreams)),
 		grpc.InitialWindowSize(int32(c.GRPCStreamWindow)), grpc.InitialConnWindowSize(int32(c.GRPCConnWindow)),
 		grpc.ConnectionTimeout(c.GRPCHandshakeTimeout),
@@ -735,6 +744,9 @@ func (s *Server) Run(ctx context.Context) error {
 		s.ha.resign()
 	}
 	<-auditDone
+	if err := s.tracer.Shutdown(hctx); err != nil {
+		s.log.Warn("exporting the last spans", "err", err)
+	}
 	if err := s.store.Close(); err != nil && runErr == nil {
 		runErr = err
 	}
