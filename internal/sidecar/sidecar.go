@@ -27,18 +27,18 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"google.golang.org/grpc"
 
 	"github.com/repool/repool/internal/buildinfo"
-	"github.com/repool/repool/internal/tracing"
 	"github.com/repool/repool/internal/clock"
 	"github.com/repool/repool/internal/sidecar/config"
 	"github.com/repool/repool/internal/sidecar/httpapi"
 	"github.com/repool/repool/internal/sidecar/provider"
 	"github.com/repool/repool/internal/sidecar/resilience"
 	"github.com/repool/repool/internal/sidecar/token"
+	"github.com/repool/repool/internal/tracing"
 )
 
 // Options are the sidecar's injected dependencies.

@@ -15,10 +15,10 @@ import (
 	"syscall"
 
 	"github.com/repool/repool/internal/buildinfo"
-	"github.com/repool/repool/internal/tracing"
 	"github.com/repool/repool/internal/cli"
 	"github.com/repool/repool/internal/sidecar"
 	"github.com/repool/repool/internal/sidecar/config"
+	"github.com/repool/repool/internal/tracing"
 )
 
 // Prog is how the usage text and errors name the command.
