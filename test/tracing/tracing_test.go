@@ -2,7 +2,7 @@
 // through the real sidecar to the real server: the same trace id in both
 // sides' log lines, spans of both sides in one trace when OTLP export is
 // on (to an OTLP/HTTP receiver in the test), and what tracing costs the
-// hop (BenchmarkHop, off and on side by side).
+// hop (BenchmarkTracingHop, off and on side by side).
 package tracing_test
 
 import (
@@ -232,10 +232,10 @@ func TestSpansShareTheTrace(t *testing.T) {
 	})
 }
 
-// BenchmarkHop is one report through the sidecar to the server, with trace
+// BenchmarkTracingHop is one report through the sidecar to the server, with trace
 // context carried and spans off (the default), and with spans exported to
 // an OTLP/HTTP receiver on loopback, side by side in one run.
-func BenchmarkHop(b *testing.B) {
+func BenchmarkTracingHop(b *testing.B) {
 	for _, mode := range []string{"off", "otlp"} {
 		b.Run(mode, func(b *testing.B) {
 			endpoint := ""
