@@ -232,23 +232,34 @@ func TestSpansShareTheTrace(t *testing.T) {
 	})
 }
 
-// BenchmarkTracingHop is one report through the sidecar to the server, with trace
-// context carried and spans off (the default), and with spans exported to
-// an OTLP/HTTP receiver on loopback, side by side in one run.
+// BenchmarkTracingHop is one report through the sidecar to the server
+// (SQLite, loopback) with a traceparent, on two stacks side by side: one
+// with tracing off (trace context carried and logged only: the default),
+// one with spans exported to an OTLP/HTTP receiver on loopback. Each
+// iteration calls both, in alternating order, so that the machine's load
+// falls on both alike; it reports each one's mean (off_us/call,
+// otlp_us/call) and their ratio (otlp/off).
 func BenchmarkTracingHop(b *testing.B) {
-	for _, mode := range []string{"off", "otlp"} {
-		b.Run(mode, func(b *testing.B) {
-			endpoint := ""
-			if mode == "otlp" {
-				_, endpoint = newReceiver(b)
-			}
-			st := start(b, slog.LevelInfo, endpoint)
-			st.post(b, "/resources", `{"resources":[{"id":"proxy-1"}]}`, nil)
-			h := map[string]string{"traceparent": "00-" + traceID + "-" + parentID + "-01"}
-			b.ResetTimer()
-			for b.Loop() {
-				st.post(b, "/reports", `{"resource_id":"proxy-1","context":"c","outcome":"SUCCESS"}`, h)
-			}
-		})
+	_, endpoint := newReceiver(b)
+	stacks := []*stack{start(b, slog.LevelInfo, ""), start(b, slog.LevelInfo, endpoint)}
+	for _, st := range stacks {
+		st.post(b, "/resources", `{"resources":[{"id":"proxy-1"}]}`, nil)
 	}
+	h := map[string]string{"traceparent": "00-" + traceID + "-" + parentID + "-01"}
+	var spent [2]time.Duration
+	n := 0
+	b.ResetTimer()
+	for b.Loop() {
+		for k := range 2 {
+			i := (n + k) % 2
+			began := time.Now()
+			stacks[i].post(b, "/reports", `{"resource_id":"proxy-1","context":"c","outcome":"SUCCESS"}`, h)
+			spent[i] += time.Since(began)
+		}
+		n++
+	}
+	off, on := spent[0].Seconds()*1e6/float64(n), spent[1].Seconds()*1e6/float64(n)
+	b.ReportMetric(off, "off_us/call")
+	b.ReportMetric(on, "otlp_us/call")
+	b.ReportMetric(on/off, "otlp/off")
 }
