@@ -4,6 +4,8 @@
 //	server admin-token [flags]    print a control-plane bearer token
 //	server haproxy ...            render haproxy.cfg; status/drain/ready/maint of a server
 //	server keepalived render ...  render keepalived.conf for one LB host
+//	server status --inventory F   the deployment at a glance (LB hosts, servers, leaders)
+//	server version                the build (also --version)
 //	server help [COMMAND]         the commands, or a command's flags
 //
 // Every command takes -h; see internal/servercmd.

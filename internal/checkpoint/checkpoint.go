@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -75,6 +76,8 @@ type Checkpointer struct {
 	savedHWM map[string]uint64      // per tenant: the fencing high-water mark the store holds
 	writing  map[string]*sync.Mutex // per tenant ever written: one write at a time
 	groups   map[string]*group      // per tenant that persisted or synced: its group commit
+
+	lastFullAt atomic.Int64 // the last round in which every tenant succeeded, Unix ns; 0: none
 
 	restoreFailures prometheus.Counter
 	failures        *prometheus.CounterVec
@@ -230,8 +233,17 @@ func (c *Checkpointer) Round(ctx context.Context) error {
 	c.duration.Observe(end.Sub(start).Seconds())
 	if len(errs) == 0 {
 		c.lastFull.Set(float64(end.UnixNano()) / 1e9)
+		c.lastFullAt.Store(end.UnixNano())
 	}
 	return errors.Join(errs...)
+}
+
+// LastFull returns when the last round in which every tenant succeeded
+// ended (what repool_checkpoint_last_full_success_timestamp_seconds says),
+// and false before the first such round.
+func (c *Checkpointer) LastFull() (time.Time, bool) {
+	ns := c.lastFullAt.Load()
+	return time.Unix(0, ns), ns != 0
 }
 
 // tenantLock returns the mutex that serializes the tenant's writes.

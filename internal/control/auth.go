@@ -161,3 +161,22 @@ func authorize(c caller, acc access, tenant string) error {
 	}
 	return nil
 }
+
+// StatusHandler serves a server's status (GET /status): what status
+// returns, as JSON, to a caller with a valid control-plane token of role
+// operator or metrics, the roles that read the whole server and no
+// tenant's data. Without a valid token it answers 401, to a tenant's token
+// 403, as every control-plane route does.
+func (a *API) StatusHandler(status func() any) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := a.authenticate(r)
+		if err == nil && c.role != RoleOperator && c.role != RoleMetrics {
+			err = permissionDenied("the status needs the operator or the metrics role")
+		}
+		if err != nil {
+			a.writeError(w, r, c, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, status())
+	})
+}

@@ -43,7 +43,7 @@ var (
 // for every answer, and problem for a Release's next error. Our own errors carry messages
 // written for clients; anything else is logged and answered with a generic
 // INTERNAL so that no dependency's text leaks.
-func toStatus(log *slog.Logger, err error) error {
+func toStatus(ctx context.Context, log *slog.Logger, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -70,7 +70,7 @@ func toStatus(log *slog.Logger, err error) error {
 	case errors.Is(err, auth.ErrSuspended):
 		code, msg = codes.PermissionDenied, auth.ErrSuspended.Error()
 	case errors.Is(err, auth.ErrUnavailable):
-		log.Warn("credential store unavailable", "err", err)
+		log.WarnContext(ctx, "credential store unavailable", "err", err)
 		code, msg = codes.Unavailable, auth.ErrUnavailable.Error()
 	case errors.Is(err, tenants.ErrElsewhere):
 		return elsewhere(err)
@@ -81,7 +81,7 @@ func toStatus(log *slog.Logger, err error) error {
 	case errors.Is(err, tenants.ErrClosed):
 		code, msg = codes.Unavailable, ErrNotActive.Error()
 	default:
-		log.Error("internal error", "err", err)
+		log.ErrorContext(ctx, "internal error", "err", err)
 		code, msg = codes.Internal, "internal error"
 	}
 	return status.Error(code, msg)
@@ -167,8 +167,8 @@ func exhausted(err error) error {
 // problem is err as the answer's next error of a Release: the code (the
 // ErrorInfo reason in lower case, or the gRPC code's name), the message
 // and what the detail says.
-func problem(log *slog.Logger, err error) *repoolv1.Problem {
-	st := status.Convert(toStatus(log, err))
+func problem(ctx context.Context, log *slog.Logger, err error) *repoolv1.Problem {
+	st := status.Convert(toStatus(ctx, log, err))
 	pr := &repoolv1.Problem{Code: codeName(st.Code()), Message: st.Message()}
 	for _, d := range st.Details() {
 		info, ok := d.(*errdetails.ErrorInfo)

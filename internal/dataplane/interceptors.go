@@ -44,7 +44,7 @@ func (s *Service) ServerOptions() []grpc.ServerOption {
 // statusStream answers a stream handler's error as the gRPC status
 // toStatus maps it to.
 func (s *Service) statusStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	return toStatus(s.log, h(srv, ss))
+	return toStatus(ss.Context(), s.log, h(srv, ss))
 }
 
 func guarded(method string) bool { return strings.HasPrefix(method, servicePrefix) }
@@ -57,17 +57,18 @@ func (s *Service) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo
 	if !guarded(info.FullMethod) {
 		resp, err := h(ctx, req)
 		if err != nil {
-			return nil, toStatus(s.log, err)
+			return nil, toStatus(ctx, s.log, err)
 		}
 		return resp, nil
 	}
 	start := time.Now()
 	resp, err := s.checkedUnary(ctx, req, info.FullMethod, h)
 	if err != nil {
-		err = toStatus(s.log, err)
+		err = toStatus(ctx, s.log, err)
 		resp = nil
 	}
 	s.count(info.FullMethod, err, start)
+	s.logCall(ctx, info.FullMethod, err, start)
 	return resp, err
 }
 
@@ -92,6 +93,7 @@ func (s *Service) countStream(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 	err := h(srv, ss)
 	if guarded(info.FullMethod) {
 		s.count(info.FullMethod, err, start)
+		s.logCall(ss.Context(), info.FullMethod, err, start)
 	}
 	return err
 }

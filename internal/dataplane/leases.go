@@ -14,6 +14,7 @@ import (
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
 	"github.com/repool/repool/internal/pool"
+	"github.com/repool/repool/internal/tracing"
 )
 
 // Leases serves a stream of lease calls: each call is checked and done as
@@ -91,6 +92,7 @@ func (s *Service) Leases(stream grpc.BidiStreamingServer[repoolv1.LeaseCall, rep
 // error that ends the stream: a refusal of the caller or of this server
 // (endsStream), or a message that is no call.
 func (s *Service) leaseCall(ctx context.Context, call *repoolv1.LeaseCall) (*repoolv1.LeaseReply, error) {
+	ctx = tracing.WithHeader(ctx, call.GetTraceparent(), call.GetTracestate())
 	method := ""
 	switch call.GetCall().(type) {
 	case *repoolv1.LeaseCall_Acquire:
@@ -110,15 +112,17 @@ func (s *Service) leaseCall(ctx context.Context, call *repoolv1.LeaseCall) (*rep
 	reply, err := s.leaseCallChecked(ctx, method, call)
 	if err == nil {
 		s.count(method, nil, start)
+		s.logCall(ctx, method, nil, start)
 		return reply, nil
 	}
-	st := toStatus(s.log, err)
+	st := toStatus(ctx, s.log, err)
 	s.count(method, st, start)
+	s.logCall(ctx, method, st, start)
 	code := status.Code(st)
 	if endsStream(code) {
 		return nil, st
 	}
-	return &repoolv1.LeaseReply{Reply: &repoolv1.LeaseReply_Error{Error: problem(s.log, err)}, Status: int32(code)}, nil
+	return &repoolv1.LeaseReply{Reply: &repoolv1.LeaseReply_Error{Error: problem(ctx, s.log, err)}, Status: int32(code)}, nil
 }
 
 // endsStream tells the refusals of the caller or of this server, which end

@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -100,7 +101,7 @@ func TestExhaustedKindsAreToldApart(t *testing.T) {
 	if info := errorInfo(err); info == nil || info.GetReason() != repoolv1.ReasonRateLimited || info.GetMetadata()["retry_after_ms"] != "1500" {
 		t.Fatalf("rate limited: detail %v of %v", info, err)
 	}
-	if problem(e.svc.log, errors.New("x")).GetCode() != "internal" {
+	if problem(context.Background(), e.svc.log, errors.New("x")).GetCode() != "internal" {
 		t.Fatal("an unknown error's problem code is not internal")
 	}
 }

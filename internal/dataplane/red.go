@@ -1,6 +1,8 @@
 package dataplane
 
 import (
+	"context"
+	"log/slog"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -71,4 +73,14 @@ func (s *Service) count(method string, err error, start time.Time) {
 	code := status.Code(err).String()
 	s.requests.WithLabelValues(method, code).Inc()
 	s.duration.WithLabelValues(method, code).Observe(d)
+}
+
+// logCall logs one data-plane call at debug level: its method, code and
+// duration, with the call's context, so that the line carries its trace id
+// (tracing.LogHandler). Nothing is built when debug is off.
+func (s *Service) logCall(ctx context.Context, method string, err error, start time.Time) {
+	if !s.log.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	s.log.DebugContext(ctx, "call", "method", method, "code", status.Code(err).String(), "duration_ms", float64(time.Since(start).Microseconds())/1000)
 }

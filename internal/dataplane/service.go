@@ -491,7 +491,7 @@ func (s *Service) releaseNext(ctx context.Context, tenant string, p *pool.Pool, 
 		}
 	}
 	if nextErr != nil {
-		return &repoolv1.ReleaseResponse{Next: &repoolv1.NextResult{Result: &repoolv1.NextResult_Error{Error: problem(s.log, nextErr)}}}, nil
+		return &repoolv1.ReleaseResponse{Next: &repoolv1.NextResult{Result: &repoolv1.NextResult_Error{Error: problem(ctx, s.log, nextErr)}}}, nil
 	}
 	return &repoolv1.ReleaseResponse{Next: &repoolv1.NextResult{Result: &repoolv1.NextResult_Lease{Lease: toLease(l)}}}, nil
 }

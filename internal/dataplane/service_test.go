@@ -440,7 +440,7 @@ func TestHandlerWithoutTenantFails(t *testing.T) {
 	if !errors.Is(err, errNoTenant) {
 		t.Fatalf("Acquire(no principal) = %v, want errNoTenant", err)
 	}
-	wantCode(t, "Acquire(no principal)", toStatus(discard(), err), codes.Internal)
+	wantCode(t, "Acquire(no principal)", toStatus(context.Background(), discard(), err), codes.Internal)
 	if len(e.pools.Tenants()) != 0 {
 		t.Fatal("a handler without a tenant created a pool")
 	}
@@ -514,7 +514,7 @@ func TestErrorMapping(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.err.Error(), func(t *testing.T) {
-			st := status.Convert(toStatus(discard(), tt.err))
+			st := status.Convert(toStatus(context.Background(), discard(), tt.err))
 			if st.Code() != tt.want {
 				t.Fatalf("toStatus(%v) = %v, want %v", tt.err, st.Code(), tt.want)
 			}

@@ -40,20 +40,20 @@ func (s *Service) Tap(ctx context.Context, info *tap.Info) (context.Context, err
 			// claims from the context instead of verifying it again.
 			var ok bool
 			if t.token, ok = s.cfg.Auth.ClaimBearer(bearer); !ok {
-				return nil, toStatus(s.log, auth.ErrUnauthenticated)
+				return nil, toStatus(ctx, s.log, auth.ErrUnauthenticated)
 			}
 			t.bearer = bearer
 			t.tenant = t.token.Tenant()
 		} else {
 			var v auth.Verdict
 			if t.tenant, v = s.cfg.Auth.Claim(apiKey, ""); v == auth.Invalid {
-				return nil, toStatus(s.log, auth.ErrUnauthenticated)
+				return nil, toStatus(ctx, s.log, auth.ErrUnauthenticated)
 			}
 		}
 	}
 	slot, err := s.cfg.Calls.Admit(t.tenant)
 	if err != nil {
-		return nil, toStatus(s.log, fmt.Errorf("%w: %v", ErrOverBudget, err))
+		return nil, toStatus(ctx, s.log, fmt.Errorf("%w: %v", ErrOverBudget, err))
 	}
 	t.slot = slot
 	if t.tenant != "" {

@@ -15,11 +15,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/repool/repool/internal/clock"
+	"github.com/repool/repool/internal/status"
 	"github.com/repool/repool/internal/store/postgres"
 )
 
@@ -70,10 +72,38 @@ type Config struct {
 	Reachable func(ok bool)
 }
 
-// Elector campaigns for leadership. Safe for use by one goroutine at a time.
+// Elector campaigns for leadership. Campaign is for one goroutine at a
+// time; State is safe for concurrent use.
 type Elector struct {
 	cfg Config
 	log *slog.Logger
+
+	mu    sync.Mutex
+	state status.Election
+}
+
+// State says what the election is doing now: status.ElectionLeader while a
+// term lasts, ElectionWaiting while a standby waits on the lock on an open
+// session, ElectionReconnecting (with the last attempt's error) between a
+// failed attempt and the next session, ElectionStopped otherwise.
+func (e *Elector) State() status.Election {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.state
+}
+
+// setState records a change of state; the same state keeps its Since.
+func (e *Elector) setState(state string, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	if e.state.State != state {
+		e.state.Since = e.cfg.Clock.Now()
+	}
+	e.state.State, e.state.Error = state, msg
 }
 
 // New returns an Elector, or an error naming the bad field: an empty DSN,
@@ -110,7 +140,9 @@ func New(cfg Config) (*Elector, error) {
 	if cfg.Reachable == nil {
 		cfg.Reachable = func(bool) {}
 	}
-	return &Elector{cfg: cfg, log: cfg.Log.With("component", "ha")}, nil
+	e := &Elector{cfg: cfg, log: cfg.Log.With("component", "ha")}
+	e.setState(status.ElectionStopped, nil)
+	return e, nil
 }
 
 // Term is one period of leadership. Done is closed when it ends: the
@@ -159,7 +191,12 @@ func (t *Term) Resign() {
 // when HAProxy has no primary to send the session to) is logged once, at
 // the first failed attempt, and its end once, with the number of failed
 // attempts and how long they lasted: not once per attempt.
-func (e *Elector) Campaign(ctx context.Context) (*Term, error) {
+func (e *Elector) Campaign(ctx context.Context) (_ *Term, err error) {
+	defer func() {
+		if err != nil {
+			e.setState(status.ElectionStopped, nil)
+		}
+	}()
 	var conn *pgx.Conn
 	var failed int             // attempts failed in a row
 	var failingSince time.Time // the first of them
@@ -174,6 +211,7 @@ func (e *Elector) Campaign(ctx context.Context) (*Term, error) {
 			}
 		}
 		if err == nil {
+			e.setState(status.ElectionWaiting, nil)
 			var held bool
 			sent := time.Now()
 			held, err = e.lock(ctx, conn)
@@ -203,6 +241,7 @@ func (e *Elector) Campaign(ctx context.Context) (*Term, error) {
 				"err", err, "interval", e.cfg.Interval)
 		}
 		failed++
+		e.setState(status.ElectionReconnecting, err)
 		if err := clock.Sleep(ctx, e.cfg.Clock, e.cfg.Interval); err != nil {
 			return nil, err
 		}
@@ -347,8 +386,10 @@ func (e *Elector) hold(conn *pgx.Conn, sent time.Time) *Term {
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &Term{done: make(chan struct{}), cancel: cancel}
 	until := sent.Add(e.confirmedFor())
+	e.setState(status.ElectionLeader, nil)
 	go func() {
 		defer close(t.done)
+		defer e.setState(status.ElectionStopped, nil)
 		defer conn.Close(context.Background())
 		clock.Every(ctx, e.cfg.Clock, e.cfg.Interval, func(ctx context.Context) bool {
 			sent := time.Now()

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/repool/repool/internal/clock"
+	"github.com/repool/repool/internal/status"
 	"github.com/repool/repool/internal/testenv"
 )
 
@@ -735,5 +736,35 @@ func TestReachable(t *testing.T) {
 	}
 	if leaderR.last() {
 		t.Errorf("leader's last report after its check failed = true, want false")
+	}
+}
+
+// TestState: State says stopped before a campaign, waiting while a standby
+// waits on the lock on its session, leader once it holds it, and stopped
+// again when the term or the campaign ends.
+func TestState(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	obs := observer(ctx, t, dsn)
+
+	leader := lead(ctx, t, dsn, nil)
+	b := slowElector(t, dsn, "b", nil)
+	if got := b.State().State; got != status.ElectionStopped {
+		t.Fatalf("State before Campaign = got %q, want %q", got, status.ElectionStopped)
+	}
+	bctx, bcancel := context.WithCancel(ctx)
+	defer bcancel()
+	won := campaign(bctx, b)
+	waitForLock(ctx, t, obs, "b")
+	testenv.Eventually(t, 10*time.Second, "b's State to say waiting", func() bool { return b.State().State == status.ElectionWaiting })
+	leader.Resign()
+	term := await(t, won, 10*time.Second, "a resigned")
+	if got := b.State().State; got != status.ElectionLeader {
+		t.Fatalf("State while b leads = got %q, want %q", got, status.ElectionLeader)
+	}
+	term.Resign()
+	if got := b.State().State; got != status.ElectionStopped {
+		t.Fatalf("State after Resign = got %q, want %q", got, status.ElectionStopped)
 	}
 }

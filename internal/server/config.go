@@ -18,6 +18,7 @@ import (
 	"github.com/repool/repool/internal/store/open"
 	"github.com/repool/repool/internal/tenants"
 	"github.com/repool/repool/internal/tlsconf"
+	"github.com/repool/repool/internal/tracing"
 )
 
 // Config is the server's configuration. Every field can be set in the YAML
@@ -211,6 +212,10 @@ type Config struct {
 	// TuneRuntime applies; the collector runs as often as it must to stay
 	// under it. 0 means none. Default 0.
 	MemoryLimit int64
+	// OTLPEndpoint, when set, exports OpenTelemetry spans of the data
+	// plane's calls to this OTLP/HTTP collector (http://HOST:4318).
+	// Default empty: no spans; trace context is still read and logged.
+	OTLPEndpoint string
 	// LogLevel is the least severe level that cmd/server logs: debug,
 	// info, warn or error. Default info.
 	LogLevel string
@@ -387,6 +392,8 @@ func (c Config) Validate() error {
 		return errors.New("config: memory_limit must not be negative")
 	case c.MemoryLimit > 0 && c.MemoryLimit < 64<<20:
 		return fmt.Errorf("config: memory_limit %d bytes is below 64MiB", c.MemoryLimit)
+	case tracing.CheckEndpoint(c.OTLPEndpoint) != nil:
+		return fmt.Errorf("config: otlp_endpoint: %w", tracing.CheckEndpoint(c.OTLPEndpoint))
 	case !slices.Contains([]string{"debug", "info", "warn", "error"}, c.LogLevel):
 		return fmt.Errorf("config: log_level %q: want debug, info, warn or error", c.LogLevel)
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -49,6 +50,7 @@ import (
 	"github.com/repool/repool/internal/tenants"
 	"github.com/repool/repool/internal/tlsconf"
 	"github.com/repool/repool/internal/token"
+	"github.com/repool/repool/internal/tracing"
 )
 
 // Options are the server's injected dependencies.
@@ -68,6 +70,9 @@ type Options struct {
 	// resolution: Report and Acquire read the time on every call, and a
 	// vDSO clock read is a tenth of a Report's cost.
 	PoolClock clock.Clock
+	// SpanExporter, when set, receives the data plane's spans instead of
+	// Config.OTLPEndpoint's collector (tests).
+	SpanExporter sdktrace.SpanExporter
 }
 
 // Server is a running repool server. Create it with New, run it with Run.
@@ -104,6 +109,12 @@ type Server struct {
 	ready atomic.Bool // restored (standby: connected) and serving
 	lead  atomic.Bool // the active server
 	lost  atomic.Bool // the store's claim was lost: write nothing more
+	// started is when New returned; leaderSince when this server last
+	// became active (Unix ns; 0 before its first term). configHash is the
+	// status's configuration hash.
+	started     time.Time
+	leaderSince atomic.Int64
+	configHash  string
 	// journalDone stops a single server's lease journal and waits for it.
 	journalDone func()
 	grpc        *grpc.Server
@@ -112,6 +123,7 @@ type Server struct {
 	grpcLn      net.Listener
 	httpLn      net.Listener
 	tls         *tlsconf.Server // nil: plaintext
+	tracer      *tracing.Tracer // spans of the data plane's calls, when Config.OTLPEndpoint is set
 
 	storeURL open.URL           // Config.Store, parsed
 	rules    control.LimitRules // defaults and bounds of tenants' limits
@@ -172,6 +184,10 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	s.reg.MustRegister(s.refusedConns)
 
 	if s.storeURL, err = cfg.StoreURL(); err != nil {
+		return nil, err
+	}
+	s.configHash = configHash(cfg, s.storeURL)
+	if s.tracer, err = tracing.New(tracing.Config{OTLPEndpoint: cfg.OTLPEndpoint, Service: "repool-server", Exporter: opts.SpanExporter}); err != nil {
 		return nil, err
 	}
 	u := s.storeURL
@@ -326,6 +342,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 		s.log.Info("server ready as standby", "grpc", s.grpcLn.Addr().String(), "http", s.httpLn.Addr().String(), "store", s.storeURL.Redacted())
 		s.ready.Store(true)
 	}
+	s.started = s.clock.Now()
 	return s, nil
 }
 
@@ -357,6 +374,7 @@ func (s *Server) becomeActive(ctx context.Context, epoch uint32) error {
 	// A new term starts writable: whatever a standby's store did before
 	// the probe and this term's writes find out.
 	s.writes.reset()
+	s.leaderSince.Store(s.clock.Now().UnixNano())
 	s.lead.Store(true)
 	s.ready.Store(true)
 	s.syncHealth()
@@ -515,7 +533,7 @@ func (s *Server) listen() error {
 	// window (BDP estimation) up to 16 MiB, and a stream whose handler
 	// does not read (a Leases stream whose client reads no answer) holds
 	// all of it.
-	opts := append(s.svc.ServerOptions(), grpc.NumStreamWorkers(streamWorkers), grpc.SharedWriteBuffer(true),
+	opts := append(append(s.svc.ServerOptions(), s.tracer.ServerOptions()...), grpc.NumStreamWorkers(streamWorkers), grpc.SharedWriteBuffer(true),
 		grpc.MaxConcurrentStreams(uint32(c.GRPCMaxConcurrentStreams)),
 		grpc.InitialWindowSize(int32(c.GRPCStreamWindow)), grpc.InitialConnWindowSize(int32(c.GRPCConnWindow)),
 		grpc.ConnectionTimeout(c.GRPCHandshakeTimeout),
@@ -590,6 +608,7 @@ func (s *Server) httpHandler() http.Handler {
 		}
 	})
 	mux.Handle("GET /metrics", s.metricsHandler())
+	mux.Handle("GET /status.json", s.control.StatusHandler(func() any { return s.Status() }))
 	mux.Handle("/api/v1/", s.control.Handler())
 	pages := s.control.StatusPages()
 	mux.Handle("/status", pages)
@@ -729,6 +748,9 @@ func (s *Server) Run(ctx context.Context) error {
 		s.ha.resign()
 	}
 	<-auditDone
+	if err := s.tracer.Shutdown(hctx); err != nil {
+		s.log.Warn("exporting the last spans", "err", err)
+	}
 	if err := s.store.Close(); err != nil && runErr == nil {
 		runErr = err
 	}

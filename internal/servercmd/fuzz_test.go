@@ -31,7 +31,7 @@ func fileValues(c server.Config) map[string]string {
 		"ha_session_timeout": d(c.HASessionTimeout), "ha_interval": d(c.HAInterval),
 		"group": c.Group, "placement_interval": d(c.PlacementInterval),
 		"gc_percent": strconv.Itoa(c.GCPercent), "memory_limit": strconv.FormatInt(c.MemoryLimit, 10),
-		"log_level":    c.LogLevel,
+		"log_level": c.LogLevel, "otlp_endpoint": c.OTLPEndpoint,
 		"report_flush": d(c.ReportFlush), "store_probe_interval": d(c.StoreProbeInterval), "store_lock_wait": d(c.StoreLockWait), "durable_reports": strconv.FormatBool(c.DurableReports),
 		"store_fsync": strconv.FormatBool(c.StoreFsync), "store_shared_files": strconv.FormatBool(c.StoreSharedFiles),
 		"default_tenant_share": strconv.Itoa(c.DefaultTenantShare), "max_keys_per_tenant": strconv.Itoa(c.MaxKeysPerTenant),

@@ -204,7 +204,8 @@ func bindings() []binding {
 			c.MemoryLimit = n
 			return err
 		}},
-		{"log-level", "least severe `level` logged: debug, info, warn or error", d.LogLevel, str(func(c *server.Config) *string { return &c.LogLevel })},
+		{"log-level", "least severe `level` logged: debug, info, warn or error (debug: a line per data-plane call, with its trace id)", d.LogLevel, str(func(c *server.Config) *string { return &c.LogLevel })},
+		{"otlp-endpoint", "export OpenTelemetry spans of data-plane calls to this OTLP/HTTP collector (`URL`, http://HOST:4318); empty: off", "", str(func(c *server.Config) *string { return &c.OTLPEndpoint })},
 		{"tls-cert", "serve gRPC and HTTP over TLS with this certificate chain (PEM `file`; with --tls-key; re-read on SIGHUP and on change)", "", str(func(c *server.Config) *string { return &c.TLSCert })},
 		{"tls-key", "private key of --tls-cert (PEM `file`)", "", str(func(c *server.Config) *string { return &c.TLSKey })},
 		{"tls-client-ca", "require client certificates signed by these CAs (PEM `file`; mutual TLS)", "", str(func(c *server.Config) *string { return &c.TLSClientCA })},

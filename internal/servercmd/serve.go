@@ -11,6 +11,7 @@ import (
 
 	"github.com/repool/repool/internal/cli"
 	"github.com/repool/repool/internal/server"
+	"github.com/repool/repool/internal/tracing"
 )
 
 const serveUsage = `usage: ` + Prog + ` [run] [flags]
@@ -42,7 +43,8 @@ func serve(ctx context.Context, args []string, env Env) error {
 	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
 		return fmt.Errorf("log level: %w", err)
 	}
-	log := slog.New(slog.NewJSONHandler(env.Stderr, &slog.HandlerOptions{Level: level}))
+	// Lines logged with a call's context carry its trace id.
+	log := slog.New(tracing.LogHandler(slog.NewJSONHandler(env.Stderr, &slog.HandlerOptions{Level: level})))
 	defer server.TuneRuntime(cfg, env.Getenv)()
 	s, err := server.New(ctx, cfg, server.Options{Log: log, Out: env.Stdout})
 	if err != nil {

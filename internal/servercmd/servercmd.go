@@ -1,5 +1,5 @@
 // Package servercmd is the command line of cmd/server: the commands run
-// (the default), admin-token, haproxy, keepalived and help, each with its
+// (the default), admin-token, haproxy, keepalived, status, version and help, each with its
 // -h/--help, the loading of the server's configuration (flags, REPOOL_*
 // variables, a YAML file: Load) and the store-URL handling they share.
 // cmd/server is a thin main around Run.
@@ -40,6 +40,7 @@ func commands() []command {
 		{"admin-token", "--role ROLE [flags]", "print a control-plane bearer token signed with the store's key", adminToken},
 		{"haproxy", "render|status|drain|ready|maint|sync-placements ...", "HAProxy config from the LB inventory; runtime control", lbCommand("haproxy")},
 		{"keepalived", "render ...", "keepalived.conf for one LB host", lbCommand("keepalived")},
+		{"status", "--inventory FILE [--json]", "the deployment at a glance: LB hosts, servers as HAProxy sees them, leaders", status},
 		{"version", "", "the build: version, commit, Go version (also --version)", version},
 		{"help", "[COMMAND]", "this text, or a command's flags (as COMMAND -h)", help},
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"google.golang.org/grpc"
 
 	"github.com/repool/repool/internal/buildinfo"
@@ -37,6 +38,7 @@ import (
 	"github.com/repool/repool/internal/sidecar/provider"
 	"github.com/repool/repool/internal/sidecar/resilience"
 	"github.com/repool/repool/internal/sidecar/token"
+	"github.com/repool/repool/internal/tracing"
 )
 
 // Options are the sidecar's injected dependencies.
@@ -64,6 +66,9 @@ type Options struct {
 	DialOptions []grpc.DialOption
 	// Keepalive is the comment interval of idle event streams. Default 15s.
 	Keepalive time.Duration
+	// SpanExporter, when set, receives the spans instead of the
+	// configuration's otlp_endpoint (tests).
+	SpanExporter sdktrace.SpanExporter
 }
 
 // The heartbeat of the stall-discounting clock (clock.Awake) of the
@@ -87,6 +92,7 @@ type Sidecar struct {
 	loader  func() (config.Config, error)
 	reload  <-chan os.Signal
 	dialOpt []grpc.DialOption
+	tracer  *tracing.Tracer // trace context on every call; spans with otlp_endpoint
 
 	resMetrics  *resilience.Metrics
 	tokMetrics  *token.Metrics
@@ -144,6 +150,10 @@ func New(cfg config.Config, opts Options) (_ *Sidecar, err error) {
 		}, func() float64 { return awake.Stalled().Seconds() }))
 	}
 	s.set.Store(&providerSet{})
+	if s.tracer, err = tracing.New(tracing.Config{OTLPEndpoint: cfg.OTLPEndpoint, Service: "repool-sidecar", Exporter: opts.SpanExporter}); err != nil {
+		return nil, err
+	}
+	s.dialOpt = append(s.tracer.DialOptions(), s.dialOpt...)
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -191,7 +201,10 @@ func New(cfg config.Config, opts Options) (_ *Sidecar, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s.srv = cfg.HTTP.Server(api, slog.NewLogLogger(opts.Log.Handler(), slog.LevelWarn))
+	// The trace context of each request (the backend's traceparent, or a
+	// new one) is in its context from here on: the calls to the provider
+	// carry it, and the lines logged with it show its trace id.
+	s.srv = cfg.HTTP.Server(s.tracer.HTTPHandler(api, "sidecar"), slog.NewLogLogger(opts.Log.Handler(), slog.LevelWarn))
 	s.log.Info("sidecar ready", "listen", s.Addr(), "providers", cfg.Names(), "redis", cfg.Redis != nil)
 	return s, nil
 }
@@ -390,6 +403,11 @@ func (s *Sidecar) Close() error {
 			wg.Go(e.up.wait)
 		}
 		wg.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := s.tracer.Shutdown(ctx); err != nil {
+			s.log.Warn("exporting the last spans", "err", err)
+		}
 	})
 	return s.closeErr
 }

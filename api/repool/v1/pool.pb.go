@@ -158,7 +158,12 @@ type LeaseCall struct {
 	//	*LeaseCall_Release
 	//	*LeaseCall_Report
 	//	*LeaseCall_Renew
-	Call          isLeaseCall_Call `protobuf_oneof:"call"`
+	Call isLeaseCall_Call `protobuf_oneof:"call"`
+	// The call's W3C trace context (traceparent, tracestate), as a unary
+	// call carries it in its metadata: the server logs the call under this
+	// trace rather than the stream's. Empty: the stream's own.
+	Traceparent   string `protobuf:"bytes,5,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Tracestate    string `protobuf:"bytes,6,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -234,6 +239,20 @@ func (x *LeaseCall) GetRenew() *RenewRequest {
 		}
 	}
 	return nil
+}
+
+func (x *LeaseCall) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
+func (x *LeaseCall) GetTracestate() string {
+	if x != nil {
+		return x.Tracestate
+	}
+	return ""
 }
 
 type isLeaseCall_Call interface {
@@ -2186,12 +2205,16 @@ var File_repool_v1_pool_proto protoreflect.FileDescriptor
 
 const file_repool_v1_pool_proto_rawDesc = "" +
 	"\n" +
-	"\x14repool/v1/pool.proto\x12\trepool.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe6\x01\n" +
+	"\x14repool/v1/pool.proto\x12\trepool.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa8\x02\n" +
 	"\tLeaseCall\x125\n" +
 	"\aacquire\x18\x01 \x01(\v2\x19.repool.v1.AcquireRequestH\x00R\aacquire\x125\n" +
 	"\arelease\x18\x02 \x01(\v2\x19.repool.v1.ReleaseRequestH\x00R\arelease\x122\n" +
 	"\x06report\x18\x03 \x01(\v2\x18.repool.v1.ReportRequestH\x00R\x06report\x12/\n" +
-	"\x05renew\x18\x04 \x01(\v2\x17.repool.v1.RenewRequestH\x00R\x05renewB\x06\n" +
+	"\x05renew\x18\x04 \x01(\v2\x17.repool.v1.RenewRequestH\x00R\x05renew\x12 \n" +
+	"\vtraceparent\x18\x05 \x01(\tR\vtraceparent\x12\x1e\n" +
+	"\n" +
+	"tracestate\x18\x06 \x01(\tR\n" +
+	"tracestateB\x06\n" +
 	"\x04call\"\xb0\x02\n" +
 	"\n" +
 	"LeaseReply\x126\n" +

@@ -19,6 +19,7 @@
 //	max_connections: 1024         # connections open at once; more are closed
 //	shutdown_grace: 10s           # drain time on SIGTERM/SIGINT
 //	log_level: info               # debug, info, warn, error
+//	otlp_endpoint: ""             # OTLP/HTTP collector for spans (http://HOST:4318); empty: off
 //	redis:                        # optional shared token cache
 //	  addr: 127.0.0.1:6379
 //	  key_prefix: "repool:"
@@ -75,6 +76,7 @@ import (
 	"github.com/repool/repool/internal/sidecar/resilience"
 	"github.com/repool/repool/internal/sidecar/token"
 	"github.com/repool/repool/internal/tlsconf"
+	"github.com/repool/repool/internal/tracing"
 	"github.com/repool/repool/internal/yamlerr"
 )
 
@@ -119,8 +121,14 @@ type Config struct {
 	// ShutdownGrace bounds the drain of in-flight requests at shutdown.
 	// Default 10s.
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
-	// LogLevel is debug, info, warn or error. Default info.
+	// LogLevel is debug, info, warn or error. Default info. At debug a
+	// line per call, with its trace id.
 	LogLevel string `yaml:"log_level"`
+	// OTLPEndpoint, when set, exports OpenTelemetry spans of the calls
+	// (the HTTP request and each gRPC attempt) to this OTLP/HTTP
+	// collector (http://HOST:4318). Default empty: no spans; trace
+	// context is still carried to the server and logged. Read at start.
+	OTLPEndpoint string `yaml:"otlp_endpoint"`
 	// Redis, when set, is the token cache shared with other sidecars.
 	Redis *Redis `yaml:"redis"`
 	// Providers are the reputation clusters, by name (the {p} of the URLs:
@@ -336,6 +344,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: max_body_bytes %d: want at least 1024", c.MaxBodyBytes)
 	case c.ShutdownGrace < 0:
 		return fmt.Errorf("config: shutdown_grace %v: must not be negative", c.ShutdownGrace)
+	case tracing.CheckEndpoint(c.OTLPEndpoint) != nil:
+		return fmt.Errorf("config: otlp_endpoint: %w", tracing.CheckEndpoint(c.OTLPEndpoint))
 	case lv.UnmarshalText([]byte(c.LogLevel)) != nil:
 		return fmt.Errorf("config: log_level %q: want debug, info, warn or error", c.LogLevel)
 	}
@@ -646,6 +656,9 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 	}
 	if v := getenv("REPOOL_SIDECAR_LOG_LEVEL"); v != "" {
 		c.LogLevel = v
+	}
+	if v := getenv("REPOOL_SIDECAR_OTLP_ENDPOINT"); v != "" {
+		c.OTLPEndpoint = v
 	}
 	if v := getenv("REPOOL_REDIS_ADDR"); v != "" {
 		if c.Redis == nil {

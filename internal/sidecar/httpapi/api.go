@@ -211,10 +211,17 @@ func unary[Req, Resp proto.Message](a *API, method provider.Method, build func(h
 			return
 		}
 		var resp Resp
+		start := time.Now()
 		err = h.Provider.Do(r.Context(), method, func(ctx context.Context, c repoolv1.PoolServiceClient, opts ...grpc.CallOption) (err error) {
 			resp, err = call(c, ctx, req, opts...)
 			return err
 		})
+		if err == nil && a.log.Enabled(r.Context(), slog.LevelDebug) {
+			// With the request's context: the line carries its trace id.
+			// A failed call's line is writeError's.
+			a.log.DebugContext(r.Context(), "call", "route", r.Pattern, "provider", r.PathValue("p"),
+				"status", http.StatusOK, "duration_ms", float64(time.Since(start).Microseconds())/1000)
+		}
 		if err != nil {
 			a.writeError(w, r, err)
 			return

@@ -59,6 +59,8 @@ func appendLeaseAnswer(b []byte, l *repoolv1.Lease) ([]byte, bool) {
 		}
 		b = append(b, `Z"`...)
 	}
+	b = append(b, `,"rebound":`...)
+	b = strconv.AppendBool(b, l.GetRebound())
 	return append(b, "}}"...), true
 }
 

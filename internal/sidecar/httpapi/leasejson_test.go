@@ -33,7 +33,7 @@ func TestLeaseJSONAsProtojson(t *testing.T) {
 	}
 	leases := []*repoolv1.Lease{nil, {}, {ExpiresAt: &timestamppb.Timestamp{Seconds: 253402300800}}, {ExpiresAt: &timestamppb.Timestamp{Nanos: -1}}}
 	for range 5000 {
-		l := &repoolv1.Lease{LeaseId: str(), ResourceId: str(), Context: str(), FencingToken: rng.Uint64() >> rng.IntN(64)}
+		l := &repoolv1.Lease{LeaseId: str(), ResourceId: str(), Context: str(), FencingToken: rng.Uint64() >> rng.IntN(64), Rebound: rng.IntN(2) == 0}
 		switch rng.IntN(5) {
 		case 0:
 		case 1:

@@ -41,6 +41,7 @@ import (
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
 	"github.com/repool/repool/internal/sidecar/token"
+	"github.com/repool/repool/internal/tracing"
 )
 
 // DefaultStreams is the number of streams a Client opens at most: enough
@@ -192,6 +193,7 @@ func (c *Client) do(ctx context.Context, tok *token.Token, call *repoolv1.LeaseC
 		c.fellBack.Add(1)
 		return nil, errUnary
 	}
+	call.Traceparent, call.Tracestate = tracing.Header(ctx)
 	w := getWaiter()
 	if !c.send(tok, call, w) {
 		putWaiter(w)

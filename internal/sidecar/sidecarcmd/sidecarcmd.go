@@ -18,6 +18,7 @@ import (
 	"github.com/repool/repool/internal/cli"
 	"github.com/repool/repool/internal/sidecar"
 	"github.com/repool/repool/internal/sidecar/config"
+	"github.com/repool/repool/internal/tracing"
 )
 
 // Prog is how the usage text and errors name the command.
@@ -94,7 +95,8 @@ func Run(ctx context.Context, args []string, env Env, ready func(*sidecar.Sideca
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.Level()}))
+	// Lines logged with a request's context carry its trace id.
+	log := slog.New(tracing.LogHandler(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.Level()})))
 
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
