@@ -92,7 +92,10 @@ func TestUnavailableAfterOurDeadlineIsOurTimeout(t *testing.T) {
 	}
 	defer tokens.Close()
 	p, err := New(Config{Name: "p", Timeout: 300 * time.Millisecond, Pool: repoolv1.NewPoolServiceClient(nil), Tokens: tokens,
-		Breaker: resilience.NewBreaker(resilience.BreakerConfig{Provider: "p", Policy: resilience.BreakerPolicy{MinRequests: 100, OpenTimeout: time.Hour}}),
+		// The attempt rules are an hour: the test is about how Do reads an
+		// answer, and on a busy machine the two calls' attempts once spanned
+		// the 200 ms outage rule and opened the breaker.
+		Breaker: resilience.NewBreaker(resilience.BreakerConfig{Provider: "p", Policy: resilience.BreakerPolicy{MinRequests: 100, OpenTimeout: time.Hour, OutageAfter: time.Hour, SilenceAfter: time.Hour}}),
 		Retrier: resilience.NewRetrier(resilience.RetrierConfig{Provider: "p", Policy: resilience.RetryPolicy{MaxRetries: 2, InitialInterval: time.Millisecond, MaxInterval: time.Millisecond},
 			Budget: resilience.NewBudget(resilience.BudgetPolicy{}, nil)}),
 		Bulkhead: resilience.NewBulkhead(resilience.BulkheadConfig{Provider: "p"}),
