@@ -257,7 +257,8 @@ func (p *Pool) tagLease(id uint64, slot int32) {
 }
 
 // releasedBound marks the binding a released lease was made under failed
-// or not, by the release's outcome.
+// or not, by the release's outcome (or a report's that names the lease);
+// the zero leaseRec (no lease) and the zero outcome change nothing.
 func (p *Pool) releasedBound(l leaseRec, outcome Outcome) {
 	if l.bind == 0 || outcome == 0 {
 		return

@@ -59,7 +59,8 @@ func TestAffinityKeepsTheSameResource(t *testing.T) {
 }
 
 // TestAffinityRebinds: the key moves to another resource (Rebound, and
-// stays there) when its resource fails a release, is quarantined, is
+// stays there) when its resource fails a release or a report on the
+// key's lease, is quarantined, is
 // full, is retired, is removed, or is excluded.
 func TestAffinityRebinds(t *testing.T) {
 	for _, tc := range []struct {
@@ -73,6 +74,14 @@ func TestAffinityRebinds(t *testing.T) {
 		}},
 		{"blocked release", func(t *testing.T, p *Pool, l Lease) {
 			if _, err := p.Release(l.ID, l.Token, Blocked); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"failure reported on the lease, released without an outcome", func(t *testing.T, p *Pool, l Lease) {
+			if _, err := p.Report(Report{Resource: l.Resource, Context: l.Context, Outcome: Failure, LeaseID: l.ID, Token: l.Token}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.Release(l.ID, l.Token, 0); err != nil {
 				t.Fatal(err)
 			}
 		}},

@@ -71,6 +71,7 @@ func (p *Pool) Report(rep Report) (created bool, err error) {
 	if idx < 0 {
 		return false, fmt.Errorf("%w: resource %q", ErrNotFound, rep.Resource)
 	}
+	var leased leaseRec
 	if rep.LeaseID != 0 {
 		l, err := p.lookupLease(rep.LeaseID, rep.Token, now)
 		if err != nil {
@@ -79,6 +80,7 @@ func (p *Pool) Report(rep Report) (created bool, err error) {
 		if err := rep.subjectOf(l, idx); err != nil {
 			return false, err
 		}
+		leased = l
 	}
 	if p.gate != nil && (!known || p.findCell(idx, ctx) < 0) {
 		if err := p.reserve(0, 1); err != nil { // the report creates the cell
@@ -90,6 +92,10 @@ func (p *Pool) Report(rep Report) (created bool, err error) {
 	}
 	created = p.record(idx, ctx, rep.Outcome, now)
 	p.recordLatency(idx, ctx, rep.Latency, now)
+	// A report that names its lease tells the lease's affinity key how the
+	// resource did, as the lease's release would: after a FAILURE or
+	// BLOCKED the key is re-bound at its next acquire.
+	p.releasedBound(leased, rep.Outcome)
 	return created, nil
 }
 
