@@ -34,24 +34,10 @@ const (
 // of what is left of the session timeout but within the last
 // confirmation, keeps the term: the next check is sent.
 func TestLateAnswerKeepsTheTerm(t *testing.T) {
-	dsn := testenv.Postgres(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	obs := observer(ctx, t, dsn)
-	p := newProxy(t, dsn)
-	fake := clock.NewFake(time.Unix(0, 0))
-	e, err := New(Config{DSN: p.dsn, Name: "a", Interval: confirmInterval, SessionTimeout: confirmSession, Clock: fake})
-	if err != nil {
-		t.Fatal(err)
-	}
-	term, err := e.Campaign(ctx)
-	if err != nil {
-		t.Fatalf("Campaign(a) = got error %v, want a term", err)
-	}
-	defer term.Resign()
-	if err := fake.Wait(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
+	l := proxiedLeader(ctx, t)
+	obs, p, fake, term := l.obs, l.p, l.fake, l.term
 	last := lastQuery(ctx, t, obs)
 
 	p.delay(answerDelay)
@@ -75,24 +61,10 @@ func TestLateAnswerKeepsTheTerm(t *testing.T) {
 // database goes silent, the leader steps down, saying its session is
 // unconfirmed, before the database frees the lock for a waiting standby.
 func TestSilenceEndsTheTermBeforeTheLockIsFreed(t *testing.T) {
-	dsn := testenv.Postgres(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	obs := observer(ctx, t, dsn)
-	p := newProxy(t, dsn)
-	fake := clock.NewFake(time.Unix(0, 0))
-	e, err := New(Config{DSN: p.dsn, Name: "a", Interval: confirmInterval, SessionTimeout: confirmSession, Clock: fake})
-	if err != nil {
-		t.Fatal(err)
-	}
-	term, err := e.Campaign(ctx)
-	if err != nil {
-		t.Fatalf("Campaign(a) = got error %v, want a term", err)
-	}
-	defer term.Resign()
-	if err := fake.Wait(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
+	l := proxiedLeader(ctx, t)
+	dsn, obs, p, fake, term := l.dsn, l.obs, l.p, l.fake, l.term
 	last := lastQuery(ctx, t, obs)
 	fake.Advance(confirmInterval)
 	awaitCheck(ctx, t, obs, term, last, "the first check")
@@ -123,6 +95,37 @@ func TestSilenceEndsTheTermBeforeTheLockIsFreed(t *testing.T) {
 	bterm := await(t, won, 30*time.Second, "a's session timed out in the database")
 	defer bterm.Resign()
 	t.Logf("a stepped down %v before b won the lock", time.Since(ended).Round(time.Millisecond))
+}
+
+// proxied is elector a's term through a proxy to a database of its own,
+// its checks paced by fake.
+type proxied struct {
+	dsn  string // the database's own address, not the proxy's
+	obs  *pgx.Conn
+	p    *proxy
+	fake *clock.Fake
+	term *Term
+}
+
+// proxiedLeader makes elector a the leader through a proxy and waits for
+// its check ticker; the term is resigned when the test ends.
+func proxiedLeader(ctx context.Context, t *testing.T) proxied {
+	t.Helper()
+	l := proxied{dsn: testenv.Postgres(t), fake: clock.NewFake(time.Unix(0, 0))}
+	l.obs = observer(ctx, t, l.dsn)
+	l.p = newProxy(t, l.dsn)
+	e, err := New(Config{DSN: l.p.dsn, Name: "a", Interval: confirmInterval, SessionTimeout: confirmSession, Clock: l.fake})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.term, err = e.Campaign(ctx); err != nil {
+		t.Fatalf("Campaign(a) = got error %v, want a term", err)
+	}
+	t.Cleanup(l.term.Resign)
+	if err := l.fake.Wait(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 // lastQuery returns when elector a's session last started a query.
