@@ -145,6 +145,10 @@ type Cluster struct {
 	Groups []Group `json:"groups"`
 	// Database is the store the servers report (nil if none answered).
 	Database *Database `json:"database,omitempty"`
+	// DBNodes are the inventory's database nodes (its database section:
+	// PostgreSQL under Patroni) as each one's Patroni answers; none when
+	// the inventory has no database section.
+	DBNodes []DBNode `json:"db_nodes,omitempty"`
 	// Warnings are what needs a look, in words: a group without a leader
 	// or with two, no VIP holder or two, a server that did not answer,
 	// versions or configurations that differ within a group, a leader
@@ -233,5 +237,23 @@ type Database struct {
 	// Writable is false when an active server says the store refuses its
 	// writes (Error says why).
 	Writable bool   `json:"writable"`
+	Error    string `json:"error,omitempty"`
+}
+
+// DBNode is one PostgreSQL node of the database tier as its Patroni
+// answers GET /patroni on its REST port.
+type DBNode struct {
+	Name    string `json:"name"`
+	Address string `json:"address"`
+	// Role is Patroni's: "primary" (Patroni 3.0 says "master"), "replica",
+	// "standby_leader"; "" when Patroni did not answer (Error says why).
+	Role string `json:"role"`
+	// State is PostgreSQL's as Patroni sees it: "running", "starting",
+	// "stopped", "crashed", ...
+	State    string `json:"state"`
+	Timeline int64  `json:"timeline"`
+	// LagBytes is how far a replica's replay is behind the primary's WAL
+	// position, when both answered; nil otherwise.
+	LagBytes *int64 `json:"lag_bytes,omitempty"`
 	Error    string `json:"error,omitempty"`
 }

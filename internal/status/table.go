@@ -103,6 +103,24 @@ func (c Cluster) WriteTable(w io.Writer) error {
 		}
 		fmt.Fprintf(w, "\nDATABASE  %s %s, %s\n", db.Kind, db.Address, state)
 	}
+	if len(c.DBNodes) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "\nDB NODE\tADDRESS\tROLE\tSTATE\tTIMELINE\tLAG")
+		for _, n := range c.DBNodes {
+			if n.Error != "" {
+				fmt.Fprintf(tw, "%s\t%s\t?\t?\t-\t-\n", n.Name, n.Address)
+				continue
+			}
+			lag := "-"
+			if n.LagBytes != nil {
+				lag = fmt.Sprintf("%d B", *n.LagBytes)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", n.Name, n.Address, n.Role, n.State, n.Timeline, lag)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
 	if len(c.Warnings) > 0 {
 		fmt.Fprintln(w, "\nWARNINGS")
 		for _, s := range c.Warnings {

@@ -24,6 +24,7 @@ import (
 	"github.com/repool/repool/internal/lb/haproxy"
 	"github.com/repool/repool/internal/lb/inventory"
 	"github.com/repool/repool/internal/pgcluster"
+	"github.com/repool/repool/internal/status/gather"
 	"github.com/repool/repool/internal/testenv"
 	"github.com/repool/repool/internal/tlsconf/tlstest"
 )
@@ -75,6 +76,7 @@ func (n *dbNode) dataDir() string   { return filepath.Join(n.dir, "data") }
 
 // dbTier is the whole database tier of a run and the HAProxy in front.
 type dbTier struct {
+	inv     *inventory.Inventory // the inventory HAProxy was rendered from
 	t       *testing.T
 	dir     string
 	cred    *syscall.Credential
@@ -564,6 +566,7 @@ func (d *dbTier) startHAProxy() {
 	if err != nil {
 		t.Fatalf("inventory:\n%s\n%v", b.String(), err)
 	}
+	d.inv = inv
 	cfg, err := haproxy.Render(context.Background(), inv, haproxy.Options{Host: "lb1", PIDFile: filepath.Join(d.dir, "haproxy.pid")})
 	if err != nil {
 		t.Fatal(err)
@@ -658,5 +661,45 @@ func (d *dbTier) dumpLogs() {
 			raw = raw[len(raw)-6000:]
 		}
 		d.t.Logf("==== %s (tail)\n%s", filepath.Base(f), raw)
+	}
+}
+
+// checkStatus gathers the deployment's status from the inventory as
+// `server status` does and checks its database rows against Patroni: the
+// node d.primary() names is the one primary, the others running
+// replicas, and no warning about the database tier.
+func (d *dbTier) checkStatus(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	want := d.primary()
+	if want == nil {
+		t.Fatal("no primary to check the status against")
+	}
+	c, err := gather.Cluster(ctx, gather.Config{Inventory: d.inv, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	c.WriteTable(&b)
+	if len(c.DBNodes) != len(d.nodes) {
+		t.Fatalf("server status lists %d database nodes, want %d:\n%s", len(c.DBNodes), len(d.nodes), b.String())
+	}
+	for _, n := range c.DBNodes {
+		role := "replica"
+		if n.Name == want.name {
+			role = "primary"
+		}
+		if n.Role != role || n.State != "running" || n.Error != "" {
+			t.Errorf("server status: database node %s is %q %q (%s), want %s running:\n%s", n.Name, n.Role, n.State, n.Error, role, b.String())
+		}
+		if role == "replica" && n.LagBytes == nil {
+			t.Errorf("server status: replica %s has no lag, want the bytes behind the primary:\n%s", n.Name, b.String())
+		}
+	}
+	for _, w := range c.Warnings {
+		if strings.Contains(w, "database") {
+			t.Errorf("server status warns %q on a healthy database tier:\n%s", w, b.String())
+		}
 	}
 }

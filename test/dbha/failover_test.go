@@ -396,6 +396,7 @@ func TestDatabaseFailover(t *testing.T) {
 		testenv.Eventually(t, 120*time.Second, "the three nodes back, two of them standbys, one synchronous", func() bool {
 			return d.syncStandby() != ""
 		})
+		d.checkStatus(t)
 	}
 	stop.Store(true)
 	wg.Wait()

@@ -2,8 +2,10 @@
 // inventory: it asks every server for its status (GET /status.json on its HTTP
 // port, with an operator or metrics token), every LB host's HAProxy for its
 // monitor URI and its Prometheus exporter (the rendered haproxy.cfg serves
-// both on the host's monitor port), and every LB host's node exporter for
-// the Keepalived state keepalived/notify.sh writes, all at once, each
+// both on the host's monitor port), every LB host's node exporter for
+// the Keepalived state keepalived/notify.sh writes, and every database
+// node's Patroni (GET /patroni) when the inventory has a database section,
+// all at once, each
 // bounded by a timeout. What does not answer is said in the status, never
 // an error: `server status` must show a broken cluster too.
 package gather
@@ -101,7 +103,16 @@ func Cluster(ctx context.Context, cfg Config) (status.Cluster, error) {
 	for i, s := range inv.Servers {
 		wg.Go(func() { c.Servers[i] = cfg.server(ctx, s) })
 	}
+	var positions []walPosition
+	if db := inv.Database; db != nil {
+		c.DBNodes = make([]status.DBNode, len(db.Nodes))
+		positions = make([]walPosition, len(db.Nodes))
+		for i, n := range db.Nodes {
+			wg.Go(func() { c.DBNodes[i], positions[i] = cfg.dbNode(ctx, n) })
+		}
+	}
 	wg.Wait()
+	lags(c.DBNodes, positions)
 	c.Groups = groups(inv, c.Servers)
 	c.Database = database(c.Servers)
 	c.Warnings = warnings(c)
@@ -208,6 +219,73 @@ func (cfg Config) lbHost(ctx context.Context, h inventory.LBHost) status.LBHost 
 	})
 	wg.Wait()
 	return out
+}
+
+// patroni is what dbNode reads of Patroni's GET /patroni.
+type patroni struct {
+	State    string `json:"state"`
+	Role     string `json:"role"`
+	Timeline int64  `json:"timeline"`
+	Xlog     struct {
+		Location         *int64 `json:"location"`          // a primary's
+		ReplayedLocation *int64 `json:"replayed_location"` // a replica's
+	} `json:"xlog"`
+}
+
+// walPosition is a node's WAL position: written (a primary) or replayed
+// (a replica); nil when unknown.
+type walPosition struct {
+	primary bool
+	at      *int64
+}
+
+// dbNode asks node n's Patroni (GET /patroni on its REST port, plain
+// HTTP: the GET routes need no credentials) for its role and state.
+func (cfg Config) dbNode(ctx context.Context, n inventory.DBNode) (status.DBNode, walPosition) {
+	out := status.DBNode{Name: n.Name, Address: n.Address}
+	u := "http://" + net.JoinHostPort(n.Address, strconv.Itoa(n.RESTPort)) + "/patroni"
+	body, err := cfg.get(ctx, cfg.LB, u, "")
+	if err != nil {
+		// Patroni answers 503 on a node that is not running: its body
+		// still says why.
+		out.Error = "Patroni: " + err.Error()
+		return out, walPosition{}
+	}
+	var p patroni
+	if err := json.Unmarshal(body, &p); err != nil || p.State == "" {
+		out.Error = "not Patroni's GET /patroni"
+		return out, walPosition{}
+	}
+	out.Role, out.State, out.Timeline = p.Role, p.State, p.Timeline
+	if out.Role == "master" {
+		out.Role = "primary"
+	}
+	if out.Role == "primary" {
+		return out, walPosition{primary: true, at: p.Xlog.Location}
+	}
+	return out, walPosition{at: p.Xlog.ReplayedLocation}
+}
+
+// lags sets each replica's lag behind the one primary, when there is
+// exactly one and both positions are known.
+func lags(nodes []status.DBNode, at []walPosition) {
+	var primary *int64
+	n := 0
+	for _, p := range at {
+		if p.primary {
+			primary = p.at
+			n++
+		}
+	}
+	if n != 1 || primary == nil {
+		return
+	}
+	for i, p := range at {
+		if !p.primary && p.at != nil && nodes[i].Error == "" {
+			lag := max(0, *primary-*p.at)
+			nodes[i].LagBytes = &lag
+		}
+	}
 }
 
 // parse reads a Prometheus text exposition.
@@ -387,6 +465,25 @@ func warnings(c status.Cluster) []string {
 			out = append(out, fmt.Sprintf("server %s: no status (%s)", e.Name, e.Error))
 		} else if e.Status.Role == status.RoleActive && !e.Status.Serving {
 			out = append(out, fmt.Sprintf("server %s: active but not serving: %s", e.Name, e.Status.Reason))
+		}
+	}
+	if len(c.DBNodes) > 0 {
+		var primaries []string
+		for _, n := range c.DBNodes {
+			switch {
+			case n.Error != "":
+				out = append(out, fmt.Sprintf("database node %s: %s", n.Name, n.Error))
+			case n.State != "running":
+				out = append(out, fmt.Sprintf("database node %s: PostgreSQL is %s", n.Name, n.State))
+			case n.Role == "primary":
+				primaries = append(primaries, n.Name)
+			}
+		}
+		switch {
+		case len(primaries) == 0:
+			out = append(out, "the database tier has no running primary")
+		case len(primaries) > 1:
+			out = append(out, "the database tier has two primaries: "+strings.Join(primaries, " and "))
 		}
 	}
 	for _, g := range c.Groups {

@@ -1,6 +1,13 @@
 package gather
 
 import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -106,5 +113,61 @@ func TestWarnings(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("warnings = got\n%s\nwant %q", got, want)
 		}
+	}
+}
+
+// TestDBNodes: each database node's role, state and timeline as its
+// Patroni answers GET /patroni (3.0 says "master" for the primary), a
+// replica's lag behind the primary's WAL position, a node whose Patroni
+// does not answer, and the warnings of a tier without one primary.
+func TestDBNodes(t *testing.T) {
+	answer := func(code int, body string) *httptest.Server {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/patroni" {
+				http.NotFound(w, r)
+				return
+			}
+			w.WriteHeader(code)
+			io.WriteString(w, body)
+		}))
+		t.Cleanup(s.Close)
+		return s
+	}
+	primary := answer(200, `{"state": "running", "role": "master", "timeline": 3, "xlog": {"location": 50331648}, "patroni": {"version": "3.0.2", "scope": "repool"}}`)
+	replica := answer(200, `{"state": "running", "role": "replica", "timeline": 3, "xlog": {"received_location": 50331648, "replayed_location": 50327552, "paused": false}}`)
+	stopped := answer(503, `{"state": "stopped", "role": "replica"}`)
+	node := func(name string, s *httptest.Server) inventory.DBNode {
+		u, _ := url.Parse(s.URL)
+		port, _ := strconv.Atoi(u.Port())
+		return inventory.DBNode{Name: name, Address: u.Hostname(), RESTPort: port}
+	}
+	cfg := Config{LB: http.DefaultClient, Timeout: 5 * time.Second}
+	var nodes []status.DBNode
+	var at []walPosition
+	for _, n := range []inventory.DBNode{node("db1", primary), node("db2", replica), node("db3", stopped)} {
+		got, pos := cfg.dbNode(context.Background(), n)
+		nodes, at = append(nodes, got), append(at, pos)
+	}
+	lags(nodes, at)
+	if n := nodes[0]; n.Role != "primary" || n.State != "running" || n.Timeline != 3 || n.LagBytes != nil {
+		t.Errorf("db1 = %+v, want the running primary on timeline 3", n)
+	}
+	if n := nodes[1]; n.Role != "replica" || n.LagBytes == nil || *n.LagBytes != 4096 {
+		t.Errorf("db2 = %+v, want a replica 4096 bytes behind", n)
+	}
+	if n := nodes[2]; n.Error == "" || n.Role != "" {
+		t.Errorf("db3 = %+v, want the error of a Patroni that answered 503", n)
+	}
+	w := warnings(status.Cluster{DBNodes: nodes})
+	if !slices.ContainsFunc(w, func(s string) bool { return strings.Contains(s, "database node db3") }) {
+		t.Errorf("warnings = %q, want one for db3", w)
+	}
+	nodes[0].Role = "replica"
+	if w := warnings(status.Cluster{DBNodes: nodes}); !slices.Contains(w, "the database tier has no running primary") {
+		t.Errorf("warnings without a primary = %q, want it said", w)
+	}
+	var b strings.Builder
+	if err := (status.Cluster{DBNodes: nodes}).WriteTable(&b); err != nil || !strings.Contains(b.String(), "DB NODE") || !strings.Contains(b.String(), "4096 B") {
+		t.Errorf("WriteTable = %v:\n%s\nwant the DB NODE rows with db2's lag", err, b.String())
 	}
 }
