@@ -117,6 +117,18 @@ func (s *backupSite) lastFlush() float64 {
 	return 0
 }
 
+// flushedSince waits for a checkpoint round that began after at to end:
+// the round after the first one to end after at.
+func (s *backupSite) flushedSince(at time.Time) {
+	s.t.Helper()
+	var first float64
+	testenv.Eventually(s.t, 30*time.Second, "a checkpoint round to end", func() bool {
+		first = s.lastFlush()
+		return first > float64(at.UnixNano())/1e9
+	})
+	testenv.Eventually(s.t, 30*time.Second, "the next checkpoint round to end", func() bool { return s.lastFlush() > first })
+}
+
 // backup runs server backup and returns its output and error.
 func (s *backupSite) backup(store, to string) (string, error) {
 	var out bytes.Buffer
@@ -332,8 +344,7 @@ func TestBackupWhileServing(t *testing.T) {
 	// The moment: every client paused between two steps, and a checkpoint
 	// round that began after the pause ended (its statistics flushed).
 	load.gate.Lock()
-	paused := float64(time.Now().UnixNano()) / 1e9
-	testenv.Eventually(t, 30*time.Second, "a checkpoint round to end after the pause", func() bool { return live.lastFlush() > paused+0.1 })
+	live.flushedSince(time.Now())
 	wantTenants := live.get("/api/v1/tenants")
 	wantLimits, wantKeys, wantRes := map[string]string{}, map[string]string{}, map[string]map[string]resourceState{}
 	for _, id := range tenants {
@@ -457,4 +468,85 @@ func copyFile(t *testing.T, from, to string) {
 	if err := os.WriteFile(to, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestBackupOf100kResources measures a backup and a restore of a store of
+// 100,000 resources (with statistics on 10,000 of them): server backup
+// beside the serving server, then the copy as a new store's database and
+// a server on it, from its start until it serves and lists all 100,000.
+// It prints measure: lines; the bounds it checks are generous (the
+// machine is shared), the figures go to docs/server.md.
+func TestBackupOf100kResources(t *testing.T) {
+	const n = 100_000
+	bin := buildServer(t)
+	dir := t.TempDir()
+	flags := []string{"--global-resources", "200000", "--default-tenant-share", "100"}
+	live := startSite(t, bin, filepath.Join(dir, "live", "repool.db"), flags...)
+	m := keyRE.FindStringSubmatch(live.srv.out.String())
+	if m == nil {
+		t.Fatalf("no demo API key in the first start's output:\n%s", live.srv.out.String())
+	}
+	key := m[1]
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", key)
+	pool := live.pool()
+	for from := 0; from < n; from += 5000 {
+		var rs []*repoolv1.Resource
+		for i := from; i < from+5000; i++ {
+			rs = append(rs, &repoolv1.Resource{Id: fmt.Sprintf("r-%06d", i), Capacity: 1})
+		}
+		if _, err := pool.Register(ctx, &repoolv1.RegisterRequest{Resources: rs}); err != nil {
+			t.Fatalf("Register = %v", err)
+		}
+	}
+	for i := 0; i < n; i += 10 {
+		if _, err := pool.Report(ctx, &repoolv1.ReportRequest{ResourceId: fmt.Sprintf("r-%06d", i), Context: "c", Outcome: repoolv1.Outcome_SUCCESS}); err != nil {
+			t.Fatalf("Report = %v", err)
+		}
+	}
+	live.flushedSince(time.Now())
+
+	target := filepath.Join(dir, "backup.db")
+	start := time.Now()
+	out, err := live.backup("sqlite:"+live.db, target)
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("server backup = got error %v, want nil: %s", err, out)
+	}
+	t.Logf("%s", strings.TrimSpace(out))
+
+	rdir := filepath.Join(dir, "restored")
+	os.Mkdir(rdir, 0o700)
+	start = time.Now()
+	copyFile(t, target, filepath.Join(rdir, "repool.db"))
+	restored := startSite(t, bin, filepath.Join(rdir, "repool.db"), flags...)
+	got := resources(t, restored.pool(), key)
+	restoreTook := time.Since(start)
+	if len(got) != n {
+		t.Fatalf("resources on the restored store = got %d, want %d", len(got), n)
+	}
+	withStats := 0
+	for _, r := range got {
+		if len(r.Contexts) > 0 {
+			withStats++
+		}
+	}
+	if withStats != n/10 {
+		t.Errorf("resources with statistics on the restored store = got %d, want %d", withStats, n/10)
+	}
+	fi, _ := os.Stat(target)
+	t.Logf("measure: backup_100k_resources_s=%.2f (server backup, process start to exit; %d MB)", took.Seconds(), fi.Size()>>20)
+	t.Logf("measure: restore_100k_resources_s=%.2f (copy into place, server start, serving, all %d listed)", restoreTook.Seconds(), n)
+	t.Logf("measure: load_average=%s", loadAvg())
+	if took > 2*time.Minute || restoreTook > 2*time.Minute {
+		t.Errorf("backup %v, restore %v: want each within 2 minutes", took, restoreTook)
+	}
+}
+
+// loadAvg is the 1-, 5- and 15-minute load average.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
 }

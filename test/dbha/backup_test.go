@@ -161,6 +161,14 @@ func (dr *drill) stopPG() {
 // pool client, the server's first-start banner and a stop function.
 func startServer(t *testing.T, dsn, logPath string) (repoolv1.PoolServiceClient, string, func()) {
 	t.Helper()
+	pool, banner, _, stop := startServerHTTP(t, dsn, logPath)
+	return pool, banner, stop
+}
+
+// startServerHTTP is startServer, and also returns the server's HTTP
+// address.
+func startServerHTTP(t *testing.T, dsn, logPath string) (repoolv1.PoolServiceClient, string, string, func()) {
+	t.Helper()
 	logf, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
@@ -193,7 +201,7 @@ func startServer(t *testing.T, dsn, logPath string) (repoolv1.PoolServiceClient,
 		}
 		logf.Close()
 	}
-	return repoolv1.NewPoolServiceClient(conn), banner.String(), stop
+	return repoolv1.NewPoolServiceClient(conn), banner.String(), s.HTTPAddr(), stop
 }
 
 // register registers n resources named prefix-i.

@@ -59,6 +59,12 @@ type BackupInfo struct {
 // directory, mode 0600, synced, and linked to target only once whole. An
 // error changes nothing: no target is made.
 func Backup(ctx context.Context, path, target string) (BackupInfo, error) {
+	return backup(ctx, path, target, nil)
+}
+
+// backup is Backup; afterCopy, if not nil, runs after each copy of the
+// database and before the lease log is read (tests fold the log there).
+func backup(ctx context.Context, path, target string, afterCopy func(attempt int)) (BackupInfo, error) {
 	if err := CheckPath(path); err != nil {
 		return BackupInfo{}, err
 	}
@@ -100,7 +106,7 @@ func Backup(ctx context.Context, path, target string) (BackupInfo, error) {
 	}()
 	var info BackupInfo
 	for info.Attempts = 1; ; info.Attempts++ {
-		ok, err := copyOnce(ctx, src.r, snap, src.logPath, tmpPath, &info)
+		ok, err := copyOnce(ctx, src.r, snap, src.logPath, tmpPath, &info, afterCopy)
 		if err != nil {
 			return BackupInfo{}, err
 		}
@@ -158,12 +164,15 @@ func checkBackupTarget(target string) error {
 // the lease log at logPath into the copy: snap takes the copy, r reads the
 // live table. It returns false, with nothing wrong, when the server folded
 // the log during the copy and it must be taken again.
-func copyOnce(ctx context.Context, r, snap *sql.DB, logPath, tmp string, info *BackupInfo) (bool, error) {
+func copyOnce(ctx context.Context, r, snap *sql.DB, logPath, tmp string, info *BackupInfo, afterCopy func(int)) (bool, error) {
 	if err := os.Truncate(tmp, 0); err != nil {
 		return false, fmt.Errorf("%w: backup: %v", store.ErrUnavailable, err)
 	}
 	if _, err := snap.ExecContext(ctx, `VACUUM INTO ?`, tmp); err != nil {
 		return false, fmt.Errorf("backup: copying the database: %w", classify(err))
+	}
+	if afterCopy != nil {
+		afterCopy(info.Attempts)
 	}
 	recs, err := readLeaseLog(logPath)
 	if err != nil {
