@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -131,8 +132,13 @@ func (s *backupSite) flushedSince(at time.Time) {
 
 // backup runs server backup and returns its output and error.
 func (s *backupSite) backup(store, to string) (string, error) {
+	return s.run("backup", "--store", store, "--to", to)
+}
+
+// run runs the server binary with args and returns its output and error.
+func (s *backupSite) run(args ...string) (string, error) {
 	var out bytes.Buffer
-	cmd := exec.Command(s.bin, "backup", "--store", store, "--to", to)
+	cmd := exec.Command(s.bin, args...)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
 	return out.String(), err
@@ -221,6 +227,8 @@ type backupLoad struct {
 	held map[string][]heldLease // tenant -> leases held
 	errs []string
 	acks int
+	// maxToken is the highest fencing token handed out.
+	maxToken uint64
 }
 
 func (l *backupLoad) run(ctx context.Context, c repoolv1.PoolServiceClient, tenant, key string, wg *sync.WaitGroup) {
@@ -250,6 +258,9 @@ func (l *backupLoad) step(ctx context.Context, c repoolv1.PoolServiceClient, ten
 		return fmt.Errorf("Acquire: %w", err)
 	}
 	lease := resp.GetLease()
+	l.mu.Lock()
+	l.maxToken = max(l.maxToken, lease.GetFencingToken())
+	l.mu.Unlock()
 	outcome := repoolv1.Outcome_SUCCESS
 	if i%4 == 0 {
 		outcome = repoolv1.Outcome_FAILURE
@@ -414,11 +425,37 @@ func TestBackupWhileServing(t *testing.T) {
 		t.Errorf("the directory after the refused backups = got %v, want %v (no partial files)", got, dirBefore)
 	}
 
-	// The restore: the backup as the database of a new store, a server on it.
-	rdir := filepath.Join(dir, "restored")
-	os.Mkdir(rdir, 0o700)
-	copyFile(t, target, filepath.Join(rdir, "repool.db"))
-	restored := startSite(t, bin, filepath.Join(rdir, "repool.db"))
+	// The restore, onto the live store's own path (its epoch mark kept),
+	// with server restore: refused while the server runs, and for a file
+	// that is not a backup; then the server stopped, the backup restored,
+	// a server started on it.
+	liveID := fileIdentity(t, live.db)
+	for _, tc := range []struct{ name, store, from, want string }{
+		{"while the server runs", "sqlite:" + live.db, target, "is held by a running server"},
+		{"from a live store's database", "sqlite:" + filepath.Join(dir, "other", "repool.db"), live.db, "it is a store's live database"},
+		{"from a file that is not a store", "sqlite:" + live.db, notDB, "is not a repool store"},
+		{"from a file that does not exist", "sqlite:" + live.db, filepath.Join(dir, "none.db"), "not a file"},
+	} {
+		out, err := live.run("restore", "--store", tc.store, "--from", tc.from)
+		if err == nil || !strings.Contains(out, tc.want) {
+			t.Errorf("server restore, %s = got %v: %q, want an error saying %q", tc.name, err, out, tc.want)
+		}
+	}
+	if got := fileIdentity(t, live.db); got != liveID {
+		t.Fatalf("the live store's database after the refused restores = replaced, want it untouched")
+	}
+	live.srv.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-live.srv.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the server did not stop within 30 s of SIGTERM")
+	}
+	out, err = live.run("restore", "--store", "sqlite:"+live.db, "--from", target)
+	if err != nil || !strings.Contains(out, ".before-restore-") {
+		t.Fatalf("server restore = got %v: %q, want the store restored and where its previous files went", err, out)
+	}
+	t.Logf("%s", strings.TrimSpace(out))
+	restored := startSite(t, bin, live.db)
 	if got := restored.get("/api/v1/tenants"); got != wantTenants {
 		t.Errorf("tenants on the restored store = got %s, want %s", got, wantTenants)
 	}
@@ -452,22 +489,28 @@ func TestBackupWhileServing(t *testing.T) {
 			t.Errorf("resource %s-r%05d, registered after the backup, is on the restored store; want it absent", id, len(wantRes[id]))
 		}
 	}
+	// Tokens go on above every one handed out, those after the backup too
+	// (the epoch mark stayed).
+	ctx1 := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", keys["t1"])
+	if a, err := restored.pool().Acquire(ctx1, &repoolv1.AcquireRequest{Context: "c0", TtlSeconds: 60}); err != nil {
+		t.Errorf("Acquire on the restored store = got error %v, want a lease", err)
+	} else if a.GetLease().GetFencingToken() <= load.maxToken {
+		t.Errorf("a new token on the restored store = got %d, want above %d, the highest handed out before", a.GetLease().GetFencingToken(), load.maxToken)
+	}
 	if t.Failed() {
 		return
 	}
 	t.Logf("restored: %d tenants, %d resources, %d held leases renewed with their ids and tokens", len(tenants), resAt, heldAt)
 }
 
-// copyFile copies the file from to the new file to, mode 0600.
-func copyFile(t *testing.T, from, to string) {
+// fileIdentity is the device and inode of the file at path.
+func fileIdentity(t *testing.T, path string) [2]uint64 {
 	t.Helper()
-	b, err := os.ReadFile(from)
-	if err != nil {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(to, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	return [2]uint64{uint64(st.Dev), st.Ino}
 }
 
 // TestBackupOf100kResources measures a backup and a restore of a store of
@@ -517,7 +560,9 @@ func TestBackupOf100kResources(t *testing.T) {
 	rdir := filepath.Join(dir, "restored")
 	os.Mkdir(rdir, 0o700)
 	start = time.Now()
-	copyFile(t, target, filepath.Join(rdir, "repool.db"))
+	if out, err := live.run("restore", "--store", "sqlite:"+filepath.Join(rdir, "repool.db"), "--from", target); err != nil {
+		t.Fatalf("server restore = got error %v, want nil: %s", err, out)
+	}
 	restored := startSite(t, bin, filepath.Join(rdir, "repool.db"), flags...)
 	got := resources(t, restored.pool(), key)
 	restoreTook := time.Since(start)
@@ -535,7 +580,7 @@ func TestBackupOf100kResources(t *testing.T) {
 	}
 	fi, _ := os.Stat(target)
 	t.Logf("measure: backup_100k_resources_s=%.2f (server backup, process start to exit; %d MB)", took.Seconds(), fi.Size()>>20)
-	t.Logf("measure: restore_100k_resources_s=%.2f (copy into place, server start, serving, all %d listed)", restoreTook.Seconds(), n)
+	t.Logf("measure: restore_100k_resources_s=%.2f (server restore, server start, serving, all %d listed)", restoreTook.Seconds(), n)
 	t.Logf("measure: load_average=%s", loadAvg())
 	if took > 2*time.Minute || restoreTook > 2*time.Minute {
 		t.Errorf("backup %v, restore %v: want each within 2 minutes", took, restoreTook)

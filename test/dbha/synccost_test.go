@@ -25,7 +25,7 @@ import (
 // costSlice, taking turns, so that both see the same moments of a shared
 // machine; costClients clients make lease cycles in each.
 const (
-	costSlices  = 3
+	costSlices  = 5
 	costSlice   = 4 * time.Second
 	costClients = 16
 	costCommits = 300 // single-row commits timed alone per slice
