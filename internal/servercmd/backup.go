@@ -22,8 +22,9 @@ every tenant, key, limit and resource committed when the copy was taken,
 the statistics of the server's last checkpoint flush before then
 (--report-flush, 1s), and every lease journaled until the copy was done.
 FILE must not exist; nothing is written over. The store is only read.
-Restore: docs/server.md, "Backup and restore". A PostgreSQL store is backed
-up by PostgreSQL's own tools (docs/ha.md).
+Put it back with "` + Prog + ` restore --from FILE", the server stopped
+(docs/server.md, "Backup and restore (SQLite)"). A PostgreSQL store is
+backed up with pgBackRest (docs/ha.md).
 `
 
 // backup is "server backup": an online copy of a SQLite store.
