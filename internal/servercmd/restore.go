@@ -53,6 +53,10 @@ func restore(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
+	if aside == "" {
+		fmt.Fprintf(env.Stdout, "restored %s from %s (it had no database before)\n", u.Path, *from)
+		return nil
+	}
 	fmt.Fprintf(env.Stdout, "restored %s from %s; its previous files are in %s (remove them once the restored server serves)\n", u.Path, *from, aside)
 	return nil
 }

@@ -22,7 +22,7 @@ import (
 // server that starts meanwhile waits for it; checks that from is a whole
 // repool store; moves the store's database, -wal, -shm and -leases files,
 // those that exist, into a new directory beside it, PATH.before-restore-
-// TIME, which it returns; and copies from into place (mode 0600, synced,
+// TIME, which it returns ("" when there were none); and copies from into place (mode 0600, synced,
 // renamed over nothing). The epoch mark (PATH-epoch) stays, so that the
 // next start hands out tokens above every one handed out before.
 //
@@ -68,10 +68,19 @@ func Restore(ctx context.Context, path, from string) (aside string, err error) {
 	if err := os.Mkdir(aside, dirMode); err != nil {
 		return "", fmt.Errorf("%w: restore: making %s for the store's current files: %v", store.ErrUnavailable, aside, errors.Unwrap(err))
 	}
+	moved := 0
 	for _, p := range []string{path, path + "-wal", path + "-shm", path + leaseLogSuffix} {
-		if err := os.Rename(p, filepath.Join(aside, filepath.Base(p))); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		err := os.Rename(p, filepath.Join(aside, filepath.Base(p)))
+		switch {
+		case err == nil:
+			moved++
+		case !errors.Is(err, fs.ErrNotExist):
 			return aside, fmt.Errorf("%w: restore: moving %s into %s: %v (the files moved so far are there)", store.ErrUnavailable, p, aside, errors.Unwrap(err))
 		}
+	}
+	if moved == 0 { // a new store: nothing to keep
+		os.Remove(aside)
+		aside = ""
 	}
 	tmp := path + ".restore-tmp"
 	if err := copyInto(from, tmp); err != nil {
