@@ -2,6 +2,8 @@
 //
 //	server [run] [flags]          serve (gRPC data plane, HTTP control plane)
 //	server admin-token [flags]    print a control-plane bearer token
+//	server backup --to FILE       copy a SQLite store while it serves
+//	server restore --from FILE    make a backup the (stopped) store's database
 //	server haproxy ...            render haproxy.cfg; status/drain/ready/maint of a server
 //	server keepalived render ...  render keepalived.conf for one LB host
 //	server status --inventory F   the deployment at a glance (LB hosts, servers, leaders)

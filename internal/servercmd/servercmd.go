@@ -1,5 +1,5 @@
 // Package servercmd is the command line of cmd/server: the commands run
-// (the default), admin-token, haproxy, keepalived, status, version and help, each with its
+// (the default), admin-token, backup, restore, haproxy, keepalived, status, version and help, each with its
 // -h/--help, the loading of the server's configuration (flags, REPOOL_*
 // variables, a YAML file: Load) and the store-URL handling they share.
 // cmd/server is a thin main around Run.
@@ -38,6 +38,8 @@ func commands() []command {
 	return []command{
 		{"run", "[flags]", "serve the data plane (gRPC) and the control plane (HTTP); the default", serve},
 		{"admin-token", "--role ROLE [flags]", "print a control-plane bearer token signed with the store's key", adminToken},
+		{"backup", "--to FILE [flags]", "write a consistent copy of the running server's SQLite store", backup},
+		{"restore", "--from FILE [flags]", "make a backup the SQLite store's database (the server stopped)", restore},
 		{"haproxy", "render|status|drain|ready|maint|sync-placements ...", "HAProxy config from the LB inventory; runtime control", lbCommand("haproxy")},
 		{"keepalived", "render ...", "keepalived.conf for one LB host", lbCommand("keepalived")},
 		{"status", "--inventory FILE [--json]", "the deployment at a glance: LB hosts, servers as HAProxy sees them, leaders", status},

@@ -81,8 +81,8 @@ func TestUsageErrors(t *testing.T) {
 		wantErr    string
 		wantStderr string
 	}{
-		{"unknown command", []string{"bogus"}, `unknown command "bogus": want run, admin-token, haproxy, keepalived, status, version, help`, "usage:"},
-		{"help of an unknown command", []string{"help", "bogus"}, `help: unknown command "bogus": want run, admin-token, haproxy, keepalived, status, version, help`, "usage:"},
+		{"unknown command", []string{"bogus"}, `unknown command "bogus": want run, admin-token, backup, restore, haproxy, keepalived, status, version, help`, "usage:"},
+		{"help of an unknown command", []string{"help", "bogus"}, `help: unknown command "bogus": want run, admin-token, backup, restore, haproxy, keepalived, status, version, help`, "usage:"},
 		{"help of two commands", []string{"help", "run", "admin-token"}, "help: want at most one COMMAND", ""},
 		{"stray argument to run", []string{"run", "bogus"}, "unexpected arguments: [bogus]", ""},
 		{"unknown flag", []string{"--bogus"}, "flag provided but not defined: -bogus", "usage: " + Prog + " [run] [flags]"},

@@ -161,6 +161,14 @@ func (dr *drill) stopPG() {
 // pool client, the server's first-start banner and a stop function.
 func startServer(t *testing.T, dsn, logPath string) (repoolv1.PoolServiceClient, string, func()) {
 	t.Helper()
+	pool, banner, _, stop := startServerHTTP(t, dsn, logPath, true)
+	return pool, banner, stop
+}
+
+// startServerHTTP is startServer, in HA mode or not, and also returns the
+// server's HTTP address.
+func startServerHTTP(t *testing.T, dsn, logPath string, ha bool) (repoolv1.PoolServiceClient, string, string, func()) {
+	t.Helper()
 	logf, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +176,7 @@ func startServer(t *testing.T, dsn, logPath string) (repoolv1.PoolServiceClient,
 	var banner syncWriter
 	// A global resource budget of 500,000: the demo tenant's share (25 %)
 	// holds the drill's 100,800 resources.
-	s, err := server.New(context.Background(), server.Config{Store: dsn, HA: true, HAName: "drill",
+	s, err := server.New(context.Background(), server.Config{Store: dsn, HA: ha, HAName: "drill",
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", GlobalResources: 500_000},
 		server.Options{Log: slog.New(slog.NewTextHandler(logf, nil)), Out: &banner})
 	if err != nil {
@@ -193,7 +201,7 @@ func startServer(t *testing.T, dsn, logPath string) (repoolv1.PoolServiceClient,
 		}
 		logf.Close()
 	}
-	return repoolv1.NewPoolServiceClient(conn), banner.String(), stop
+	return repoolv1.NewPoolServiceClient(conn), banner.String(), s.HTTPAddr(), stop
 }
 
 // register registers n resources named prefix-i.
