@@ -175,6 +175,32 @@ type loadStats struct {
 	lost        []string    // acknowledged leases the database tier lost
 	tokens      map[string]uint64
 	regressions int
+	// holders maps a capacity-1 load resource to the lease the load
+	// holds on it, from the Acquire's answer until just before its
+	// Release is sent: an Acquire answered with a resource already in it
+	// is a double grant.
+	holders      map[string]string
+	doubleGrants []string
+}
+
+// hold records that lease holds res; a resource already held by another
+// lease is a double grant.
+func (ls *loadStats) hold(res, lease string) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if other, ok := ls.holders[res]; ok && other != lease {
+		ls.doubleGrants = append(ls.doubleGrants, fmt.Sprintf("%s granted to %s while %s held it", res, lease, other))
+	}
+	ls.holders[res] = lease
+}
+
+// unhold forgets the load's lease on res, before its Release is sent (the
+// resource is the lease's until the Release commits, so no correct grant
+// can come earlier).
+func (ls *loadStats) unhold(res string) {
+	ls.mu.Lock()
+	delete(ls.holders, res)
+	ls.mu.Unlock()
 }
 
 func (ls *loadStats) ok(at time.Time) {
@@ -287,7 +313,7 @@ func TestDatabaseFailover(t *testing.T) {
 	pool := repoolv1.NewPoolServiceClient(conn)
 	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), "x-api-key", key))
 	defer cancel()
-	ls := &loadStats{tokens: map[string]uint64{}}
+	ls := &loadStats{tokens: map[string]uint64{}, holders: map[string]string{}}
 
 	// Leases held across the failover, on resources of their own.
 	var held []*repoolv1.Lease
@@ -308,6 +334,10 @@ func TestDatabaseFailover(t *testing.T) {
 			t.Fatalf("Acquire(held) = %v", err)
 		}
 		held = append(held, l)
+		// Held through every fault: a load Acquire answered with one of
+		// these resources is a double grant (the held lease's journal
+		// row lost, or its resource freed on the new leader).
+		ls.hold(l.GetResourceId(), l.GetLeaseId())
 	}
 	var loadRes []*repoolv1.Resource
 	for i := range 8 {
@@ -338,6 +368,8 @@ func TestDatabaseFailover(t *testing.T) {
 					continue
 				}
 				ls.token(l.GetResourceId(), l.GetFencingToken())
+				ls.hold(l.GetResourceId(), l.GetLeaseId())
+				ls.unhold(l.GetResourceId())
 				tries := 0
 				err := ls.call(ctx, func(c context.Context) error {
 					tries++
@@ -369,13 +401,13 @@ func TestDatabaseFailover(t *testing.T) {
 		what string
 		do   func(primary *dbNode)
 	}{
-		{"db_switchover", "patronictl switchover to the synchronous standby", func(p *dbNode) {
+		{"switchover", "patronictl switchover to the synchronous standby", func(p *dbNode) {
 			d.patronictl(p, "switchover", "--leader", p.name, "--candidate", d.syncStandby(), "--force")
 		}},
-		{"db_stop", "Patroni stopped on the primary (systemctl stop patroni)", func(p *dbNode) {
+		{"stop", "Patroni stopped on the primary (systemctl stop patroni)", func(p *dbNode) {
 			d.stopPatroni(p, 60*time.Second)
 		}},
-		{"db_crash", "kill -9 of Patroni and PostgreSQL on the primary (the host crashes)", func(p *dbNode) {
+		{"crash", "kill -9 of Patroni and PostgreSQL on the primary (the host crashes)", func(p *dbNode) {
 			d.crash(p)
 		}},
 	} {
@@ -415,6 +447,9 @@ func TestDatabaseFailover(t *testing.T) {
 	if ls.regressions != 0 {
 		t.Errorf("fencing token regressions = %d, want 0", ls.regressions)
 	}
+	if len(ls.doubleGrants) > 0 {
+		t.Errorf("double grants: %d\n%s", len(ls.doubleGrants), strings.Join(ls.doubleGrants, "\n"))
+	}
 	// Every resource registered before the failovers is still there.
 	for _, r := range append(heldRes, loadRes...) {
 		if err := ls.call(ctx, func(c context.Context) error {
@@ -424,7 +459,8 @@ func TestDatabaseFailover(t *testing.T) {
 			t.Errorf("GetResource(%s) after the failovers = %v, want the registration kept", r.GetId(), err)
 		}
 	}
-	t.Logf("measure: acked_leases_lost=%d (3 held across every fault, and every load lease released)", len(ls.lost))
+	t.Logf("measure: acked_writes_lost=%d (acknowledged leases: 3 held across every fault, and every load lease released)", len(ls.lost))
+	t.Logf("measure: double_grants=%d (a capacity-1 resource granted while the load or a held lease had it)", len(ls.doubleGrants))
 	t.Logf("measure: token_regressions=%d", ls.regressions)
 	t.Logf("measure: db_failover_calls=%d (lease cycles in the run)", cycles.Load())
 	for _, r := range servers {
@@ -436,6 +472,15 @@ func TestDatabaseFailover(t *testing.T) {
 		}
 		t.Logf("measure: %s_unreachable_log_lines=%d", r.name, n)
 	}
+}
+
+// recoveryTarget is the db_failover_recovery_s target per fault: a planned
+// switchover within 2 s and a crashed host within 10 s (issue 29); a
+// stopped Patroni hands over as a switchover does.
+var recoveryTarget = map[string]time.Duration{
+	"switchover": 2 * time.Second,
+	"stop":       2 * time.Second,
+	"crash":      10 * time.Second,
 }
 
 func isDone(c chan struct{}) bool {
@@ -500,10 +545,22 @@ func (d *dbTier) faultPhase(t *testing.T, name, what string, do func(*dbNode), s
 	if gaveUp != 0 {
 		t.Errorf("%d calls failed every attempt within %v, want 0", gaveUp, callBudget)
 	}
-	t.Logf("measure: %s_db_s=%.2f (fault -> %s answers /primary)", name, dbFailover.Seconds(), promoted.name)
-	t.Logf("measure: %s_recovery_s=%.2f (fault -> the first successful call after the longest gap)", name, gapEnd.Sub(fault).Seconds())
-	t.Logf("measure: %s_gap_s=%.2f (longest time without a successful call)", name, gap.Seconds())
-	t.Logf("measure: %s_failed_attempts=%d (attempts the client retried)", name, tries)
-	t.Logf("measure: %s_failed_calls=%d (calls that failed every attempt within %v)", name, gaveUp, callBudget)
-	t.Logf("measure: %s_epoch=%d->%d leaders_after=%d", name, epochBefore, epochAfter, leaders)
+	recovery := gapEnd.Sub(fault)
+	if gapEnd.IsZero() {
+		recovery = 0
+	}
+	if limit := recoveryTarget[name]; recovery > limit {
+		// A target, not a test failure: the figure depends on the
+		// machine's load; docs/ha.md gives it over several runs.
+		t.Logf("db_failover_recovery_s{fault=%s}=%.2f is above its target %v", name, recovery.Seconds(), limit.Seconds())
+	}
+	t.Logf("measure: db_failover_db_s{fault=%s}=%.2f (fault -> %s answers /primary)", name, dbFailover.Seconds(), promoted.name)
+	t.Logf("measure: db_failover_recovery_s{fault=%s}=%.2f (fault -> the first successful call after the longest gap; target %.0f s)", name, recovery.Seconds(), recoveryTarget[name].Seconds())
+	t.Logf("measure: db_failover_gap_s{fault=%s}=%.2f (longest time without a successful call)", name, gap.Seconds())
+	t.Logf("measure: db_failover_failed_attempts{fault=%s}=%d (attempts the client retried)", name, tries)
+	t.Logf("measure: db_failover_failed_calls{fault=%s}=%d (calls that failed every attempt within %v)", name, gaveUp, callBudget)
+	if name == "switchover" {
+		t.Logf("measure: db_switchover_failed_calls=%d", gaveUp)
+	}
+	t.Logf("measure: leaders_after{fault=%s}=%d (epoch %d -> %d)", name, leaders, epochBefore, epochAfter)
 }
