@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -205,6 +207,10 @@ func startTier(t *testing.T) *dbTier {
 	for _, n := range d.nodes {
 		d.startEtcd(n, certFile, keyFile)
 	}
+	// As the runbook: Patroni once etcd has its quorum. Patroni 3.0
+	// refuses to start on a member whose cluster version is not decided
+	// yet (it parses "not_decided" as a version and exits).
+	d.waitEtcd(pair)
 	for _, n := range d.nodes {
 		d.writePatroniConfig(n, certFile, keyFile)
 	}
@@ -279,6 +285,35 @@ func (d *dbTier) startEtcd(n *dbNode, certFile, keyFile string) {
 	}
 	n.etcdLogPth = filepath.Join(d.dir, n.name+"-etcd.log")
 	n.etcd, n.etcdDone = d.run(n, n.etcdLogPth, env, "etcd")
+}
+
+// waitEtcd waits until every etcd member answers GET /version with a
+// decided cluster version, over TLS with the nodes' client certificate.
+func (d *dbTier) waitEtcd(pair tlstest.Pair) {
+	t := d.t
+	t.Helper()
+	cert, err := tls.X509KeyPair(pair.Cert, pair.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(d.ca.PEM)
+	c := http.Client{Timeout: time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: roots},
+	}}
+	for _, n := range d.nodes {
+		testenv.Eventually(t, 60*time.Second, n.name+"'s etcd member to report a decided cluster version", func() bool {
+			resp, err := c.Get(fmt.Sprintf("https://%s:%d/version", n.addr, n.etcdClient))
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			var v struct {
+				Cluster string `json:"etcdcluster"`
+			}
+			return json.NewDecoder(resp.Body).Decode(&v) == nil && v.Cluster != "" && v.Cluster != "not_decided"
+		})
+	}
 }
 
 // run starts argv in n's namespace as the postgres OS user, in its own
