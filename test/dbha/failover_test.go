@@ -3,8 +3,10 @@
 // etcd members, and HAProxy sending the servers' connections to the
 // primary (checking Patroni's GET /primary), all from the shipped
 // configuration files (deploy/patroni, deploy/etcd) and the inventory's
-// database section. It runs as root (scripts/test does): Patroni, etcd and
-// PostgreSQL run as the postgres OS user, on loopback addresses and ports
+// database section. It runs as root (scripts/test does): each database
+// node is a network namespace of its own (netns_test.go), where etcd,
+// Patroni and PostgreSQL run as the postgres OS user on the runbook's
+// ports; HAProxy and the servers run on loopback addresses and ports
 // chosen free at run time.
 package dbha
 
@@ -286,9 +288,10 @@ func sortedTimes(ts []time.Time) []time.Time {
 
 // TestDatabaseFailover builds the database tier, starts two repool
 // servers (active and standby) on it through HAProxy, puts lease cycles
-// through HAProxy's gRPC front end, and stops Patroni on the primary, as
-// `systemctl stop patroni` does: Patroni shuts PostgreSQL down and gives
-// up the leader key, the synchronous standby is promoted, and HAProxy
+// through HAProxy's gRPC front end, and breaks the database primary four
+// ways in turn: a patronictl switchover, Patroni stopped (as `systemctl
+// stop patroni`), kill -9 of Patroni and PostgreSQL, and a network cut of
+// its host; each time the synchronous standby is promoted and HAProxy
 // moves the database connections to it. It checks that the group's
 // leader is re-elected with a higher epoch, that leases acknowledged
 // before the failover are still held (renewed with the same id and
@@ -582,6 +585,9 @@ func (d *dbTier) faultPhase(t *testing.T, name, what string, do func(*dbNode), s
 		// machine's load; docs/ha.md gives it over several runs.
 		t.Logf("db_failover_recovery_s{fault=%s}=%.2f is above its target %v; what %s's Patroni logged:\n%s",
 			name, recovery.Seconds(), limit.Seconds(), promoted.name, logTail(promoted.patroniLog, 4000))
+		for _, r := range servers {
+			t.Logf("what server %s logged:\n%s", r.name, logTail(filepath.Join(d.dir, r.name+"-server.log"), 2500))
+		}
 	}
 	t.Logf("measure: db_failover_db_s{fault=%s}=%.2f (fault -> %s answers /primary)", name, dbFailover.Seconds(), promoted.name)
 	t.Logf("measure: db_failover_recovery_s{fault=%s}=%.2f (fault -> the first successful call after the longest gap; target %.0f s)", name, recovery.Seconds(), recoveryTarget[name].Seconds())
