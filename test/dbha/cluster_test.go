@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -35,24 +37,32 @@ const (
 	etcdEnv    = "../../deploy/etcd/etcd.env"
 )
 
-// Loopback addresses standing in for the runbook's hosts (Linux routes all
-// of 127.0.0.0/8 to lo): the database nodes, the VIP, the servers.
+// The runbook's hosts: the database nodes each in a network namespace of
+// its own on a bridge (netns_test.go), on the runbook's ports; the VIP and
+// the servers on loopback addresses of the test's namespace (Linux routes
+// all of 127.0.0.0/8 to lo), where HAProxy runs too.
 var (
-	nodeAddrs   = []string{"127.0.0.31", "127.0.0.32", "127.0.0.33"}
+	nodeAddrs   = []string{nsSubnet + ".31", nsSubnet + ".32", nsSubnet + ".33"}
 	vipAddr     = "127.0.0.100"
 	serverAddrs = []string{"127.0.0.21", "127.0.0.22"}
-	// loSource is the address every connection between loopback
-	// addresses comes from (the kernel's choice of source): where the
-	// shipped pg_hba's lines for the nodes and the LB hosts apply here.
-	loSource = "127.0.0.1"
+)
+
+// The runbook's ports on each database node (deploy/patroni/patroni.yml,
+// deploy/etcd/etcd.env): free in a namespace of the test's own.
+const (
+	nodePGPort     = 5432
+	nodeRESTPort   = 8008
+	nodeEtcdClient = 2379
+	nodeEtcdPeer   = 2380
 )
 
 // hbaAddrs maps the runbook's addresses in the shipped pg_hba to the
-// test's sources: the nodes' (replication, rewind) and the LB hosts'
-// (HAProxy's connections for the servers).
+// test's: the nodes' (replication, rewind) and the LB hosts' (HAProxy's
+// connections for the servers come from rootAddr, the root namespace's
+// address on the bridge).
 var hbaAddrs = map[string]string{
-	"10.0.0.31": loSource, "10.0.0.32": loSource, "10.0.0.33": loSource,
-	"10.0.0.11": loSource, "10.0.0.12": loSource,
+	"10.0.0.31": nodeAddrs[0], "10.0.0.32": nodeAddrs[1], "10.0.0.33": nodeAddrs[2],
+	"10.0.0.11": rootAddr, "10.0.0.12": rootAddr,
 }
 
 // dbNode is one database node: an etcd member and a Patroni with its
@@ -132,7 +142,11 @@ func startTier(t *testing.T) *dbTier {
 			t.Fatalf("%s: %v (scripts/test installs etcd-server, patroni and haproxy)", bin, err)
 		}
 	}
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Fatalf("setpriv: %v (util-linux)", err)
+	}
 	cred, uid, gid := postgresCred(t)
+	lockNetwork(t)
 	// Not t.TempDir(): the postgres user must reach it, and a test's name
 	// could put characters the inventory refuses in a path.
 	dir, err := os.MkdirTemp("", "repool-dbha-")
@@ -143,6 +157,11 @@ func startTier(t *testing.T) *dbTier {
 		t.Fatal(err)
 	}
 	d := &dbTier{t: t, dir: dir, cred: cred, ca: tlstest.NewCA(t, "repool db test CA")}
+	var names []string
+	for i := range nodeAddrs {
+		names = append(names, fmt.Sprintf("pg%d", i+1))
+	}
+	buildNetwork(t, names, nodeAddrs)
 	t.Cleanup(func() {
 		d.stop()
 		if !t.Failed() {
@@ -156,10 +175,9 @@ func startTier(t *testing.T) *dbTier {
 		t.Fatal(err)
 	}
 	// One certificate for every node's etcd and PostgreSQL: the nodes'
-	// addresses and the VIP's (servers verify the VIP's name), and
-	// 127.0.0.1, the source address of connections between loopback
-	// addresses, which etcd checks a peer's client certificate against.
-	pair := d.ca.Issue("repool-db", append(append([]string{}, nodeAddrs...), vipAddr, "127.0.0.1")...)
+	// addresses (etcd checks a peer's client certificate against its
+	// source address) and the VIP's (servers verify the VIP's name).
+	pair := d.ca.Issue("repool-db", append(append([]string{}, nodeAddrs...), vipAddr)...)
 	certFile, keyFile := pair.Write(t, dir, "db")
 	for _, f := range []string{certFile, keyFile} {
 		if err := os.Chown(f, uid, gid); err != nil {
@@ -175,11 +193,8 @@ func startTier(t *testing.T) *dbTier {
 	d.repoolPass = "test-repool"
 
 	for i, addr := range nodeAddrs {
-		n := &dbNode{name: fmt.Sprintf("pg%d", i+1), addr: addr, dir: filepath.Join(dir, fmt.Sprintf("pg%d", i+1))}
-		n.pgPort = freePortOn(t, addr)
-		n.restPort = freePortOn(t, addr)
-		n.etcdClient = freePortOn(t, addr)
-		n.etcdPeer = freePortOn(t, addr)
+		n := &dbNode{name: names[i], addr: addr, dir: filepath.Join(dir, names[i]),
+			pgPort: nodePGPort, restPort: nodeRESTPort, etcdClient: nodeEtcdClient, etcdPeer: nodeEtcdPeer}
 		for _, sub := range []string{"", "run", "etcd"} {
 			p := filepath.Join(n.dir, sub)
 			if err := os.MkdirAll(p, 0o700); err != nil {
@@ -194,6 +209,10 @@ func startTier(t *testing.T) *dbTier {
 	for _, n := range d.nodes {
 		d.startEtcd(n, certFile, keyFile)
 	}
+	// As the runbook: Patroni once etcd has its quorum. Patroni 3.0
+	// refuses to start on a member whose cluster version is not decided
+	// yet (it parses "not_decided" as a version and exits).
+	d.waitEtcd(pair)
 	for _, n := range d.nodes {
 		d.writePatroniConfig(n, certFile, keyFile)
 	}
@@ -267,12 +286,43 @@ func (d *dbTier) startEtcd(n *dbNode, certFile, keyFile string) {
 		}
 	}
 	n.etcdLogPth = filepath.Join(d.dir, n.name+"-etcd.log")
-	n.etcd, n.etcdDone = d.run(n.etcdLogPth, env, "etcd")
+	n.etcd, n.etcdDone = d.run(n, n.etcdLogPth, env, "etcd")
 }
 
-// run starts argv as the postgres OS user in its own process group, with
-// its output in logPath; the kernel kills it if the test dies.
-func (d *dbTier) run(logPath string, env []string, argv ...string) (*exec.Cmd, chan struct{}) {
+// waitEtcd waits until every etcd member answers GET /version with a
+// decided cluster version, over TLS with the nodes' client certificate.
+func (d *dbTier) waitEtcd(pair tlstest.Pair) {
+	t := d.t
+	t.Helper()
+	cert, err := tls.X509KeyPair(pair.Cert, pair.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(d.ca.PEM)
+	c := http.Client{Timeout: time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: roots},
+	}}
+	for _, n := range d.nodes {
+		testenv.Eventually(t, 60*time.Second, n.name+"'s etcd member to report a decided cluster version", func() bool {
+			resp, err := c.Get(fmt.Sprintf("https://%s:%d/version", n.addr, n.etcdClient))
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			var v struct {
+				Cluster string `json:"etcdcluster"`
+			}
+			return json.NewDecoder(resp.Body).Decode(&v) == nil && v.Cluster != "" && v.Cluster != "not_decided"
+		})
+	}
+}
+
+// run starts argv in n's namespace as the postgres OS user, in its own
+// process group, with its output in logPath. If the test dies, the next
+// run's lockNetwork kills it (the parent-death signal does not survive
+// setpriv's change of user).
+func (d *dbTier) run(n *dbNode, logPath string, env []string, argv ...string) (*exec.Cmd, chan struct{}) {
 	t := d.t
 	t.Helper()
 	f, err := os.Create(logPath)
@@ -280,11 +330,12 @@ func (d *dbTier) run(logPath string, env []string, argv ...string) (*exec.Cmd, c
 		t.Fatal(err)
 	}
 	defer f.Close()
+	argv = inNode(n.name, d.cred.Uid, d.cred.Gid, argv...)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = d.dir
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: d.cred, Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", argv[0], err)
 	}
@@ -317,17 +368,17 @@ func (d *dbTier) writePatroniConfig(n *dbNode, certFile, keyFile string) {
 		}
 		return m
 	}
-	var hosts []string
-	for _, o := range d.nodes {
-		hosts = append(hosts, fmt.Sprintf("%s:%d", o.addr, o.etcdClient))
-	}
 	cfg["name"] = n.name
 	rest := get(cfg, "restapi")
 	rest["listen"] = fmt.Sprintf("%s:%d", n.addr, n.restPort)
 	rest["connect_address"] = rest["listen"]
 	get(cfg, "ctl")["cacert"] = d.caFile
 	etcd := get(cfg, "etcd3")
-	etcd["hosts"] = strings.Join(hosts, ",")
+	// The shipped file names this node's own member only.
+	if h, _ := etcd["hosts"].(string); strings.Contains(h, ",") {
+		t.Fatalf("%s: etcd3.hosts %q lists more than this node's member", patroniYML, h)
+	}
+	etcd["hosts"] = fmt.Sprintf("%s:%d", n.addr, n.etcdClient)
 	etcd["cacert"], etcd["cert"], etcd["key"] = d.caFile, certFile, keyFile
 	params := get(cfg, "bootstrap", "dcs", "postgresql", "parameters")
 	params["ssl_cert_file"], params["ssl_key_file"] = certFile, keyFile
@@ -373,7 +424,7 @@ func (d *dbTier) startPatroni(n *dbNode) {
 		n.patroniLog = filepath.Join(d.dir, n.name+"-patroni.restarted.log")
 	}
 	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + n.dir, "LANG=C.UTF-8"}
-	n.patroni, n.patroniDone = d.run(n.patroniLog, env, "patroni", d.patroniConfig(n))
+	n.patroni, n.patroniDone = d.run(n, n.patroniLog, env, "patroni", d.patroniConfig(n))
 }
 
 // stopPatroni stops n's Patroni as `systemctl stop patroni` does (SIGTERM
@@ -615,7 +666,9 @@ func (d *dbTier) dbUp() []string {
 	for sc.Scan() {
 		f := strings.Split(sc.Text(), ",")
 		// pxname, svname, ..., status is the 18th field.
-		if len(f) > 17 && f[0] == haproxy.DBBackend && f[1] != "BACKEND" && f[17] == "UP" {
+		// "UP 1/2" is a node on its way down (one failed check of
+		// fall 2): it still takes connections.
+		if len(f) > 17 && f[0] == haproxy.DBBackend && f[1] != "BACKEND" && strings.HasPrefix(f[17], "UP") {
 			up = append(up, f[1])
 		}
 	}

@@ -3,8 +3,10 @@
 // etcd members, and HAProxy sending the servers' connections to the
 // primary (checking Patroni's GET /primary), all from the shipped
 // configuration files (deploy/patroni, deploy/etcd) and the inventory's
-// database section. It runs as root (scripts/test does): Patroni, etcd and
-// PostgreSQL run as the postgres OS user, on loopback addresses and ports
+// database section. It runs as root (scripts/test does): each database
+// node is a network namespace of its own (netns_test.go), where etcd,
+// Patroni and PostgreSQL run as the postgres OS user on the runbook's
+// ports; HAProxy and the servers run on loopback addresses and ports
 // chosen free at run time.
 package dbha
 
@@ -175,6 +177,32 @@ type loadStats struct {
 	lost        []string    // acknowledged leases the database tier lost
 	tokens      map[string]uint64
 	regressions int
+	// holders maps a capacity-1 load resource to the lease the load
+	// holds on it, from the Acquire's answer until just before its
+	// Release is sent: an Acquire answered with a resource already in it
+	// is a double grant.
+	holders      map[string]string
+	doubleGrants []string
+}
+
+// hold records that lease holds res; a resource already held by another
+// lease is a double grant.
+func (ls *loadStats) hold(res, lease string) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if other, ok := ls.holders[res]; ok && other != lease {
+		ls.doubleGrants = append(ls.doubleGrants, fmt.Sprintf("%s granted to %s while %s held it", res, lease, other))
+	}
+	ls.holders[res] = lease
+}
+
+// unhold forgets the load's lease on res, before its Release is sent (the
+// resource is the lease's until the Release commits, so no correct grant
+// can come earlier).
+func (ls *loadStats) unhold(res string) {
+	ls.mu.Lock()
+	delete(ls.holders, res)
+	ls.mu.Unlock()
 }
 
 func (ls *loadStats) ok(at time.Time) {
@@ -260,9 +288,10 @@ func sortedTimes(ts []time.Time) []time.Time {
 
 // TestDatabaseFailover builds the database tier, starts two repool
 // servers (active and standby) on it through HAProxy, puts lease cycles
-// through HAProxy's gRPC front end, and stops Patroni on the primary, as
-// `systemctl stop patroni` does: Patroni shuts PostgreSQL down and gives
-// up the leader key, the synchronous standby is promoted, and HAProxy
+// through HAProxy's gRPC front end, and breaks the database primary four
+// ways in turn: a patronictl switchover, Patroni stopped (as `systemctl
+// stop patroni`), kill -9 of Patroni and PostgreSQL, and a network cut of
+// its host; each time the synchronous standby is promoted and HAProxy
 // moves the database connections to it. It checks that the group's
 // leader is re-elected with a higher epoch, that leases acknowledged
 // before the failover are still held (renewed with the same id and
@@ -287,7 +316,7 @@ func TestDatabaseFailover(t *testing.T) {
 	pool := repoolv1.NewPoolServiceClient(conn)
 	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), "x-api-key", key))
 	defer cancel()
-	ls := &loadStats{tokens: map[string]uint64{}}
+	ls := &loadStats{tokens: map[string]uint64{}, holders: map[string]string{}}
 
 	// Leases held across the failover, on resources of their own.
 	var held []*repoolv1.Lease
@@ -308,6 +337,10 @@ func TestDatabaseFailover(t *testing.T) {
 			t.Fatalf("Acquire(held) = %v", err)
 		}
 		held = append(held, l)
+		// Held through every fault: a load Acquire answered with one of
+		// these resources is a double grant (the held lease's journal
+		// row lost, or its resource freed on the new leader).
+		ls.hold(l.GetResourceId(), l.GetLeaseId())
 	}
 	var loadRes []*repoolv1.Resource
 	for i := range 8 {
@@ -338,6 +371,8 @@ func TestDatabaseFailover(t *testing.T) {
 					continue
 				}
 				ls.token(l.GetResourceId(), l.GetFencingToken())
+				ls.hold(l.GetResourceId(), l.GetLeaseId())
+				ls.unhold(l.GetResourceId())
 				tries := 0
 				err := ls.call(ctx, func(c context.Context) error {
 					tries++
@@ -364,19 +399,24 @@ func TestDatabaseFailover(t *testing.T) {
 
 	// The faults, one after the other under the same load; the cluster
 	// gets its three nodes back between them.
+	var cut []string // nodes whose network is cut
 	for _, f := range []struct {
 		name string // measure prefix
 		what string
 		do   func(primary *dbNode)
 	}{
-		{"db_switchover", "patronictl switchover to the synchronous standby", func(p *dbNode) {
+		{"switchover", "patronictl switchover to the synchronous standby", func(p *dbNode) {
 			d.patronictl(p, "switchover", "--leader", p.name, "--candidate", d.syncStandby(), "--force")
 		}},
-		{"db_stop", "Patroni stopped on the primary (systemctl stop patroni)", func(p *dbNode) {
+		{"stop", "Patroni stopped on the primary (systemctl stop patroni)", func(p *dbNode) {
 			d.stopPatroni(p, 60*time.Second)
 		}},
-		{"db_crash", "kill -9 of Patroni and PostgreSQL on the primary (the host crashes)", func(p *dbNode) {
+		{"crash", "kill -9 of Patroni and PostgreSQL on the primary (the host crashes)", func(p *dbNode) {
 			d.crash(p)
+		}},
+		{"netcut", "the primary's host cut off the network (ip link set eth0 down in its namespace)", func(p *dbNode) {
+			setLink(tRoot, p.name, "down")
+			cut = append(cut, p.name)
 		}},
 	} {
 		t.Run(f.name, func(t *testing.T) {
@@ -388,6 +428,10 @@ func TestDatabaseFailover(t *testing.T) {
 			break
 		}
 		// The node that was hit rejoins as a standby (pg_rewind).
+		for _, name := range cut {
+			setLink(t, name, "up")
+		}
+		cut = nil
 		for _, n := range d.nodes {
 			if n.patroni != nil && isDone(n.patroniDone) {
 				d.startPatroni(n)
@@ -416,6 +460,9 @@ func TestDatabaseFailover(t *testing.T) {
 	if ls.regressions != 0 {
 		t.Errorf("fencing token regressions = %d, want 0", ls.regressions)
 	}
+	if len(ls.doubleGrants) > 0 {
+		t.Errorf("double grants: %d\n%s", len(ls.doubleGrants), strings.Join(ls.doubleGrants, "\n"))
+	}
 	// Every resource registered before the failovers is still there.
 	for _, r := range append(heldRes, loadRes...) {
 		if err := ls.call(ctx, func(c context.Context) error {
@@ -425,18 +472,47 @@ func TestDatabaseFailover(t *testing.T) {
 			t.Errorf("GetResource(%s) after the failovers = %v, want the registration kept", r.GetId(), err)
 		}
 	}
-	t.Logf("measure: acked_leases_lost=%d (3 held across every fault, and every load lease released)", len(ls.lost))
+	t.Logf("measure: acked_writes_lost=%d (acknowledged leases: 3 held across every fault, and every load lease released)", len(ls.lost))
+	t.Logf("measure: double_grants=%d (a capacity-1 resource granted while the load or a held lease had it)", len(ls.doubleGrants))
 	t.Logf("measure: token_regressions=%d", ls.regressions)
 	t.Logf("measure: db_failover_calls=%d (lease cycles in the run)", cycles.Load())
 	for _, r := range servers {
 		raw, _ := os.ReadFile(filepath.Join(d.dir, r.name+"-server.log"))
 		// Once per outage, not per attempt: at most once per fault.
 		n := strings.Count(string(raw), "leader election: database unreachable")
-		if n > 3 {
-			t.Errorf("server %s logged 'leader election: database unreachable' %d times over 3 faults, want at most once per outage", r.name, n)
+		if n > len(recoveryTarget) {
+			t.Errorf("server %s logged 'leader election: database unreachable' %d times over %d faults, want at most once per outage", r.name, n, len(recoveryTarget))
 		}
 		t.Logf("measure: %s_unreachable_log_lines=%d", r.name, n)
 	}
+}
+
+// logTail is the last n bytes of the file at path, without the tracebacks
+// Patroni's REST API logs for every check HAProxy drops.
+func logTail(path string, n int) string {
+	raw, _ := os.ReadFile(path)
+	var keep []string
+	for _, line := range strings.Split(string(raw), "\n") {
+		if strings.HasPrefix(line, " ") || strings.HasPrefix(line, "Traceback") || strings.Contains(line, "Exception happened") || strings.Contains(line, "Traceback") {
+			continue
+		}
+		keep = append(keep, line)
+	}
+	out := strings.Join(keep, "\n")
+	if len(out) > n {
+		out = out[len(out)-n:]
+	}
+	return out
+}
+
+// recoveryTarget is the db_failover_recovery_s target per fault: a planned
+// switchover within 2 s and a crashed host within 10 s (issue 29); a
+// stopped Patroni hands over as a switchover does.
+var recoveryTarget = map[string]time.Duration{
+	"switchover": 2 * time.Second,
+	"stop":       2 * time.Second,
+	"crash":      10 * time.Second,
+	"netcut":     10 * time.Second,
 }
 
 func isDone(c chan struct{}) bool {
@@ -501,10 +577,26 @@ func (d *dbTier) faultPhase(t *testing.T, name, what string, do func(*dbNode), s
 	if gaveUp != 0 {
 		t.Errorf("%d calls failed every attempt within %v, want 0", gaveUp, callBudget)
 	}
-	t.Logf("measure: %s_db_s=%.2f (fault -> %s answers /primary)", name, dbFailover.Seconds(), promoted.name)
-	t.Logf("measure: %s_recovery_s=%.2f (fault -> the first successful call after the longest gap)", name, gapEnd.Sub(fault).Seconds())
-	t.Logf("measure: %s_gap_s=%.2f (longest time without a successful call)", name, gap.Seconds())
-	t.Logf("measure: %s_failed_attempts=%d (attempts the client retried)", name, tries)
-	t.Logf("measure: %s_failed_calls=%d (calls that failed every attempt within %v)", name, gaveUp, callBudget)
-	t.Logf("measure: %s_epoch=%d->%d leaders_after=%d", name, epochBefore, epochAfter, leaders)
+	recovery := gapEnd.Sub(fault)
+	if gapEnd.IsZero() {
+		recovery = 0
+	}
+	if limit := recoveryTarget[name]; recovery > limit {
+		// A target, not a test failure: the figure depends on the
+		// machine's load; docs/ha.md gives it over several runs.
+		t.Logf("db_failover_recovery_s{fault=%s}=%.2f is above its target %v; what %s's Patroni logged:\n%s",
+			name, recovery.Seconds(), limit.Seconds(), promoted.name, logTail(promoted.patroniLog, 4000))
+		for _, r := range servers {
+			t.Logf("what server %s logged:\n%s", r.name, logTail(filepath.Join(d.dir, r.name+"-server.log"), 2500))
+		}
+	}
+	t.Logf("measure: db_failover_db_s{fault=%s}=%.2f (fault -> %s answers /primary)", name, dbFailover.Seconds(), promoted.name)
+	t.Logf("measure: db_failover_recovery_s{fault=%s}=%.2f (fault -> the first successful call after the longest gap; target %.0f s)", name, recovery.Seconds(), recoveryTarget[name].Seconds())
+	t.Logf("measure: db_failover_gap_s{fault=%s}=%.2f (longest time without a successful call)", name, gap.Seconds())
+	t.Logf("measure: db_failover_failed_attempts{fault=%s}=%d (attempts the client retried)", name, tries)
+	t.Logf("measure: db_failover_failed_calls{fault=%s}=%d (calls that failed every attempt within %v)", name, gaveUp, callBudget)
+	if name == "switchover" {
+		t.Logf("measure: db_switchover_failed_calls=%d", gaveUp)
+	}
+	t.Logf("measure: leaders_after{fault=%s}=%d (epoch %d -> %d)", name, leaders, epochBefore, epochAfter)
 }

@@ -141,7 +141,7 @@ func TestRenderDirectives(t *testing.T) {
 		// primary; sessions cut when a node is marked down.
 		"frontend postgres\n  mode tcp\n  bind 10.0.0.100:5432 name vip-postgres transparent\n  default_backend postgres_primary\n",
 		"backend postgres_primary\n  mode tcp\n  option httpchk\n  http-check send meth GET uri /primary\n  http-check expect status 200\n",
-		"  server pg1 10.0.0.31:5432 check fall 2 inter 500 on-marked-down shutdown-sessions port 8008 rise 1\n",
+		"  server pg1 10.0.0.31:5432 check fall 2 inter 250 on-marked-down shutdown-sessions port 8008 rise 1\n",
 	} {
 		if !strings.Contains(string(got), line) {
 			t.Errorf("Render(example) = got\n%s\nwant it to contain %q", got, line)

@@ -69,7 +69,7 @@ const (
 	DefaultTenantMap      = "/etc/haproxy/repool-tenants.map"
 	DefaultDBPort         = 5432                   // Database.Port and DBNode.Port
 	DefaultDBRESTPort     = 8008                   // DBNode.RESTPort: Patroni's REST API
-	DefaultDBCheckInter   = 500 * time.Millisecond // Database.Checks.Inter
+	DefaultDBCheckInter   = 250 * time.Millisecond // Database.Checks.Inter
 	DefaultDBCheckFall    = 2                      // Database.Checks.Fall
 	DefaultDBCheckRise    = 1                      // Database.Checks.Rise
 )
@@ -122,8 +122,10 @@ type Database struct {
 	// Nodes are the PostgreSQL nodes, each with its Patroni. At least 2.
 	Nodes []DBNode `yaml:"nodes"`
 	// Checks time HAProxy's checks of Patroni's REST API. Defaults inter
-	// 500ms, fall 2 (one slow answer of Patroni's REST API must not cut
-	// every session of the primary), rise 1.
+	// 250ms (a newly promoted primary takes connections within 250 ms, for
+	// 4 requests a second to each Patroni from each LB host), fall 2 (one
+	// slow answer of Patroni's REST API must not cut every session of the
+	// primary), rise 1.
 	Checks Checks `yaml:"checks"`
 }
 

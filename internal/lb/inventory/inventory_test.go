@@ -240,7 +240,7 @@ database:
 		{"database.port", db.Port, 5432},
 		{"database.nodes[1].port", db.Nodes[1].Port, 5432},
 		{"database.nodes[1].rest_port", db.Nodes[1].RESTPort, 8008},
-		{"database.checks.inter", db.Checks.Inter, 500 * time.Millisecond},
+		{"database.checks.inter", db.Checks.Inter, 250 * time.Millisecond},
 		{"database.checks.fall", db.Checks.Fall, 2},
 		{"database.checks.rise", db.Checks.Rise, 1},
 	} {
