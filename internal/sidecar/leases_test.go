@@ -104,16 +104,28 @@ func withInfo(c codes.Code, msg, reason string, md map[string]string) error {
 	return st.Err()
 }
 
-// TestLeasesStreamBreakIsRetried: a stream that breaks (the server ends it
-// UNAVAILABLE, as a server that steps down does) answers the calls it had
-// not answered with UNAVAILABLE, which the sidecar retries on a new
-// stream; every lease the server granted reaches exactly one caller.
+// TestLeasesStreamBreakIsRetried: a stream that breaks answers the calls
+// it had not answered with UNAVAILABLE, which the sidecar retries on a new
+// stream; every lease the server granted reaches exactly one caller. It
+// breaks as a server that steps down ends it (UNAVAILABLE), and as a
+// proxy resets it when the server behind it dies (RST_STREAM, which gRPC
+// reads as INTERNAL: once answered to a backend as a 502 when HAProxy's
+// server was killed in test/e2e TestGroups).
 func TestLeasesStreamBreakIsRetried(t *testing.T) {
+	for _, end := range []error{
+		status.Error(codes.Unavailable, "this server is not the active one"),
+		status.Error(codes.Internal, "stream terminated by RST_STREAM with error code: INTERNAL_ERROR"),
+	} {
+		t.Run(status.Code(end).String(), func(t *testing.T) { leasesStreamBreakIsRetried(t, end) })
+	}
+}
+
+func leasesStreamBreakIsRetried(t *testing.T, end error) {
 	var n, granted atomic.Int64
-	fake := fakeserver.Start(t, fakeserver.Config{Leases: true,
+	fake := fakeserver.Start(t, fakeserver.Config{Leases: true, EndsStream: []codes.Code{codes.Internal},
 		Acquire: func(_ context.Context, req *repoolv1.AcquireRequest) (*repoolv1.AcquireResponse, error) {
 			if k := n.Add(1); k == 10 || k == 40 {
-				return nil, status.Error(codes.Unavailable, "this server is not the active one")
+				return nil, end
 			}
 			granted.Add(1)
 			return &repoolv1.AcquireResponse{Lease: &repoolv1.Lease{LeaseId: "l", ResourceId: "r1", FencingToken: 1, ExpiresAt: timestamppb.Now()}}, nil

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,6 +66,10 @@ type Config struct {
 	// UNAVAILABLE, CANCELED or DEADLINE_EXCEEDED ends the stream with that
 	// status, as the real server ends it.
 	Leases bool
+	// EndsStream lists more codes with which a call's error ends its
+	// Leases stream instead of being its reply, as a proxy's reset does
+	// (INTERNAL); the real server's refusals always end it.
+	EndsStream []codes.Code
 
 	// IssueToken replaces the default (check the key, issue a token).
 	IssueToken func(ctx context.Context, req *repoolv1.IssueTokenRequest) (*repoolv1.IssueTokenResponse, error)
@@ -356,9 +361,13 @@ func (p poolServer) Leases(stream grpc.BidiStreamingServer[repoolv1.LeaseCall, r
 		}
 		reply, err := p.leaseCall(ctx, call)
 		if err != nil {
-			switch status.Code(err) {
+			switch c := status.Code(err); c {
 			case codes.Unauthenticated, codes.PermissionDenied, codes.Unavailable, codes.Canceled, codes.DeadlineExceeded:
 				return err
+			default:
+				if slices.Contains(p.s.cfg.EndsStream, c) {
+					return err
+				}
 			}
 			reply = &repoolv1.LeaseReply{Reply: &repoolv1.LeaseReply_Error{Error: problem(err)}, Status: int32(status.Code(err))}
 		}

@@ -413,11 +413,17 @@ func (s *stream) receive() {
 // RESOURCE_EXHAUSTED: over the tenant's streams, calls or rate) read none
 // of them: they are made unary, and so are the next calls for a while.
 // Otherwise they get the stream's status, as unary calls in flight on a
-// connection that broke would.
+// connection that broke would; INTERNAL is read as UNAVAILABLE: the server
+// never ends a stream with it, but a proxy between resets the stream when
+// the server behind it dies (RST_STREAM INTERNAL_ERROR, which gRPC reads
+// as INTERNAL), where a unary call in flight gets the proxy's 502
+// (UNAVAILABLE). Either way the calls' outcome is unknown and retried.
 func (s *stream) fail(left []*waiter, err error, replied bool) {
 	code := status.Code(err)
 	if errors.Is(err, io.EOF) {
 		err = status.Error(codes.Unavailable, "the lease stream ended before answering the call")
+	} else if code == codes.Internal {
+		err = status.Errorf(codes.Unavailable, "the lease stream broke before answering the call: %s", status.Convert(err).Message())
 	} else if !replied && (code == codes.Unimplemented || code == codes.ResourceExhausted) {
 		s.c.unaryUntil.Store(time.Now().Add(fallbackFor).UnixNano())
 		err = errUnary
