@@ -2,6 +2,7 @@ package servercmd
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"time"
@@ -32,6 +33,26 @@ func backup(ctx context.Context, args []string, env Env) error {
 	fs := flag.NewFlagSet(Prog+" backup", flag.ContinueOnError)
 	fs.Usage = cli.Usage(fs, backupUsage)
 	to := fs.String("to", "", "the backup `file` to write; it must not exist (required)")
+	path, err := sqliteStorePath(fs, args, env, "--to FILE is required: the file to write the backup to", to,
+		"cannot be backed up from another", "back it up with pgBackRest, continuously (docs/ha.md, \"Backup and restore\"); "+Prog+" backup copies a SQLite store")
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	info, err := sqlite.Backup(ctx, path, *to)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.Stdout, "backup of %s written to %s in %v: %d tenants, %d resources, %d journaled leases (%d lease-log records folded in), %d bytes\n",
+		path, *to, time.Since(start).Round(time.Millisecond), info.Tenants, info.Resources, info.Leases, info.LogRecords, info.Bytes)
+	return nil
+}
+
+// sqliteStorePath parses the flags of backup or restore, requires *file
+// (missing: the error need), and returns the path of the SQLite file store
+// they name. A store in memory is refused saying it cannot be reached
+// (memory: how), a PostgreSQL store pointing at its tool (postgres).
+func sqliteStorePath(fs *flag.FlagSet, args []string, env Env, need string, file *string, memory, postgres string) (string, error) {
 	var storeURL string
 	err := cli.Parse(fs, env.Stdout, env.Stderr, func() error {
 		var err error
@@ -39,27 +60,20 @@ func backup(ctx context.Context, args []string, env Env) error {
 		return err
 	})
 	if err != nil {
-		return err
+		return "", err
 	}
-	if *to == "" {
-		return fmt.Errorf("--to FILE is required: the file to write the backup to")
+	if *file == "" {
+		return "", errors.New(need)
 	}
 	u, err := open.ParseURL(storeURL)
 	if err != nil {
-		return err
+		return "", err
 	}
 	switch u.Kind {
 	case open.SQLiteMemory:
-		return fmt.Errorf("store %s lives in its server's process and cannot be backed up from another; name a file store (--store, REPOOL_STORE or --config)", storeURL)
+		return "", fmt.Errorf("store %s lives in its server's process and %s; name a file store (--store, REPOOL_STORE or --config)", storeURL, memory)
 	case open.Postgres:
-		return fmt.Errorf("store %s is PostgreSQL: back it up with pgBackRest, continuously (docs/ha.md, \"Backup and restore\"); %s backup copies a SQLite store", u.Redacted(), Prog)
+		return "", fmt.Errorf("store %s is PostgreSQL: %s", u.Redacted(), postgres)
 	}
-	start := time.Now()
-	info, err := sqlite.Backup(ctx, u.Path, *to)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(env.Stdout, "backup of %s written to %s in %v: %d tenants, %d resources, %d journaled leases (%d lease-log records folded in), %d bytes\n",
-		u.Path, *to, time.Since(start).Round(time.Millisecond), info.Tenants, info.Resources, info.Leases, info.LogRecords, info.Bytes)
-	return nil
+	return u.Path, nil
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/repool/repool/internal/cli"
-	"github.com/repool/repool/internal/store/open"
 	"github.com/repool/repool/internal/store/sqlite"
 )
 
@@ -27,36 +26,19 @@ func restore(ctx context.Context, args []string, env Env) error {
 	fs := flag.NewFlagSet(Prog+" restore", flag.ContinueOnError)
 	fs.Usage = cli.Usage(fs, restoreUsage)
 	from := fs.String("from", "", "the backup `file` to restore (required)")
-	var storeURL string
-	err := cli.Parse(fs, env.Stdout, env.Stderr, func() error {
-		var err error
-		storeURL, err = LoadStore(fs, args, env.Getenv)
-		return err
-	})
+	path, err := sqliteStorePath(fs, args, env, "--from FILE is required: the backup to restore", from,
+		"cannot be restored from another", "restore it with pgBackRest (docs/ha.md, \"Backup and restore\"); "+Prog+" restore restores a SQLite store")
 	if err != nil {
 		return err
 	}
-	if *from == "" {
-		return fmt.Errorf("--from FILE is required: the backup to restore")
-	}
-	u, err := open.ParseURL(storeURL)
-	if err != nil {
-		return err
-	}
-	switch u.Kind {
-	case open.SQLiteMemory:
-		return fmt.Errorf("store %s lives in its server's process; name a file store (--store, REPOOL_STORE or --config)", storeURL)
-	case open.Postgres:
-		return fmt.Errorf("store %s is PostgreSQL: restore it with pgBackRest (docs/ha.md, \"Backup and restore\"); %s restore restores a SQLite store", u.Redacted(), Prog)
-	}
-	aside, err := sqlite.Restore(ctx, u.Path, *from)
+	aside, err := sqlite.Restore(ctx, path, *from)
 	if err != nil {
 		return err
 	}
 	if aside == "" {
-		fmt.Fprintf(env.Stdout, "restored %s from %s (it had no database before)\n", u.Path, *from)
+		fmt.Fprintf(env.Stdout, "restored %s from %s (it had no database before)\n", path, *from)
 		return nil
 	}
-	fmt.Fprintf(env.Stdout, "restored %s from %s; its previous files are in %s (remove them once the restored server serves)\n", u.Path, *from, aside)
+	fmt.Fprintf(env.Stdout, "restored %s from %s; its previous files are in %s (remove them once the restored server serves)\n", path, *from, aside)
 	return nil
 }
