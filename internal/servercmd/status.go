@@ -21,11 +21,13 @@ const statusUsage = `usage: ` + Prog + ` status --inventory FILE [--token-file F
 
 Print the deployment's status as one table: each LB host of the inventory
 (VRRP state, whether it holds the VIP, whether its HAProxy answers), each
-server as it answers GET /status and as each LB host's HAProxy sees it
+server as it answers GET /status.json and as each LB host's HAProxy sees it
 (UP, NOLB, DOWN and the check's status), per group the leader, its epoch
 and since when, the standbys and whether they wait on the lock, each
-server's version and configuration hash, the database and the age of the
-last checkpoint; then what needs a look. --json prints the same as JSON.
+server's version and configuration hash, the database (and, with the
+inventory's database section, each node as its Patroni answers GET
+/patroni) and the age of the last checkpoint; then what needs a look.
+--json prints the same as JSON.
 
 It reads, from where it runs: each server's HTTP port (https with the
 inventory's tls section; a control-plane token of role metrics or
