@@ -20,6 +20,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	lbhaproxy "github.com/repool/repool/internal/lb/haproxy"
 	"github.com/repool/repool/internal/lb/haproxy/haproxytest"
 	"github.com/repool/repool/internal/pgcluster"
 	"github.com/repool/repool/internal/testenv"
@@ -663,4 +664,19 @@ func sidecarBreakerClosed() bool {
 		}
 	}
 	return false
+}
+
+// downEvents returns, per LB host, the lines in which its running HAProxy
+// logged a server of the gRPC backend going DOWN, oldest first.
+func (c *cluster) downEvents() map[string][]string {
+	out := map[string][]string{}
+	prefix := "Server " + lbhaproxy.Backend + "/"
+	for name, l := range c.lbs {
+		for _, line := range strings.Split(l.haproxy.output(), "\n") {
+			if strings.Contains(line, prefix) && strings.Contains(line, " is DOWN") {
+				out[name] = append(out[name], line)
+			}
+		}
+	}
+	return out
 }

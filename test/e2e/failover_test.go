@@ -19,8 +19,11 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"os/exec"
+	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -40,6 +43,9 @@ import (
 // registered during it.
 const initialResources = 40
 
+// hogFor is how long step (a') keeps every core busy.
+const hogFor = 20 * time.Second
+
 // phase marks the start of a step of the scenario.
 type phase struct {
 	name string
@@ -52,6 +58,9 @@ type phase struct {
 //	(a) kills the active server (kill -9): a standby takes over; the
 //	    killed one, started again, is NOLB on both LB hosts within 2 s of
 //	    answering as a standby;
+//	(a') starves the active server (pinned to one core beside two busy
+//	    loops) for hogFor: no server is marked DOWN on either LB host and
+//	    the leader stays (a starved server is not a dead one);
 //	(b) pauses the new active server (SIGSTOP) past its session timeout,
 //	    then resumes it: it must step down without writing anything;
 //	(c) kills HAProxy on the MASTER LB host: the VIP moves;
@@ -148,6 +157,42 @@ func TestFailover(t *testing.T) {
 	}
 	t.Logf("restarted %s NOLB on both LB hosts %v after it answered 404", old.host.name, time.Since(tStandby).Round(time.Millisecond))
 	time.Sleep(time.Second) // load on the restored three-server cluster before the next step
+
+	// (a') a CPU hog on the active server's host: the server is pinned to
+	// one core (taskset) and two busy loops are pinned beside it, so that
+	// it gets a third of a core while the rest of the cluster (the other
+	// hosts) keeps the other core. A starved server is not a dead one:
+	// neither LB host may mark any server DOWN, and it stays the leader.
+	hogged := c.waitActive(5*time.Second, nil)
+	downsBefore := c.downEvents()
+	hogEpoch := c.epoch()
+	hogCPU := strconv.Itoa(runtime.NumCPU() - 1)
+	mark(fmt.Sprintf("a': %s pinned to core %s beside two busy loops for %v", hogged.host.name, hogCPU, hogFor))
+	tHog := time.Now()
+	taskset(t, hogCPU, hogged.p.pid())
+	hogs := make([]*proc, 2)
+	for i := range hogs {
+		hogs[i] = c.ps.start(fmt.Sprintf("hog-%d", i), hogged.host.ns(), nil, "taskset", "-c", hogCPU, "sh", "-c", "while :; do :; done")
+	}
+	time.Sleep(hogFor) // the hog lasts this long in real time: that is the fault
+	for _, p := range hogs {
+		p.stop()
+	}
+	taskset(t, fmt.Sprintf("0-%d", runtime.NumCPU()-1), hogged.p.pid())
+	tHogEnd := time.Now()
+	var falseDowns []string
+	for name, lines := range c.downEvents() {
+		for _, l := range lines[len(downsBefore[name]):] {
+			falseDowns = append(falseDowns, name+": "+l)
+		}
+	}
+	for _, l := range falseDowns {
+		t.Errorf("HAProxy marked a server DOWN under a CPU hog alone: %s", l)
+	}
+	if a, e := c.waitActive(5*time.Second, nil), c.epoch(); a != hogged || e != hogEpoch {
+		t.Errorf("after the CPU hog: active server %s at epoch %d, want %s still at %d (nothing failed)", a.host.name, e, hogged.host.name, hogEpoch)
+	}
+	time.Sleep(time.Second) // load on the unloaded cluster again, before the next step
 
 	// (b) SIGSTOP the new active server past its session timeout, and
 	// queue requests straight to it (not through HAProxy, as a client that
@@ -306,7 +351,7 @@ func TestFailover(t *testing.T) {
 
 	// The server failover's window: the calls that could meet the kill
 	// (started at most a deadline before it) and could not meet the
-	// SIGSTOP of step (b) (started at least a deadline before it).
+	// CPU hog of step (a') (started at least a deadline before it).
 	failedKill := count(calls, func(cl call) bool {
 		return cl.outcome == failed && !cl.start.Before(tKill.Add(-callDeadline)) && cl.start.Before(phases[2].at.Add(-callDeadline))
 	})
@@ -316,6 +361,10 @@ func TestFailover(t *testing.T) {
 	fmt.Printf("measure: vip_move_link_cut_s=%.3f\n", vipMoveLink.Seconds())
 	fmt.Printf("measure: first_success_after_server_kill_s=%.3f\n", firstSuccess.Seconds())
 	fmt.Printf("measure: failed_backend_calls=%d\n", failedKill)
+	fmt.Printf("measure: false_down_under_load=%d\n", len(falseDowns))
+	fmt.Printf("measure: failed_calls_under_load=%d\n", count(calls, func(cl call) bool {
+		return cl.outcome == failed && !cl.start.Before(tHog) && cl.start.Before(tHogEnd)
+	}))
 	fmt.Printf("measure: stale_leader_writes_accepted=%d\n", len(stale))
 	fmt.Printf("measure: capacity_violations=%d\n", len(violations))
 	fmt.Printf("measure: lost_registrations=%d\n", len(lost))
@@ -556,4 +605,13 @@ func (c *cluster) lostRegistrations(tb testing.TB, ids []string) []string {
 	}
 	tb.Logf("registrations: %d acknowledged, %d resources listed, %d lost", len(ids), len(have), len(lost))
 	return lost
+}
+
+// taskset sets the CPU affinity of every thread of process pid (a proc's
+// pid: ip netns exec execs the command in place) to cpus ("1", "0-1").
+func taskset(tb testing.TB, cpus string, pid int) {
+	tb.Helper()
+	if out, err := exec.Command("taskset", "-a", "-p", "-c", cpus, strconv.Itoa(pid)).CombinedOutput(); err != nil {
+		tb.Fatalf("taskset -a -p -c %s %d = got error %v (%s), want nil", cpus, pid, err, out)
+	}
 }
