@@ -159,7 +159,7 @@ func renderHAProxy(ctx context.Context, args []string, e env) error {
 	inv := fs.String("inventory", "", "LB inventory file (required)")
 	host := fs.String("host", "", "render for this LB host (its stats socket; monitor frontend on its address);\nempty: one file for all hosts, which must share stats_socket and monitor_port")
 	out := fs.String("out", "", "write here (atomically) instead of stdout")
-	pid := fs.String("pid-file", haproxy.DefaultPIDFile, "HAProxy pid file (global pidfile)")
+	pid := fs.String("pid-file", "", "HAProxy pid file (global pidfile); empty writes none, as Debian's unit passes -p /run/haproxy.pid")
 	bin := fs.String("haproxy", haproxy.DefaultBinary, "haproxy binary client-native runs (haproxy -v, haproxy -c)")
 	if err := noArgs(fs, args, e); err != nil {
 		return err
