@@ -24,21 +24,59 @@ import (
 // checks and reflection stay open.
 const servicePrefix = "/repool.v1."
 
-// ServerOptions returns the interceptor chains, in the order that is part of
-// the design: the count of answers by code, the mapping of errors to
-// status codes (the one place on the request path where that happens), the
-// active-server gate, then authentication, then the rate limit (which needs
-// the tenant that authentication found), then the stream quota, then the
-// handler. A limiter placed before authentication would limit nothing,
-// since it would not know the tenant. Handlers and the interceptors inside
-// the mapping return domain errors.
+// ServerOptions returns the interceptor chains: the count of answers by
+// code, the mapping of errors to status codes (the one place on the
+// request path where that happens), then admission (admit) and the
+// handler. Handlers and admit return domain errors.
 func (s *Service) ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		// The unary chain is one function (unary), in the same order: a
-		// chain of five costs a closure and four calls per call.
+		// chain costs a closure and a call per interceptor per call.
 		grpc.UnaryInterceptor(s.unary),
-		grpc.ChainStreamInterceptor(s.countStream, s.statusStream, s.activeStream, s.authStream, s.limitStream, s.quotaStream),
+		grpc.ChainStreamInterceptor(s.countStream, s.statusStream, s.admitStream),
 	}
+}
+
+// admit is the admission of a data-plane call, the one place its order is
+// written, used by the unary chain (unary), the stream chain (admitStream)
+// and each call on a Leases stream (leaseCallChecked). The order is part of
+// the design:
+//
+//  1. active: only the active server serves;
+//  2. authenticate: the principal, and so the tenant, from the credential;
+//  3. placement: a tenant another group serves is sent there, before its
+//     rate limit is charged (this server's limiter does not hold its
+//     limits);
+//  4. rate limit: the tenant's request limit for method; a refusal's
+//     retry-after goes to setTrailer;
+//  5. stream quota: with quota set (a stream), one of the tenant's slots
+//     of that kind for the stream's life: the caller calls release when
+//     the stream ends.
+//
+// A limiter before authentication would limit nothing, since it would not
+// know the tenant; an unauthenticated call reaches neither the limiter nor
+// a pool. It returns ctx with the principal on it.
+func (s *Service) admit(ctx context.Context, method string, setTrailer func(metadata.MD), quota *streamQuota) (_ context.Context, release func(), err error) {
+	if err := s.active(); err != nil {
+		return nil, nil, err
+	}
+	ctx, p, err := s.authenticate(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := s.cfg.Pools.Serves(p.Tenant); err != nil {
+		return nil, nil, err
+	}
+	if err := s.limit(ctx, p.Tenant, method, setTrailer); err != nil {
+		return nil, nil, err
+	}
+	if quota == nil {
+		return ctx, func() {}, nil
+	}
+	if release, err = quota.acquire(p.Tenant); err != nil {
+		return nil, nil, err
+	}
+	return ctx, release, nil
 }
 
 // statusStream answers a stream handler's error as the gRPC status
@@ -72,17 +110,11 @@ func (s *Service) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo
 	return resp, err
 }
 
-// checkedUnary runs a data-plane call's checks and then its handler,
+// checkedUnary admits a data-plane call and then runs its handler,
 // returning domain errors.
 func (s *Service) checkedUnary(ctx context.Context, req any, method string, h grpc.UnaryHandler) (any, error) {
-	if err := s.active(); err != nil {
-		return nil, err
-	}
-	ctx, err := s.authenticate(ctx)
+	ctx, _, err := s.admit(ctx, method, func(md metadata.MD) { _ = grpc.SetTrailer(ctx, md) }, nil)
 	if err != nil {
-		return nil, err
-	}
-	if err := s.limit(ctx, method, func(md metadata.MD) { _ = grpc.SetTrailer(ctx, md) }); err != nil {
 		return nil, err
 	}
 	return h(ctx, req)
@@ -108,18 +140,9 @@ func (s *Service) active() error {
 	return nil
 }
 
-func (s *Service) activeStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	if guarded(info.FullMethod) {
-		if err := s.active(); err != nil {
-			return err
-		}
-	}
-	return h(srv, ss)
-}
-
 // authenticate puts the caller's principal on ctx: from `x-api-key`, or from
 // `authorization: Bearer <token>`.
-func (s *Service) authenticate(ctx context.Context) (context.Context, error) {
+func (s *Service) authenticate(ctx context.Context) (context.Context, auth.Principal, error) {
 	// ValueFromIncomingContext reads one key without copying the whole
 	// metadata, as FromIncomingContext does.
 	var (
@@ -137,17 +160,17 @@ func (s *Service) authenticate(ctx context.Context) (context.Context, error) {
 		}
 	}
 	if err != nil {
-		return nil, err
+		return nil, auth.Principal{}, err
 	}
 	authenticated(ctx, p.Tenant)
 	if s.cfg.Attribute != nil {
 		if pr, ok := peer.FromContext(ctx); ok {
 			if err := s.cfg.Attribute(pr.Addr, p.Tenant); err != nil {
-				return nil, fmt.Errorf("%w: this tenant holds its share of the server's connections (%v); send its calls on the connections it holds", ErrOverBudget, err)
+				return nil, auth.Principal{}, fmt.Errorf("%w: this tenant holds its share of the server's connections (%v); send its calls on the connections it holds", ErrOverBudget, err)
 			}
 		}
 	}
-	return auth.NewContext(ctx, p), nil
+	return auth.NewContext(ctx, p), p, nil
 }
 
 // wrappedStream replaces a stream's context.
@@ -158,30 +181,31 @@ type wrappedStream struct {
 
 func (w wrappedStream) Context() context.Context { return w.ctx }
 
-func (s *Service) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+// admitStream admits a data-plane stream (admit), holding one of the
+// tenant's stream slots for the stream's life: an event stream slot for
+// SubscribeEvents, a Leases stream slot for Leases (its calls are unary
+// calls on one stream, each admitted again as they are; the slot bounds
+// what a tenant's open streams hold).
+func (s *Service) admitStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 	if !guarded(info.FullMethod) {
 		return h(srv, ss)
 	}
-	ctx, err := s.authenticate(ss.Context())
+	q := s.streams
+	if info.FullMethod == repoolv1.PoolService_Leases_FullMethodName {
+		q = s.leaseStreams
+	}
+	ctx, release, err := s.admit(ss.Context(), info.FullMethod, ss.SetTrailer, q)
 	if err != nil {
 		return err
 	}
+	defer release()
 	return h(srv, wrappedStream{ServerStream: ss, ctx: ctx})
 }
 
-// limit applies the tenant's request limit; a refusal carries the
+// limit applies tenant's request limit for method; a refusal carries the
 // retry-after in trailing metadata.
-func (s *Service) limit(ctx context.Context, method string, setTrailer func(metadata.MD)) error {
-	p, ok := auth.FromContext(ctx)
-	if !ok {
-		return errNoTenant
-	}
-	// A tenant another group serves is sent there before its rate limit
-	// is charged: this server's limiter does not hold its limits.
-	if err := s.cfg.Pools.Serves(p.Tenant); err != nil {
-		return err
-	}
-	d, err := s.cfg.Limiter.Allow(ctx, p.Tenant, method)
+func (s *Service) limit(ctx context.Context, tenant, method string, setTrailer func(metadata.MD)) error {
+	d, err := s.cfg.Limiter.Allow(ctx, tenant, method)
 	switch {
 	case err == nil && d.Allowed:
 		return nil
@@ -194,40 +218,6 @@ func (s *Service) limit(ctx context.Context, method string, setTrailer func(meta
 		setTrailer(metadata.Pairs(repoolv1.RetryAfterKey, strconv.FormatInt(max(d.RetryAfter.Milliseconds(), 1), 10)))
 	}
 	return &limitedError{err: err, after: d.RetryAfter}
-}
-
-func (s *Service) limitStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	if !guarded(info.FullMethod) {
-		return h(srv, ss)
-	}
-	if err := s.limit(ss.Context(), info.FullMethod, ss.SetTrailer); err != nil {
-		return err
-	}
-	return h(srv, ss)
-}
-
-// quotaStream holds one of the tenant's stream slots for the stream's
-// life: an event stream slot for SubscribeEvents, a Leases stream slot
-// for Leases (its calls are unary calls on one stream, each limited as
-// they are; the slot bounds what a tenant's open streams hold).
-func (s *Service) quotaStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	if !guarded(info.FullMethod) {
-		return h(srv, ss)
-	}
-	q := s.streams
-	if info.FullMethod == repoolv1.PoolService_Leases_FullMethodName {
-		q = s.leaseStreams
-	}
-	p, ok := auth.FromContext(ss.Context())
-	if !ok {
-		return errNoTenant
-	}
-	release, err := q.acquire(p.Tenant)
-	if err != nil {
-		return err
-	}
-	defer release()
-	return h(srv, ss)
 }
 
 // streamQuota counts open streams of one kind per tenant.

@@ -20,8 +20,8 @@ import (
 // Leases serves a stream of lease calls: each call is checked and done as
 // its unary call is, one at a time and answered in the order sent (see
 // leaseCall). The stream was authenticated, rate limited and gated on the
-// active server when it opened (the stream interceptors), and holds one of
-// the tenant's Leases stream slots (quotaStream); every call is checked
+// active server when it opened (admit, in the stream chain), and holds one of
+// the tenant's Leases stream slots (admitStream); every call is checked
 // again, so a revoked key, a suspended or deleted tenant, a step-down or an
 // exhausted rate limit takes effect for the next call of an open stream as
 // it does for the next unary call.
@@ -136,20 +136,14 @@ func endsStream(c codes.Code) bool {
 	return false
 }
 
-// leaseCallChecked runs the unary interceptors' checks, in their order
-// (active server, credential, rate limit at the unary method's cost), and
-// then the unary handler, returning domain errors.
+// leaseCallChecked admits a call as the unary method would be (admit, at
+// the unary method's cost, without a stream slot: the stream holds one),
+// and then runs the unary handler, returning domain errors.
 func (s *Service) leaseCallChecked(ctx context.Context, method string, call *repoolv1.LeaseCall) (*repoolv1.LeaseReply, error) {
-	if err := s.active(); err != nil {
-		return nil, err
-	}
-	ctx, err := s.authenticate(ctx)
-	if err != nil {
-		return nil, err
-	}
 	// A stream has no trailer per call: the retry-after reaches the client
 	// in the reply's Problem.
-	if err := s.limit(ctx, method, func(metadata.MD) {}); err != nil {
+	ctx, _, err := s.admit(ctx, method, func(metadata.MD) {}, nil)
+	if err != nil {
 		return nil, err
 	}
 	switch c := call.GetCall().(type) {
