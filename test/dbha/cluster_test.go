@@ -720,39 +720,67 @@ func (d *dbTier) dumpLogs() {
 // checkStatus gathers the deployment's status from the inventory as
 // `server status` does and checks its database rows against Patroni: the
 // node d.primary() names is the one primary, the others running
-// replicas, and no warning about the database tier.
+// replicas, and no warning about the database tier. A node that has just
+// rejoined can still be restarting its PostgreSQL (after pg_rewind) while
+// the consensus store already lists it as running, so the status is
+// gathered again until it agrees, for up to statusSettle; the last
+// disagreement is the failure.
 func (d *dbTier) checkStatus(t *testing.T) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	want := d.primary()
 	if want == nil {
 		t.Fatal("no primary to check the status against")
 	}
+	var problems []string
+	defer func() {
+		if t.Failed() {
+			for _, p := range problems {
+				t.Error(p)
+			}
+		}
+	}()
+	testenv.Eventually(t, statusSettle, "server status to agree with Patroni on "+want.name+" primary and the others running replicas", func() bool {
+		problems = d.statusProblems(want)
+		return len(problems) == 0
+	})
+}
+
+// statusSettle bounds how long checkStatus waits for `server status` to
+// agree with Patroni once the tier is back: a rejoined node's restart
+// after pg_rewind, a few Patroni loops (loop_wait 1 s) on a loaded machine.
+const statusSettle = 60 * time.Second
+
+// statusProblems gathers the status once and says where it disagrees with
+// want as the primary; none when it agrees.
+func (d *dbTier) statusProblems(want *dbNode) []string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	c, err := gather.Cluster(ctx, gather.Config{Inventory: d.inv, Timeout: 5 * time.Second})
 	if err != nil {
-		t.Fatal(err)
+		return []string{err.Error()}
 	}
 	var b strings.Builder
 	c.WriteTable(&b)
 	if len(c.DBNodes) != len(d.nodes) {
-		t.Fatalf("server status lists %d database nodes, want %d:\n%s", len(c.DBNodes), len(d.nodes), b.String())
+		return []string{fmt.Sprintf("server status lists %d database nodes, want %d:\n%s", len(c.DBNodes), len(d.nodes), b.String())}
 	}
+	var out []string
 	for _, n := range c.DBNodes {
 		role := "replica"
 		if n.Name == want.name {
 			role = "primary"
 		}
 		if n.Role != role || n.State != "running" || n.Error != "" {
-			t.Errorf("server status: database node %s is %q %q (%s), want %s running:\n%s", n.Name, n.Role, n.State, n.Error, role, b.String())
+			out = append(out, fmt.Sprintf("server status: database node %s is %q %q (%s), want %s running:\n%s", n.Name, n.Role, n.State, n.Error, role, b.String()))
 		}
 		if role == "replica" && n.LagBytes == nil {
-			t.Errorf("server status: replica %s has no lag, want the bytes behind the primary:\n%s", n.Name, b.String())
+			out = append(out, fmt.Sprintf("server status: replica %s has no lag, want the bytes behind the primary:\n%s", n.Name, b.String()))
 		}
 	}
 	for _, w := range c.Warnings {
 		if strings.Contains(w, "database") {
-			t.Errorf("server status warns %q on a healthy database tier:\n%s", w, b.String())
+			out = append(out, fmt.Sprintf("server status warns %q on a healthy database tier:\n%s", w, b.String()))
 		}
 	}
+	return out
 }

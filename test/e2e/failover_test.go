@@ -7,7 +7,8 @@
 // The test needs root (network namespaces, veths, a bridge) and the tools
 // scripts/test installs; it fails, never skips, without them. It creates
 // and removes everything itself: namespaces rpe2e-*, the veth rpe2e0 in
-// its own namespace and a run directory rpe2e-run-* in $TMPDIR. Traffic
+// its own namespace, a run directory rpe2e-run-* in $TMPDIR and a cgroup
+// rpe2e-throttle (step a'). Traffic
 // stays in 10.231.0.0/24 on that bridge; no default route is added. A run
 // that dies without cleaning up is cleaned after by a watchdog process, and
 // the next run removes whatever is still left at its start.
@@ -19,11 +20,8 @@ import (
 	"maps"
 	"net/http"
 	"os"
-	"os/exec"
-	"runtime"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -43,8 +41,13 @@ import (
 // registered during it.
 const initialResources = 40
 
-// hogFor is how long step (a') keeps every core busy.
-const hogFor = 20 * time.Second
+// Step (a'): for hogFor the active server gets hogQuota of CPU time in
+// every hogPeriod.
+const (
+	hogFor    = 20 * time.Second
+	hogQuota  = 1000 * time.Microsecond
+	hogPeriod = 10 * time.Millisecond
+)
 
 // phase marks the start of a step of the scenario.
 type phase struct {
@@ -58,9 +61,9 @@ type phase struct {
 //	(a) kills the active server (kill -9): a standby takes over; the
 //	    killed one, started again, is NOLB on both LB hosts within 2 s of
 //	    answering as a standby;
-//	(a') starves the active server (pinned to one core beside two busy
-//	    loops) for hogFor: no server is marked DOWN on either LB host and
-//	    the leader stays (a starved server is not a dead one);
+//	(a') starves the active server (a tenth of a core) for hogFor: no
+//	    server is marked DOWN on either LB host and the leader stays (a
+//	    starved server is not a dead one);
 //	(b) pauses the new active server (SIGSTOP) past its session timeout,
 //	    then resumes it: it must step down without writing anything;
 //	(c) kills HAProxy on the MASTER LB host: the VIP moves;
@@ -158,27 +161,20 @@ func TestFailover(t *testing.T) {
 	t.Logf("restarted %s NOLB on both LB hosts %v after it answered 404", old.host.name, time.Since(tStandby).Round(time.Millisecond))
 	time.Sleep(time.Second) // load on the restored three-server cluster before the next step
 
-	// (a') a CPU hog on the active server's host: the server is pinned to
-	// one core (taskset) and two busy loops are pinned beside it, so that
-	// it gets a third of a core while the rest of the cluster (the other
-	// hosts) keeps the other core. A starved server is not a dead one:
-	// neither LB host may mark any server DOWN, and it stays the leader.
+	// (a') a CPU hog on the active server's host: the server is held to
+	// a tenth of one core (throttle: the kernel's CPU bandwidth control,
+	// 1 ms of every 10 ms), as busy loops on each core of its host would
+	// leave it; a busy loop here would starve every emulated host at once,
+	// the database's too. A starved server is not a dead one: neither LB
+	// host may mark any server DOWN, and it stays the leader.
 	hogged := c.waitActive(5*time.Second, nil)
 	downsBefore := c.downEvents()
 	hogEpoch := c.epoch()
-	hogCPU := strconv.Itoa(runtime.NumCPU() - 1)
-	mark(fmt.Sprintf("a': %s pinned to core %s beside two busy loops for %v", hogged.host.name, hogCPU, hogFor))
+	mark(fmt.Sprintf("a': %s held to a tenth of a core for %v", hogged.host.name, hogFor))
 	tHog := time.Now()
-	taskset(t, hogCPU, hogged.p.pid())
-	hogs := make([]*proc, 2)
-	for i := range hogs {
-		hogs[i] = c.ps.start(fmt.Sprintf("hog-%d", i), hogged.host.ns(), nil, "taskset", "-c", hogCPU, "sh", "-c", "while :; do :; done")
-	}
+	unthrottle := throttle(t, hogged.p.pid(), hogQuota, hogPeriod)
 	time.Sleep(hogFor) // the hog lasts this long in real time: that is the fault
-	for _, p := range hogs {
-		p.stop()
-	}
-	taskset(t, fmt.Sprintf("0-%d", runtime.NumCPU()-1), hogged.p.pid())
+	unthrottle()
 	tHogEnd := time.Now()
 	var falseDowns []string
 	for name, lines := range c.downEvents() {
@@ -605,13 +601,4 @@ func (c *cluster) lostRegistrations(tb testing.TB, ids []string) []string {
 	}
 	tb.Logf("registrations: %d acknowledged, %d resources listed, %d lost", len(ids), len(have), len(lost))
 	return lost
-}
-
-// taskset sets the CPU affinity of every thread of process pid (a proc's
-// pid: ip netns exec execs the command in place) to cpus ("1", "0-1").
-func taskset(tb testing.TB, cpus string, pid int) {
-	tb.Helper()
-	if out, err := exec.Command("taskset", "-a", "-p", "-c", cpus, strconv.Itoa(pid)).CombinedOutput(); err != nil {
-		tb.Fatalf("taskset -a -p -c %s %d = got error %v (%s), want nil", cpus, pid, err, out)
-	}
 }

@@ -20,7 +20,7 @@ import (
 // Names and addresses of the topology. Everything the test creates in the
 // kernel carries Prefix, so that a crashed run's leftovers can be found and
 // removed: namespaces rpe2e-<host>, the root namespace's veth rpe2e0, run
-// directories $TMPDIR/rpe2e-run-*.
+// directories $TMPDIR/rpe2e-run-*, the cgroup rpe2e-throttle.
 const (
 	Prefix   = "rpe2e-"
 	rootLink = "rpe2e0"          // the test's own veth, in the root namespace
@@ -128,6 +128,9 @@ func removeLeftovers(tb testing.TB) {
 	if _, err := ipErr("link", "show", rootLink); err == nil {
 		ip(tb, "link", "del", rootLink)
 		tb.Logf("removed leftover link %s", rootLink)
+	}
+	if err := removeThrottle(); err != nil {
+		tb.Logf("%v", err)
 	}
 	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), Prefix+"run-*"))
 	for _, d := range dirs {
