@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -52,6 +53,8 @@ func (s *Service) Leases(stream grpc.BidiStreamingServer[repoolv1.LeaseCall, rep
 			}
 		}
 	}()
+	end := s.open.add()
+	defer s.open.remove(end)
 	var idle <-chan time.Time
 	if s.cfg.StreamIdle > 0 {
 		// A ticker rather than a timer reset at every call: a call costs
@@ -82,8 +85,51 @@ func (s *Service) Leases(stream grpc.BidiStreamingServer[repoolv1.LeaseCall, rep
 				return status.Errorf(codes.Unavailable, "no call on this lease stream for %v: it is closed; open another to make more calls", s.cfg.StreamIdle)
 			}
 			seen = n
+		case why := <-end:
+			return why // between calls: the one in progress was answered
 		case <-ctx.Done():
 			return ctx.Err()
+		}
+	}
+}
+
+// EndLeases ends every open Leases stream with why, each between two calls
+// (a call in progress is answered first): the server is shutting down or
+// stepping down. A stream with no call coming would otherwise stay open
+// until it is idle for Config.StreamIdle, holding a graceful stop (which
+// waits for every stream) and so the leader lock a standby is waiting for.
+func (s *Service) EndLeases(why error) { s.open.end(why) }
+
+// openStreams is the set of open Leases streams' end channels.
+type openStreams struct {
+	mu  sync.Mutex
+	set map[chan error]struct{}
+}
+
+func (o *openStreams) add() chan error {
+	ch := make(chan error, 1)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.set == nil {
+		o.set = map[chan error]struct{}{}
+	}
+	o.set[ch] = struct{}{}
+	return ch
+}
+
+func (o *openStreams) remove(ch chan error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.set, ch)
+}
+
+func (o *openStreams) end(why error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for ch := range o.set {
+		select {
+		case ch <- why:
+		default: // already told
 		}
 	}
 }

@@ -131,6 +131,8 @@ type Service struct {
 	log          *slog.Logger
 	streams      *streamQuota
 	leaseStreams *streamQuota
+	// open holds the end channel of every open Leases stream (EndLeases).
+	open openStreams
 
 	tokensIssued prometheus.Counter
 	requests     *prometheus.CounterVec

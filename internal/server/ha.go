@@ -167,5 +167,7 @@ func (s *Server) stepDown() {
 	s.ha.isActive.Set(0)
 	s.writes.reset() // a standby writes nothing
 	s.syncHealth()
-	s.tenants.Close(fmt.Errorf("%w: stepped down", dataplane.ErrNotActive))
+	why := fmt.Errorf("%w: stepped down", dataplane.ErrNotActive)
+	s.tenants.Close(why)
+	s.svc.EndLeases(why) // a sidecar's streams move to the new leader now, not when idle
 }

@@ -172,3 +172,50 @@ func TestFailoverKeepsALiveLeaseBesideStaleJournalRows(t *testing.T) {
 		t.Fatalf("Acquire on the new leader = %v, %v; want RESOURCE_EXHAUSTED: lease %s still holds capacity-1 r1", got.GetLease(), err, live.GetLeaseId())
 	}
 }
+
+// TestShutdownHandsOverPastIdleStreams stops the active server while a
+// client holds an idle Leases stream on it (a sidecar's pool of streams at
+// a quiet moment): the stream ends UNAVAILABLE and the standby takes over
+// at once. Before, the graceful stop waited for the stream to end by
+// itself (idle for GRPCMaxStreamIdle, or ShutdownGrace), and the leader
+// lock with it; both are an hour here, so a wait shows as a takeover that
+// never comes.
+func TestShutdownHandsOverPastIdleStreams(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	cfg := func(name string) Config {
+		return Config{Store: dsn, HA: true, HAName: name, HASessionTimeout: time.Second, HAInterval: 100 * time.Millisecond,
+			CheckpointInterval: time.Hour, ShutdownGrace: time.Hour, GRPCMaxStreamIdle: time.Hour}
+	}
+	a := start(t, cfg("a"))
+	waitStatus(t, a, http.StatusOK, 5*time.Second)
+	b := start(t, cfg("b"))
+	waitStatus(t, b, http.StatusNotFound, 5*time.Second)
+
+	st, err := a.pool.Leases(withKey(a.key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One call, so that the stream is open and admitted; then it idles.
+	if err := st.Send(&repoolv1.LeaseCall{Call: &repoolv1.LeaseCall_Acquire{Acquire: &repoolv1.AcquireRequest{Context: "x", TtlSeconds: 5}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan error, 1)
+	go func() {
+		_, err := st.Recv()
+		ended <- err
+	}()
+
+	a.cancel() // SIGTERM
+	waitStatus(t, b, http.StatusOK, 30*time.Second)
+	select {
+	case err := <-ended:
+		if status.Code(err) != codes.Unavailable {
+			t.Fatalf("idle Leases stream at shutdown ended with %v, want UNAVAILABLE", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the idle Leases stream did not end within 30s of the shutdown")
+	}
+}

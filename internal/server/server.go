@@ -678,9 +678,10 @@ func (s *Server) GRPCAddr() string { return s.grpcLn.Addr().String() }
 func (s *Server) HTTPAddr() string { return s.httpLn.Addr().String() }
 
 // Run serves until ctx ends, then shuts down gracefully: it stops taking
-// calls, ends event streams, drains in-flight calls (bounded by
-// ShutdownGrace), writes a final checkpoint (if active), flushes the audit
-// trail and closes the store. In HA mode it campaigns for leadership,
+// calls, ends event streams and Leases streams (each between two calls),
+// drains in-flight calls (bounded by ShutdownGrace), writes a final
+// checkpoint (if active), gives up the leader lock (HA), then drains the
+// HTTP server, flushes the audit trail and closes the store. In HA mode it campaigns for leadership,
 // serves while it leads and steps down when its term ends.
 func (s *Server) Run(ctx context.Context) error {
 	errc := make(chan error, 2)
@@ -734,7 +735,6 @@ func (s *Server) Run(ctx context.Context) error {
 	grace.Stop()
 	hctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
 	defer cancel()
-	_ = s.http.Shutdown(hctx)
 	s.stop()
 	if s.journalDone != nil {
 		s.journalDone()
@@ -744,9 +744,15 @@ func (s *Server) Run(ctx context.Context) error {
 			s.log.Error("final checkpoint incomplete", "err", err)
 		}
 	}
+	// The lock goes before the HTTP server's drain, which waits for its
+	// connections to go idle (checks, scrapes, the control plane: its
+	// writes are fenced like every other, so one that lands after a
+	// standby took over is refused, not lost): a standby waiting for the
+	// lock takes over after the checkpoint, not after the slowest client.
 	if s.ha != nil {
 		s.ha.resign()
 	}
+	_ = s.http.Shutdown(hctx)
 	<-auditDone
 	if err := s.tracer.Shutdown(hctx); err != nil {
 		s.log.Warn("exporting the last spans", "err", err)
@@ -820,6 +826,7 @@ func (s *Server) compact(ctx context.Context) {
 
 func (s *Server) closeStreams(why error) {
 	s.pools.Each(func(_ string, p *pool.Pool) { p.CloseSubscriptions(why) })
+	s.svc.EndLeases(why)
 }
 
 // tick expires leases and ends cooldowns every second, so that expiry
