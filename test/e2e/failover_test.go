@@ -64,6 +64,8 @@ type phase struct {
 //	(a') starves the active server (a tenth of a core) for hogFor: no
 //	    server is marked DOWN on either LB host and the leader stays (a
 //	    starved server is not a dead one);
+//	(a'') SIGTERMs the active server (the planned move of leadership): no
+//	    backend call fails;
 //	(b) pauses the new active server (SIGSTOP) past its session timeout,
 //	    then resumes it: it must step down without writing anything;
 //	(c) kills HAProxy on the MASTER LB host: the VIP moves;
@@ -190,12 +192,40 @@ func TestFailover(t *testing.T) {
 	}
 	time.Sleep(time.Second) // load on the unloaded cluster again, before the next step
 
+	// (a'') SIGTERM of the active server, the runbook's planned move of
+	// leadership: a standby takes over, and the stopped one, started
+	// again, rejoins as a standby.
+	termed := c.waitActive(5*time.Second, nil)
+	termEpoch := c.epoch()
+	mark("a'': SIGTERM the active server " + termed.host.name)
+	tTerm := time.Now()
+	if err := termed.p.signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	termSucc := c.waitActive(20*time.Second, termed)
+	t.Logf("%s active %v after the SIGTERM of %s (epoch %d -> %d)", termSucc.host.name, time.Since(tTerm).Round(time.Millisecond), termed.host.name, termEpoch, c.epoch())
+	select {
+	case <-termed.p.done:
+		if termed.p.err != nil {
+			t.Errorf("%s after SIGTERM exited with %v, want 0", termed.host.name, termed.p.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not exit within 30s of its SIGTERM", termed.host.name)
+	}
+	time.Sleep(time.Second) // load on the new leader alone, in real time, before the stopped one rejoins
+	c.startServer(termed.host)
+	testenv.Eventually(t, 30*time.Second, "the restarted "+termed.host.name+" to be a healthy standby", func() bool {
+		return c.servers[termed.host.name].readyActive() == http.StatusNotFound
+	})
+	time.Sleep(time.Second) // load on the restored three-server cluster before the next step
+	tTermEnd := time.Now()
+
 	// (b) SIGSTOP the new active server past its session timeout, and
 	// queue requests straight to it (not through HAProxy, as a client that
 	// cached its address would): it serves them when it resumes, racing
 	// its own discovery that it was deposed. The fence must refuse every
 	// write it attempts after its successor raised the epoch.
-	victim := next
+	victim := c.waitActive(5*time.Second, nil)
 	fenced0, err := victim.metric("repool_store_fenced_writes_total")
 	if err != nil {
 		t.Fatalf("metric of %s: %v", victim.host.name, err)
@@ -357,6 +387,18 @@ func TestFailover(t *testing.T) {
 	fmt.Printf("measure: vip_move_link_cut_s=%.3f\n", vipMoveLink.Seconds())
 	fmt.Printf("measure: first_success_after_server_kill_s=%.3f\n", firstSuccess.Seconds())
 	fmt.Printf("measure: failed_backend_calls=%d\n", failedKill)
+	// The planned move's window: calls that could meet the SIGTERM and
+	// not the SIGSTOP.
+	failedTerm := count(calls, func(cl call) bool {
+		return cl.outcome == failed && !cl.start.Before(tTerm.Add(-callDeadline)) && cl.start.Before(tTermEnd)
+	})
+	for _, cl := range calls {
+		if cl.outcome == failed && !cl.start.Before(tTerm.Add(-callDeadline)) && cl.start.Before(tTermEnd) {
+			t.Errorf("backend call failed in the planned move (SIGTERM): %v", cl)
+		}
+	}
+	fmt.Printf("measure: sigterm_failed_calls=%d\n", failedTerm)
+	fmt.Printf("measure: sigterm_first_success_s=%.3f\n", firstSuccessAfter(calls, leases, tTerm, termEpoch).Seconds())
 	fmt.Printf("measure: false_down_under_load=%d\n", len(falseDowns))
 	fmt.Printf("measure: failed_calls_under_load=%d\n", count(calls, func(cl call) bool {
 		return cl.outcome == failed && !cl.start.Before(tHog) && cl.start.Before(tHogEnd)
