@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -172,7 +173,28 @@ func renderHAProxy(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil {
+		if w := descriptorWarning(i, lim.Max); w != "" {
+			fmt.Fprintln(e.stderr, w)
+		}
+	}
 	return write(*out, cfg, 0o644, e.stdout)
+}
+
+// descriptorWarning says, when HAProxy with inv's maxconn would need more
+// file descriptors than hard (this process's hard limit, which a HAProxy
+// started from the same shell or container shares), what to change;
+// "" when it fits.
+func descriptorWarning(inv *inventory.Inventory, hard uint64) string {
+	need := haproxy.Descriptors(inv)
+	if need <= hard {
+		return ""
+	}
+	return fmt.Sprintf("warning: haproxy.maxconn %d needs about %d file descriptors and the hard limit here is %d (ulimit -Hn): "+
+		"a HAProxy started under this limit refuses to start (\"Cannot raise FD limit\"); lower haproxy.maxconn to %d or less, "+
+		"or raise the limit (systemd: LimitNOFILE=%d in a drop-in for haproxy.service)",
+		inv.HAProxy.MaxConn, need, hard, (hard-100)/2, need)
 }
 
 func renderKeepalived(args []string, e env) error {

@@ -426,3 +426,29 @@ func TestSyncPlacements(t *testing.T) {
 		t.Errorf("GET t2's limits with big1 drained = %s, want 503: drain applies to the control backend too", got)
 	}
 }
+
+// TestDescriptorWarning: the render warns when HAProxy with the
+// inventory's maxconn would need more file descriptors than the hard limit
+// allows (HAProxy then refuses to start), and names a maxconn that fits;
+// it is silent when the limit is enough.
+func TestDescriptorWarning(t *testing.T) {
+	inv, err := loadInventory(exampleInventory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	need := 2*uint64(inv.HAProxy.MaxConn) + 100
+	if w := descriptorWarning(inv, need); w != "" {
+		t.Errorf("descriptorWarning(limit %d = the need) = %q, want none", need, w)
+	}
+	w := descriptorWarning(inv, 20000)
+	for _, part := range []string{"haproxy.maxconn 20000", "about 40100 file descriptors", "hard limit here is 20000", "lower haproxy.maxconn to 9950 or less", "LimitNOFILE=40100"} {
+		if !strings.Contains(w, part) {
+			t.Errorf("descriptorWarning(limit 20000) = %q, want it to contain %q", w, part)
+		}
+	}
+	// The maxconn it names fits: no warning at that maxconn.
+	inv.HAProxy.MaxConn = 9950
+	if w := descriptorWarning(inv, 20000); w != "" {
+		t.Errorf("descriptorWarning(maxconn 9950, limit 20000) = %q, want none", w)
+	}
+}

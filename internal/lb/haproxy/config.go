@@ -217,6 +217,15 @@ func Render(ctx context.Context, inv *inventory.Inventory, opts Options) ([]byte
 	return append([]byte(Header), out...), nil
 }
 
+// Descriptors is about how many file descriptors HAProxy asks for with
+// inv's configuration: two per connection it may hold (client and server
+// side) and a margin for listeners, checks and the stats socket. HAProxy
+// raises its own limit to that at start, and refuses to start ("Cannot
+// raise FD limit") where the hard limit is lower.
+func Descriptors(inv *inventory.Inventory) uint64 {
+	return 2*uint64(inv.HAProxy.MaxConn) + 100
+}
+
 // renderMu serializes Render. It is package-level because what it guards
 // is: config-parser v5.0.0 (under client-native) writes its package variable
 // DefaultSectionName whenever a defaults section is created or read, so two
