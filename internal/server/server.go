@@ -719,6 +719,7 @@ func (s *Server) Run(ctx context.Context) error {
 		stop()
 	}
 	s.log.Info("shutting down")
+	began := s.clock.Now()
 	wasActive := s.lead.Load() && !s.lost.Load()
 	s.ready.Store(false)
 	s.lead.Store(false)
@@ -733,6 +734,7 @@ func (s *Server) Run(ctx context.Context) error {
 		s.grpc.Stop()
 	}
 	grace.Stop()
+	drained := s.clock.Now()
 	hctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
 	defer cancel()
 	s.stop()
@@ -750,7 +752,16 @@ func (s *Server) Run(ctx context.Context) error {
 	// standby took over is refused, not lost): a standby waiting for the
 	// lock takes over after the checkpoint, not after the slowest client.
 	if s.ha != nil {
+		checkpointed := s.clock.Now()
 		s.ha.resign()
+		if wasActive {
+			// What a planned move of leadership waited for, when it is slow.
+			now := s.clock.Now()
+			s.log.Info("gave up the leader lock", "after", now.Sub(began).Round(time.Millisecond),
+				"calls_drained_in", drained.Sub(began).Round(time.Millisecond),
+				"checkpoint_in", checkpointed.Sub(drained).Round(time.Millisecond),
+				"lock_released_in", now.Sub(checkpointed).Round(time.Millisecond))
+		}
 	}
 	_ = s.http.Shutdown(hctx)
 	<-auditDone

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,15 +17,42 @@ import (
 const throttleName = Prefix + "throttle"
 
 // cpuRoot returns the cgroup root that holds the cpu controller and
-// whether it is cgroup v2.
-func cpuRoot() (root string, v2 bool, err error) {
-	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
-		return "/sys/fs/cgroup", true, nil
+// whether it is cgroup v2. Where /sys/fs/cgroup does not show it (under
+// `ip netns exec`, which mounts a sysfs of its own without the cgroup
+// mounts), it mounts the cpu controller's hierarchy (v1) or the unified
+// one (v2) on a directory of tb's and unmounts it at cleanup.
+func cpuRoot(tb testing.TB) (root string, v2 bool, err error) {
+	if root, v2, ok := findCPURoot("/sys/fs/cgroup"); ok {
+		return root, v2, nil
 	}
-	if _, err := os.Stat("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"); err == nil {
-		return "/sys/fs/cgroup/cpu", false, nil
+	dir := tb.TempDir()
+	for _, fs := range [][]string{{"-t", "cgroup", "-o", "cpu"}, {"-t", "cgroup2"}} {
+		if out, err := exec.Command("mount", append(fs, "none", dir)...).CombinedOutput(); err != nil {
+			tb.Logf("throttle: mount %v: %v %s", fs, err, out)
+			continue
+		}
+		tb.Cleanup(func() { _ = exec.Command("umount", dir).Run() })
+		if _, err := os.Stat(filepath.Join(dir, "cgroup.controllers")); err == nil {
+			return dir, true, nil
+		}
+		if _, err := os.Stat(filepath.Join(dir, "cpu.cfs_quota_us")); err == nil {
+			return dir, false, nil
+		}
+		_ = exec.Command("umount", dir).Run()
 	}
-	return "", false, errors.New("no cgroup cpu controller at /sys/fs/cgroup (v2) or /sys/fs/cgroup/cpu (v1)")
+	return "", false, errors.New("no cgroup cpu controller: none at /sys/fs/cgroup (v2) or /sys/fs/cgroup/cpu (v1), and mounting one failed")
+}
+
+// findCPURoot looks for the cpu controller under the cgroup mount point
+// base: the unified root (v2) or its cpu hierarchy (v1).
+func findCPURoot(base string) (root string, v2, ok bool) {
+	if _, err := os.Stat(filepath.Join(base, "cgroup.controllers")); err == nil {
+		return base, true, true
+	}
+	if _, err := os.Stat(filepath.Join(base, "cpu", "cpu.cfs_quota_us")); err == nil {
+		return filepath.Join(base, "cpu"), false, true
+	}
+	return "", false, false
 }
 
 // throttle limits process pid, every thread of it, to quota of CPU time in
@@ -35,7 +63,7 @@ func cpuRoot() (root string, v2 bool, err error) {
 // cleanup).
 func throttle(tb testing.TB, pid int, quota, period time.Duration) (undo func()) {
 	tb.Helper()
-	root, v2, err := cpuRoot()
+	root, v2, err := cpuRoot(tb)
 	if err != nil {
 		tb.Fatalf("throttle: %v", err)
 	}
@@ -84,10 +112,10 @@ func throttle(tb testing.TB, pid int, quota, period time.Duration) (undo func())
 }
 
 // removeThrottle removes the cgroup a crashed run left (its processes are
-// dead: Pdeathsig).
+// dead: Pdeathsig), where /sys/fs/cgroup shows it.
 func removeThrottle() error {
-	root, _, err := cpuRoot()
-	if err != nil {
+	root, _, ok := findCPURoot("/sys/fs/cgroup")
+	if !ok {
 		return nil
 	}
 	if err := os.Remove(filepath.Join(root, throttleName)); err != nil && !errors.Is(err, os.ErrNotExist) {

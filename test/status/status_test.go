@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -135,6 +136,16 @@ func TestStatusShowsFailover(t *testing.T) {
 	testenv.Eventually(t, settle, "repool1 to make the store (admin-token finds its signing key)", func() bool {
 		code, out, _ := testenv.RunCommand(t, "admin-token", "--role", "metrics", "--store", dsn)
 		return code == 0 && os.WriteFile(tokenFile, []byte(out), 0o600) == nil
+	})
+	// repool1 leads before repool2 starts: both campaign for the lock at
+	// start, and on a busy machine the later one can win it.
+	testenv.Eventually(t, settle, "repool1 to lead (200 on /readyz/active)", func() bool {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz/active", s1.HTTPPort))
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
 	})
 	startServer(t, "repool2", dsn, s2.GRPCPort, s2.HTTPPort)
 	haproxytest.Start(t, inv, dir)
