@@ -211,8 +211,16 @@ func TestSoakRetention(t *testing.T) {
 			t.Errorf("the store's -wal, -shm and lease log hold %d bytes (%v), want at most 16 MiB: rewritten from their start at each checkpoint", rest, s)
 		}
 	}
+	// A leak stays; what the last phase's calls leave winding down (their
+	// connections' goroutines, on a busy machine for a while: 33 more at
+	// the reading once) goes. So the counts are judged once they settle,
+	// within a bound of 10s.
 	if last.goroutines > base.goroutines+20 || last.fds > base.fds+5 {
-		t.Errorf("goroutines or descriptors grew from phase 1 to phase %d: %v, then %v", phases-1, base, last)
+		t.Logf("goroutines or descriptors above phase 1's right after phase %d (%v, then %v): waiting for them to settle", phases-1, base, last)
+		testenv.Eventually(t, 10*time.Second, fmt.Sprintf("goroutines at most %d and descriptors at most %d (phase 1: %v), as a leak would not be", base.goroutines+20, base.fds+5, base), func() bool {
+			entries, err := os.ReadDir("/proc/self/fd")
+			return err == nil && runtime.NumGoroutine() <= base.goroutines+20 && len(entries) <= base.fds+5
+		})
 	}
 	if last.heap > base.heap*3/2+8<<20 {
 		t.Errorf("the live heap grew from phase 1 to phase %d: %v, then %v", phases-1, base, last)
