@@ -77,7 +77,7 @@ backend servers
     http-check expect rstatus {{$.Expect}}
     http-check disable-on-404
 {{- range .Servers}}
-    server {{.Name}} {{.Addr}} check port {{.Check}} check-proto h1 proto h2 inter 100ms fall 1 rise 1 agent-check agent-port {{.Check}} agent-send {{$.Hello}} agent-inter 100ms on-marked-down shutdown-sessions{{if .Backup}} backup{{end}}
+    server {{.Name}} {{.Addr}} check port {{.Check}} check-proto h1 proto h2 inter 100ms fall 3 rise 1 observe layer4 error-limit 1 on-error mark-down agent-check agent-port {{.Check}} agent-send {{$.Hello}} agent-inter 100ms on-marked-down shutdown-sessions{{if .Backup}} backup{{end}}
 {{- end}}
 `))
 
@@ -112,7 +112,7 @@ backend {{.Backend}}
     http-check expect rstatus {{$.Expect}}
     http-check disable-on-404
 {{- range .Servers}}
-    server {{.Name}} {{.Addr}} check port {{.Check}} check-proto h1 proto h2 inter 100ms fall 1 rise 1 agent-check agent-port {{.Check}} agent-send {{$.Hello}} agent-inter 100ms on-marked-down shutdown-sessions
+    server {{.Name}} {{.Addr}} check port {{.Check}} check-proto h1 proto h2 inter 100ms fall 3 rise 1 observe layer4 error-limit 1 on-error mark-down agent-check agent-port {{.Check}} agent-send {{$.Hello}} agent-inter 100ms on-marked-down shutdown-sessions
 {{- end}}
 {{end -}}
 `))

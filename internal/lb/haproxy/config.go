@@ -575,6 +575,12 @@ func buildBackend(conf configuration.Configuration, tx string, inv *inventory.In
 			Fall:            ptr(int64(ch.Fall)),
 			Rise:            ptr(int64(ch.Rise)),
 			OnMarkedDown:    "shutdown-sessions",
+			// A call whose connection to the server fails (refused,
+			// reset, timed out) marks it DOWN at once: a crash is seen
+			// by the first call, not after Fall checks.
+			Observe:    "layer4",
+			ErrorLimit: 1,
+			OnError:    "mark-down",
 		}, s, ch)
 		if tls := inv.TLS; tls.On() {
 			// Re-encrypted to the server, its certificate verified for

@@ -134,7 +134,7 @@ func TestRenderDirectives(t *testing.T) {
 		" ssl ", " ca-file /etc/haproxy/tls/ca.crt ", " verify required ", " verifyhost repool.internal\n", " sni str(repool.internal) ",
 		" alpn h2 ", " check-ssl ", " check-sni repool.internal ", " check-alpn http/1.1 ", " check-proto h1 ", " port 8081 ",
 		" crt /etc/haproxy/tls/haproxy-client.pem ",
-		" fall 1 inter 100 ", " rise 1 ",
+		" fall 3 inter 100 ", " rise 1 ", " error-limit 1 ", " observe layer4 on-error mark-down ",
 		" agent-check ", " agent-send repool-agent ", " agent-inter 100 ", " agent-port 8081 ",
 		// The database tier: TCP to the node whose Patroni says it is the
 		// primary; sessions cut when a node is marked down.

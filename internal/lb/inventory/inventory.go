@@ -50,7 +50,7 @@ const (
 	DefaultNotifyScript   = "/etc/keepalived/notify.sh"
 	DefaultScriptUser     = "root"
 	DefaultCheckInter     = 100 * time.Millisecond
-	DefaultCheckFall      = 1
+	DefaultCheckFall      = 3 // a slow check on a starved host is not a dead server; a refused connection marks it DOWN at once (observe layer4)
 	DefaultCheckRise      = 1
 	DefaultConnectTimeout = 100 * time.Millisecond // HAProxy retries a refused connect only after min(connect, 1s): keep failover short
 	DefaultClientTimeout  = time.Hour
@@ -293,7 +293,11 @@ type Checks struct {
 	// LB host (each a small GET of /readyz/active).
 	Inter time.Duration `yaml:"inter"`
 	// Fall is the number of consecutive failed checks that mark a server
-	// DOWN. Default 1.
+	// DOWN. Default 3: a check that times out because the server's host is
+	// starved of CPU (its TLS handshake past the 100ms connect timeout) is
+	// not a dead server. A dead one is marked DOWN sooner by traffic: the
+	// first call whose connection to it fails marks it DOWN (observe
+	// layer4, on-error mark-down).
 	Fall int `yaml:"fall"`
 	// Rise is the number of consecutive passed checks that mark a server
 	// UP. Default 1.

@@ -58,7 +58,7 @@ func TestParseDefaults(t *testing.T) {
 		{"lb_hosts[0].monitor_port", inv.LBHosts[0].MonitorPort, DefaultMonitorPort},
 		{"servers[0].grpc_port", inv.Servers[0].GRPCPort, DefaultGRPCPort},
 		{"checks.inter", inv.Checks.Inter, 100 * time.Millisecond},
-		{"checks.fall", inv.Checks.Fall, 1},
+		{"checks.fall", inv.Checks.Fall, 3},
 		{"checks.rise", inv.Checks.Rise, 1},
 		{"timeouts.connect", inv.Timeouts.Connect, 100 * time.Millisecond},
 		{"timeouts.client", inv.Timeouts.Client, time.Hour},
