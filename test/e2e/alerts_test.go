@@ -86,15 +86,7 @@ func TestAlerts(t *testing.T) {
 	if a := c.waitActive(30*time.Second, nil); a != s1 {
 		t.Fatalf("active server = %s, want s1 (the only one)", a.host.name)
 	}
-	for _, h := range []host{hostS2, hostS3} {
-		c.startServer(h)
-	}
-	for _, name := range []string{"s2", "s3"} {
-		s := c.servers[name]
-		testenv.Eventually(t, 30*time.Second, name+" to be a healthy standby (404 on /readyz/active)", func() bool {
-			return s.readyActive() == http.StatusNotFound
-		})
-	}
+	c.startStandbys(hostS2, hostS3)
 	b := c.frontEndAndClient("s1")
 	for _, name := range []string{"lb1", "lb2"} {
 		c.startNodeExporter(c.lbs[name])

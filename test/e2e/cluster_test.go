@@ -680,3 +680,18 @@ func (c *cluster) downEvents() map[string][]string {
 	}
 	return out
 }
+
+// startStandbys starts a server on each of hosts and waits until each is a
+// healthy standby (404 on /readyz/active).
+func (c *cluster) startStandbys(hosts ...host) {
+	c.tb.Helper()
+	for _, h := range hosts {
+		c.startServer(h)
+	}
+	for _, h := range hosts {
+		s := c.servers[h.name]
+		testenv.Eventually(c.tb, 30*time.Second, h.name+" to be a healthy standby (404 on /readyz/active)", func() bool {
+			return s.readyActive() == http.StatusNotFound
+		})
+	}
+}

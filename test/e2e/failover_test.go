@@ -96,15 +96,7 @@ func TestFailover(t *testing.T) {
 		t.Fatalf("active server = %s, want s1 (the only one)", a.host.name)
 	}
 	c.installAudit(s1)
-	for _, h := range []host{hostS2, hostS3} {
-		c.startServer(h)
-	}
-	for _, name := range []string{"s2", "s3"} {
-		s := c.servers[name]
-		testenv.Eventually(t, 30*time.Second, name+" to be a healthy standby (404 on /readyz/active)", func() bool {
-			return s.readyActive() == http.StatusNotFound
-		})
-	}
+	c.startStandbys(hostS2, hostS3)
 
 	b := c.frontEndAndClient("s1")
 	lb1, lb2 := c.lbs["lb1"], c.lbs["lb2"]
@@ -141,10 +133,7 @@ func TestFailover(t *testing.T) {
 	t.Logf("%s active %v after the kill (epoch %d -> %d)", next.host.name, time.Since(tKill).Round(time.Millisecond), oldEpoch, c.epoch())
 	time.Sleep(3 * time.Second) // load on the new leader alone, in real time, before the dead one rejoins
 	// Replace the dead server: it rejoins as a standby.
-	c.startServer(old.host)
-	testenv.Eventually(t, 30*time.Second, "the restarted "+old.host.name+" to be a healthy standby", func() bool {
-		return c.servers[old.host.name].readyActive() == http.StatusNotFound
-	})
+	c.startStandbys(old.host)
 	// HAProxy on both LB hosts brings it back to NOLB by itself (the agent
 	// check; docs/ha.md, "Health states"), within the 2 s promised.
 	tStandby := time.Now()
@@ -213,10 +202,7 @@ func TestFailover(t *testing.T) {
 		t.Fatalf("%s did not exit within 30s of its SIGTERM", termed.host.name)
 	}
 	time.Sleep(time.Second) // load on the new leader alone, in real time, before the stopped one rejoins
-	c.startServer(termed.host)
-	testenv.Eventually(t, 30*time.Second, "the restarted "+termed.host.name+" to be a healthy standby", func() bool {
-		return c.servers[termed.host.name].readyActive() == http.StatusNotFound
-	})
+	c.startStandbys(termed.host)
 	time.Sleep(time.Second) // load on the restored three-server cluster before the next step
 	tTermEnd := time.Now()
 

@@ -124,10 +124,7 @@ func TestGroups(t *testing.T) {
 		failovers = append(failovers, time.Since(t0))
 		t.Logf("%s active %v after the kill; calls served through the VIP %v after it", next.host.name,
 			time.Since(t0).Round(time.Millisecond), failovers[len(failovers)-1].Round(time.Millisecond))
-		c.startServer(old.host)
-		testenv.Eventually(t, 30*time.Second, "the restarted "+old.host.name+" to be a healthy standby", func() bool {
-			return c.servers[old.host.name].readyActive() == http.StatusNotFound
-		})
+		c.startStandbys(old.host)
 		time.Sleep(time.Second) // load on the restored group before the next step
 	}
 	move("b")

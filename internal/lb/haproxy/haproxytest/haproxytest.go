@@ -222,9 +222,9 @@ func (s *Server) Resume() {
 // LoopbackInventory returns an inventory whose HAProxy binds only loopback:
 // the VIP is 127.0.0.1 on a free port; LB host lb1 is 127.0.0.2 with its
 // monitor frontend on another free port and its stats socket in dir; lb2
-// (127.0.0.3) exists only because an inventory needs a VRRP pair. Checks run
-// every 100ms, fall 3, rise 1 (the example's). Each server is in its Group; the tenant map
-// is dir/repool-tenants.map.
+// (127.0.0.3) exists only because an inventory needs a VRRP pair. Checks are
+// the inventory's defaults, as shipped. Each server is in its Group; the
+// tenant map is dir/repool-tenants.map.
 func LoopbackInventory(tb testing.TB, dir string, servers ...*Server) *inventory.Inventory {
 	tb.Helper()
 	var b strings.Builder
@@ -241,7 +241,6 @@ func LoopbackInventory(tb testing.TB, dir string, servers ...*Server) *inventory
 		}
 		fmt.Fprintf(&b, "  - {name: %s, address: 127.0.0.1, grpc_port: %d, http_port: %d, group: %s}\n", s.Name, s.GRPCPort, s.HTTPPort, group)
 	}
-	fmt.Fprintf(&b, "checks: {inter: 100ms, fall: 3, rise: 1}\n")
 	// HAProxy stays the test's user: the tests need no haproxy user.
 	usr, grp := CurrentUser(tb)
 	// and a maxconn whose file descriptors any test machine allows.
