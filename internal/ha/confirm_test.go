@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -211,8 +212,9 @@ func newProxy(t *testing.T, dsn string) *proxy {
 			conns = append(conns, c, s)
 			cmu.Unlock()
 			wg.Add(2)
-			go func() { defer wg.Done(); p.pipe(s, c, false) }()
-			go func() { defer wg.Done(); p.pipe(c, s, true) }()
+			var sentLag atomic.Int64 // the lag in force when the client last sent
+			go func() { defer wg.Done(); p.pipe(s, c, false, &sentLag) }()
+			go func() { defer wg.Done(); p.pipe(c, s, true, &sentLag) }()
 		}
 	}()
 	return p
@@ -240,13 +242,20 @@ func (p *proxy) state() (time.Duration, bool) {
 }
 
 // pipe copies from src to dst; answers (from the database) are delayed by
-// the current lag. A silenced proxy drops what it reads and does not pass
-// a close on.
-func (p *proxy) pipe(dst io.WriteCloser, src io.Reader, answers bool) {
+// the lag in force when the client last sent (sentLag), so that a test may
+// lift the delay as soon as it sees the query reach the database and still
+// have that query's answer delayed. A silenced proxy drops what it reads
+// and does not pass a close on.
+func (p *proxy) pipe(dst io.WriteCloser, src io.Reader, answers bool, sentLag *atomic.Int64) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		lag, silent := p.state()
+		if answers {
+			lag = time.Duration(sentLag.Load())
+		} else {
+			sentLag.Store(int64(lag))
+		}
 		if err != nil {
 			if !silent {
 				dst.Close()
