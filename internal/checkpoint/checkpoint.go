@@ -48,10 +48,6 @@ type Config struct {
 	// Leases, when set, returns a tenant's journaled leases, restored with
 	// its pool so that leases survive a failover.
 	Leases func(ctx context.Context, tenant string) ([]store.LeaseRow, error)
-	// Restored is called for each tenant restored, with its charge (the
-	// pool's resource units and cells, pool.Pool.Charge), before
-	// the server serves traffic (to account budgets).
-	Restored func(tenant string, resources, cells int)
 	// TenantTimeout bounds one tenant's checkpoint in a round, so that a
 	// tenant whose write hangs (a lock wait, a stalled connection) fails
 	// alone instead of holding up every other tenant's. Default 30s (a full
@@ -98,9 +94,6 @@ func New(cfg Config) (*Checkpointer, error) {
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Restored == nil {
-		cfg.Restored = func(string, int, int) {}
 	}
 	c := &Checkpointer{
 		cfg: cfg, log: cfg.Log.With("component", "checkpoint"), needFull: map[string]bool{}, savedHWM: map[string]uint64{}, writing: map[string]*sync.Mutex{}, groups: map[string]*group{},
@@ -179,8 +172,8 @@ func (c *Checkpointer) Restore(ctx context.Context, tenant string) error {
 	// full by the next round, deleting the stored state an operator could
 	// repair.
 	snap := withLeases(toSnapshot(st), leases, c.cfg.Clock.Now())
-	// Accounted before the pool is published: the tenant's first call
-	// sees its budget with the restored state in it.
+	// The registry publishes the pool once it is filled (and its owner
+	// has accounted its charge to the tenant's budget).
 	err = c.cfg.Pools.Admit(tenant, func(p *pool.Pool) error {
 		// Restore leaves the pool with no changes to write: it holds
 		// exactly the stored state, and the next checkpoint (below: not a
@@ -188,8 +181,6 @@ func (c *Checkpointer) Restore(ctx context.Context, tenant string) error {
 		if err := p.Restore(snap); err != nil {
 			return fmt.Errorf("%w: %v", store.ErrCorrupt, err)
 		}
-		units, cells := p.Charge()
-		c.cfg.Restored(tenant, units, cells)
 		return nil
 	})
 	if err != nil {

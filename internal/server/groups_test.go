@@ -435,11 +435,11 @@ func TestGroupsMoveInterrupted(t *testing.T) {
 	// (1) Rolled back.
 	unlock := lockRow()
 	mctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	_, err = a.s.moveTenant(mctx, "demo", "b")
+	_, err = a.s.tenants.MoveOut(mctx, "demo", "b")
 	cancel()
 	unlock()
 	if err == nil {
-		t.Fatal("moveTenant with the tenant's row held elsewhere past its deadline = nil error, want it failed")
+		t.Fatal("MoveOut with the tenant's row held elsewhere past its deadline = nil error, want it failed")
 	}
 	if _, err := a.pool.Renew(ctx, &repoolv1.RenewRequest{LeaseId: hl.GetLeaseId(), FencingToken: hl.GetFencingToken(), TtlSeconds: 60}); err != nil {
 		t.Fatalf("Renew on the source after a failed move = %v, want the tenant served again with its lease", err)
@@ -452,7 +452,7 @@ func TestGroupsMoveInterrupted(t *testing.T) {
 	unlock = lockRow()
 	moved := make(chan error, 1)
 	go func() {
-		_, err := a.s.moveTenant(context.Background(), "demo", "b")
+		_, err := a.s.tenants.MoveOut(context.Background(), "demo", "b")
 		moved <- err
 	}()
 	testenv.Eventually(t, 5*time.Second, "the move to refuse the tenant's calls on the source", func() bool {

@@ -70,14 +70,15 @@ func (h *haState) resign() {
 	}
 }
 
-// runHA campaigns, serves while it leads, steps down when the term ends,
+// serve campaigns, serves while it leads, steps down when the term ends,
 // and campaigns again, until ctx ends or a listener fails.
-func (s *Server) runHA(ctx context.Context, errc <-chan error) error {
+func (e *elected) serve(ctx context.Context, errc <-chan error) error {
+	s := e.s
 	for {
 		campaign := make(chan *ha.Term, 1)
 		cctx, cancel := context.WithCancel(ctx)
 		go func() {
-			t, err := s.ha.elector.Campaign(cctx)
+			t, err := e.ha.elector.Campaign(cctx)
 			if err == nil {
 				campaign <- t
 			}
@@ -97,14 +98,14 @@ func (s *Server) runHA(ctx context.Context, errc <-chan error) error {
 		if term == nil {
 			return nil // ctx ended
 		}
-		s.ha.mu.Lock()
-		s.ha.term = term
-		s.ha.mu.Unlock()
-		stop, err := s.takeOver(ctx, term)
+		e.ha.mu.Lock()
+		e.ha.term = term
+		e.ha.mu.Unlock()
+		stop, err := e.takeOver(ctx, term)
 		if err != nil {
 			s.log.Error("takeover failed; resigning", "err", err)
-			s.ha.resign()
-			s.stepDown()
+			e.ha.resign()
+			e.stepDown()
 			if clock.Sleep(ctx, s.clock, time.Second) != nil {
 				return nil
 			}
@@ -123,9 +124,9 @@ func (s *Server) runHA(ctx context.Context, errc <-chan error) error {
 			// server would still answer as the active one.
 			s.lead.Store(false)
 			stop()
-			s.ha.stepdowns.Inc()
+			e.ha.stepdowns.Inc()
 			s.log.Error("stepped down", "why", term.Err())
-			s.stepDown()
+			e.stepDown()
 			// A server that just lost its session gives the others a
 			// session timeout's head start, so leadership does not flap
 			// back to a server whose database link is failing.
@@ -138,7 +139,8 @@ func (s *Server) runHA(ctx context.Context, errc <-chan error) error {
 
 // takeOver raises the epoch, fences the store with it, restores every
 // tenant (leases from the journal included) and starts serving.
-func (s *Server) takeOver(ctx context.Context, term *ha.Term) (stop func(), err error) {
+func (e *elected) takeOver(ctx context.Context, term *ha.Term) (stop func(), err error) {
+	s := e.s
 	epoch, err := s.store.BumpEpoch(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("raising the epoch: %w", err)
@@ -152,8 +154,8 @@ func (s *Server) takeOver(ctx context.Context, term *ha.Term) (stop func(), err 
 		journalDone()
 		return nil, err
 	}
-	s.ha.takeovers.Inc()
-	s.ha.isActive.Set(1)
+	e.ha.takeovers.Inc()
+	e.ha.isActive.Set(1)
 	loops := s.activeLoops(lctx)
 	return func() { cancel(); loops(); journalDone() }, nil
 }
@@ -162,9 +164,10 @@ func (s *Server) takeOver(ctx context.Context, term *ha.Term) (stop func(), err 
 // takeover restores it from the store. The registry stays closed until
 // then, so a call admitted before the step-down gets UNAVAILABLE instead of
 // a new empty pool.
-func (s *Server) stepDown() {
+func (e *elected) stepDown() {
+	s := e.s
 	s.lead.Store(false)
-	s.ha.isActive.Set(0)
+	e.ha.isActive.Set(0)
 	s.writes.reset() // a standby writes nothing
 	s.syncHealth()
 	why := fmt.Errorf("%w: stepped down", dataplane.ErrNotActive)

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -86,12 +85,10 @@ type Server struct {
 	store   store.Store
 	watched *watchedStore // store, as the server's writes see it
 	writes  *writeHealth  // whether the store takes this server's writes
-	claim   store.Claim   // this process's hold on the store; nil with Config.HA
+	mode    mode          // single or elected: how the server holds the right to write
 	journal *journal.Writer
 	signer  *token.Signer
 	epoch   atomic.Uint32
-	ha      *haState  // nil unless Config.HA
-	shard   *sharding // nil unless Config.HA: the group this server serves
 	pools   *tenants.Registry
 	svc     *dataplane.Service
 	cp      *checkpoint.Checkpointer
@@ -115,8 +112,6 @@ type Server struct {
 	started     time.Time
 	leaderSince atomic.Int64
 	configHash  string
-	// journalDone stops a single server's lease journal and waits for it.
-	journalDone func()
 	grpc        *grpc.Server
 	grpcFair    *netlimit.Listener // grpcLn, which Attribute reports tenants' calls to
 	http        *http.Server
@@ -167,8 +162,8 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 					ln.Close()
 				}
 			}
-			if s.claim != nil {
-				s.claim.Release()
+			if s.mode != nil {
+				s.mode.release()
 			}
 			if s.store != nil {
 				s.store.Close()
@@ -206,15 +201,10 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	s.store = s.watched
 	s.writes = newWriteHealth(s.log, s.clock, s.reg, s.lead.Load, s.syncHealth)
 	s.watched.health = s.writes
-	if !cfg.HA {
-		// One writer per store: a second server on the same store stops
-		// here, before it writes anything. HA servers share the store and
-		// take turns through the leader election instead.
-		if wl, ok := raw.(store.WriterLock); ok {
-			if s.claim, err = claimStore(ctx, wl, cfg.StoreLockWait, s.clock, s.log); err != nil {
-				return nil, err
-			}
-		}
+	// A single server claims the store here, before it writes anything;
+	// HA servers share it and take turns through the leader election.
+	if s.mode, err = newMode(ctx, s, raw); err != nil {
+		return nil, err
 	}
 	key, err := s.store.SigningKey(ctx)
 	if err != nil {
@@ -243,21 +233,14 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	if s.audit, err = audit.New(s.store, 4096, s.reg, opts.Log); err != nil {
 		return nil, err
 	}
-	// The registry asks the lifecycle, made once the checkpointer it
-	// needs exists, for each new pool.
-	s.pools = tenants.NewRegistry(func(tenant string) (*pool.Pool, error) { return s.tenants.NewPool(tenant) })
+	// The registry's pools are made by the lifecycle, made once the
+	// checkpointer that restores into the registry exists.
+	s.pools = tenants.NewRegistry(nil)
 	if s.journal, err = journal.New(s.store, 5*time.Second, s.reg); err != nil {
 		return nil, err
 	}
-	if cfg.HA {
-		if s.shard, err = newSharding(cfg.Group, raw, s.reg); err != nil {
-			return nil, err
-		}
-		s.pools.Shard()
-	}
 	if s.cp, err = checkpoint.New(checkpoint.Config{
 		Store: s.store, Pools: s.pools, Group: storeOpts.Group, Leases: s.store.LoadLeases, Metrics: s.reg, Clock: opts.Clock, Log: opts.Log,
-		Restored: func(tenant string, resources, cells int) { s.tenants.Restored(tenant, resources, cells) },
 	}); err != nil {
 		return nil, err
 	}
@@ -266,17 +249,14 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	}); err != nil {
 		return nil, err
 	}
-	if s.tenants, err = tenants.NewLifecycle(tenants.LifecycleConfig{
-		Pools: s.pools, Rules: s.rules, Defaults: s.rules.Defaults, Policy: cfg.Policy, Budget: budgets, Limiter: limiter,
+	lcfg := tenants.LifecycleConfig{
+		Pools: s.pools, Store: s.store, Rules: s.rules, Defaults: s.rules.Defaults, Policy: cfg.Policy, Budget: budgets, Limiter: limiter,
 		Credentials: authn, Checkpoints: s.cp, Watcher: s.audit,
 		Epoch: s.epoch.Load, Clock: s.poolClock, Life: s.life, Log: opts.Log,
-	}); err != nil {
-		return nil, err
 	}
-	if cfg.HA {
-		if s.ha, err = newHA(s, cfg, raw); err != nil {
-			return nil, err
-		}
+	s.mode.lifecycle(&lcfg)
+	if s.tenants, err = tenants.NewLifecycle(lcfg); err != nil {
+		return nil, err
 	}
 	calls, err := callbudget.New(callbudget.Config{
 		PerTenant: cfg.GRPCMaxCallsPerTenant, Unverified: cfg.GRPCMaxUnverifiedCalls, Hold: cfg.GRPCHandshakeTimeout,
@@ -301,13 +281,9 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	}); err != nil {
 		return nil, err
 	}
-	var groups control.Groups
-	if s.shard != nil {
-		groups = groupsAPI{s}
-	}
 	if s.control, err = control.New(control.Config{
 		Store: s.store, Limits: s.rules, MaxKeysPerTenant: cfg.MaxKeysPerTenant, Signer: s.signer, Hooks: s.tenants,
-		Clock: opts.Clock, Log: opts.Log, Active: s.active, Groups: groups,
+		Clock: opts.Clock, Log: opts.Log, Active: s.active, Groups: s.mode.groups(),
 		Self: func() string { _, why := s.role(); return why },
 	}); err != nil {
 		return nil, err
@@ -317,30 +293,14 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	if err := s.listen(); err != nil {
 		return nil, err
 	}
-	if s.ha == nil {
-		epoch, err := s.store.BumpEpoch(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("raising the epoch: %w", err)
-		}
-		s.store.SetFence(epoch)
-		// The journal is open before the first call is served; Run stops
-		// it after the last one.
-		s.journalDone = s.journal.Start(s.life)
-		if err := s.becomeActive(ctx, epoch); err != nil {
-			return nil, err
-		}
+	if err := s.mode.start(ctx); err != nil {
+		return nil, err
 	}
 	// Last, once nothing else can fail: a start that fails (a port in use,
 	// a store that cannot be restored) must not spend the secrets that the
 	// first start shows once.
 	if err := s.bootstrap(ctx, opts.Out); err != nil {
 		return nil, err
-	}
-	if s.ha != nil {
-		// A standby is ready (it answers health checks) but not active:
-		// Run campaigns for the leader lock.
-		s.log.Info("server ready as standby", "grpc", s.grpcLn.Addr().String(), "http", s.httpLn.Addr().String(), "store", s.storeURL.Redacted())
-		s.ready.Store(true)
 	}
 	s.started = s.clock.Now()
 	return s, nil
@@ -354,7 +314,7 @@ func (s *Server) becomeActive(ctx context.Context, epoch uint32) error {
 		return fmt.Errorf("epoch %d is above %d, the largest that fencing tokens carry: the store's epoch counter is used up", epoch, pool.MaxEpoch)
 	}
 	s.epoch.Store(epoch)
-	if err := s.tenants.LoadLimits(ctx, s.store); err != nil {
+	if err := s.tenants.LoadLimits(ctx); err != nil {
 		return err
 	}
 	s.tenants.Open()
@@ -362,13 +322,7 @@ func (s *Server) becomeActive(ctx context.Context, epoch uint32) error {
 	if err != nil {
 		return fmt.Errorf("restoring pools: %w", err)
 	}
-	if s.shard != nil {
-		// Before the first call: the tenants of other groups are refused
-		// with their group named. A full pass: this term knows nothing yet.
-		s.shard.lastFP = ""
-		s.syncPlacements(ctx)
-		s.warnGroupState(ctx)
-	}
+	s.mode.activated(ctx)
 	s.log.Info("server active", "grpc", s.grpcLn.Addr().String(), "http", s.httpLn.Addr().String(),
 		"store", s.storeURL.Redacted(), "epoch", epoch, "restore_failures", failed)
 	// A new term starts writable: whatever a standby's store did before
@@ -699,25 +653,7 @@ func (s *Server) Run(ctx context.Context) error {
 		go s.tls.Watch(s.life, tlsWatchInterval, s.logTLS)
 	}
 
-	var runErr error
-	if s.ha != nil {
-		runErr = s.runHA(ctx, errc)
-	} else {
-		stop := s.activeLoops(s.life)
-		lost := make(chan error, 1)
-		wctx, cancel := context.WithCancel(s.life)
-		go func() { lost <- s.watchClaim(wctx) }()
-		select {
-		case <-ctx.Done():
-		case runErr = <-errc:
-			s.log.Error("listener failed", "err", runErr)
-		case runErr = <-lost:
-			s.log.Error("lost the store; stopping without writing", "err", runErr)
-		}
-		cancel()
-		// As in runHA: no periodic checkpoint races the final one.
-		stop()
-	}
+	runErr := s.mode.serve(ctx, errc)
 	s.log.Info("shutting down")
 	began := s.clock.Now()
 	wasActive := s.lead.Load() && !s.lost.Load()
@@ -738,31 +674,15 @@ func (s *Server) Run(ctx context.Context) error {
 	hctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
 	defer cancel()
 	s.stop()
-	if s.journalDone != nil {
-		s.journalDone()
-	}
+	s.mode.drained()
 	if wasActive {
 		if err := s.cp.Round(hctx); err != nil {
 			s.log.Error("final checkpoint incomplete", "err", err)
 		}
 	}
-	// The lock goes before the HTTP server's drain, which waits for its
-	// connections to go idle (checks, scrapes, the control plane: its
-	// writes are fenced like every other, so one that lands after a
-	// standby took over is refused, not lost): a standby waiting for the
-	// lock takes over after the checkpoint, not after the slowest client.
-	if s.ha != nil {
-		checkpointed := s.clock.Now()
-		s.ha.resign()
-		if wasActive {
-			// What a planned move of leadership waited for, when it is slow.
-			now := s.clock.Now()
-			s.log.Info("gave up the leader lock", "after", now.Sub(began).Round(time.Millisecond),
-				"calls_drained_in", drained.Sub(began).Round(time.Millisecond),
-				"checkpoint_in", checkpointed.Sub(drained).Round(time.Millisecond),
-				"lock_released_in", now.Sub(checkpointed).Round(time.Millisecond))
-		}
-	}
+	// Before the HTTP server's drain (an elected server's leader lock: see
+	// elected.handOver).
+	s.mode.handOver(wasActive, began, drained)
 	_ = s.http.Shutdown(hctx)
 	<-auditDone
 	if err := s.tracer.Shutdown(hctx); err != nil {
@@ -771,36 +691,8 @@ func (s *Server) Run(ctx context.Context) error {
 	if err := s.store.Close(); err != nil && runErr == nil {
 		runErr = err
 	}
-	if s.claim != nil {
-		s.claim.Release()
-	}
+	s.mode.release()
 	return runErr
-}
-
-// watchClaim checks every second that this server still holds its store
-// and returns why once it does not (nil when ctx ends). From that moment
-// it serves nothing and writes nothing more: another server may own the
-// store now.
-func (s *Server) watchClaim(ctx context.Context) error {
-	if s.claim == nil {
-		<-ctx.Done()
-		return nil
-	}
-	var lost error
-	clock.Every(ctx, s.clock, time.Second, func(ctx context.Context) bool {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := s.claim.Check(cctx)
-		cancel()
-		if err == nil || ctx.Err() != nil {
-			return true
-		}
-		s.lost.Store(true)
-		s.lead.Store(false)
-		s.store.SetFence(math.MaxUint32) // every later write is refused
-		lost = fmt.Errorf("store %s: %w", s.storeURL.Redacted(), err)
-		return false
-	})
-	return lost
 }
 
 // activeLoops starts what the active server runs in the background — the
@@ -817,9 +709,7 @@ func (s *Server) activeLoops(ctx context.Context) (stop func()) {
 	wg.Go(func() { s.tick(ctx) })
 	wg.Go(func() { s.writes.run(ctx, s.cfg.StoreProbeInterval, s.watched.ProbeWrite) })
 	wg.Go(func() { s.retain.Run(ctx, s.cfg.RetentionInterval) })
-	if s.shard != nil {
-		wg.Go(func() { s.placementLoop(ctx) })
-	}
+	s.mode.loops(ctx, &wg)
 	return func() { cancel(); wg.Wait() }
 }
 

@@ -21,15 +21,11 @@ func (s *Server) Status() status.Server {
 	code, why := s.role()
 	st := status.Server{
 		Name: s.cfg.HAName, Time: now, StartedAt: s.started, Serving: code == http.StatusOK, Reason: why,
-		HA: s.ha != nil, Group: s.cfg.Group, Epoch: s.epoch.Load(),
+		Group: s.cfg.Group, Epoch: s.epoch.Load(),
 		Build: build(buildinfo.Read()), ConfigHash: s.configHash,
 		Store: status.Store{Kind: storeKind(s.storeURL), Address: s.storeURL.Redacted(), Writable: true},
 	}
-	if s.shard != nil {
-		st.Tenants = len(s.pools.Admitted()) // placed here, pool or not
-	} else {
-		st.Tenants = len(s.pools.Tenants())
-	}
+	s.mode.describe(&st)
 	switch {
 	case !s.ready.Load():
 		st.Role = status.RoleNotReady
@@ -41,10 +37,6 @@ func (s *Server) Status() status.Server {
 	if ns := s.leaderSince.Load(); ns != 0 && st.Role == status.RoleActive {
 		t := time.Unix(0, ns)
 		st.LeaderSince = &t
-	}
-	if s.ha != nil {
-		e := s.ha.elector.State()
-		st.Election = &e
 	}
 	if err := s.writes.err(); err != nil {
 		st.Store.Writable, st.Store.Error = false, err.Error()

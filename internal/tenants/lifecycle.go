@@ -37,11 +37,16 @@ type Rules interface {
 // (auth.Authenticator does).
 type Credentials interface{ Invalidate(tenant string) }
 
-// Checkpoints forgets what it tracks of a deleted tenant, and makes what a
-// tenant's pool changed durable at once (checkpoint.Checkpointer does).
+// Checkpoints holds tenants' state in the store (checkpoint.Checkpointer
+// does): it restores a tenant's stored state into a new pool of the
+// registry (Restore: checkpoint and journaled leases), writes a pool's
+// whole state (Save), makes what a pool changed durable at once (Sync),
+// and forgets what it tracks of a tenant whose pool is gone (Forget).
 type Checkpoints interface {
-	Forget(tenant string)
+	Restore(ctx context.Context, tenant string) error
+	Save(ctx context.Context, tenant string) error
 	Sync(ctx context.Context, tenant string) error
+	Forget(tenant string)
 }
 
 // Watcher follows a new pool's events until ctx ends (audit.Writer does).
@@ -49,17 +54,32 @@ type Watcher interface {
 	Watch(ctx context.Context, tenant string, p *pool.Pool)
 }
 
-// LimitsStore is what LoadLimits reads.
-type LimitsStore interface {
+// Store is what a lifecycle reads of tenants in the store: their records
+// (placement and status) and stored limits.
+type Store interface {
 	ListTenants(ctx context.Context, f store.TenantFilter) ([]store.Tenant, error)
+	GetTenant(ctx context.Context, id string) (store.Tenant, error)
 	GetLimits(ctx context.Context, tenant string) (store.Limits, error)
 }
 
-// LifecycleConfig wires a Lifecycle. Every field but Log is required.
+// LifecycleConfig wires a Lifecycle. Every field but Handover, Group, Moves
+// and Log is required.
 type LifecycleConfig struct {
-	// Pools is the registry the lifecycle's pools live in; make it with
-	// NewRegistry(lifecycle.NewPool).
+	// Pools is the registry the lifecycle's pools live in, made with
+	// NewRegistry(nil): the lifecycle makes its pools (NewPool) and accounts
+	// the state restored into them. The checkpointer restores into the same
+	// registry, which is why it is made before the lifecycle.
 	Pools *Registry
+	// Store is where tenants' records and stored limits are read from.
+	Store Store
+	// Handover, for a server of a group of an HA deployment, is the store's
+	// side of the tenants' placements and moves: the registry then serves
+	// only the tenants placed on Group (TakeIn, SyncPlacements, MoveOut).
+	// Nil for a single server, which serves every tenant.
+	Handover Handover
+	Group    string
+	// Moves, if set, counts the moves out that began (MoveOut).
+	Moves MoveMetrics
 	// Rules are the bounds of tenants' limits, Defaults the limits of a
 	// tenant that stored none (every field set), Policy the server-wide
 	// quarantine and decay policy.
@@ -94,13 +114,16 @@ type Lifecycle struct {
 
 	mu     sync.RWMutex
 	limits map[string]store.Limits // per tenant with stored limits: those in force (LimitRules.Effective)
+	moving map[string]bool         // tenants being moved out (MoveOut): SyncPlacements leaves them alone
+
+	moveMu sync.Mutex // one move at a time
 }
 
 // NewLifecycle returns a Lifecycle with no tenant's limits yet (LoadLimits
 // reads them).
 func NewLifecycle(cfg LifecycleConfig) (*Lifecycle, error) {
 	switch {
-	case cfg.Pools == nil, cfg.Rules == nil, cfg.Budget == nil, cfg.Limiter == nil, cfg.Credentials == nil, cfg.Checkpoints == nil,
+	case cfg.Pools == nil, cfg.Store == nil, cfg.Rules == nil, cfg.Budget == nil, cfg.Limiter == nil, cfg.Credentials == nil, cfg.Checkpoints == nil,
 		cfg.Watcher == nil, cfg.Epoch == nil, cfg.Clock == nil, cfg.Life == nil:
 		return nil, errors.New("tenants: lifecycle: every dependency is required")
 	case cfg.Defaults.RatePerSecond == nil, cfg.Defaults.Burst == nil, cfg.Defaults.MaxStreams == nil, cfg.Defaults.MaxLeases == nil, cfg.Defaults.MaxLeaseStreams == nil,
@@ -110,7 +133,18 @@ func NewLifecycle(cfg LifecycleConfig) (*Lifecycle, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Lifecycle{cfg: cfg, limits: map[string]store.Limits{}}, nil
+	if cfg.Pools.newPool != nil {
+		return nil, errors.New("tenants: lifecycle: Pools must be made with NewRegistry(nil): the lifecycle makes its pools")
+	}
+	if cfg.Handover != nil {
+		if err := store.ValidateGroup(cfg.Group); err != nil {
+			return nil, fmt.Errorf("tenants: lifecycle: %w", err)
+		}
+		cfg.Pools.Shard()
+	}
+	lc := &Lifecycle{cfg: cfg, limits: map[string]store.Limits{}, moving: map[string]bool{}}
+	cfg.Pools.newPool, cfg.Pools.filled = lc.NewPool, lc.restored
+	return lc, nil
 }
 
 // Pools is the registry of the tenants' pools.
@@ -170,25 +204,25 @@ func (lc *Lifecycle) maxLeases(tenant string) int { return int(*lc.Limits(tenant
 // limits that no longer fit (a smaller global budget, values from before
 // the ranges) are logged and the tenant is served with the defaults rather
 // than not at all.
-func (lc *Lifecycle) LoadLimits(ctx context.Context, st LimitsStore) error {
-	ts, err := st.ListTenants(ctx, store.TenantFilter{})
+func (lc *Lifecycle) LoadLimits(ctx context.Context) error {
+	ts, err := lc.cfg.Store.ListTenants(ctx, store.TenantFilter{})
 	if err != nil {
 		return fmt.Errorf("listing tenants: %w", err)
 	}
 	for _, t := range ts {
-		if err := lc.LoadTenantLimits(ctx, st, t.ID); err != nil {
+		if err := lc.loadTenantLimits(ctx, t.ID); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// LoadTenantLimits applies one tenant's stored limits, as LoadLimits does
+// loadTenantLimits applies one tenant's stored limits, as LoadLimits does
 // for every tenant: for a tenant moved here from another group, before its
 // pool is made. Only a failure to read them is an error; limits the rules
 // refuse are logged and the defaults stay in force.
-func (lc *Lifecycle) LoadTenantLimits(ctx context.Context, st LimitsStore, tenant string) error {
-	l, err := st.GetLimits(ctx, tenant)
+func (lc *Lifecycle) loadTenantLimits(ctx context.Context, tenant string) error {
+	l, err := lc.cfg.Store.GetLimits(ctx, tenant)
 	if err != nil {
 		return fmt.Errorf("reading the limits of %s: %w", tenant, err)
 	}
@@ -311,9 +345,12 @@ func (lc *Lifecycle) Close(why error) {
 // Open lets the registry make pools again, after Close.
 func (lc *Lifecycle) Open() { lc.cfg.Pools.Open() }
 
-// Restored accounts a restored pool's resources and cells to its tenant's
-// budget, even above a limit: restored state is accounted before traffic.
-func (lc *Lifecycle) Restored(tenant string, resources, cells int) {
+// restored accounts a restored pool's resources and cells (its charge) to
+// its tenant's budget, even above a limit: the registry calls it before it
+// publishes the pool, so that the tenant's first call sees its budget with
+// the restored state in it.
+func (lc *Lifecycle) restored(tenant string, p *pool.Pool) {
+	resources, cells := p.Charge()
 	_ = lc.cfg.Budget.Account(tenant, budget.Resources, int64(resources))
 	_ = lc.cfg.Budget.Account(tenant, budget.Cells, int64(cells))
 }

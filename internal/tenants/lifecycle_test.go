@@ -3,6 +3,7 @@ package tenants
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -27,8 +28,10 @@ func (r *recorder) Invalidate(t string) {
 	r.invalidated = append(r.invalidated, t)
 	r.mu.Unlock()
 }
-func (r *recorder) Forget(t string)                    { r.mu.Lock(); r.forgot = append(r.forgot, t); r.mu.Unlock() }
-func (r *recorder) Sync(context.Context, string) error { return nil }
+func (r *recorder) Forget(t string)                       { r.mu.Lock(); r.forgot = append(r.forgot, t); r.mu.Unlock() }
+func (r *recorder) Sync(context.Context, string) error    { return nil }
+func (r *recorder) Save(context.Context, string) error    { return nil }
+func (r *recorder) Restore(context.Context, string) error { return nil }
 func (r *recorder) Watch(_ context.Context, t string, _ *pool.Pool) {
 	r.mu.Lock()
 	r.watch = append(r.watch, t)
@@ -80,10 +83,9 @@ func newLifecycle(t *testing.T) (*Lifecycle, *budget.Budget, *recorder) {
 	defaults := store.Limits{RatePerSecond: &rate, Burst: i64(100), ReservedResources: i64(0), MaxResources: i64(10),
 		ReservedCells: i64(0), MaxCells: i64(100), MaxStreams: i64(4), MaxLeases: i64(0), MaxLeaseStreams: i64(32)}
 	rec := &recorder{}
-	var lc *Lifecycle
-	reg := NewRegistry(func(tenant string) (*pool.Pool, error) { return lc.NewPool(tenant) })
-	lc, err = NewLifecycle(LifecycleConfig{
-		Pools: reg, Rules: fillRules{defaults}, Defaults: defaults, Budget: b, Limiter: lim, Credentials: rec, Checkpoints: rec, Watcher: rec,
+	lc, err := NewLifecycle(LifecycleConfig{
+		Pools: NewRegistry(nil), Store: noLimits{}, Rules: fillRules{defaults}, Defaults: defaults, Budget: b, Limiter: lim,
+		Credentials: rec, Checkpoints: rec, Watcher: rec,
 		Epoch: func() uint32 { return 7 }, Clock: clock.NewFake(time.Unix(1e9, 0)), Life: t.Context(),
 	})
 	if err != nil {
@@ -209,8 +211,43 @@ func TestLifecycleCloseAndOpen(t *testing.T) {
 	if _, err := lc.Pools().Pool("a"); err != nil {
 		t.Fatalf("Pool after Open = %v", err)
 	}
-	lc.Restored("a", 3, 4)
-	if u := b.Usage("a"); u.Of(budget.Resources) != 3 || u.Of(budget.Cells) != 4 {
-		t.Fatalf("Restored accounted %+v, want 3 resources and 4 cells", u)
+	// State restored into a new pool (the checkpointer's Admit with a
+	// fill) is accounted to the tenant's budget before the pool is
+	// published.
+	src, err := pool.New(pool.Config{})
+	if err != nil {
+		t.Fatal(err)
 	}
+	if _, _, err := src.Register([]pool.Spec{{ID: "r1"}, {ID: "r2"}, {ID: "r3"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"x", "y"} {
+		if _, err := src.Report(pool.Report{Resource: "r1", Context: c, Outcome: pool.Success}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	units, cells := src.Charge()
+	err = lc.Pools().Admit("b", func(p *pool.Pool) error {
+		if u := b.Usage("b"); u.Of(budget.Resources) != 0 {
+			t.Errorf("budget of b holds %d resources before the restore", u.Of(budget.Resources))
+		}
+		return p.Restore(src.Snapshot())
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := b.Usage("b"); u.Of(budget.Resources) != int64(units) || u.Of(budget.Cells) != int64(cells) || units != 3 || cells == 0 {
+		t.Fatalf("restored pool accounted %d resources and %d cells, want its charge %d and %d", u.Of(budget.Resources), u.Of(budget.Cells), units, cells)
+	}
+}
+
+// noLimits is a store with no tenant and no stored limits.
+type noLimits struct{}
+
+func (noLimits) ListTenants(context.Context, store.TenantFilter) ([]store.Tenant, error) {
+	return nil, nil
+}
+func (noLimits) GetLimits(context.Context, string) (store.Limits, error) { return store.Limits{}, nil }
+func (noLimits) GetTenant(_ context.Context, id string) (store.Tenant, error) {
+	return store.Tenant{}, fmt.Errorf("tenant %q: %w", id, store.ErrNotFound)
 }

@@ -58,6 +58,9 @@ func (e *ElsewhereError) Is(target error) bool { return target == ErrElsewhere }
 // empty pool made before the tenant's state was restored.
 type Registry struct {
 	newPool func(tenant string) (*pool.Pool, error)
+	// filled is told of every pool Admit filled, before it is published
+	// (the owning Lifecycle accounts the restored state); nil: nobody.
+	filled func(tenant string, p *pool.Pool)
 
 	mu      sync.RWMutex
 	pools   map[string]*pool.Pool
@@ -69,6 +72,8 @@ type Registry struct {
 }
 
 // NewRegistry returns an empty, open registry that makes pools with newPool.
+// A server's registry is made with newPool nil and handed to NewLifecycle,
+// which makes its pools.
 func NewRegistry(newPool func(tenant string) (*pool.Pool, error)) *Registry {
 	return &Registry{newPool: newPool, pools: map[string]*pool.Pool{}, deleted: map[string]bool{},
 		placed: map[string]bool{}, away: map[string]string{}}
@@ -96,6 +101,9 @@ func (r *Registry) Admit(tenant string, fill func(*pool.Pool) error) error {
 		if err := fill(p); err != nil {
 			p.Close(err)
 			return err
+		}
+		if r.filled != nil {
+			r.filled(tenant, p)
 		}
 	}
 	r.mu.Lock()
