@@ -48,6 +48,16 @@ const (
 	ErrorInfoTenant       = "tenant"
 )
 
+// ClusterDownText is the body of the front end's answer to a call of a
+// group none of whose servers is alive — none active, none standing by —
+// so that no handover is under way and a retry would meet the same
+// answer: HAProxy (as `server haproxy render` writes it) answers HTTP 503
+// with this text, which gRPC clients see as UNAVAILABLE with the text in
+// the message. HAProxy's answer while a standby is taking over is its own
+// 503 without it. The sidecar fails such a call at once and counts it
+// against the cluster.
+const ClusterDownText = "repool front end: no server of this group is alive (none active, none standing by)"
+
 // TenantRouteKey is the metadata entry a client behind a tenant-routing
 // front end sends on every call, IssueToken included once it knows its
 // tenant: the tenant of its token (IssueTokenResponse.tenant), or the

@@ -559,6 +559,15 @@ func buildBackend(conf configuration.Configuration, tx string, inv *inventory.In
 		}
 	}
 	ch := inv.Checks
+	var names []string
+	for _, s := range inv.Servers {
+		if s.Group == g {
+			names = append(names, s.Name)
+		}
+	}
+	if err := addClusterDownRule(conf, tx, backend, names); err != nil {
+		return err
+	}
 	for _, s := range inv.Servers {
 		if s.Group != g {
 			continue

@@ -231,9 +231,13 @@ func TestRenderGroups(t *testing.T) {
 	got := string(rendered)
 	for _, want := range []string{
 		"  use_backend %[req.hdr(x-repool-tenant),map(" + inv.HAProxy.TenantMap + ",repool)]\n  default_backend repool\n",
-		"\nbackend repool\n  mode http\n  option redispatch -1\n  option httpchk\n  http-check send meth GET uri /readyz/active\n  http-check expect rstatus ^(200|404)$\n  http-check disable-on-404\n  server repool1 ",
+		"\nbackend repool\n  mode http\n  option redispatch -1\n  option httpchk\n  http-check send meth GET uri /readyz/active\n  http-check expect rstatus ^(200|404)$\n  http-check disable-on-404\n  http-request return status 503 content-type text/plain string \"repool front end: ",
+		// Each group's backend answers "cluster down" when none of its
+		// own servers is alive.
+		" if !{ srv_is_up(repool/repool1) } !{ srv_is_up(repool/repool2) }\n  server repool1 ",
 		"\n  server repool2 ",
-		"\nbackend repool_big\n  mode http\n  option redispatch -1\n  option httpchk\n  http-check send meth GET uri /readyz/active\n  http-check expect rstatus ^(200|404)$\n  http-check disable-on-404\n  server repool3 ",
+		"\nbackend repool_big\n  mode http\n  option redispatch -1\n  option httpchk\n  http-check send meth GET uri /readyz/active\n  http-check expect rstatus ^(200|404)$\n  http-check disable-on-404\n  http-request return status 503 content-type text/plain string \"repool front end: ",
+		" if !{ srv_is_up(repool_big/repool3) }\n  server repool3 ",
 		"  http-request deny deny_status 404 unless { path_beg /api/v1/ }\n  use_backend control_%[path,field(5,/),map(" + inv.HAProxy.TenantMap + ",repool)]\n  default_backend control_repool\n",
 		"\nbackend control_repool_big\n  mode http\n  option redispatch -1\n  option httpchk\n  http-check disable-on-404\n  server repool3 10.0.0.23:8081 ",
 		" track repool_big/repool3 ",

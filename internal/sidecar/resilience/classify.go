@@ -69,11 +69,21 @@ func Code(err error) codes.Code {
 
 // Retryable reports whether a failed attempt may be retried: only
 // UNAVAILABLE, which is also what grpc-go reports for an HTTP 502 or 503
-// from a proxy on the way (HAProxy with no server up), and not a TLS
-// failure. INTERNAL, DEADLINE_EXCEEDED (a proxy's 504 included) and every
+// from a proxy on the way (HAProxy with no server up yet, as during a
+// handover), and neither a TLS failure nor the front end's answer that
+// the whole cluster is down (ClusterDown). INTERNAL, DEADLINE_EXCEEDED (a proxy's 504 included) and every
 // business code are final.
 func Retryable(err error) bool {
-	return err != nil && !errors.Is(err, ErrCircuitOpen) && !errors.Is(err, ErrBulkheadFull) && Code(err) == codes.Unavailable && !TLSFailure(err)
+	return err != nil && !errors.Is(err, ErrCircuitOpen) && !errors.Is(err, ErrBulkheadFull) && Code(err) == codes.Unavailable && !TLSFailure(err) && !ClusterDown(err)
+}
+
+// ClusterDown reports whether err is the front end's answer for a group
+// none of whose servers is alive (HTTP 503 with repoolv1.ClusterDownText):
+// no handover is under way, so the call fails at once instead of being
+// retried, and it counts against the cluster like any failure.
+func ClusterDown(err error) bool {
+	s, ok := status.FromError(err)
+	return ok && s.Code() == codes.Unavailable && hopStatus(s) == 503 && strings.Contains(s.Message(), repoolv1.ClusterDownText)
 }
 
 // TLSFailure reports whether err is a TLS handshake that failed for a

@@ -71,6 +71,8 @@ func TestClassify(t *testing.T) {
 		{"a proxy's 502", status.Error(codes.Unavailable, hopPrefix+"502 (Bad Gateway)"), codes.Unavailable, true, FastFailUpstream},
 		{"a proxy's 504 is a timeout", status.Error(codes.Unavailable, hopPrefix+"504 (Gateway Timeout); transport: received unexpected content-type \"text/html\""), codes.DeadlineExceeded, false, FastFailTimeout},
 		{"TENANT_ELSEWHERE is retried", errorInfo(codes.Unavailable, repoolv1.ErrorDomain, repoolv1.ReasonTenantElsewhere), codes.Unavailable, true, FastFailUpstream},
+		{"the front end's cluster-down 503 is final", status.Error(codes.Unavailable, hopPrefix+"503 (Service Unavailable); transport: received unexpected content-type \"text/plain\"\ndata: \""+repoolv1.ClusterDownText+"\""), codes.Unavailable, false, FastFailUpstream},
+		{"a 502 naming the text is not cluster down", status.Error(codes.Unavailable, hopPrefix+"502 (Bad Gateway)\ndata: \""+repoolv1.ClusterDownText+"\""), codes.Unavailable, true, FastFailUpstream},
 		{"a proxy's 429 is a rate limit", status.Error(codes.Unavailable, hopPrefix+"429 (Too Many Requests); transport: received unexpected content-type \"text/html\""), codes.ResourceExhausted, false, ""},
 	}
 	for _, tt := range tests {
