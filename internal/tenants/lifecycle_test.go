@@ -69,7 +69,10 @@ func (r fillRules) Effective(l store.Limits) store.Limits {
 
 func (fillRules) Check(store.Limits) error { return nil }
 
-func newLifecycle(t *testing.T) (*Lifecycle, *budget.Budget, *recorder) {
+// testConfig is a lifecycle's configuration for tests: a budget of 100
+// resources and 1000 cells, a limiter, every default limit set, no stored
+// limits, and rec as the credentials cache, checkpointer and watcher.
+func testConfig(t *testing.T, rec *recorder) LifecycleConfig {
 	t.Helper()
 	b, err := budget.New(budget.Config{Resources: 100, Cells: 1000})
 	if err != nil {
@@ -82,16 +85,22 @@ func newLifecycle(t *testing.T) (*Lifecycle, *budget.Budget, *recorder) {
 	rate := 100.0
 	defaults := store.Limits{RatePerSecond: &rate, Burst: i64(100), ReservedResources: i64(0), MaxResources: i64(10),
 		ReservedCells: i64(0), MaxCells: i64(100), MaxStreams: i64(4), MaxLeases: i64(0), MaxLeaseStreams: i64(32)}
-	rec := &recorder{}
-	lc, err := NewLifecycle(LifecycleConfig{
+	return LifecycleConfig{
 		Pools: NewRegistry(nil), Store: noLimits{}, Rules: fillRules{defaults}, Defaults: defaults, Budget: b, Limiter: lim,
 		Credentials: rec, Checkpoints: rec, Watcher: rec,
 		Epoch: func() uint32 { return 7 }, Clock: clock.NewFake(time.Unix(1e9, 0)), Life: t.Context(),
-	})
+	}
+}
+
+func newLifecycle(t *testing.T) (*Lifecycle, *budget.Budget, *recorder) {
+	t.Helper()
+	rec := &recorder{}
+	cfg := testConfig(t, rec)
+	lc, err := NewLifecycle(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return lc, b, rec
+	return lc, cfg.Budget, rec
 }
 
 // TestLifecyclePoolsFollowTheLimits: a new pool is charged to its tenant's

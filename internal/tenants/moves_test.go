@@ -8,10 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/repool/repool/internal/budget"
-	"github.com/repool/repool/internal/clock"
 	"github.com/repool/repool/internal/pool"
-	"github.com/repool/repool/internal/ratelimit"
 	"github.com/repool/repool/internal/store"
 )
 
@@ -104,32 +101,19 @@ func (m *moveCounts) Failed()             { m.mu.Lock(); m.failed++; m.mu.Unlock
 // group g3 and a group g4 with no server.
 func sharded(t *testing.T) (*Lifecycle, *groupStore, *stateStore, *moveCounts) {
 	t.Helper()
-	b, err := budget.New(budget.Config{Resources: 100, Cells: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lim, err := ratelimit.New(ratelimit.Config{Rate: 100, Burst: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rate := 100.0
-	defaults := store.Limits{RatePerSecond: &rate, Burst: i64(100), ReservedResources: i64(0), MaxResources: i64(10),
-		ReservedCells: i64(0), MaxCells: i64(100), MaxStreams: i64(4), MaxLeases: i64(0), MaxLeaseStreams: i64(32)}
 	gs := &groupStore{placed: map[string]string{"a": "g1", "b": "g2"}, groups: []store.GroupInfo{
 		{Name: "g1", State: store.GroupActive, Live: true},
 		{Name: "g2", State: store.GroupActive, Live: true},
 		{Name: "g3", State: store.GroupDraining, Live: true},
 		{Name: "g4", State: store.GroupActive},
 	}}
-	reg := NewRegistry(nil)
-	cps := &stateStore{pools: reg, saved: map[string][]pool.ResourceInfo{}}
+	cps := &stateStore{saved: map[string][]pool.ResourceInfo{}}
 	mc := &moveCounts{}
-	lc, err := NewLifecycle(LifecycleConfig{
-		Pools: reg, Store: gs, Handover: gs, Group: "g1", Moves: mc,
-		Rules: fillRules{defaults}, Defaults: defaults, Budget: b, Limiter: lim,
-		Credentials: cps, Checkpoints: cps, Watcher: cps,
-		Epoch: func() uint32 { return 1 }, Clock: clock.NewFake(time.Unix(1e9, 0)), Life: t.Context(),
-	})
+	cfg := testConfig(t, &cps.recorder)
+	cfg.Store, cfg.Handover, cfg.Group, cfg.Moves = gs, gs, "g1", mc
+	cfg.Checkpoints = cps
+	cps.pools = cfg.Pools
+	lc, err := NewLifecycle(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
