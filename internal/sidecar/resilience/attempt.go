@@ -121,7 +121,9 @@ func (a *Attempt) End(err error) error {
 	if err != nil && !successful(err) && !excluded(err) {
 		b.failed(err) // the cause a trip or a rejection will name
 	}
-	if Retryable(err) && !TenantElsewhere(err) {
+	// The front end's "no server alive" is not retried, but it is the
+	// outage the rule is for.
+	if (Retryable(err) || ClusterDown(err)) && !TenantElsewhere(err) {
 		b.outageSince.CompareAndSwap(0, now.UnixNano())
 		b.outageAttempts.Add(1)
 		if rule, ok := b.verdict(now); ok {

@@ -89,6 +89,17 @@ func TestOutageRule(t *testing.T) {
 		_ = attempt(b, unavailable)
 		wantOpen(t, b, ch, RuleOutage)
 	})
+	t.Run("the front end's no-server-alive answer is an outage", func(t *testing.T) {
+		clk := clock.NewFake(time.Now())
+		b, ch := attemptBreaker(clk, p)
+		down := status.Error(codes.Unavailable, hopPrefix+"503 (Service Unavailable); transport: received unexpected content-type \"text/plain\"\ndata: \""+repoolv1.ClusterDownText+"\"")
+		for range 3 {
+			_ = attempt(b, down)
+			clk.Advance(40 * time.Millisecond)
+		}
+		_ = attempt(b, down)
+		wantOpen(t, b, ch, RuleOutage)
+	})
 	t.Run("an attempt starting after outage_after is refused and opens it", func(t *testing.T) {
 		clk := clock.NewFake(time.Now())
 		b, ch := attemptBreaker(clk, p)
