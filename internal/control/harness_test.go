@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/repool/repool/internal/clock"
+	"github.com/repool/repool/internal/limits"
 	"github.com/repool/repool/internal/pool"
 	"github.com/repool/repool/internal/store"
 	"github.com/repool/repool/internal/store/sqlite"
@@ -259,14 +260,12 @@ func (f *fakeHooks) Calls() []string {
 // "tenant_admin.<field>", "{}" for all defaults.
 func showLimits(l store.Limits) string {
 	m := map[string]any{}
-	for _, f := range limitFields {
-		if v, ok := f.op(&l).get(); ok {
-			m[f.name] = v
+	for lim := range limits.Count {
+		if v, ok := l.Values.Get(lim); ok {
+			m[lim.String()] = v
 		}
-		if f.admin != nil {
-			if v, ok := f.admin(&l.Admin).get(); ok {
-				m["tenant_admin."+f.name] = v
-			}
+		if v, ok := l.Admin.Get(lim); ok {
+			m["tenant_admin."+lim.String()] = v
 		}
 	}
 	for _, f := range policyFields {
@@ -283,12 +282,25 @@ func showLimits(l store.Limits) string {
 
 func ptr[T any](v T) *T { return &v }
 
+// encoded is v as writeJSON answers it.
+func encoded(v any) string {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return err.Error()
+	}
+	return b.String()
+}
+
 // testRules are the harness's server limits: a global budget of 1,000
 // resources and 6,000 cells, and a default share of a quarter of it.
 var testRules = LimitRules{
 	Defaults: store.Limits{
-		RatePerSecond: ptr(10.0), Burst: ptr(int64(50)), ReservedResources: ptr(int64(0)), MaxResources: ptr(int64(250)),
-		ReservedCells: ptr(int64(0)), MaxCells: ptr(int64(1500)), MaxStreams: ptr(int64(8)), MaxLeases: ptr(int64(0)), MaxLeaseStreams: ptr(int64(32)),
+		Values: limits.Values{
+			limits.RatePerSecond: ptr(10.0), limits.Burst: ptr(50.0), limits.ReservedResources: ptr(0.0), limits.MaxResources: ptr(250.0),
+			limits.ReservedCells: ptr(0.0), limits.MaxCells: ptr(1500.0), limits.MaxStreams: ptr(8.0), limits.MaxLeases: ptr(0.0), limits.MaxLeaseStreams: ptr(32.0),
+		},
 		Policy: store.Policy{
 			HalfLifeSeconds: ptr(int64(3600)), QuarantineAfter: ptr(int64(5)), QuarantineWholeAfter: ptr(int64(20)),
 			QuarantineBelow: ptr(0.1), QuarantineMinEvidence: ptr(10.0), CooldownBaseSeconds: ptr(int64(30)), CooldownMaxSeconds: ptr(int64(3600)),

@@ -34,7 +34,7 @@ func fill(t *testing.T, r *running, key, prefix string, batch int) (int, error) 
 // the defaults that registers all it can takes its share (25% of 1,000),
 // and a second tenant still gets its share afterwards.
 func TestDefaultShareKeepsRoomForOthers(t *testing.T) {
-	r := start(t, Config{Store: sqliteStore(t), GlobalResources: 1000, RatePerSecond: 1e6, Burst: 1e6})
+	r := start(t, Config{Store: sqliteStore(t), GlobalResources: 1000, Limits: requestLimit(1e6, 1e6)})
 	if code := r.api(t, "POST", "/api/v1/tenants", r.op, `{"id":"second","name":"Second"}`, nil); code != 201 {
 		t.Fatalf("create tenant = got %d, want 201", code)
 	}
@@ -59,7 +59,7 @@ func TestDefaultShareKeepsRoomForOthers(t *testing.T) {
 // TestTenantAdminLimitsApplyLive: a tenant-admin's own lower value applies
 // to the data plane at once, and raising it back to the ceiling too.
 func TestTenantAdminLimitsApplyLive(t *testing.T) {
-	r := start(t, Config{Store: sqliteStore(t), GlobalResources: 1000, RatePerSecond: 1e6, Burst: 1e6})
+	r := start(t, Config{Store: sqliteStore(t), GlobalResources: 1000, Limits: requestLimit(1e6, 1e6)})
 	admin, _, err := control.MintToken(r.s.signer, control.RoleTenantAdmin, "demo", time.Hour)
 	if err != nil {
 		t.Fatalf("MintToken() = got error %v, want nil", err)

@@ -1,6 +1,7 @@
 package servercmd
 
 import (
+	"github.com/repool/repool/internal/limits"
 	"github.com/repool/repool/internal/server"
 
 	"errors"
@@ -24,12 +25,14 @@ func TestLoad(t *testing.T) {
 		check   func(server.Config) bool
 		wantErr bool
 	}{
-		{"defaults", nil, nil, func(c server.Config) bool { return c.GRPCAddr == "127.0.0.1:9090" && c.Burst == 50 && !c.HA }, false},
+		{"defaults", nil, nil, func(c server.Config) bool {
+			return c.GRPCAddr == "127.0.0.1:9090" && c.Limits[limits.Burst] == 50 && !c.HA
+		}, false},
 		{"bare --ha switch", []string{"--ha", "--store", "postgres://x@127.0.0.1/db"}, nil, func(c server.Config) bool { return c.HA && c.Store == "postgres://x@127.0.0.1/db" }, false},
 		{"--ha without postgres", []string{"--ha"}, nil, nil, true},
 		{"file, env and flags in order", []string{"--config", file, "--burst", "90"}, map[string]string{"REPOOL_RATE_PER_SECOND": "7"},
 			func(c server.Config) bool {
-				return c.Burst == 90 && c.RatePerSecond == 7 && c.CheckpointInterval == 3*time.Second
+				return c.Limits[limits.Burst] == 90 && c.Limits[limits.RatePerSecond] == 7 && c.CheckpointInterval == 3*time.Second
 			}, false},
 		{"bad duration", []string{"--token-ttl", "soon"}, nil, nil, true},
 		{"gc defaults", nil, nil, func(c server.Config) bool { return c.GCPercent == 400 && c.MemoryLimit == 0 }, false},
@@ -57,7 +60,7 @@ func TestLoad(t *testing.T) {
 		{"log level flag", []string{"--log-level", "error"}, nil, func(c server.Config) bool { return c.LogLevel == "error" }, false},
 		{"log level unknown in a file", []string{"--config", badLogFile}, nil, nil, true},
 		{"log level unknown flag", []string{"--log-level", "verbose"}, nil, nil, true},
-		{"bare --ha then more flags", []string{"--ha", "--burst", "3", "--store", "postgres://x@127.0.0.1/db"}, nil, func(c server.Config) bool { return c.HA && c.Burst == 3 }, false},
+		{"bare --ha then more flags", []string{"--ha", "--burst", "3", "--store", "postgres://x@127.0.0.1/db"}, nil, func(c server.Config) bool { return c.HA && c.Limits[limits.Burst] == 3 }, false},
 		{"--ha=false", []string{"--ha=false"}, nil, func(c server.Config) bool { return !c.HA }, false},
 		{"listener defaults", nil, nil, func(c server.Config) bool {
 			h := c.HTTP
