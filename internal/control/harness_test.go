@@ -294,13 +294,11 @@ func encoded(v any) string {
 }
 
 // testRules are the harness's server limits: a global budget of 1,000
-// resources and 6,000 cells, and a default share of a quarter of it.
+// resources and 6,000 cells, and a default share of a quarter of it
+// (testDefaults).
 var testRules = LimitRules{
 	Defaults: store.Limits{
-		Values: limits.Values{
-			limits.RatePerSecond: ptr(10.0), limits.Burst: ptr(50.0), limits.ReservedResources: ptr(0.0), limits.MaxResources: ptr(250.0),
-			limits.ReservedCells: ptr(0.0), limits.MaxCells: ptr(1500.0), limits.MaxStreams: ptr(8.0), limits.MaxLeases: ptr(0.0), limits.MaxLeaseStreams: ptr(32.0),
-		},
+		Values: testDefaults(),
 		Policy: store.Policy{
 			HalfLifeSeconds: ptr(int64(3600)), QuarantineAfter: ptr(int64(5)), QuarantineWholeAfter: ptr(int64(20)),
 			QuarantineBelow: ptr(0.1), QuarantineMinEvidence: ptr(10.0), CooldownBaseSeconds: ptr(int64(30)), CooldownMaxSeconds: ptr(int64(3600)),
@@ -309,6 +307,25 @@ var testRules = LimitRules{
 		},
 	},
 	GlobalResources: 1000, GlobalCells: 6000,
+}
+
+// testDefaults are the server defaults of testRules, as the server gives
+// them (server.Config.LimitRules): each limit's built-in default, no
+// reservation, and a quarter of the global budgets (1,000 resources, 6,000
+// cells) for their ceilings.
+func testDefaults() limits.Values {
+	var v limits.Values
+	for l := range limits.Count {
+		switch s := l.Spec(); {
+		case s.Share && s.Budget == limits.ResourceBudget:
+			v.Set(l, 250)
+		case s.Share && s.Budget == limits.CellBudget:
+			v.Set(l, 1500)
+		default:
+			v.Set(l, s.Default)
+		}
+	}
+	return v
 }
 
 // harness is an API on a real store behind a faultStore, with fake hooks,

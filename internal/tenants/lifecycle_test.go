@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -85,12 +86,16 @@ func newLifecycle(t *testing.T) (*Lifecycle, *budget.Budget, *recorder) {
 	return lc, b, rec
 }
 
-// testDefaults are the tests' server defaults: every limit set.
+// testDefaults are the tests' server defaults: every limit set, to its
+// built-in default but for a request limit of 100/s, burst 100, ceilings
+// of 10 resources and 100 cells, and 4 event streams.
 func testDefaults() store.Limits {
 	var d store.Limits
+	for lim := range limits.Count {
+		d.Values.Set(lim, lim.Spec().Default)
+	}
 	for lim, v := range map[limits.Limit]float64{
-		limits.RatePerSecond: 100, limits.Burst: 100, limits.ReservedResources: 0, limits.MaxResources: 10,
-		limits.ReservedCells: 0, limits.MaxCells: 100, limits.MaxStreams: 4, limits.MaxLeases: 0, limits.MaxLeaseStreams: 32,
+		limits.RatePerSecond: 100, limits.Burst: 100, limits.MaxResources: 10, limits.MaxCells: 100, limits.MaxStreams: 4,
 	} {
 		d.Values.Set(lim, v)
 	}
@@ -101,6 +106,27 @@ func lifecycleConfig(t *testing.T, reg *Registry, b *budget.Budget, lim *ratelim
 	return LifecycleConfig{
 		Pools: reg, Rules: fillRules{defaults}, Defaults: defaults, Budget: b, Limiter: lim, Credentials: rec, Checkpoints: rec, Watcher: rec,
 		Epoch: func() uint32 { return 7 }, Clock: clock.NewFake(time.Unix(1e9, 0)), Life: t.Context(),
+	}
+}
+
+// TestLifecycleNeedsEveryDefault: a lifecycle refuses server defaults
+// that leave any limit of the table unset, naming it.
+func TestLifecycleNeedsEveryDefault(t *testing.T) {
+	b, err := budget.New(budget.Config{Resources: 100, Cells: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := ratelimit.New(ratelimit.Config{Rate: 100, Burst: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := NewRegistry(func(string) (*pool.Pool, error) { return nil, errors.New("no pools here") })
+	for l := range limits.Count {
+		d := testDefaults()
+		d.Values[l] = nil
+		if _, err := NewLifecycle(lifecycleConfig(t, reg, b, lim, &recorder{}, d)); err == nil || !strings.Contains(err.Error(), l.String()) {
+			t.Errorf("NewLifecycle(defaults without %s) = got error %v, want one naming it", l, err)
+		}
 	}
 }
 

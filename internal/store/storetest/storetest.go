@@ -41,6 +41,10 @@ type Raw interface {
 	// Corrupt writes, with raw SQL, a row for tenantID that LoadCheckpoint
 	// must reject, as kind describes.
 	Corrupt(ctx context.Context, tenantID string, kind Corruption) error
+	// ColumnTypes returns the columns of table in the migrated schema,
+	// each with its declared type as the database names it (SQLite's
+	// "INTEGER", PostgreSQL's "bigint").
+	ColumnTypes(ctx context.Context, table string) (map[string]string, error)
 }
 
 // Corruption names a kind of bad checkpoint row for Raw.Corrupt.
@@ -94,6 +98,7 @@ func Run(t *testing.T, open func(t *testing.T, opts store.Options) store.Store) 
 		{"DeleteTenant", testDeleteTenant},
 		{"DeleteTenantIsolation", testDeleteTenantIsolation},
 		{"Limits", testLimits},
+		{"EveryLimit", testEveryLimit},
 		{"Keys", testKeys},
 		{"KeyErrors", testKeyErrors},
 		{"KeyDigestOnly", testKeyDigestOnly},
@@ -583,6 +588,64 @@ func everyLimit(base float64, admin bool) limits.Values {
 		v.Set(lim, x)
 	}
 	return v
+}
+
+// testEveryLimit is what catches a limit of the table (internal/limits)
+// that the store does not hold: each limit, and each tenant-admin's value,
+// has its column in the migrated tenant_limits, of the limit's type, and
+// round-trips alone through PutLimits and GetLimits (a missing or
+// misnamed column fails the statements). A new limit needs a migration in
+// each store's migrations directory.
+func testEveryLimit(t *testing.T, h *harness) {
+	ctx := t.Context()
+	cols, err := h.raw(t).ColumnTypes(ctx, "tenant_limits")
+	if err != nil {
+		t.Fatalf("ColumnTypes(ctx, tenant_limits) = got error %v, want nil", err)
+	}
+	h.tenant(t, "every")
+	for lim := range limits.Count {
+		t.Run(lim.String(), func(t *testing.T) {
+			for _, side := range []struct {
+				column string
+				admin  bool
+			}{{lim.Column(), false}, {lim.AdminColumn(), true}} {
+				if side.column == "" {
+					continue // a reservation has no tenant-admin value
+				}
+				typ, ok := cols[side.column]
+				if !ok {
+					t.Fatalf("limit %s: tenant_limits has no column %s: add it in a migration of this store", lim, side.column)
+				}
+				if integer := isIntegerColumn(typ); integer != lim.Spec().Integer {
+					t.Errorf("limit %s: column %s is %s, want an integer column (INTEGER, bigint) for a whole-number limit and a float one (REAL, double precision) for a rate",
+						lim, side.column, typ)
+				}
+				var l store.Limits
+				v := 7.0
+				if !lim.Spec().Integer {
+					v = 7.25
+				}
+				if side.admin {
+					l.Admin.Set(lim, v)
+				} else {
+					l.Values.Set(lim, v)
+				}
+				if err := h.s.PutLimits(ctx, "every", l); err != nil {
+					t.Fatalf("PutLimits(ctx, every, %s) = got error %v, want nil", fmtLimits(l), err)
+				}
+				got, err := h.s.GetLimits(ctx, "every")
+				if err != nil || !reflect.DeepEqual(got, l) {
+					t.Fatalf("GetLimits(ctx, every) = got %s, %v, want %s, nil", fmtLimits(got), err, fmtLimits(l))
+				}
+			}
+		})
+	}
+}
+
+// isIntegerColumn reports whether a column's declared type holds whole
+// numbers: SQLite's INTEGER, PostgreSQL's bigint or integer.
+func isIntegerColumn(typ string) bool {
+	return strings.Contains(strings.ToLower(typ), "int")
 }
 
 func fmtLimits(l store.Limits) string {
