@@ -106,12 +106,12 @@ type Config struct {
 	MaxKeysPerTenant int
 	// Limits are the defaults of a tenant's limits, by limits.Limit,
 	// that the server's flags set: a value for each limit with a flag
-	// (limits.Spec.FlagUsage: --rate-per-second, --burst, --max-streams,
-	// --max-leases, --max-lease-streams), zero meaning the built-in
-	// default (limits.Spec.Default). The control plane sets a tenant's own
-	// values. Every other limit must stay zero here: its default is none
-	// for a reservation, DefaultTenantShare percent of a global budget for
-	// a ceiling of resources or cells (LimitRules).
+	// (limits.Spec.FlagUsage; the flag is named for the limit), zero
+	// meaning the built-in default (limits.Spec.Default). The control
+	// plane sets a tenant's own values. Every other limit must stay zero
+	// here: its default is none for a reservation, DefaultTenantShare
+	// percent of a global budget for a ceiling of resources or cells
+	// (LimitRules).
 	Limits [limits.Count]float64
 	// Policy is the quarantine and decay policy of every tenant's pool
 	// (docs/pool.md, "Quarantine"). Zero fields: the pool's defaults.
