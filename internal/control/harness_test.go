@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/repool/repool/internal/clock"
+	"github.com/repool/repool/internal/limits"
 	"github.com/repool/repool/internal/pool"
 	"github.com/repool/repool/internal/store"
 	"github.com/repool/repool/internal/store/sqlite"
@@ -259,14 +260,12 @@ func (f *fakeHooks) Calls() []string {
 // "tenant_admin.<field>", "{}" for all defaults.
 func showLimits(l store.Limits) string {
 	m := map[string]any{}
-	for _, f := range limitFields {
-		if v, ok := f.op(&l).get(); ok {
-			m[f.name] = v
+	for lim := range limits.Count {
+		if v, ok := l.Values.Get(lim); ok {
+			m[lim.String()] = v
 		}
-		if f.admin != nil {
-			if v, ok := f.admin(&l.Admin).get(); ok {
-				m["tenant_admin."+f.name] = v
-			}
+		if v, ok := l.Admin.Get(lim); ok {
+			m["tenant_admin."+lim.String()] = v
 		}
 	}
 	for _, f := range policyFields {
@@ -283,12 +282,23 @@ func showLimits(l store.Limits) string {
 
 func ptr[T any](v T) *T { return &v }
 
+// encoded is v as writeJSON answers it.
+func encoded(v any) string {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return err.Error()
+	}
+	return b.String()
+}
+
 // testRules are the harness's server limits: a global budget of 1,000
-// resources and 6,000 cells, and a default share of a quarter of it.
+// resources and 6,000 cells, and a default share of a quarter of it
+// (testDefaults).
 var testRules = LimitRules{
 	Defaults: store.Limits{
-		RatePerSecond: ptr(10.0), Burst: ptr(int64(50)), ReservedResources: ptr(int64(0)), MaxResources: ptr(int64(250)),
-		ReservedCells: ptr(int64(0)), MaxCells: ptr(int64(1500)), MaxStreams: ptr(int64(8)), MaxLeases: ptr(int64(0)), MaxLeaseStreams: ptr(int64(32)),
+		Values: testDefaults(),
 		Policy: store.Policy{
 			HalfLifeSeconds: ptr(int64(3600)), QuarantineAfter: ptr(int64(5)), QuarantineWholeAfter: ptr(int64(20)),
 			QuarantineBelow: ptr(0.1), QuarantineMinEvidence: ptr(10.0), CooldownBaseSeconds: ptr(int64(30)), CooldownMaxSeconds: ptr(int64(3600)),
@@ -297,6 +307,25 @@ var testRules = LimitRules{
 		},
 	},
 	GlobalResources: 1000, GlobalCells: 6000,
+}
+
+// testDefaults are the server defaults of testRules, as the server gives
+// them (server.Config.LimitRules): each limit's built-in default, no
+// reservation, and a quarter of the global budgets (1,000 resources, 6,000
+// cells) for their ceilings.
+func testDefaults() limits.Values {
+	var v limits.Values
+	for l := range limits.Count {
+		switch s := l.Spec(); {
+		case s.Share && s.Budget == limits.ResourceBudget:
+			v.Set(l, 250)
+		case s.Share && s.Budget == limits.CellBudget:
+			v.Set(l, 1500)
+		default:
+			v.Set(l, s.Default)
+		}
+	}
+	return v
 }
 
 // harness is an API on a real store behind a faultStore, with fake hooks,

@@ -7,37 +7,23 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 
+	"github.com/repool/repool/internal/limits"
 	"github.com/repool/repool/internal/store"
 	"github.com/repool/repool/internal/tenants"
 )
 
-// Ranges of the limits, besides those of reservations and resource and
-// cell ceilings, which the global budgets bound (LimitRules). Every limit
-// is at least 0.
-const (
-	// MaxRatePerSecond bounds rate_per_second.
-	MaxRatePerSecond = 1_000_000_000
-	// MaxBurst bounds burst.
-	MaxBurst = 1 << 30
-	// MaxStreamsLimit bounds max_streams.
-	MaxStreamsLimit = 1_000
-	// MaxLeasesLimit bounds max_leases.
-	MaxLeasesLimit = 10_000_000
-	// MaxLeaseStreamsLimit bounds max_lease_streams.
-	MaxLeaseStreamsLimit = 1_000
-)
-
-// LimitRules are the server's side of every tenant's limits: what a field
-// left at null means (Defaults) and the global budgets that bound
-// reservations and ceilings. The operator's values are the tenant's
-// ceilings and reservations; a tenant-admin's own values (store.Limits.Admin)
-// may only lower them; the limits in force are the smaller of the two
-// (Effective).
+// LimitRules are the server's side of every tenant's limits (the
+// internal/limits table): what a field left at null means (Defaults) and
+// the global budgets that bound reservations and ceilings. The operator's
+// values are the tenant's ceilings and reservations; a tenant-admin's own
+// values (store.Limits.Admin) may only lower them; the limits in force are
+// the smaller of the two (Effective).
 type LimitRules struct {
-	// Defaults gives the value of every field that is null: every field
+	// Defaults gives the value of every limit that is null: every limit
 	// must be set. Admin is ignored.
 	Defaults store.Limits
 	// GlobalResources and GlobalCells are the global budgets: the largest
@@ -45,117 +31,30 @@ type LimitRules struct {
 	GlobalResources, GlobalCells int64
 }
 
-// limitField is one limit: its JSON name, its range and how to reach it in
-// store.Limits. Rates are float64; every other limit an int64, carried as
-// a float64 here (exactly: the ranges stay far below 2^53).
-type limitField struct {
-	name string
-	// min and max bound the value; max < 0 means the global resources
-	// (-1) or cells (-2) budget.
-	min, max float64
-	// reservation fields are the operator's alone and have no
-	// tenant-admin value.
-	reservation bool
-	// zeroUnbounded: 0 means "no cap" (max_leases).
-	zeroUnbounded bool
-	integer       bool
-	op            func(*store.Limits) limitPtr
-	admin         func(*store.AdminLimits) limitPtr // nil for reservations
+// bounds returns l's range under r.
+func (r LimitRules) bounds(l limits.Limit) (lo, hi float64) {
+	return l.Bounds(r.GlobalResources, r.GlobalCells)
 }
 
-// limitPtr reaches one *int64 or *float64 field of store.Limits.
-type limitPtr struct {
-	f **float64
-	i **int64
-}
-
-func (p limitPtr) get() (float64, bool) {
-	switch {
-	case p.f != nil && *p.f != nil:
-		return **p.f, true
-	case p.i != nil && *p.i != nil:
-		return float64(**p.i), true
-	}
-	return 0, false
-}
-
-func (p limitPtr) set(v *float64) {
-	switch {
-	case p.f != nil:
-		*p.f = v
-	case v == nil:
-		*p.i = nil
-	default:
-		n := int64(*v)
-		*p.i = &n
-	}
-}
-
-// Global budgets in limitField.max.
-const (
-	maxGlobalResources = -1
-	maxGlobalCells     = -2
-)
-
-// limitFields lists the limits in the JSON order.
-var limitFields = []limitField{
-	{name: "rate_per_second", max: MaxRatePerSecond,
-		op:    func(l *store.Limits) limitPtr { return limitPtr{f: &l.RatePerSecond} },
-		admin: func(a *store.AdminLimits) limitPtr { return limitPtr{f: &a.RatePerSecond} }},
-	{name: "burst", max: MaxBurst, integer: true,
-		op:    func(l *store.Limits) limitPtr { return limitPtr{i: &l.Burst} },
-		admin: func(a *store.AdminLimits) limitPtr { return limitPtr{i: &a.Burst} }},
-	{name: "reserved_resources", max: maxGlobalResources, integer: true, reservation: true,
-		op: func(l *store.Limits) limitPtr { return limitPtr{i: &l.ReservedResources} }},
-	{name: "max_resources", min: 1, max: maxGlobalResources, integer: true,
-		op:    func(l *store.Limits) limitPtr { return limitPtr{i: &l.MaxResources} },
-		admin: func(a *store.AdminLimits) limitPtr { return limitPtr{i: &a.MaxResources} }},
-	{name: "reserved_cells", max: maxGlobalCells, integer: true, reservation: true,
-		op: func(l *store.Limits) limitPtr { return limitPtr{i: &l.ReservedCells} }},
-	{name: "max_cells", min: 1, max: maxGlobalCells, integer: true,
-		op:    func(l *store.Limits) limitPtr { return limitPtr{i: &l.MaxCells} },
-		admin: func(a *store.AdminLimits) limitPtr { return limitPtr{i: &a.MaxCells} }},
-	{name: "max_streams", max: MaxStreamsLimit, integer: true,
-		op:    func(l *store.Limits) limitPtr { return limitPtr{i: &l.MaxStreams} },
-		admin: func(a *store.AdminLimits) limitPtr { return limitPtr{i: &a.MaxStreams} }},
-	{name: "max_leases", max: MaxLeasesLimit, integer: true, zeroUnbounded: true,
-		op:    func(l *store.Limits) limitPtr { return limitPtr{i: &l.MaxLeases} },
-		admin: func(a *store.AdminLimits) limitPtr { return limitPtr{i: &a.MaxLeases} }},
-	{name: "max_lease_streams", max: MaxLeaseStreamsLimit, integer: true,
-		op:    func(l *store.Limits) limitPtr { return limitPtr{i: &l.MaxLeaseStreams} },
-		admin: func(a *store.AdminLimits) limitPtr { return limitPtr{i: &a.MaxLeaseStreams} }},
-}
-
-// bounds returns f's range under r.
-func (r LimitRules) bounds(f limitField) (lo, hi float64) {
-	switch f.max {
-	case maxGlobalResources:
-		return f.min, float64(r.GlobalResources)
-	case maxGlobalCells:
-		return f.min, float64(r.GlobalCells)
-	}
-	return f.min, f.max
-}
-
-// rangeText describes f's range for messages.
-func (r LimitRules) rangeText(f limitField) string {
-	lo, hi := r.bounds(f)
+// rangeText describes l's range for messages.
+func (r LimitRules) rangeText(l limits.Limit) string {
+	lo, hi := r.bounds(l)
 	s := fmt.Sprintf("%s to %s", num(lo), num(hi))
-	if f.zeroUnbounded {
+	if l.Spec().ZeroUnbounded {
 		s += "; 0 means no cap"
 	}
 	return s
 }
 
-// check returns a 400 naming name unless v (shown as shown) is in f's
+// check returns a 400 naming name unless v (shown as shown) is in l's
 // range.
-func (r LimitRules) check(f limitField, name string, v float64, shown string) error {
-	lo, hi := r.bounds(f)
+func (r LimitRules) check(l limits.Limit, name string, v float64, shown string) error {
+	lo, hi := r.bounds(l)
 	switch {
-	case f.integer && v != math.Trunc(v):
-		return invalidArgument("%s %s is not a whole number: want %s (or null for the default)", name, shown, r.rangeText(f))
+	case l.Spec().Integer && v != math.Trunc(v):
+		return invalidArgument("%s %s is not a whole number: want %s (or null for the default)", name, shown, r.rangeText(l))
 	case math.IsNaN(v) || v < lo || v > hi:
-		return invalidArgument("%s %s is out of range: want %s (or null for the default)", name, shown, r.rangeText(f))
+		return invalidArgument("%s %s is out of range: want %s (or null for the default)", name, shown, r.rangeText(l))
 	}
 	return nil
 }
@@ -163,227 +62,212 @@ func (r LimitRules) check(f limitField, name string, v float64, shown string) er
 // checkAdmin is check for a tenant-admin's value: only its lower bound,
 // so that the message tells nothing of the global budgets. Its ceiling,
 // which is within the range, bounds it from above (checkCeilings).
-func checkAdmin(f limitField, name string, v float64, shown string) error {
+func checkAdmin(l limits.Limit, name string, v float64, shown string) error {
+	s := l.Spec()
 	switch {
-	case f.integer && v != math.Trunc(v):
+	case s.Integer && v != math.Trunc(v):
 		return invalidArgument("%s %s is not a whole number", name, shown)
-	case math.IsNaN(v) || v < f.min:
-		return invalidArgument("%s %s is out of range: want at least %s, at most its ceiling (or null for the ceiling itself)", name, shown, num(f.min))
+	case math.IsNaN(v) || v < s.Min:
+		return invalidArgument("%s %s is out of range: want at least %s, at most its ceiling (or null for the ceiling itself)", name, shown, num(s.Min))
 	}
 	return nil
 }
 
-// validate reports the first field of the server's defaults that is unset or
-// out of range.
+// validate reports the first limit of the server's defaults that is unset
+// or out of range.
 func (r LimitRules) validate() error {
 	if r.GlobalResources < 1 || r.GlobalCells < 1 {
 		return errors.New("control: Config.Limits: GlobalResources and GlobalCells must be positive")
 	}
-	d := r.Defaults
-	for _, f := range limitFields {
-		v, ok := f.op(&d).get()
+	for l := range limits.Count {
+		v, ok := r.Defaults.Values.Get(l)
 		if !ok {
-			return fmt.Errorf("control: Config.Limits.Defaults: %s is not set", f.name)
+			return fmt.Errorf("control: Config.Limits.Defaults: %s is not set", l)
 		}
-		if err := r.check(f, f.name, v, num(v)); err != nil {
+		if err := r.check(l, l.String(), v, num(v)); err != nil {
 			return fmt.Errorf("control: Config.Limits.Defaults: %v", err)
 		}
 	}
 	return r.validatePolicyDefaults()
 }
 
-// ceiling returns the operator's value of f, or the default: the most a
-// tenant-admin may set, and whether it is the default.
-func (r LimitRules) ceiling(f limitField, l store.Limits) (v float64, isDefault bool) {
-	if v, ok := f.op(&l).get(); ok {
+// ceiling returns the operator's value of l in stored, or the default: the
+// most a tenant-admin may set, and whether it is the default.
+func (r LimitRules) ceiling(l limits.Limit, stored store.Limits) (v float64, isDefault bool) {
+	if v, ok := stored.Values.Get(l); ok {
 		return v, false
 	}
-	d := r.Defaults
-	v, _ = f.op(&d).get()
-	return v, true
+	return r.Defaults.Values.Value(l), true
 }
 
-// below reports whether a is at most b, where 0 is no cap for f.
-func (f limitField) below(a, b float64) bool {
-	if f.zeroUnbounded {
-		switch {
-		case b == 0:
-			return true
-		case a == 0:
-			return false
-		}
-	}
-	return a <= b
-}
-
-// Effective returns the limits in force for l: every field set, to the
-// operator's value (or the default) lowered to the tenant-admin's value
-// where that is lower. Admin of the result is empty.
-func (r LimitRules) Effective(l store.Limits) store.Limits {
+// Effective returns the limits in force for stored: every limit set, to
+// the operator's value (or the default) lowered to the tenant-admin's
+// value where that is lower. Admin and Policy of the result are empty.
+func (r LimitRules) Effective(stored store.Limits) store.Limits {
 	var out store.Limits
-	for _, f := range limitFields {
-		v, _ := r.ceiling(f, l)
-		if f.admin != nil {
-			if a, ok := f.admin(&l.Admin).get(); ok && f.below(a, v) {
-				v = a
-			}
+	for l := range limits.Count {
+		v, _ := r.ceiling(l, stored)
+		if a, ok := stored.Admin.Get(l); ok && !l.Spec().Reservation && l.Below(a, v) {
+			v = a
 		}
-		f.op(&out).set(&v)
+		out.Values.Set(l, v)
 	}
 	return out
 }
 
-// Check reports, as an error wrapping tenants.ErrInvalidLimits, the first field of
-// stored limits l that is out of range, a reservation above the ceiling
-// in force, or a policy field out of range. The server checks stored limits with it at start-up.
-func (r LimitRules) Check(l store.Limits) error {
-	for _, f := range limitFields {
-		if v, ok := f.op(&l).get(); ok {
-			if err := r.check(f, f.name, v, num(v)); err != nil {
+// Check reports, as an error wrapping tenants.ErrInvalidLimits, the first
+// limit of stored that is out of range, a reservation above the ceiling in
+// force, or a policy field out of range. The server checks stored limits
+// with it at start-up.
+func (r LimitRules) Check(stored store.Limits) error {
+	for l := range limits.Count {
+		if v, ok := stored.Values.Get(l); ok {
+			if err := r.check(l, l.String(), v, num(v)); err != nil {
 				return fmt.Errorf("%w: %s", tenants.ErrInvalidLimits, err.(*apiError).msg)
 			}
 		}
-		if f.admin != nil {
-			if v, ok := f.admin(&l.Admin).get(); ok {
-				if err := r.check(f, "tenant_admin."+f.name, v, num(v)); err != nil {
-					return fmt.Errorf("%w: %s", tenants.ErrInvalidLimits, err.(*apiError).msg)
-				}
+		if v, ok := stored.Admin.Get(l); ok && !l.Spec().Reservation {
+			if err := r.check(l, "tenant_admin."+l.String(), v, num(v)); err != nil {
+				return fmt.Errorf("%w: %s", tenants.ErrInvalidLimits, err.(*apiError).msg)
 			}
 		}
 	}
-	if err := r.checkReservations(l); err != nil {
+	if err := r.checkReservations(stored); err != nil {
 		return fmt.Errorf("%w: %s", tenants.ErrInvalidLimits, err.(*apiError).msg)
 	}
-	if err := r.checkPolicy(l.Policy); err != nil {
+	if err := r.checkPolicy(stored.Policy); err != nil {
 		return fmt.Errorf("%w: policy: %s", tenants.ErrInvalidLimits, err.(*apiError).msg)
 	}
 	return nil
 }
 
-// checkReservations refuses a reservation above the ceiling in force.
-func (r LimitRules) checkReservations(l store.Limits) error {
-	eff := r.Effective(l)
-	for _, p := range []struct {
-		rname, mname string
-		res, max     *int64
-		admin        *int64
-	}{
-		{"reserved_resources", "max_resources", eff.ReservedResources, eff.MaxResources, l.Admin.MaxResources},
-		{"reserved_cells", "max_cells", eff.ReservedCells, eff.MaxCells, l.Admin.MaxCells},
-	} {
-		if *p.res <= *p.max {
+// checkReservations refuses a reservation above its ceiling in force.
+func (r LimitRules) checkReservations(stored store.Limits) error {
+	eff := r.Effective(stored)
+	for l := range limits.Count {
+		s := l.Spec()
+		if !s.Reservation {
 			continue
 		}
-		if p.admin != nil && *p.admin == *p.max {
-			return invalidArgument("%s %d exceeds tenant_admin.%s %d: a tenant-admin may not lower its ceiling below its reservation",
-				p.rname, *p.res, p.mname, *p.max)
+		res, ceil := eff.Values.Value(l), eff.Values.Value(s.Ceiling)
+		if s.Ceiling.Below(res, ceil) {
+			continue
 		}
-		return invalidArgument("%s %d exceeds %s %d", p.rname, *p.res, p.mname, *p.max)
+		if a, ok := stored.Admin.Get(s.Ceiling); ok && a == ceil {
+			return invalidArgument("%s %s exceeds tenant_admin.%s %s: a tenant-admin may not lower its ceiling below its reservation",
+				l, num(res), s.Ceiling, num(ceil))
+		}
+		return invalidArgument("%s %s exceeds %s %s", l, num(res), s.Ceiling, num(ceil))
 	}
 	return nil
 }
 
-// num formats a limit for messages: integers without a fraction, and zero
-// as 0 whatever its sign (-0 is a float's, not a limit's).
-func num(v float64) string {
-	if v == 0 {
-		v = 0 // -0 == 0: this drops the sign
-	}
-	return strconv.FormatFloat(v, 'f', -1, 64)
-}
+// num formats a limit or a policy value for messages (limits.Format).
+func num(v float64) string { return limits.Format(v) }
 
 // limitsJSON is a tenant's limits in responses: the operator's values
-// (null: the server default), the tenant-admin's own values (null: none)
-// and the limits in force.
+// (null: the server default), under tenant_admin the tenant-admin's own
+// values (null: none; reservations have none), and under effective the
+// limits in force, every one a number. Each is an object of the limits in
+// the order of the table.
 type limitsJSON struct {
-	RatePerSecond     *float64        `json:"rate_per_second"`
-	Burst             *int64          `json:"burst"`
-	ReservedResources *int64          `json:"reserved_resources"`
-	MaxResources      *int64          `json:"max_resources"`
-	ReservedCells     *int64          `json:"reserved_cells"`
-	MaxCells          *int64          `json:"max_cells"`
-	MaxStreams        *int64          `json:"max_streams"`
-	MaxLeases         *int64          `json:"max_leases"`
-	MaxLeaseStreams   *int64          `json:"max_lease_streams"`
-	TenantAdmin       adminLimitsJSON `json:"tenant_admin"`
-	Effective         effectiveJSON   `json:"effective"`
+	operator, tenantAdmin, effective limits.Values
 }
 
-// adminLimitsJSON is the tenant-admin's own values.
-type adminLimitsJSON struct {
-	RatePerSecond   *float64 `json:"rate_per_second"`
-	Burst           *int64   `json:"burst"`
-	MaxResources    *int64   `json:"max_resources"`
-	MaxCells        *int64   `json:"max_cells"`
-	MaxStreams      *int64   `json:"max_streams"`
-	MaxLeases       *int64   `json:"max_leases"`
-	MaxLeaseStreams *int64   `json:"max_lease_streams"`
+// MarshalJSON implements json.Marshaler.
+func (j limitsJSON) MarshalJSON() ([]byte, error) {
+	b := []byte{'{'}
+	b = appendLimits(b, j.operator, false)
+	b = append(b, `,"tenant_admin":{`...)
+	b = appendLimits(b, j.tenantAdmin, true)
+	b = append(b, `},"effective":{`...)
+	b = appendLimits(b, j.effective, false)
+	return append(b, "}}"...), nil
 }
 
-// effectiveJSON is the limits in force, every one a number.
-type effectiveJSON struct {
-	RatePerSecond     float64 `json:"rate_per_second"`
-	Burst             int64   `json:"burst"`
-	ReservedResources int64   `json:"reserved_resources"`
-	MaxResources      int64   `json:"max_resources"`
-	ReservedCells     int64   `json:"reserved_cells"`
-	MaxCells          int64   `json:"max_cells"`
-	MaxStreams        int64   `json:"max_streams"`
-	MaxLeases         int64   `json:"max_leases"`
-	MaxLeaseStreams   int64   `json:"max_lease_streams"`
-}
-
-func (r LimitRules) toJSON(l store.Limits) limitsJSON {
-	e := r.Effective(l)
-	a := l.Admin
-	return limitsJSON{
-		l.RatePerSecond, l.Burst, l.ReservedResources, l.MaxResources,
-		l.ReservedCells, l.MaxCells, l.MaxStreams, l.MaxLeases, l.MaxLeaseStreams,
-		adminLimitsJSON{a.RatePerSecond, a.Burst, a.MaxResources, a.MaxCells, a.MaxStreams, a.MaxLeases, a.MaxLeaseStreams},
-		effectiveJSON{*e.RatePerSecond, *e.Burst, *e.ReservedResources, *e.MaxResources,
-			*e.ReservedCells, *e.MaxCells, *e.MaxStreams, *e.MaxLeases, *e.MaxLeaseStreams},
+// appendLimits appends the members of a JSON object of v to b: every
+// limit (for a tenant-admin's, every one but the reservations) in the
+// order of the table, null where v has none, a whole number as an
+// integer.
+func appendLimits(b []byte, v limits.Values, admin bool) []byte {
+	first := true
+	for l := range limits.Count {
+		if admin && l.Spec().Reservation {
+			continue
+		}
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = append(b, '"')
+		b = append(b, l.String()...) // names are [a-z_]: nothing to escape
+		b = append(b, '"', ':')
+		var x any // null
+		if f, ok := v.Get(l); ok && l.Spec().Integer {
+			x = int64(f)
+		} else if ok {
+			x = f
+		}
+		n, _ := json.Marshal(x) // a finite number or null
+		b = append(b, n...)
 	}
+	return b
+}
+
+// toJSON is the answer about stored limits l.
+func (r LimitRules) toJSON(l store.Limits) limitsJSON {
+	return limitsJSON{operator: l.Values, tenantAdmin: l.Admin, effective: r.Effective(l).Values}
 }
 
 // limitsRequest is the body of PUT .../limits: any of the operator's
-// fields and any of the tenant-admin's (under tenant_admin). A field that
-// is left out keeps its value; null resets an operator's field to the
-// server default and removes a tenant-admin's value.
+// limits and any of the tenant-admin's (under tenant_admin), by
+// limits.Limit. A limit that is left out keeps its value; null resets an
+// operator's limit to the server default and removes a tenant-admin's
+// value.
 type limitsRequest struct {
-	RatePerSecond     optional `json:"rate_per_second"`
-	Burst             optional `json:"burst"`
-	ReservedResources optional `json:"reserved_resources"`
-	MaxResources      optional `json:"max_resources"`
-	ReservedCells     optional `json:"reserved_cells"`
-	MaxCells          optional `json:"max_cells"`
-	MaxStreams        optional `json:"max_streams"`
-	MaxLeases         optional `json:"max_leases"`
-	MaxLeaseStreams   optional `json:"max_lease_streams"`
-	TenantAdmin       *struct {
-		RatePerSecond   optional `json:"rate_per_second"`
-		Burst           optional `json:"burst"`
-		MaxResources    optional `json:"max_resources"`
-		MaxCells        optional `json:"max_cells"`
-		MaxStreams      optional `json:"max_streams"`
-		MaxLeases       optional `json:"max_leases"`
-		MaxLeaseStreams optional `json:"max_lease_streams"`
-	} `json:"tenant_admin"`
+	operator, admin [limits.Count]optional
 }
 
-// operator returns the request's operator fields in limitFields order.
-func (req *limitsRequest) operator() []optional {
-	return []optional{req.RatePerSecond, req.Burst, req.ReservedResources, req.MaxResources,
-		req.ReservedCells, req.MaxCells, req.MaxStreams, req.MaxLeases, req.MaxLeaseStreams}
-}
-
-// admin returns the request's tenant-admin fields in limitFields order,
-// with a zero optional for the reservations, which have none.
-func (req *limitsRequest) admin() []optional {
-	a := req.TenantAdmin
-	if a == nil {
-		return make([]optional, len(limitFields))
+// limitsRequestType is the Go type that decodeBody decodes the body of PUT
+// .../limits into, built from the limits table: a field of type optional
+// per limit, named in JSON as the limit, and tenant_admin, a pointer to a
+// struct of the same for the limits a tenant-admin has. It is a struct
+// like every request type, so that decodeBody checks it as it checks
+// them: exact names (with a hint for another letter case), no key twice,
+// type errors naming the field.
+func limitsRequestType() reflect.Type {
+	var op, admin []reflect.StructField
+	for l := range limits.Count {
+		f := reflect.StructField{Name: requestField(l), Type: reflect.TypeFor[optional](),
+			Tag: reflect.StructTag(`json:"` + l.String() + `"`)}
+		op = append(op, f)
+		if !l.Spec().Reservation {
+			admin = append(admin, f)
+		}
 	}
-	return []optional{a.RatePerSecond, a.Burst, {}, a.MaxResources, {}, a.MaxCells, a.MaxStreams, a.MaxLeases, a.MaxLeaseStreams}
+	return reflect.StructOf(append(op, reflect.StructField{
+		Name: "TenantAdmin", Type: reflect.PointerTo(reflect.StructOf(admin)), Tag: `json:"tenant_admin"`}))
+}
+
+// requestField is the Go name of l's field in limitsRequestType.
+func requestField(l limits.Limit) string { return "L" + strconv.Itoa(int(l)) }
+
+// decodeLimitsRequest reads the body of PUT .../limits (decodeBody).
+func decodeLimitsRequest(w http.ResponseWriter, r *http.Request) (limitsRequest, error) {
+	body := reflect.New(limitsRequestType())
+	if err := decodeBody(w, r, body.Interface()); err != nil {
+		return limitsRequest{}, err
+	}
+	var req limitsRequest
+	op := body.Elem()
+	admin := op.FieldByName("TenantAdmin")
+	for l := range limits.Count {
+		req.operator[l] = op.FieldByName(requestField(l)).Interface().(optional)
+		if !admin.IsNil() && !l.Spec().Reservation {
+			req.admin[l] = admin.Elem().FieldByName(requestField(l)).Interface().(optional)
+		}
+	}
+	return req, nil
 }
 
 // optional is a request field that tells "absent" from null. Its value is
@@ -414,45 +298,53 @@ func (o *optional) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// change is one field a request changes.
+// change is one limit a request changes.
 type change struct {
-	f     limitField
+	lim   limits.Limit
 	name  string // as in the request: "burst" or "tenant_admin.burst"
 	admin bool
 	v     *float64
 	raw   string // v as sent
 }
 
-func (c change) ptr(l *store.Limits) limitPtr {
+// values returns the values of l that c changes: the operator's or the
+// tenant-admin's.
+func (c change) values(l *store.Limits) *limits.Values {
 	if c.admin {
-		return c.f.admin(&l.Admin)
+		return &l.Admin
 	}
-	return c.f.op(l)
+	return &l.Values
 }
 
-// changes returns the fields the request sets. A tenant-admin may set only
-// its own values (tenant_admin): every operator field is a 403.
+// changes returns the limits the request sets. A tenant-admin may set only
+// its own values (tenant_admin): every operator limit is a 403.
 func (req *limitsRequest) changes(c caller) ([]change, error) {
 	var out []change
-	op, admin := req.operator(), req.admin()
-	for i, f := range limitFields {
-		if o := op[i]; o.set {
+	for l := range limits.Count {
+		if o := req.operator[l]; o.set {
 			if c.role != RoleOperator {
-				if f.reservation {
-					return nil, permissionDenied(f.name + " is a reservation of the shared budget, which only the operator sets")
+				if l.Spec().Reservation {
+					return nil, permissionDenied(l.String() + " is a reservation of the shared budget, which only the operator sets")
 				}
-				return nil, permissionDenied(fmt.Sprintf("%s is a ceiling that only the operator sets; a tenant-admin sets its own value, at most the ceiling, as tenant_admin.%s", f.name, f.name))
+				return nil, permissionDenied(fmt.Sprintf("%s is a ceiling that only the operator sets; a tenant-admin sets its own value, at most the ceiling, as tenant_admin.%s", l, l))
 			}
-			out = append(out, change{f: f, name: f.name, v: o.v, raw: o.raw})
+			out = append(out, change{lim: l, name: l.String(), v: o.v, raw: o.raw})
 		}
 	}
-	for i, f := range limitFields {
-		if o := admin[i]; o.set {
-			out = append(out, change{f: f, name: "tenant_admin." + f.name, admin: true, v: o.v, raw: o.raw})
+	for l := range limits.Count {
+		if o := req.admin[l]; o.set {
+			out = append(out, change{lim: l, name: "tenant_admin." + l.String(), admin: true, v: o.v, raw: o.raw})
 		}
 	}
 	if len(out) == 0 {
-		return nil, invalidArgument("no limits given; set any of rate_per_second, burst, reserved_resources, max_resources, reserved_cells, max_cells, max_streams, max_leases, max_lease_streams (operator), or tenant_admin.{rate_per_second, burst, max_resources, max_cells, max_streams, max_leases, max_lease_streams}")
+		var op, admin []string
+		for l := range limits.Count {
+			op = append(op, l.String())
+			if !l.Spec().Reservation {
+				admin = append(admin, l.String())
+			}
+		}
+		return nil, invalidArgument("no limits given; set any of %s (operator), or tenant_admin.{%s}", strings.Join(op, ", "), strings.Join(admin, ", "))
 	}
 	return out, nil
 }
@@ -541,8 +433,8 @@ func (a *API) putLimits(w http.ResponseWriter, r *http.Request, c caller) error 
 	if err != nil {
 		return err
 	}
-	var req limitsRequest
-	if err := decodeBody(w, r, &req); err != nil {
+	req, err := decodeLimitsRequest(w, r)
+	if err != nil {
 		return err
 	}
 	changes, err := req.changes(c)
@@ -556,9 +448,9 @@ func (a *API) putLimits(w http.ResponseWriter, r *http.Request, c caller) error 
 		}
 		check := rules.check
 		if ch.admin {
-			check = func(f limitField, name string, v float64, shown string) error { return checkAdmin(f, name, v, shown) }
+			check = func(l limits.Limit, name string, v float64, shown string) error { return checkAdmin(l, name, v, shown) }
 		}
-		if err := check(ch.f, ch.name, *ch.v, ch.raw); err != nil {
+		if err := check(ch.lim, ch.name, *ch.v, ch.raw); err != nil {
 			return err
 		}
 	}
@@ -567,9 +459,9 @@ func (a *API) putLimits(w http.ResponseWriter, r *http.Request, c caller) error 
 		merged := prev // the pointers are replaced, never written through
 		var shown []string
 		for _, ch := range changes {
-			old, had := ch.ptr(&prev).get()
-			ch.ptr(&merged).set(ch.v)
-			nv, has := ch.ptr(&merged).get()
+			old, had := ch.values(&prev).Get(ch.lim)
+			ch.values(&merged)[ch.lim] = ch.v
+			nv, has := ch.values(&merged).Get(ch.lim)
 			shown = append(shown, fmt.Sprintf("%s %s -> %s", ch.name, showLimit(old, had, ch.admin), showLimit(nv, has, ch.admin)))
 		}
 		if err := a.checkCeilings(c, changes, merged); err != nil {
@@ -593,8 +485,8 @@ func (a *API) checkCeilings(c caller, changes []change, merged store.Limits) err
 		if !ch.admin || ch.v == nil {
 			continue
 		}
-		ceil, isDefault := a.cfg.Limits.ceiling(ch.f, merged)
-		if ch.f.below(*ch.v, ceil) {
+		ceil, isDefault := a.cfg.Limits.ceiling(ch.lim, merged)
+		if ch.lim.Below(*ch.v, ceil) {
 			continue
 		}
 		whose := "set by the operator"
@@ -602,7 +494,7 @@ func (a *API) checkCeilings(c caller, changes []change, merged store.Limits) err
 			whose = "the server default; the operator set none"
 		}
 		v := ch.raw
-		if ch.f.zeroUnbounded && *ch.v == 0 {
+		if ch.lim.Spec().ZeroUnbounded && *ch.v == 0 {
 			v += " (no cap)"
 		}
 		msg := fmt.Sprintf("%s %s is above its ceiling of %s (%s); a tenant-admin may lower its limits, or raise them up to the ceiling",

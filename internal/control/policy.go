@@ -31,6 +31,34 @@ type policyField struct {
 	ptr  func(*store.Policy) limitPtr
 }
 
+// limitPtr reaches one *int64 or *float64 field of store.Policy.
+type limitPtr struct {
+	f **float64
+	i **int64
+}
+
+func (p limitPtr) get() (float64, bool) {
+	switch {
+	case p.f != nil && *p.f != nil:
+		return **p.f, true
+	case p.i != nil && *p.i != nil:
+		return float64(**p.i), true
+	}
+	return 0, false
+}
+
+func (p limitPtr) set(v *float64) {
+	switch {
+	case p.f != nil:
+		*p.f = v
+	case v == nil:
+		*p.i = nil
+	default:
+		n := int64(*v)
+		*p.i = &n
+	}
+}
+
 // policyFields lists the policy in the JSON order. The ranges are the
 // pool package's, as the server's flags have them.
 var policyFields = []policyField{

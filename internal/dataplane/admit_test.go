@@ -12,6 +12,7 @@ import (
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
 	"github.com/repool/repool/internal/auth"
+	"github.com/repool/repool/internal/limits"
 	"github.com/repool/repool/internal/ratelimit"
 	"github.com/repool/repool/internal/tenants"
 )
@@ -87,8 +88,7 @@ func TestAdmissionOrder(t *testing.T) {
 		c.Auth = stepAuth{fakeAuth: c.Auth.(fakeAuth), s: &s}
 		c.Pools = stepPools{Registry: c.Pools.(*tenants.Registry), s: &s, elsewhere: map[string]bool{"b": true}}
 		c.Limiter = stepLimiter{s: &s, deny: map[string]bool{"c": true}}
-		c.MaxStreams = func(string) int { s.add("stream quota"); return 2 }
-		c.MaxLeaseStreams = func(string) int { s.add("stream quota"); return 2 }
+		c.Limit = func(string, limits.Limit) float64 { s.add("stream quota"); return 2 }
 		c.Auth.(stepAuth).keys["key-c"] = "c"
 	})
 	full := []string{"active", "authenticate", "placement", "rate limit"}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -222,7 +221,7 @@ func (s *Service) limit(ctx context.Context, tenant, method string, setTrailer f
 
 // streamQuota counts open streams of one kind per tenant.
 type streamQuota struct {
-	limit func(tenant string) int // nil: no limit
+	limit func(tenant string) int
 	kind  string
 	gauge *prometheus.GaugeVec
 
@@ -240,10 +239,7 @@ func newStreamQuota(limit func(string) int, kind string, gauge prometheus.GaugeO
 }
 
 func (q *streamQuota) acquire(tenant string) (release func(), err error) {
-	limit := math.MaxInt
-	if q.limit != nil {
-		limit = q.limit(tenant)
-	}
+	limit := q.limit(tenant)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.open[tenant] >= limit {

@@ -18,6 +18,7 @@ import (
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
 	"github.com/repool/repool/internal/auth"
+	"github.com/repool/repool/internal/limits"
 	"github.com/repool/repool/internal/testenv"
 )
 
@@ -486,14 +487,20 @@ func other(id string) string {
 	return "r1"
 }
 
-// TestLeasesStreamQuotaAndIdle: a tenant holds at most MaxLeaseStreams
+// TestLeasesStreamQuotaAndIdle: a tenant holds at most max_lease_streams
 // Leases streams (one more is RESOURCE_EXHAUSTED, another tenant is not
 // affected, a stream that ends gives its slot back), and a stream on which
 // no call arrives for StreamIdle ends with UNAVAILABLE while a stream in
 // use stays open.
 func TestLeasesStreamQuotaAndIdle(t *testing.T) {
 	e, _ := newSwitchEnv(t, func(c *Config) {
-		c.MaxLeaseStreams = func(string) int { return 2 }
+		others := c.Limit
+		c.Limit = func(tenant string, l limits.Limit) float64 {
+			if l == limits.MaxLeaseStreams {
+				return 2
+			}
+			return others(tenant, l)
+		}
 		c.StreamIdle = 200 * time.Millisecond
 	})
 	if _, err := e.client.Register(as("key-a"), &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{{Id: "r", Capacity: 100}}}); err != nil {

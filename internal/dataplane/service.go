@@ -23,6 +23,7 @@ import (
 	repoolv1 "github.com/repool/repool/api/repool/v1"
 	"github.com/repool/repool/internal/auth"
 	"github.com/repool/repool/internal/callbudget"
+	"github.com/repool/repool/internal/limits"
 	"github.com/repool/repool/internal/pool"
 	"github.com/repool/repool/internal/ratelimit"
 	"github.com/repool/repool/internal/tenants"
@@ -88,11 +89,10 @@ type Config struct {
 	Pools   Pools
 	Auth    Authenticator
 	Limiter Limiter
-	// MaxStreams returns a tenant's limit on concurrent event streams.
-	MaxStreams func(tenant string) int
-	// MaxLeaseStreams returns a tenant's limit on concurrent Leases
-	// streams; nil means none.
-	MaxLeaseStreams func(tenant string) int
+	// Limit returns a tenant's limit in force (tenants.Lifecycle.Limit):
+	// the data plane enforces limits.MaxStreams and
+	// limits.MaxLeaseStreams.
+	Limit func(tenant string, l limits.Limit) float64
 	// StreamIdle ends a Leases stream on which no call arrived for this
 	// long (within twice as long), so that a quiet stream does not keep
 	// its connection from counting as idle; 0 means never.
@@ -120,6 +120,12 @@ type Config struct {
 	Metrics prometheus.Registerer
 	// Log receives errors that clients only see as INTERNAL.
 	Log *slog.Logger
+}
+
+// limit returns a tenant's limit l, a whole number, as a function of the
+// tenant.
+func (c Config) limit(l limits.Limit) func(tenant string) int {
+	return func(tenant string) int { return int(c.Limit(tenant, l)) }
 }
 
 // Service implements AuthService and PoolService. Safe for concurrent use.
@@ -154,8 +160,8 @@ func New(cfg Config) (*Service, error) {
 		return nil, errors.New("dataplane: Config.Auth is nil")
 	case cfg.Limiter == nil:
 		return nil, errors.New("dataplane: Config.Limiter is nil")
-	case cfg.MaxStreams == nil:
-		return nil, errors.New("dataplane: Config.MaxStreams is nil")
+	case cfg.Limit == nil:
+		return nil, errors.New("dataplane: Config.Limit is nil")
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -166,10 +172,10 @@ func New(cfg Config) (*Service, error) {
 	s := &Service{
 		cfg: cfg,
 		log: cfg.Log.With("component", "dataplane"),
-		streams: newStreamQuota(cfg.MaxStreams, "event", prometheus.GaugeOpts{
+		streams: newStreamQuota(cfg.limit(limits.MaxStreams), "event", prometheus.GaugeOpts{
 			Name: "repool_event_streams", Help: "Open event streams per tenant.",
 		}),
-		leaseStreams: newStreamQuota(cfg.MaxLeaseStreams, "Leases", prometheus.GaugeOpts{
+		leaseStreams: newStreamQuota(cfg.limit(limits.MaxLeaseStreams), "Leases", prometheus.GaugeOpts{
 			Name: "repool_lease_streams", Help: "Open Leases streams per tenant.",
 		}),
 		tokensIssued: prometheus.NewCounter(prometheus.CounterOpts{

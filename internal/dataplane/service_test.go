@@ -22,6 +22,7 @@ import (
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
 	"github.com/repool/repool/internal/auth"
+	"github.com/repool/repool/internal/limits"
 	"github.com/repool/repool/internal/pool"
 	"github.com/repool/repool/internal/ratelimit"
 	"github.com/repool/repool/internal/tenants"
@@ -155,7 +156,12 @@ func newEnv(t *testing.T, opts ...func(*Config)) *env {
 	e.active.Store(true)
 	cfg := Config{
 		Pools: e.pools, Auth: fakeAuth{keys: map[string]string{"key-a": "a", "key-b": "b"}},
-		Limiter: e.limiter, MaxStreams: func(string) int { return 2 },
+		Limiter: e.limiter, Limit: func(_ string, l limits.Limit) float64 {
+			if l == limits.MaxStreams {
+				return 2
+			}
+			return 1e6 // no other limit in the way
+		},
 		Active: func() error {
 			if e.active.Load() {
 				return nil

@@ -62,7 +62,7 @@ func registerProxies(t *testing.T, r *running, key string, n int) {
 // bound to resources of a pool of 12 get the same resources after the
 // server is stopped and started again.
 func TestAffinitySurvivesARestart(t *testing.T) {
-	cfg := Config{Store: sqliteStore(t), RatePerSecond: 1e6, Burst: 1e6}
+	cfg := Config{Store: sqliteStore(t), Limits: requestLimit(1e6, 1e6)}
 	r := start(t, cfg)
 	registerProxies(t, r, r.key, 12)
 	bound := bindKeys(t, r, r.key, 30)

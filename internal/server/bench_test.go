@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
+	"github.com/repool/repool/internal/limits"
 	"github.com/repool/repool/internal/testenv"
 )
 
@@ -123,15 +124,15 @@ func run(clients int, d time.Duration, fn func(ctx context.Context, worker, i in
 // where Redis needs one per call in flight. ctx carries the API key.
 func vsRedis(b *testing.B) (context.Context, *redisPool, []repoolv1.PoolServiceClient) {
 	b.Helper()
-	cfg := Config{Store: sqliteStore(b), RatePerSecond: 1e9, Burst: 1 << 30}
+	cfg := Config{Store: sqliteStore(b), Limits: requestLimit(1e9, 1<<30)}
 	b.Cleanup(TuneRuntime(cfg, os.Getenv))
 	r := start(b, cfg)
 	// The demo tenant's stored limits (DemoRatePerSecond) are its own, not
 	// the configuration's defaults: it is given the configured ones, so
 	// that the benchmark measures the server rather than a rate limit.
-	limits := fmt.Sprintf(`{"rate_per_second":%g,"burst":%d}`, cfg.RatePerSecond, cfg.Burst)
-	if code := r.api(b, "PUT", "/api/v1/tenants/demo/limits", r.op, limits, nil); code != 200 {
-		b.Fatalf("PUT /api/v1/tenants/demo/limits %s = %d, want 200", limits, code)
+	body := fmt.Sprintf(`{"rate_per_second":%g,"burst":%d}`, cfg.Limits[limits.RatePerSecond], int(cfg.Limits[limits.Burst]))
+	if code := r.api(b, "PUT", "/api/v1/tenants/demo/limits", r.op, body, nil); code != 200 {
+		b.Fatalf("PUT /api/v1/tenants/demo/limits %s = %d, want 200", body, code)
 	}
 	ctx := withKey(r.key)
 	var res []*repoolv1.Resource

@@ -12,7 +12,7 @@ import (
 	"github.com/repool/repool/internal/control"
 	"github.com/repool/repool/internal/defaults"
 	"github.com/repool/repool/internal/httpbounds"
-	"github.com/repool/repool/internal/ratelimit"
+	"github.com/repool/repool/internal/limits"
 	"github.com/repool/repool/internal/retention"
 	"github.com/repool/repool/internal/store"
 	"github.com/repool/repool/internal/store/open"
@@ -104,20 +104,15 @@ type Config struct {
 	// MaxKeysPerTenant caps a tenant's API keys that are not revoked.
 	// Default control.DefaultMaxKeysPerTenant (100).
 	MaxKeysPerTenant int
-	// RatePerSecond and Burst are a tenant's default request limit.
-	// Defaults ratelimit.DefaultRate and ratelimit.DefaultBurst.
-	RatePerSecond float64
-	Burst         int
-	// MaxStreams is a tenant's default limit on event streams. Default 8.
-	MaxStreams int
-	// MaxLeases is a tenant's default limit on outstanding leases; 0 means
-	// none. Default 0.
-	MaxLeases int
-	// MaxLeaseStreams is a tenant's default limit on open Leases streams
-	// (what each holds is bounded by the stream window and gRPC's write
-	// quota); the control plane sets a tenant's own (max_lease_streams).
-	// Default 32.
-	MaxLeaseStreams int
+	// Limits are the defaults of a tenant's limits, by limits.Limit,
+	// that the server's flags set: a value for each limit with a flag
+	// (limits.Spec.FlagUsage; the flag is named for the limit), zero
+	// meaning the built-in default (limits.Spec.Default). The control
+	// plane sets a tenant's own values. Every other limit must stay zero
+	// here: its default is none for a reservation, DefaultTenantShare
+	// percent of a global budget for a ceiling of resources or cells
+	// (LimitRules).
+	Limits [limits.Count]float64
 	// Policy is the quarantine and decay policy of every tenant's pool
 	// (docs/pool.md, "Quarantine"). Zero fields: the pool's defaults.
 	Policy tenants.Policy
@@ -261,8 +256,7 @@ func (c Config) WithDefaults() Config {
 		RetentionInterval: time.Minute, RetentionBatch: retention.DefaultBatch,
 		TokenTTL: 15 * time.Minute, OperatorTokenTTL: 24 * time.Hour,
 		GlobalResources: budget.DefaultResources, GlobalCells: budget.DefaultCells, DefaultTenantShare: 25,
-		MaxKeysPerTenant: control.DefaultMaxKeysPerTenant,
-		RatePerSecond:    ratelimit.DefaultRate, Burst: ratelimit.DefaultBurst, MaxStreams: 8, MaxLeaseStreams: 32,
+		MaxKeysPerTenant:   control.DefaultMaxKeysPerTenant,
 		ShutdownGrace:      10 * time.Second,
 		GRPCMaxConnections: 4096, GRPCMaxConcurrentStreams: 256, GRPCMaxConnectionIdle: 5 * time.Minute,
 		GRPCHandshakeTimeout: 10 * time.Second, GRPCMaxHeaderBytes: 64 << 10,
@@ -273,6 +267,11 @@ func (c Config) WithDefaults() Config {
 		Group: store.DefaultGroup, PlacementInterval: 200 * time.Millisecond,
 		GCPercent: 400, LogLevel: "info",
 	})
+	for l := range limits.Count {
+		if c.Limits[l] == 0 {
+			c.Limits[l] = l.Spec().Default
+		}
+	}
 	c.Policy = tenants.PolicyDefaults(c.Policy)
 	c.HTTP = c.HTTP.WithDefaults()
 	if c.HAName == "" {
@@ -306,6 +305,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.HTTP.Validate("http_"); err != nil {
 		return fmt.Errorf("config: %w", err)
+	}
+	if err := c.checkLimits(); err != nil {
+		return err
 	}
 	for _, d := range []struct {
 		key      string
@@ -347,21 +349,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: global_resources and global_cells must be from 1 to %d", budget.MaxBudget)
 	case c.DefaultTenantShare < 1 || c.DefaultTenantShare > 100:
 		return fmt.Errorf("config: default_tenant_share %d: want a percentage from 1 to 100", c.DefaultTenantShare)
-	case math.IsNaN(c.RatePerSecond) || c.RatePerSecond < 0 || c.RatePerSecond > control.MaxRatePerSecond || c.Burst < 1 || c.Burst > control.MaxBurst:
-		return fmt.Errorf("config: rate_per_second %v / burst %d: want a rate from 0 to %d and a burst from 1 to %d",
-			c.RatePerSecond, c.Burst, control.MaxRatePerSecond, control.MaxBurst)
-	case c.MaxStreams < 0 || c.MaxStreams > control.MaxStreamsLimit:
-		return fmt.Errorf("config: max_streams %d: want 0 to %d", c.MaxStreams, control.MaxStreamsLimit)
-	case c.MaxLeases < 0 || c.MaxLeases > control.MaxLeasesLimit:
-		return fmt.Errorf("config: max_leases %d: want 0 (no cap) to %d", c.MaxLeases, control.MaxLeasesLimit)
 	case c.MaxKeysPerTenant < 1:
 		return fmt.Errorf("config: max_keys_per_tenant %d: want at least 1", c.MaxKeysPerTenant)
 	case c.ShutdownGrace < 0:
 		return errors.New("config: shutdown_grace must not be negative")
 	case c.GRPCMaxConnections < 1 || c.GRPCMaxConcurrentStreams < 1:
 		return fmt.Errorf("config: grpc_max_connections %d / grpc_max_concurrent_streams %d: want at least 1", c.GRPCMaxConnections, c.GRPCMaxConcurrentStreams)
-	case c.MaxLeaseStreams < 0 || c.MaxLeaseStreams > control.MaxLeaseStreamsLimit:
-		return fmt.Errorf("config: max_lease_streams %d: want 0 to %d", c.MaxLeaseStreams, control.MaxLeaseStreamsLimit)
 	case c.GRPCStreamWindow < 64<<10 || c.GRPCStreamWindow > 16<<20 || c.GRPCConnWindow < 64<<10 || c.GRPCConnWindow > 1<<30:
 		return fmt.Errorf("config: grpc_stream_window %d / grpc_conn_window %d: want 65536 to 16777216 / 65536 to 1073741824 bytes", c.GRPCStreamWindow, c.GRPCConnWindow)
 	case c.GRPCMaxConnectionsPerTenant < 1 || c.GRPCMaxConnectionsPerTenant > c.GRPCMaxConnections:
@@ -435,24 +428,45 @@ func isPostgres(store string) bool {
 	return err == nil && u.Kind == open.Postgres
 }
 
+// checkLimits names the first default of Limits out of its limit's range,
+// or set for a limit that has no flag.
+func (c Config) checkLimits() error {
+	for l := range limits.Count {
+		s, v := l.Spec(), c.Limits[l]
+		switch {
+		case l.Flag() == "" && v != 0:
+			return fmt.Errorf("config: Limits[%s] %s: the limit has no server default to set", l, limits.Format(v))
+		case l.Flag() == "":
+		case math.IsNaN(v) || v < s.Min || v > s.Max || s.Integer && v != math.Trunc(v):
+			lo := limits.Format(s.Min)
+			if s.ZeroUnbounded && s.Min == 0 {
+				lo += " (no cap)"
+			}
+			return fmt.Errorf("config: %s %s: want %s to %s", l, limits.Format(v), lo, limits.Format(s.Max))
+		}
+	}
+	return nil
+}
+
 // LimitRules returns the defaults and bounds of tenants' limits that this
-// configuration gives: the defaults of rates, streams and leases, no
-// reservation, and ceilings of DefaultTenantShare percent of the global
-// budgets (at least 1).
+// configuration gives: Limits for the limits with a flag, no reservation,
+// and ceilings of DefaultTenantShare percent of the global budgets (at
+// least 1).
 func (c Config) LimitRules() control.LimitRules {
 	c = c.WithDefaults()
-	i64 := func(v int64) *int64 { return &v }
-	rate := c.RatePerSecond
-	return control.LimitRules{
-		Defaults: store.Limits{
-			RatePerSecond: &rate, Burst: i64(int64(c.Burst)),
-			ReservedResources: i64(0), MaxResources: i64(c.share(c.GlobalResources)),
-			ReservedCells: i64(0), MaxCells: i64(c.share(c.GlobalCells)),
-			MaxStreams: i64(int64(c.MaxStreams)), MaxLeases: i64(int64(c.MaxLeases)), MaxLeaseStreams: i64(int64(c.MaxLeaseStreams)),
-			Policy: c.Policy.Stored(),
-		},
-		GlobalResources: c.GlobalResources, GlobalCells: c.GlobalCells,
+	var d store.Limits
+	for l := range limits.Count {
+		v := c.Limits[l]
+		switch s := l.Spec(); {
+		case s.Share && s.Budget == limits.ResourceBudget:
+			v = float64(c.share(c.GlobalResources))
+		case s.Share && s.Budget == limits.CellBudget:
+			v = float64(c.share(c.GlobalCells))
+		}
+		d.Values.Set(l, v)
 	}
+	d.Policy = c.Policy.Stored()
+	return control.LimitRules{Defaults: d, GlobalResources: c.GlobalResources, GlobalCells: c.GlobalCells}
 }
 
 // share is DefaultTenantShare percent of budget, at least 1.

@@ -34,7 +34,7 @@ func BenchmarkRegisterDurable(b *testing.B) {
 		store func(testing.TB) string
 	}{{"sqlite", sqliteStore}, {"postgres", testenv.Postgres}} {
 		b.Run(tc.name, func(b *testing.B) {
-			cfg := Config{Store: tc.store(b), RatePerSecond: 1e9, Burst: 1 << 30, GlobalResources: 10_000_000}
+			cfg := Config{Store: tc.store(b), Limits: requestLimit(1e9, 1<<30), GlobalResources: 10_000_000}
 			defer TuneRuntime(cfg, os.Getenv)()
 			r := start(b, cfg)
 			ctx := withKey(r.key)
@@ -59,7 +59,7 @@ func BenchmarkRegisterDurable(b *testing.B) {
 func BenchmarkReportDurable(b *testing.B) {
 	rates := map[bool]float64{}
 	for _, durable := range []bool{false, true} {
-		cfg := Config{Store: sqliteStore(b), RatePerSecond: 1e9, Burst: 1 << 30, DurableReports: durable}
+		cfg := Config{Store: sqliteStore(b), Limits: requestLimit(1e9, 1<<30), DurableReports: durable}
 		restore := TuneRuntime(cfg, os.Getenv)
 		r := start(b, cfg)
 		ctx := withKey(r.key)

@@ -11,6 +11,8 @@ import (
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
 	"github.com/repool/repool/internal/control"
+	"github.com/repool/repool/internal/limits"
+	"github.com/repool/repool/internal/store"
 )
 
 // fill registers resources for key, batch at a time, until the server
@@ -34,7 +36,7 @@ func fill(t *testing.T, r *running, key, prefix string, batch int) (int, error) 
 // the defaults that registers all it can takes its share (25% of 1,000),
 // and a second tenant still gets its share afterwards.
 func TestDefaultShareKeepsRoomForOthers(t *testing.T) {
-	r := start(t, Config{Store: sqliteStore(t), GlobalResources: 1000, RatePerSecond: 1e6, Burst: 1e6})
+	r := start(t, Config{Store: sqliteStore(t), GlobalResources: 1000, Limits: requestLimit(1e6, 1e6)})
 	if code := r.api(t, "POST", "/api/v1/tenants", r.op, `{"id":"second","name":"Second"}`, nil); code != 201 {
 		t.Fatalf("create tenant = got %d, want 201", code)
 	}
@@ -59,7 +61,7 @@ func TestDefaultShareKeepsRoomForOthers(t *testing.T) {
 // TestTenantAdminLimitsApplyLive: a tenant-admin's own lower value applies
 // to the data plane at once, and raising it back to the ceiling too.
 func TestTenantAdminLimitsApplyLive(t *testing.T) {
-	r := start(t, Config{Store: sqliteStore(t), GlobalResources: 1000, RatePerSecond: 1e6, Burst: 1e6})
+	r := start(t, Config{Store: sqliteStore(t), GlobalResources: 1000, Limits: requestLimit(1e6, 1e6)})
 	admin, _, err := control.MintToken(r.s.signer, control.RoleTenantAdmin, "demo", time.Hour)
 	if err != nil {
 		t.Fatalf("MintToken() = got error %v, want nil", err)
@@ -81,5 +83,37 @@ func TestTenantAdminLimitsApplyLive(t *testing.T) {
 	}
 	if n, _ := fill(t, r, r.key, "b", 10); n != 230 {
 		t.Fatalf("registered %d more back at the default ceiling of 250, want 230", n)
+	}
+}
+
+// TestLimitRulesSetEveryLimit: the server's defaults set every limit of
+// the table (internal/limits), within its range: a flag's default, no
+// reservation, DefaultTenantShare percent of a budget for its ceiling. A
+// default in Config.Limits for a limit without a flag is refused.
+func TestLimitRulesSetEveryLimit(t *testing.T) {
+	c := Config{GlobalResources: 1000, GlobalCells: 8000, DefaultTenantShare: 10}
+	rules := c.LimitRules()
+	for l := range limits.Count {
+		s := l.Spec()
+		want := s.Default
+		switch {
+		case s.Share && s.Budget == limits.ResourceBudget:
+			want = 100
+		case s.Share && s.Budget == limits.CellBudget:
+			want = 800
+		}
+		if v, ok := rules.Defaults.Values.Get(l); !ok || v != want {
+			t.Errorf("default %s = %v (set %v), want %v", l, v, ok, want)
+		}
+		if l.Flag() == "" {
+			bad := c
+			bad.Limits[l] = 1
+			if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), l.String()) {
+				t.Errorf("Validate(Limits[%s] 1) = %v, want an error naming it: it has no flag", l, err)
+			}
+		}
+	}
+	if err := rules.Check(store.Limits{Values: rules.Defaults.Values}); err != nil {
+		t.Errorf("the defaults as a tenant's own limits = %v, want them in range", err)
 	}
 }

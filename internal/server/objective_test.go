@@ -15,7 +15,7 @@ import (
 // a restart; null gives the server-wide success back.
 func TestTenantObjectiveAppliesLive(t *testing.T) {
 	st := sqliteStore(t)
-	cfg := Config{Store: st, RatePerSecond: 1e6, Burst: 1e6, Policy: tenants.Policy{}}
+	cfg := Config{Store: st, Limits: requestLimit(1e6, 1e6), Policy: tenants.Policy{}}
 	r := start(t, cfg)
 	admin, _, err := control.MintToken(r.s.signer, control.RoleTenantAdmin, "demo", time.Hour)
 	if err != nil {

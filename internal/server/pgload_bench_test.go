@@ -126,7 +126,7 @@ func paced(rate float64, d time.Duration, workers int, fn func(worker, i int) er
 func pgServer(b *testing.B, cfg Config, resources int) (*running, context.Context, []string, *pgx.Conn) {
 	b.Helper()
 	dsn := testenv.Postgres(b)
-	cfg.Store, cfg.RatePerSecond, cfg.Burst = dsn, 1e9, 1<<30
+	cfg.Store, cfg.Limits = dsn, requestLimit(1e9, 1<<30)
 	r := start(b, cfg)
 	ctx := withKey(r.key)
 	ids := make([]string, resources)

@@ -66,7 +66,7 @@ func quarantineOf(t *testing.T, r *running, key, id string) (string, time.Durati
 // changes nothing; and the policy is back in force after a restart.
 func TestTenantPolicyAppliesLive(t *testing.T) {
 	st := sqliteStore(t)
-	cfg := Config{Store: st, RatePerSecond: 1e6, Burst: 1e6, Policy: tenants.Policy{FailuresToQuarantine: 5, QuarantineBelow: -1}}
+	cfg := Config{Store: st, Limits: requestLimit(1e6, 1e6), Policy: tenants.Policy{FailuresToQuarantine: 5, QuarantineBelow: -1}}
 	r := start(t, cfg)
 	admin, _, err := control.MintToken(r.s.signer, control.RoleTenantAdmin, "demo", time.Hour)
 	if err != nil {

@@ -28,7 +28,7 @@ func resourceOf(t *testing.T, r *running, key, id string) *repoolv1.ResourceInfo
 // with a lower max_uses retires at once the resources beyond it, and a
 // tenant-admin lifts the quarantine.
 func TestRetirementAndQuarantineControlSurviveARestart(t *testing.T) {
-	cfg := Config{Store: sqliteStore(t), RatePerSecond: 1e6, Burst: 1e6, Policy: tenants.Policy{QuarantineBelow: -1}}
+	cfg := Config{Store: sqliteStore(t), Limits: requestLimit(1e6, 1e6), Policy: tenants.Policy{QuarantineBelow: -1}}
 	r := start(t, cfg)
 	ctx := withKey(r.key)
 	if _, err := r.pool.Register(ctx, &repoolv1.RegisterRequest{Resources: []*repoolv1.Resource{

@@ -40,6 +40,7 @@ import (
 	"github.com/repool/repool/internal/dataplane"
 	"github.com/repool/repool/internal/journal"
 	"github.com/repool/repool/internal/lb/agent"
+	"github.com/repool/repool/internal/limits"
 	"github.com/repool/repool/internal/netlimit"
 	"github.com/repool/repool/internal/pool"
 	"github.com/repool/repool/internal/ratelimit"
@@ -219,13 +220,14 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	}
 	budgets, err := budget.New(budget.Config{
 		Resources: cfg.GlobalResources, Cells: cfg.GlobalCells,
-		DefaultMaxResources: *s.rules.Defaults.MaxResources, DefaultMaxCells: *s.rules.Defaults.MaxCells,
+		DefaultMaxResources: int64(s.rules.Defaults.Values.Value(limits.MaxResources)),
+		DefaultMaxCells:     int64(s.rules.Defaults.Values.Value(limits.MaxCells)),
 	})
 	if err != nil {
 		return nil, err
 	}
 	limiter, err := ratelimit.New(ratelimit.Config{
-		Rate: cfg.RatePerSecond, Burst: cfg.Burst, Clock: opts.Clock, Logger: opts.Log, Registerer: s.reg,
+		Rate: cfg.Limits[limits.RatePerSecond], Burst: int(cfg.Limits[limits.Burst]), Clock: opts.Clock, Logger: opts.Log, Registerer: s.reg,
 	})
 	if err != nil {
 		return nil, err
@@ -267,8 +269,8 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	if s.svc, err = dataplane.New(dataplane.Config{
 		Calls: calls,
 		Pools: s.pools, Auth: authn, Limiter: limiter, Journal: durability{s},
-		MaxStreams: s.tenants.MaxStreams, Active: s.active, Metrics: s.reg, Log: opts.Log,
-		MaxLeaseStreams: s.tenants.MaxLeaseStreams, StreamIdle: cfg.GRPCMaxStreamIdle,
+		Limit: s.tenants.Limit, Active: s.active, Metrics: s.reg, Log: opts.Log,
+		StreamIdle: cfg.GRPCMaxStreamIdle,
 		Attribute: func(peer net.Addr, tenant string) error {
 			if s.grpcFair == nil {
 				return nil
@@ -429,8 +431,8 @@ func (s *Server) demoLimits(ctx context.Context, tenant string) error {
 	if err != nil {
 		return err
 	}
-	rate, burst := float64(DemoRatePerSecond), int64(DemoBurst)
-	l.RatePerSecond, l.Burst = &rate, &burst
+	l.Values.Set(limits.RatePerSecond, DemoRatePerSecond)
+	l.Values.Set(limits.Burst, DemoBurst)
 	if err := s.rules.Check(l); err != nil {
 		return err
 	}

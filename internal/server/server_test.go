@@ -25,6 +25,7 @@ import (
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
 	"github.com/repool/repool/internal/clock"
+	"github.com/repool/repool/internal/limits"
 	"github.com/repool/repool/internal/pool"
 	"github.com/repool/repool/internal/testenv"
 )
@@ -127,6 +128,12 @@ func (r *running) api(t testing.TB, method, path, token, body string, out any) i
 }
 
 func sqliteStore(t testing.TB) string { return "sqlite:" + filepath.Join(t.TempDir(), "repool.db") }
+
+// requestLimit is the Limits of a configuration whose tenants' default
+// request limit is rate per second, burst burst, out of a test's way.
+func requestLimit(rate, burst float64) [limits.Count]float64 {
+	return [limits.Count]float64{limits.RatePerSecond: rate, limits.Burst: burst}
+}
 
 func TestNewcomerFlow(t *testing.T) {
 	r := start(t, Config{Store: sqliteStore(t)})
@@ -300,7 +307,7 @@ func freeAddr(t *testing.T) string {
 
 func TestBudgetRaceOverGRPC(t *testing.T) {
 	for round := 0; round < 3; round++ {
-		r := start(t, Config{Store: sqliteStore(t), GlobalResources: 20, DefaultTenantShare: 100, RatePerSecond: 1e6, Burst: 1e6})
+		r := start(t, Config{Store: sqliteStore(t), GlobalResources: 20, DefaultTenantShare: 100, Limits: requestLimit(1e6, 1e6)})
 		ctx := withKey(r.key)
 		var ok, exhausted atomic.Int32
 		var wg sync.WaitGroup

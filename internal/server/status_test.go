@@ -8,6 +8,7 @@ import (
 	repoolv1 "github.com/repool/repool/api/repool/v1"
 	"github.com/repool/repool/internal/buildinfo"
 	"github.com/repool/repool/internal/control"
+	"github.com/repool/repool/internal/limits"
 	"github.com/repool/repool/internal/status"
 )
 
@@ -81,7 +82,7 @@ func TestConfigHash(t *testing.T) {
 	b := a
 	b.HAName, b.GRPCAddr, b.HTTPAddr = "b", "10.0.0.22:9090", "10.0.0.22:8081"
 	c := a
-	c.Burst++
+	c.Limits[limits.Burst]++
 	hash := func(c Config) string {
 		u, err := c.StoreURL()
 		if err != nil {

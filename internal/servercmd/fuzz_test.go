@@ -14,6 +14,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/repool/repool/internal/limits"
 	"github.com/repool/repool/internal/server"
 	"github.com/repool/repool/internal/testenv"
 )
@@ -21,12 +22,10 @@ import (
 // fileValues renders c as the values of a configuration file, by YAML key.
 func fileValues(c server.Config) map[string]string {
 	d := func(v time.Duration) string { return v.String() }
-	return map[string]string{
+	m := map[string]string{
 		"grpc_addr": c.GRPCAddr, "http_addr": c.HTTPAddr, "store": c.Store,
 		"checkpoint_interval": d(c.CheckpointInterval), "token_ttl": d(c.TokenTTL), "operator_token_ttl": d(c.OperatorTokenTTL),
 		"global_resources": strconv.FormatInt(c.GlobalResources, 10), "global_cells": strconv.FormatInt(c.GlobalCells, 10),
-		"rate_per_second": strconv.FormatFloat(c.RatePerSecond, 'g', -1, 64), "burst": strconv.Itoa(c.Burst),
-		"max_streams": strconv.Itoa(c.MaxStreams), "max_leases": strconv.Itoa(c.MaxLeases), "max_lease_streams": strconv.Itoa(c.MaxLeaseStreams),
 		"shutdown_grace": d(c.ShutdownGrace), "ha": strconv.FormatBool(c.HA), "ha_name": c.HAName,
 		"ha_session_timeout": d(c.HASessionTimeout), "ha_interval": d(c.HAInterval),
 		"group": c.Group, "placement_interval": d(c.PlacementInterval),
@@ -59,6 +58,12 @@ func fileValues(c server.Config) map[string]string {
 		"max_uses":        strconv.Itoa(c.Policy.MaxUses), "max_age": d(c.Policy.MaxAge),
 		"max_quarantined_share": strconv.FormatFloat(c.Policy.MaxQuarantinedShare, 'g', -1, 64),
 	}
+	for l := range limits.Count {
+		if l.Flag() != "" {
+			m[l.String()] = strconv.FormatFloat(c.Limits[l], 'g', -1, 64)
+		}
+	}
+	return m
 }
 
 // storePassword returns the password in the user info of the store URL of
@@ -94,11 +99,20 @@ func checkUsable(t *testing.T, c server.Config) {
 			t.Fatalf("Load() accepted %s %v, want it refused: it must be positive", name, d)
 		}
 	}
-	switch r := c.RatePerSecond; {
+	switch r := c.Limits[limits.RatePerSecond]; {
 	case math.IsNaN(r) || math.IsInf(r, 0) || r <= 0:
 		t.Fatalf("Load() accepted rate_per_second %v, want it refused: it must be finite and positive", r)
-	case c.Burst < 1 || c.GlobalResources < 1 || c.GlobalCells < 1 || c.MaxStreams < 0 || c.MaxLeases < 0 || c.ShutdownGrace < 0 || c.MemoryLimit < 0:
+	case c.Limits[limits.Burst] < 1 || c.GlobalResources < 1 || c.GlobalCells < 1 || c.ShutdownGrace < 0 || c.MemoryLimit < 0:
 		t.Fatalf("Load() accepted %+v, want counts and limits in range", c)
+	}
+	for l := range limits.Count {
+		s, v := l.Spec(), c.Limits[l]
+		switch {
+		case l.Flag() == "" && v != 0:
+			t.Fatalf("Load() set %s %v, which has no flag", l, v)
+		case l.Flag() != "" && (v < s.Min || v > s.Max || s.Integer && v != math.Trunc(v)):
+			t.Fatalf("Load() accepted %s %v, want it refused: out of its range", l, v)
+		}
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/repool/repool/internal/limits"
 	"github.com/repool/repool/internal/pool"
 	"github.com/repool/repool/internal/server"
 	"github.com/repool/repool/internal/yamlerr"
@@ -105,7 +106,7 @@ func integer(f func(*server.Config) *int) func(*server.Config, string) error {
 // the flag's value in -h (flag.UnquoteUsage); switches have none.
 func bindings() []binding {
 	d := server.Config{}.WithDefaults()
-	return []binding{
+	return append(limitBindings(d), []binding{
 		{"grpc-addr", "`host:port` the data plane (gRPC) listens on", d.GRPCAddr, str(func(c *server.Config) *string { return &c.GRPCAddr })},
 		{"http-addr", "`host:port` the HTTP server (health, metrics, control plane) listens on", d.HTTPAddr, str(func(c *server.Config) *string { return &c.HTTPAddr })},
 		{"store", "store `URL`: sqlite:PATH or postgres://...", d.Store, str(func(c *server.Config) *string { return &c.Store })},
@@ -135,15 +136,6 @@ func bindings() []binding {
 		{"global-cells", "global budget of cells (`n`)", strconv.FormatInt(d.GlobalCells, 10), i64(func(c *server.Config) *int64 { return &c.GlobalCells })},
 		{"default-tenant-share", "`percent` of each global budget that a tenant may hold when the operator set it no max_resources or max_cells (1-100)", strconv.Itoa(d.DefaultTenantShare), integer(func(c *server.Config) *int { return &c.DefaultTenantShare })},
 		{"max-keys-per-tenant", "most API keys, not revoked, that a tenant may have (`n`)", strconv.Itoa(d.MaxKeysPerTenant), integer(func(c *server.Config) *int { return &c.MaxKeysPerTenant })},
-		{"rate-per-second", "default per-tenant request rate, per second (`rate`)", strconv.FormatFloat(d.RatePerSecond, 'g', -1, 64), func(c *server.Config, v string) error {
-			f, err := strconv.ParseFloat(v, 64)
-			c.RatePerSecond = f
-			return err
-		}},
-		{"burst", "default per-tenant request burst (`n`)", strconv.Itoa(d.Burst), integer(func(c *server.Config) *int { return &c.Burst })},
-		{"max-streams", "default per-tenant limit on event streams (`n`)", strconv.Itoa(d.MaxStreams), integer(func(c *server.Config) *int { return &c.MaxStreams })},
-		{"max-lease-streams", "default per-tenant limit on open Leases streams (`n`; 0: none allowed)", strconv.Itoa(d.MaxLeaseStreams), integer(func(c *server.Config) *int { return &c.MaxLeaseStreams })},
-		{"max-leases", "default per-tenant limit on outstanding leases (`n`; 0: none)", strconv.Itoa(d.MaxLeases), integer(func(c *server.Config) *int { return &c.MaxLeases })},
 		{"half-life", "quarantine and decay policy: an observation's weight halves after this long (`duration`)", d.Policy.HalfLife.String(), dur(func(c *server.Config) *time.Duration { return &c.Policy.HalfLife })},
 		{"quarantine-after", "quarantine and decay policy: consecutive failures in one context that quarantine a resource for it (`n`)", strconv.Itoa(d.Policy.FailuresToQuarantine), integer(func(c *server.Config) *int { return &c.Policy.FailuresToQuarantine })},
 		{"quarantine-whole-after", "quarantine and decay policy: consecutive failures over all contexts that quarantine the whole resource (`n`)", strconv.Itoa(d.Policy.FailuresToQuarantineWhole), integer(func(c *server.Config) *int { return &c.Policy.FailuresToQuarantineWhole })},
@@ -210,7 +202,35 @@ func bindings() []binding {
 		{"tls-key", "private key of --tls-cert (PEM `file`)", "", str(func(c *server.Config) *string { return &c.TLSKey })},
 		{"tls-client-ca", "require client certificates signed by these CAs (PEM `file`; mutual TLS)", "", str(func(c *server.Config) *string { return &c.TLSClientCA })},
 		{"insecure", "allow listening on a non-loopback address without TLS (plaintext on the network)", "false", boolean(func(c *server.Config) *bool { return &c.Insecure })},
+	}...)
+}
+
+// limitBindings are the bindings of Config.Limits: one for each limit of
+// the internal/limits table that has a server flag, named for the limit
+// (--max-lease-streams, max_lease_streams), its default d's. A whole
+// number parses as an int, a rate as a float.
+func limitBindings(d server.Config) []binding {
+	var out []binding
+	for l := range limits.Count {
+		if l.Flag() == "" {
+			continue
+		}
+		def := strconv.FormatFloat(d.Limits[l], 'g', -1, 64)
+		if l.Spec().Integer {
+			def = strconv.Itoa(int(d.Limits[l]))
+		}
+		out = append(out, binding{l.Flag(), l.Spec().FlagUsage, def, func(c *server.Config, v string) error {
+			if !l.Spec().Integer {
+				f, err := strconv.ParseFloat(v, 64)
+				c.Limits[l] = f
+				return err
+			}
+			n, err := strconv.Atoi(v)
+			c.Limits[l] = float64(n)
+			return err
+		}})
 	}
+	return out
 }
 
 func envName(flagName string) string {

@@ -1,11 +1,13 @@
 package servercmd
 
 import (
+	"github.com/repool/repool/internal/limits"
 	"github.com/repool/repool/internal/server"
 
 	"errors"
 	"flag"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -24,12 +26,14 @@ func TestLoad(t *testing.T) {
 		check   func(server.Config) bool
 		wantErr bool
 	}{
-		{"defaults", nil, nil, func(c server.Config) bool { return c.GRPCAddr == "127.0.0.1:9090" && c.Burst == 50 && !c.HA }, false},
+		{"defaults", nil, nil, func(c server.Config) bool {
+			return c.GRPCAddr == "127.0.0.1:9090" && c.Limits[limits.Burst] == 50 && !c.HA
+		}, false},
 		{"bare --ha switch", []string{"--ha", "--store", "postgres://x@127.0.0.1/db"}, nil, func(c server.Config) bool { return c.HA && c.Store == "postgres://x@127.0.0.1/db" }, false},
 		{"--ha without postgres", []string{"--ha"}, nil, nil, true},
 		{"file, env and flags in order", []string{"--config", file, "--burst", "90"}, map[string]string{"REPOOL_RATE_PER_SECOND": "7"},
 			func(c server.Config) bool {
-				return c.Burst == 90 && c.RatePerSecond == 7 && c.CheckpointInterval == 3*time.Second
+				return c.Limits[limits.Burst] == 90 && c.Limits[limits.RatePerSecond] == 7 && c.CheckpointInterval == 3*time.Second
 			}, false},
 		{"bad duration", []string{"--token-ttl", "soon"}, nil, nil, true},
 		{"gc defaults", nil, nil, func(c server.Config) bool { return c.GCPercent == 400 && c.MemoryLimit == 0 }, false},
@@ -57,7 +61,7 @@ func TestLoad(t *testing.T) {
 		{"log level flag", []string{"--log-level", "error"}, nil, func(c server.Config) bool { return c.LogLevel == "error" }, false},
 		{"log level unknown in a file", []string{"--config", badLogFile}, nil, nil, true},
 		{"log level unknown flag", []string{"--log-level", "verbose"}, nil, nil, true},
-		{"bare --ha then more flags", []string{"--ha", "--burst", "3", "--store", "postgres://x@127.0.0.1/db"}, nil, func(c server.Config) bool { return c.HA && c.Burst == 3 }, false},
+		{"bare --ha then more flags", []string{"--ha", "--burst", "3", "--store", "postgres://x@127.0.0.1/db"}, nil, func(c server.Config) bool { return c.HA && c.Limits[limits.Burst] == 3 }, false},
 		{"--ha=false", []string{"--ha=false"}, nil, func(c server.Config) bool { return !c.HA }, false},
 		{"listener defaults", nil, nil, func(c server.Config) bool {
 			h := c.HTTP
@@ -225,5 +229,65 @@ func TestTLSConfig(t *testing.T) {
 	c, err := Load(fs, nil, func(k string) string { return env[k] })
 	if err != nil || c.TLSCert != "e.crt" || c.TLSKey != "e.key" || c.TLSClientCA != "e-ca.crt" || !c.Insecure {
 		t.Errorf("Load from REPOOL_TLS_* = %+v, %v", c.TLSFiles(), err)
+	}
+}
+
+// TestLimitFlags is what catches a limit of the table (internal/limits)
+// whose server default cannot be set: each limit with a flag has it
+// (--max-lease-streams), its REPOOL_ variable and its YAML key
+// (max_lease_streams), each of which sets the limit's default in
+// Config.Limits, with the table's default in -h; a value out of the
+// limit's range is refused naming it. A limit without a flag has none.
+func TestLimitFlags(t *testing.T) {
+	load := func(t *testing.T, args []string, env map[string]string) (server.Config, error) {
+		fs := flag.NewFlagSet("server", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		return Load(fs, args, func(k string) string { return env[k] })
+	}
+	for l := range limits.Count {
+		t.Run(l.String(), func(t *testing.T) {
+			s := l.Spec()
+			if l.Flag() == "" {
+				if _, err := load(t, []string{"--" + strings.ReplaceAll(l.String(), "_", "-"), "1"}, nil); err == nil {
+					t.Errorf("a flag for %s, which has no server default to set", l)
+				}
+				return
+			}
+			fs := flag.NewFlagSet("server", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			if _, err := Load(fs, nil, func(string) string { return "" }); err != nil {
+				t.Fatal(err)
+			}
+			if f := fs.Lookup(l.Flag()); f == nil || f.DefValue != strconv.FormatFloat(s.Default, 'g', -1, 64) {
+				t.Fatalf("flag --%s = %+v, want one with the default %v", l.Flag(), f, s.Default)
+			}
+			v := s.Default + 1 // a value of its own, within range
+			if !s.Integer {
+				v = s.Default + 0.5
+			}
+			text := strconv.FormatFloat(v, 'g', -1, 64)
+			path := writeFile(t, t.TempDir(), "server.yaml", l.String()+": "+text+"\n")
+			for _, src := range []struct {
+				name string
+				args []string
+				env  map[string]string
+			}{
+				{"flag", []string{"--" + l.Flag(), text}, nil},
+				{"env", nil, map[string]string{envName(l.Flag()): text}},
+				{"file", []string{"--config", path}, nil},
+			} {
+				c, err := load(t, src.args, src.env)
+				if err != nil || c.Limits[l] != v {
+					t.Errorf("%s %s %s = Limits[%s] %v, %v; want %v", src.name, l, text, l, c.Limits[l], err, v)
+				}
+				if rules := c.LimitRules(); rules.Defaults.Values.Value(l) != v {
+					t.Errorf("%s %s %s: LimitRules default %v, want %v", src.name, l, text, rules.Defaults.Values.Value(l), v)
+				}
+			}
+			beyond := strconv.FormatFloat(s.Max+1, 'f', -1, 64)
+			if _, err := load(t, []string{"--" + l.Flag(), beyond}, nil); err == nil || !strings.Contains(err.Error(), l.String()+" "+beyond) {
+				t.Errorf("--%s %s = %v, want an error naming %s %s", l.Flag(), beyond, err, l, beyond)
+			}
+		})
 	}
 }

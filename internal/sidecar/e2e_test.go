@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/repool/repool/internal/limits"
 	"github.com/repool/repool/internal/server"
 	"github.com/repool/repool/internal/sidecar"
 	"github.com/repool/repool/internal/sidecar/config"
@@ -31,7 +32,8 @@ func serverConfig(dir string) server.Config {
 	return server.Config{
 		Store:    "sqlite:" + filepath.Join(dir, "repool.db"),
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		RatePerSecond: 1e6, Burst: 1e6, CheckpointInterval: time.Hour,
+		Limits:             [limits.Count]float64{limits.RatePerSecond: 1e6, limits.Burst: 1e6},
+		CheckpointInterval: time.Hour,
 	}
 }
 

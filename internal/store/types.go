@@ -3,6 +3,8 @@ package store
 import (
 	"math"
 	"time"
+
+	"github.com/repool/repool/internal/limits"
 )
 
 // Status is a tenant's lifecycle state: active ⇄ suspended → deleted.
@@ -55,33 +57,20 @@ type TenantFilter struct {
 	Group string
 }
 
-// Limits are a tenant's overrides of the server's capacity and request
-// limits. A nil field means "use the server default"; the zero Limits uses
-// the defaults for everything. A non-nil zero is an explicit zero (for
-// example MaxStreams = 0 forbids event streams).
+// Limits are a tenant's stored limits (the limits.Limit table) and its
+// policy. The zero Limits uses the server defaults for everything.
 type Limits struct {
-	// RatePerSecond is the token-bucket refill rate of request limits.
-	RatePerSecond *float64
-	// Burst is the token-bucket size.
-	Burst *int64
-	// ReservedResources are always available to the tenant.
-	ReservedResources *int64
-	// MaxResources is the ceiling on the tenant's resources.
-	MaxResources *int64
-	// ReservedCells are always available to the tenant.
-	ReservedCells *int64
-	// MaxCells is the ceiling on the tenant's cells.
-	MaxCells *int64
-	// MaxStreams caps concurrent event streams.
-	MaxStreams *int64
-	// MaxLeases caps concurrent leases.
-	MaxLeases *int64
-	// MaxLeaseStreams caps open Leases streams.
-	MaxLeaseStreams *int64
-	// Admin are the tenant-admin's own values of the caps above: the
-	// server applies the smaller of each and the operator's value (or the
-	// server default when that is nil).
-	Admin AdminLimits
+	// Values are the operator's values, by limits.Limit: the tenant's
+	// ceilings and reservations. Nil means "use the server default"; a
+	// non-nil zero is an explicit zero (for example max_streams 0 forbids
+	// event streams). In the limits in force (control.LimitRules.Effective)
+	// every one is set.
+	Values limits.Values
+	// Admin are the tenant-admin's own values, by limits.Limit, each at
+	// most the operator's (docs/control-plane.md): the server applies the
+	// smaller of each and the operator's value (or the server default when
+	// that is nil). Nil means none; a reservation never has one.
+	Admin limits.Values
 	// Policy is the tenant's quarantine and decay policy: a nil field
 	// means the server-wide default (flags --half-life, ...).
 	Policy Policy
@@ -119,20 +108,6 @@ type Policy struct {
 	// MaxQuarantinedShare caps the share of the pool in quarantine, in
 	// (0, 1]; 1 is no cap.
 	MaxQuarantinedShare *float64
-}
-
-// AdminLimits are the values a tenant-admin set for its own tenant, each at
-// most the operator's (docs/control-plane.md). A nil field means none: the
-// operator's value applies.
-type AdminLimits struct {
-	RatePerSecond *float64
-	Burst         *int64
-	MaxResources  *int64
-	MaxCells      *int64
-	MaxStreams    *int64
-	MaxLeases     *int64
-	// MaxLeaseStreams is the tenant-admin's cap on open Leases streams.
-	MaxLeaseStreams *int64
 }
 
 // DigestLen is the length of an API key digest (SHA-256).

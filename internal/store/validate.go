@@ -5,6 +5,8 @@ import (
 	"math"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/repool/repool/internal/limits"
 )
 
 // Field limits enforced by the Validate functions.
@@ -125,15 +127,18 @@ func GroupOf(counter string) (string, bool) {
 	return g, ok && g != ""
 }
 
-// Validate checks that every limit that is set is not negative (and the
-// rates finite). The error wraps ErrInvalid and names the field.
+// Validate checks that every limit that is set is not negative, the
+// rates finite and the others whole numbers that a 64-bit column holds,
+// that no reservation has a tenant-admin value, and that the policy's
+// fields are what a column holds and the pool reads. The ranges are the
+// control plane's. The error wraps ErrInvalid and names the field.
 func (l Limits) Validate() error {
-	for _, r := range []struct {
-		name string
-		v    *float64
-	}{{"rate_per_second", l.RatePerSecond}, {"admin.rate_per_second", l.Admin.RatePerSecond}} {
-		if r.v != nil && (math.IsNaN(*r.v) || math.IsInf(*r.v, 0) || *r.v < 0) {
-			return fmt.Errorf("%w: limits: %s %v, want finite and >= 0", ErrInvalid, r.name, *r.v)
+	for lim := range limits.Count {
+		if err := checkLimit(lim, false, l.Values[lim]); err != nil {
+			return err
+		}
+		if err := checkLimit(lim, true, l.Admin[lim]); err != nil {
+			return err
 		}
 	}
 	// The policy's ranges are the control plane's; the store keeps only
@@ -174,28 +179,29 @@ func (l Limits) Validate() error {
 			return fmt.Errorf("%w: limits: %s %d, want >= 0", ErrInvalid, f.name, *f.v)
 		}
 	}
-	for _, f := range []struct {
-		name string
-		v    *int64
-	}{
-		{"burst", l.Burst},
-		{"reserved_resources", l.ReservedResources},
-		{"max_resources", l.MaxResources},
-		{"reserved_cells", l.ReservedCells},
-		{"max_cells", l.MaxCells},
-		{"max_streams", l.MaxStreams},
-		{"max_leases", l.MaxLeases},
-		{"max_lease_streams", l.MaxLeaseStreams},
-		{"admin.burst", l.Admin.Burst},
-		{"admin.max_resources", l.Admin.MaxResources},
-		{"admin.max_cells", l.Admin.MaxCells},
-		{"admin.max_streams", l.Admin.MaxStreams},
-		{"admin.max_leases", l.Admin.MaxLeases},
-		{"admin.max_lease_streams", l.Admin.MaxLeaseStreams},
-	} {
-		if f.v != nil && *f.v < 0 {
-			return fmt.Errorf("%w: limits: %s %d, want >= 0", ErrInvalid, f.name, *f.v)
-		}
+	return nil
+}
+
+// checkLimit checks v, the operator's or (admin) the tenant-admin's value
+// of lim, nil for none: not negative, and finite for a rate, a whole
+// number below 2^63 for the others. A tenant-admin's value of a
+// reservation is refused.
+func checkLimit(lim limits.Limit, admin bool, v *float64) error {
+	s, name := lim.Spec(), lim.String()
+	if admin {
+		name = "admin." + name
+	}
+	switch {
+	case v == nil:
+		return nil
+	case s.Reservation && admin:
+		return fmt.Errorf("%w: limits: %s: a reservation has no tenant-admin value", ErrInvalid, name)
+	case !s.Integer && (math.IsNaN(*v) || math.IsInf(*v, 0) || *v < 0):
+		return fmt.Errorf("%w: limits: %s %v, want finite and >= 0", ErrInvalid, name, *v)
+	case s.Integer && (math.IsNaN(*v) || *v < 0):
+		return fmt.Errorf("%w: limits: %s %v, want >= 0", ErrInvalid, name, *v)
+	case s.Integer && (*v != math.Trunc(*v) || *v >= 1<<63):
+		return fmt.Errorf("%w: limits: %s %v, want a whole number below 2^63", ErrInvalid, name, *v)
 	}
 	return nil
 }

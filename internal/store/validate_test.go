@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/repool/repool/internal/clock"
+	"github.com/repool/repool/internal/limits"
 )
 
 func TestValidateTenantID(t *testing.T) {
@@ -86,23 +87,32 @@ func TestValidateTransition(t *testing.T) {
 }
 
 func TestLimitsValidate(t *testing.T) {
-	f := func(v float64) *float64 { return &v }
-	i := func(v int64) *int64 { return &v }
+	set := func(pairs ...any) limits.Values {
+		var v limits.Values
+		for i := 0; i < len(pairs); i += 2 {
+			v.Set(pairs[i].(limits.Limit), pairs[i+1].(float64))
+		}
+		return v
+	}
 	tests := []struct {
 		name   string
 		limits Limits
 		field  string // named in the error; "" means valid
 	}{
 		{name: "zero value", limits: Limits{}},
-		{name: "explicit zeros", limits: Limits{RatePerSecond: f(0), Burst: i(0), MaxStreams: i(0)}},
-		{name: "negative rate", limits: Limits{RatePerSecond: f(-1)}, field: "rate_per_second"},
-		{name: "NaN rate", limits: Limits{RatePerSecond: f(math.NaN())}, field: "rate_per_second"},
-		{name: "negative burst", limits: Limits{Burst: i(-1)}, field: "burst"},
-		{name: "negative reserved cells", limits: Limits{ReservedCells: i(-3)}, field: "reserved_cells"},
-		{name: "negative max leases", limits: Limits{MaxLeases: i(-1)}, field: "max_leases"},
-		{name: "tenant-admin values", limits: Limits{Admin: AdminLimits{RatePerSecond: f(1), MaxStreams: i(0)}}},
-		{name: "negative tenant-admin burst", limits: Limits{Admin: AdminLimits{Burst: i(-1)}}, field: "admin.burst"},
-		{name: "infinite tenant-admin rate", limits: Limits{Admin: AdminLimits{RatePerSecond: f(math.Inf(1))}}, field: "admin.rate_per_second"},
+		{name: "explicit zeros", limits: Limits{Values: set(limits.RatePerSecond, 0.0, limits.Burst, 0.0, limits.MaxStreams, 0.0)}},
+		{name: "negative rate", limits: Limits{Values: set(limits.RatePerSecond, -1.0)}, field: "rate_per_second"},
+		{name: "NaN rate", limits: Limits{Values: set(limits.RatePerSecond, math.NaN())}, field: "rate_per_second"},
+		{name: "negative burst", limits: Limits{Values: set(limits.Burst, -1.0)}, field: "burst"},
+		{name: "fractional burst", limits: Limits{Values: set(limits.Burst, 0.5)}, field: "burst"},
+		{name: "burst beyond 64 bits", limits: Limits{Values: set(limits.Burst, 0x1p63)}, field: "burst"},
+		{name: "NaN burst", limits: Limits{Values: set(limits.Burst, math.NaN())}, field: "burst"},
+		{name: "negative reserved cells", limits: Limits{Values: set(limits.ReservedCells, -3.0)}, field: "reserved_cells"},
+		{name: "negative max leases", limits: Limits{Values: set(limits.MaxLeases, -1.0)}, field: "max_leases"},
+		{name: "tenant-admin values", limits: Limits{Admin: set(limits.RatePerSecond, 1.0, limits.MaxStreams, 0.0)}},
+		{name: "negative tenant-admin burst", limits: Limits{Admin: set(limits.Burst, -1.0)}, field: "admin.burst"},
+		{name: "infinite tenant-admin rate", limits: Limits{Admin: set(limits.RatePerSecond, math.Inf(1))}, field: "admin.rate_per_second"},
+		{name: "tenant-admin reservation", limits: Limits{Admin: set(limits.ReservedResources, 0.0)}, field: "admin.reserved_resources"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/repool/repool/internal/budget"
 	"github.com/repool/repool/internal/clock"
+	"github.com/repool/repool/internal/limits"
 	"github.com/repool/repool/internal/pool"
 	"github.com/repool/repool/internal/ratelimit"
 	"github.com/repool/repool/internal/store"
@@ -126,9 +127,11 @@ func NewLifecycle(cfg LifecycleConfig) (*Lifecycle, error) {
 	case cfg.Pools == nil, cfg.Store == nil, cfg.Rules == nil, cfg.Budget == nil, cfg.Limiter == nil, cfg.Credentials == nil, cfg.Checkpoints == nil,
 		cfg.Watcher == nil, cfg.Epoch == nil, cfg.Clock == nil, cfg.Life == nil:
 		return nil, errors.New("tenants: lifecycle: every dependency is required")
-	case cfg.Defaults.RatePerSecond == nil, cfg.Defaults.Burst == nil, cfg.Defaults.MaxStreams == nil, cfg.Defaults.MaxLeases == nil, cfg.Defaults.MaxLeaseStreams == nil,
-		cfg.Defaults.ReservedResources == nil, cfg.Defaults.MaxResources == nil, cfg.Defaults.ReservedCells == nil, cfg.Defaults.MaxCells == nil:
-		return nil, errors.New("tenants: lifecycle: Defaults must set every limit")
+	}
+	for l := range limits.Count {
+		if _, ok := cfg.Defaults.Values.Get(l); !ok {
+			return nil, fmt.Errorf("tenants: lifecycle: Defaults must set every limit (%s is not set)", l)
+		}
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -164,12 +167,12 @@ func (lc *Lifecycle) NewPool(tenant string) (*pool.Pool, error) {
 	if err := p.SetEpoch(lc.cfg.Epoch()); err != nil {
 		return nil, fmt.Errorf("creating the pool of tenant %q: %v", tenant, err)
 	}
-	p.SetMaxLeases(lc.maxLeases(tenant))
+	p.SetMaxLeases(int(lc.Limit(tenant, limits.MaxLeases)))
 	lc.cfg.Watcher.Watch(lc.cfg.Life, tenant, p)
 	return p, nil
 }
 
-// Limits returns the limits in force for tenant: every field set.
+// Limits returns the limits in force for tenant: every limit set.
 func (lc *Lifecycle) Limits(tenant string) store.Limits {
 	lc.mu.RLock()
 	l, ok := lc.limits[tenant]
@@ -178,6 +181,12 @@ func (lc *Lifecycle) Limits(tenant string) store.Limits {
 		return lc.cfg.Defaults
 	}
 	return l
+}
+
+// Limit returns tenant's limit l in force (a whole number for every
+// limit but a rate).
+func (lc *Lifecycle) Limit(tenant string, l limits.Limit) float64 {
+	return lc.Limits(tenant).Values.Value(l)
 }
 
 // Policy returns the quarantine and decay policy in force for tenant: the
@@ -189,16 +198,6 @@ func (lc *Lifecycle) Policy(tenant string) Policy {
 	lc.mu.RUnlock()
 	return lc.cfg.Policy.ForTenant(l.Policy)
 }
-
-// MaxStreams is tenant's limit on concurrent event streams.
-func (lc *Lifecycle) MaxStreams(tenant string) int { return int(*lc.Limits(tenant).MaxStreams) }
-
-// MaxLeaseStreams is tenant's limit on open Leases streams.
-func (lc *Lifecycle) MaxLeaseStreams(tenant string) int {
-	return int(*lc.Limits(tenant).MaxLeaseStreams)
-}
-
-func (lc *Lifecycle) maxLeases(tenant string) int { return int(*lc.Limits(tenant).MaxLeases) }
 
 // LoadLimits applies every tenant's stored limits, before traffic. Stored
 // limits that no longer fit (a smaller global budget, values from before
@@ -248,23 +247,24 @@ func (lc *Lifecycle) ApplyLimits(tenant string, l store.Limits) error {
 	}
 	eff := lc.cfg.Rules.Effective(l)
 	eff.Policy = l.Policy // the tenant's own values, for pools created later
+	v := eff.Values
 	if err := lc.cfg.Budget.SetLimits(tenant, budget.Limits{
-		ReservedResources: *eff.ReservedResources, MaxResources: *eff.MaxResources,
-		ReservedCells: *eff.ReservedCells, MaxCells: *eff.MaxCells,
+		ReservedResources: int64(v.Value(limits.ReservedResources)), MaxResources: int64(v.Value(limits.MaxResources)),
+		ReservedCells: int64(v.Value(limits.ReservedCells)), MaxCells: int64(v.Value(limits.MaxCells)),
 	}); err != nil {
 		// The budget's words ("resources reservations would total ..."),
 		// without its sentinel's.
 		msg := strings.TrimPrefix(err.Error(), budget.ErrInvalidArgument.Error()+": ")
 		return fmt.Errorf("%w: %s", ErrInvalidLimits, msg)
 	}
-	if err := lc.cfg.Limiter.Set(tenant, *eff.RatePerSecond, int(*eff.Burst)); err != nil {
+	if err := lc.cfg.Limiter.Set(tenant, v.Value(limits.RatePerSecond), int(v.Value(limits.Burst))); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidLimits, err)
 	}
 	lc.mu.Lock()
 	lc.limits[tenant] = eff
 	lc.mu.Unlock()
 	if p, ok := lc.cfg.Pools.Lookup(tenant); ok {
-		p.SetMaxLeases(lc.maxLeases(tenant))
+		p.SetMaxLeases(int(v.Value(limits.MaxLeases)))
 		if err := p.SetPolicy(policy.PoolPolicy()); err != nil {
 			// Validate's ranges are within the pool's: not the caller's fault.
 			return fmt.Errorf("applying the policy of tenant %q: %v", tenant, err)

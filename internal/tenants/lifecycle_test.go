@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/repool/repool/internal/budget"
 	"github.com/repool/repool/internal/clock"
+	"github.com/repool/repool/internal/limits"
 	"github.com/repool/repool/internal/pool"
 	"github.com/repool/repool/internal/ratelimit"
 	"github.com/repool/repool/internal/store"
@@ -44,7 +46,11 @@ func (r *recorder) seen() (invalidated, forgot, watch []string) {
 	return slices.Clone(r.invalidated), slices.Clone(r.forgot), slices.Clone(r.watch)
 }
 
-func i64(v int64) *int64 { return &v }
+// with returns l with limit lim set to v.
+func with(l store.Limits, lim limits.Limit, v float64) store.Limits {
+	l.Values.Set(lim, v)
+	return l
+}
 
 // fillRules puts the defaults in a limit's unset fields and checks
 // nothing: the ranges are control.LimitRules' (tested there); the budget's
@@ -53,16 +59,10 @@ type fillRules struct{ d store.Limits }
 
 func (r fillRules) Effective(l store.Limits) store.Limits {
 	out := r.d
-	for _, f := range []struct{ dst, src **int64 }{
-		{&out.Burst, &l.Burst}, {&out.ReservedResources, &l.ReservedResources}, {&out.MaxResources, &l.MaxResources},
-		{&out.ReservedCells, &l.ReservedCells}, {&out.MaxCells, &l.MaxCells}, {&out.MaxStreams, &l.MaxStreams}, {&out.MaxLeases, &l.MaxLeases},
-	} {
-		if *f.src != nil {
-			*f.dst = *f.src
+	for lim := range limits.Count {
+		if l.Values[lim] != nil {
+			out.Values[lim] = l.Values[lim]
 		}
-	}
-	if l.RatePerSecond != nil {
-		out.RatePerSecond = l.RatePerSecond
 	}
 	return out
 }
@@ -82,11 +82,8 @@ func testConfig(t *testing.T, rec *recorder) LifecycleConfig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rate := 100.0
-	defaults := store.Limits{RatePerSecond: &rate, Burst: i64(100), ReservedResources: i64(0), MaxResources: i64(10),
-		ReservedCells: i64(0), MaxCells: i64(100), MaxStreams: i64(4), MaxLeases: i64(0), MaxLeaseStreams: i64(32)}
 	return LifecycleConfig{
-		Pools: NewRegistry(nil), Store: noLimits{}, Rules: fillRules{defaults}, Defaults: defaults, Budget: b, Limiter: lim,
+		Pools: NewRegistry(nil), Store: noLimits{}, Rules: fillRules{testDefaults()}, Defaults: testDefaults(), Budget: b, Limiter: lim,
 		Credentials: rec, Checkpoints: rec, Watcher: rec,
 		Epoch: func() uint32 { return 7 }, Clock: clock.NewFake(time.Unix(1e9, 0)), Life: t.Context(),
 	}
@@ -101,6 +98,34 @@ func newLifecycle(t *testing.T) (*Lifecycle, *budget.Budget, *recorder) {
 		t.Fatal(err)
 	}
 	return lc, cfg.Budget, rec
+}
+
+// testDefaults are the tests' server defaults: every limit set, to its
+// built-in default but for a request limit of 100/s, burst 100, ceilings
+// of 10 resources and 100 cells, and 4 event streams.
+func testDefaults() store.Limits {
+	var d store.Limits
+	for lim := range limits.Count {
+		d.Values.Set(lim, lim.Spec().Default)
+	}
+	for lim, v := range map[limits.Limit]float64{
+		limits.RatePerSecond: 100, limits.Burst: 100, limits.MaxResources: 10, limits.MaxCells: 100, limits.MaxStreams: 4,
+	} {
+		d.Values.Set(lim, v)
+	}
+	return d
+}
+
+// TestLifecycleNeedsEveryDefault: a lifecycle refuses server defaults
+// that leave any limit of the table unset, naming it.
+func TestLifecycleNeedsEveryDefault(t *testing.T) {
+	for l := range limits.Count {
+		cfg := testConfig(t, &recorder{})
+		cfg.Defaults.Values[l] = nil
+		if _, err := NewLifecycle(cfg); err == nil || !strings.Contains(err.Error(), l.String()) {
+			t.Errorf("NewLifecycle(defaults without %s) = got error %v, want one naming it", l, err)
+		}
+	}
 }
 
 // TestLifecyclePoolsFollowTheLimits: a new pool is charged to its tenant's
@@ -122,31 +147,30 @@ func TestLifecyclePoolsFollowTheLimits(t *testing.T) {
 		t.Fatalf("budget holds %d resources of a, want the pool's 2", u.Of(budget.Resources))
 	}
 	// A ceiling of 3 resources, applied live: the fourth is over budget.
-	l := store.Limits{MaxResources: i64(3)}
-	if err := lc.ApplyLimits("a", l); err != nil {
+	if err := lc.ApplyLimits("a", with(store.Limits{}, limits.MaxResources, 3)); err != nil {
 		t.Fatalf("ApplyLimits(max_resources 3) = %v", err)
 	}
-	if got := *lc.Limits("a").MaxResources; got != 3 {
-		t.Fatalf("limits in force: max_resources %d, want 3", got)
+	if got := lc.Limit("a", limits.MaxResources); got != 3 {
+		t.Fatalf("limits in force: max_resources %v, want 3", got)
 	}
 	if _, _, err := p.Register([]pool.Spec{{ID: "r3"}, {ID: "r4"}}); !errors.Is(err, pool.ErrOverBudget) {
 		t.Fatalf("registering past the ceiling = %v, want ErrOverBudget", err)
 	}
 	// A reservation larger than the global budget is refused as invalid
 	// limits, and the limits in force stay as they were.
-	if err := lc.ApplyLimits("a", store.Limits{ReservedResources: i64(1000), MaxResources: i64(1000)}); !errors.Is(err, ErrInvalidLimits) {
+	if err := lc.ApplyLimits("a", with(with(store.Limits{}, limits.ReservedResources, 1000), limits.MaxResources, 1000)); !errors.Is(err, ErrInvalidLimits) {
 		t.Fatalf("ApplyLimits(reserve 1000 of 100) = %v, want ErrInvalidLimits", err)
 	}
-	if got := *lc.Limits("a").MaxResources; got != 3 {
-		t.Fatalf("a refused ApplyLimits changed max_resources to %d", got)
+	if got := lc.Limit("a", limits.MaxResources); got != 3 {
+		t.Fatalf("a refused ApplyLimits changed max_resources to %v", got)
 	}
 	// A policy out of range is refused too.
 	bad := int64(5000)
 	if err := lc.ApplyLimits("a", store.Limits{Policy: store.Policy{QuarantineAfter: &bad}}); !errors.Is(err, ErrInvalidLimits) {
 		t.Fatalf("ApplyLimits(quarantine_after 5000) = %v, want ErrInvalidLimits", err)
 	}
-	if got := lc.MaxStreams("a"); got != 4 {
-		t.Fatalf("MaxStreams = %d, want the default 4", got)
+	if got := lc.Limit("a", limits.MaxStreams); got != 4 {
+		t.Fatalf("max_streams in force = %v, want the default 4", got)
 	}
 }
 
@@ -162,7 +186,7 @@ func TestLifecycleDeleteForgetsEverything(t *testing.T) {
 	if _, _, err := p.Register([]pool.Spec{{ID: "r1"}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := lc.ApplyLimits("a", store.Limits{MaxResources: i64(5)}); err != nil {
+	if err := lc.ApplyLimits("a", with(store.Limits{}, limits.MaxResources, 5)); err != nil {
 		t.Fatal(err)
 	}
 	lc.TenantDeleted("a")
@@ -179,8 +203,8 @@ func TestLifecycleDeleteForgetsEverything(t *testing.T) {
 	if u := b.Usage("a"); u.Of(budget.Resources) != 0 {
 		t.Fatalf("a deleted tenant still holds %d resources of the budget", u.Of(budget.Resources))
 	}
-	if got := *lc.Limits("a").MaxResources; got != 10 {
-		t.Fatalf("a deleted tenant's limits stayed: max_resources %d, want the default 10", got)
+	if got := lc.Limit("a", limits.MaxResources); got != 10 {
+		t.Fatalf("a deleted tenant's limits stayed: max_resources %v, want the default 10", got)
 	}
 }
 

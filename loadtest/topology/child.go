@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/repool/repool/internal/limits"
 	"github.com/repool/repool/internal/server"
 	"github.com/repool/repool/internal/servercmd"
 	"github.com/repool/repool/internal/sidecar"
@@ -125,7 +126,8 @@ func runServer(ctx context.Context, raw string, stdout, stderr io.Writer) error 
 		Store: c.Store, GRPCAddr: c.GRPCAddr, HTTPAddr: c.HTTPAddr, HA: c.HA, HAName: c.Name, Group: group,
 		// The load test measures failure handling, not the tenant's
 		// request limit: lift it far above any scenario's rate.
-		RatePerSecond: 1e6, Burst: 1_000_000, ShutdownGrace: 2 * time.Second, TokenTTL: c.TokenTTL,
+		Limits:        [limits.Count]float64{limits.RatePerSecond: 1e6, limits.Burst: 1_000_000},
+		ShutdownGrace: 2 * time.Second, TokenTTL: c.TokenTTL,
 	}, server.Options{Out: &banner, Log: log})
 	if err != nil {
 		return err

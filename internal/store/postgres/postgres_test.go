@@ -58,6 +58,24 @@ func (r raw) Dump(ctx context.Context) (string, error) {
 	return b.String(), nil
 }
 
+func (r raw) ColumnTypes(ctx context.Context, table string) (map[string]string, error) {
+	rows, err := r.pool.Query(ctx, `SELECT column_name, data_type FROM information_schema.columns
+WHERE table_schema = current_schema() AND table_name = $1`, table)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	cols := map[string]string{}
+	for rows.Next() {
+		var name, typ string
+		if err := rows.Scan(&name, &typ); err != nil {
+			return nil, err
+		}
+		cols[name] = typ
+	}
+	return cols, rows.Err()
+}
+
 func (r raw) Corrupt(ctx context.Context, tenantID string, kind storetest.Corruption) error {
 	// Bad rows go into the tenant's current generation, where
 	// LoadCheckpoint reads.

@@ -75,6 +75,23 @@ func (r raw) Dump(ctx context.Context) (string, error) {
 	return b.String(), nil
 }
 
+func (r raw) ColumnTypes(ctx context.Context, table string) (map[string]string, error) {
+	rows, err := r.w.QueryContext(ctx, `SELECT name, type FROM pragma_table_info(?)`, table)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	cols := map[string]string{}
+	for rows.Next() {
+		var name, typ string
+		if err := rows.Scan(&name, &typ); err != nil {
+			return nil, err
+		}
+		cols[name] = typ
+	}
+	return cols, rows.Err()
+}
+
 func (r raw) Corrupt(ctx context.Context, tenantID string, kind storetest.Corruption) error {
 	const (
 		res  = `INSERT INTO resources VALUES (?, ?, ?, ?, ?, 1, 0, 0, 0, 0, 0, 0, 0, 0, '', 0, 0)`

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 
 	"github.com/repool/repool/internal/store"
 )
@@ -181,49 +183,21 @@ func (s *Store) PutLimits(ctx context.Context, tenantID string, l store.Limits) 
 	if err := l.Validate(); err != nil {
 		return err
 	}
+	cols := limitsColumns(&l)
+	args := []any{tenantID}
+	var params, set []string
+	for _, c := range cols {
+		args = append(args, c.arg)
+		params = append(params, "$"+strconv.Itoa(len(args)))
+		set = append(set, c.name+" = excluded."+c.name)
+	}
 	// The SELECT's WHERE also keeps SQLite from reading ON CONFLICT as a
 	// join constraint.
 	n, err := s.c.Write.Exec(ctx, `
-INSERT INTO tenant_limits (tenant_id, rate_per_second, burst, reserved_resources, max_resources,
-                           reserved_cells, max_cells, max_streams, max_leases,
-                           admin_rate_per_second, admin_burst, admin_max_resources, admin_max_cells,
-                           admin_max_streams, admin_max_leases,
-                           policy_half_life_seconds, policy_quarantine_after, policy_quarantine_whole_after,
-                           policy_quarantine_below, policy_quarantine_min_evidence,
-                           policy_cooldown_base_seconds, policy_cooldown_max_seconds,
-                           max_lease_streams, admin_max_lease_streams, policy_objective,
-                           policy_max_uses, policy_max_age_seconds, policy_max_quarantined_share)
-SELECT id, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
-       $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28
+INSERT INTO tenant_limits (tenant_id, `+columnNames(cols, "")+`)
+SELECT id, `+strings.Join(params, ", ")+`
 FROM tenants WHERE id = $1 AND status <> 'deleted' `+s.c.ForShare+`
-ON CONFLICT (tenant_id) DO UPDATE SET
-    rate_per_second = excluded.rate_per_second, burst = excluded.burst,
-    reserved_resources = excluded.reserved_resources, max_resources = excluded.max_resources,
-    reserved_cells = excluded.reserved_cells, max_cells = excluded.max_cells,
-    max_streams = excluded.max_streams, max_leases = excluded.max_leases,
-    admin_rate_per_second = excluded.admin_rate_per_second, admin_burst = excluded.admin_burst,
-    admin_max_resources = excluded.admin_max_resources, admin_max_cells = excluded.admin_max_cells,
-    admin_max_streams = excluded.admin_max_streams, admin_max_leases = excluded.admin_max_leases,
-    policy_half_life_seconds = excluded.policy_half_life_seconds,
-    policy_quarantine_after = excluded.policy_quarantine_after,
-    policy_quarantine_whole_after = excluded.policy_quarantine_whole_after,
-    policy_quarantine_below = excluded.policy_quarantine_below,
-    policy_quarantine_min_evidence = excluded.policy_quarantine_min_evidence,
-    policy_cooldown_base_seconds = excluded.policy_cooldown_base_seconds,
-    policy_cooldown_max_seconds = excluded.policy_cooldown_max_seconds,
-    max_lease_streams = excluded.max_lease_streams, admin_max_lease_streams = excluded.admin_max_lease_streams,
-    policy_objective = excluded.policy_objective,
-    policy_max_uses = excluded.policy_max_uses, policy_max_age_seconds = excluded.policy_max_age_seconds,
-    policy_max_quarantined_share = excluded.policy_max_quarantined_share`,
-		tenantID, l.RatePerSecond, l.Burst, l.ReservedResources, l.MaxResources,
-		l.ReservedCells, l.MaxCells, l.MaxStreams, l.MaxLeases,
-		l.Admin.RatePerSecond, l.Admin.Burst, l.Admin.MaxResources, l.Admin.MaxCells,
-		l.Admin.MaxStreams, l.Admin.MaxLeases,
-		l.Policy.HalfLifeSeconds, l.Policy.QuarantineAfter, l.Policy.QuarantineWholeAfter,
-		l.Policy.QuarantineBelow, l.Policy.QuarantineMinEvidence,
-		l.Policy.CooldownBaseSeconds, l.Policy.CooldownMaxSeconds,
-		l.MaxLeaseStreams, l.Admin.MaxLeaseStreams, l.Policy.Objective,
-		l.Policy.MaxUses, l.Policy.MaxAgeSeconds, l.Policy.MaxQuarantinedShare)
+ON CONFLICT (tenant_id) DO UPDATE SET `+strings.Join(set, ", "), args...)
 	if err != nil {
 		return fmt.Errorf("put limits of tenant %q: %w", tenantID, s.classify(err))
 	}
@@ -242,26 +216,15 @@ func (s *Store) GetLimits(ctx context.Context, tenantID string) (store.Limits, e
 		l      store.Limits
 		status store.Status
 	)
+	cols := limitsColumns(&l)
+	dests := []any{&status}
+	for _, c := range cols {
+		dests = append(dests, c.dest)
+	}
 	err := s.c.Read.QueryRow(ctx, `
-SELECT t.status, l.rate_per_second, l.burst, l.reserved_resources, l.max_resources,
-       l.reserved_cells, l.max_cells, l.max_streams, l.max_leases,
-       l.admin_rate_per_second, l.admin_burst, l.admin_max_resources, l.admin_max_cells,
-       l.admin_max_streams, l.admin_max_leases,
-       l.policy_half_life_seconds, l.policy_quarantine_after, l.policy_quarantine_whole_after,
-       l.policy_quarantine_below, l.policy_quarantine_min_evidence,
-       l.policy_cooldown_base_seconds, l.policy_cooldown_max_seconds,
-       l.max_lease_streams, l.admin_max_lease_streams, l.policy_objective,
-       l.policy_max_uses, l.policy_max_age_seconds, l.policy_max_quarantined_share
+SELECT t.status, `+columnNames(cols, "l.")+`
 FROM tenants t LEFT JOIN tenant_limits l ON l.tenant_id = t.id
-WHERE t.id = $1`, tenantID).Scan(&status, &l.RatePerSecond, &l.Burst, &l.ReservedResources, &l.MaxResources,
-		&l.ReservedCells, &l.MaxCells, &l.MaxStreams, &l.MaxLeases,
-		&l.Admin.RatePerSecond, &l.Admin.Burst, &l.Admin.MaxResources, &l.Admin.MaxCells,
-		&l.Admin.MaxStreams, &l.Admin.MaxLeases,
-		&l.Policy.HalfLifeSeconds, &l.Policy.QuarantineAfter, &l.Policy.QuarantineWholeAfter,
-		&l.Policy.QuarantineBelow, &l.Policy.QuarantineMinEvidence,
-		&l.Policy.CooldownBaseSeconds, &l.Policy.CooldownMaxSeconds,
-		&l.MaxLeaseStreams, &l.Admin.MaxLeaseStreams, &l.Policy.Objective,
-		&l.Policy.MaxUses, &l.Policy.MaxAgeSeconds, &l.Policy.MaxQuarantinedShare)
+WHERE t.id = $1`, tenantID).Scan(dests...)
 	if errors.Is(err, sql.ErrNoRows) || (err == nil && status == store.StatusDeleted) {
 		return store.Limits{}, fmt.Errorf("tenant %q: %w", tenantID, store.ErrNotFound)
 	}

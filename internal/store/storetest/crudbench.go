@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/repool/repool/internal/limits"
 	"github.com/repool/repool/internal/store"
 )
 
@@ -23,8 +24,9 @@ func BenchmarkCRUD(b *testing.B, s store.Store) {
 			b.Fatalf("CreateKey(ctx, %s) = got error %v, want nil", k.ID, err)
 		}
 	}
-	burst := int64(10)
-	if err := s.PutLimits(ctx, "bench", store.Limits{Burst: &burst}); err != nil {
+	var lim store.Limits
+	lim.Values.Set(limits.Burst, 10)
+	if err := s.PutLimits(ctx, "bench", lim); err != nil {
 		b.Fatalf("PutLimits(ctx, bench) = got error %v, want nil", err)
 	}
 	n := 10
@@ -37,7 +39,7 @@ func BenchmarkCRUD(b *testing.B, s store.Store) {
 		{"LookupKey", func() error { _, _, err := s.LookupKey(ctx, digest(3)); return err }},
 		{"ListKeys", func() error { _, err := s.ListKeys(ctx, "bench"); return err }},
 		{"GetLimits", func() error { _, err := s.GetLimits(ctx, "bench"); return err }},
-		{"PutLimits", func() error { return s.PutLimits(ctx, "bench", store.Limits{Burst: &burst}) }},
+		{"PutLimits", func() error { return s.PutLimits(ctx, "bench", lim) }},
 		{"SetTenantStatus", func() error {
 			if _, err := s.SetTenantStatus(ctx, "bench", store.StatusActive, store.StatusSuspended); err != nil {
 				return err

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/repool/repool/internal/clock"
+	"github.com/repool/repool/internal/limits"
 	"github.com/repool/repool/internal/store"
 )
 
@@ -40,6 +41,10 @@ type Raw interface {
 	// Corrupt writes, with raw SQL, a row for tenantID that LoadCheckpoint
 	// must reject, as kind describes.
 	Corrupt(ctx context.Context, tenantID string, kind Corruption) error
+	// ColumnTypes returns the columns of table in the migrated schema,
+	// each with its declared type as the database names it (SQLite's
+	// "INTEGER", PostgreSQL's "bigint").
+	ColumnTypes(ctx context.Context, table string) (map[string]string, error)
 }
 
 // Corruption names a kind of bad checkpoint row for Raw.Corrupt.
@@ -93,6 +98,7 @@ func Run(t *testing.T, open func(t *testing.T, opts store.Options) store.Store) 
 		{"DeleteTenant", testDeleteTenant},
 		{"DeleteTenantIsolation", testDeleteTenantIsolation},
 		{"Limits", testLimits},
+		{"EveryLimit", testEveryLimit},
 		{"Keys", testKeys},
 		{"KeyErrors", testKeyErrors},
 		{"KeyDigestOnly", testKeyDigestOnly},
@@ -442,8 +448,9 @@ func fillTenant(t *testing.T, h *harness, id string, seed int64) store.Checkpoin
 	t.Helper()
 	ctx := t.Context()
 	h.tenant(t, id)
-	burst := int64(seed)
-	if err := h.s.PutLimits(ctx, id, store.Limits{Burst: &burst}); err != nil {
+	var lim store.Limits
+	lim.Values.Set(limits.Burst, float64(seed))
+	if err := h.s.PutLimits(ctx, id, lim); err != nil {
 		t.Fatalf("PutLimits(ctx, %s) = got error %v, want nil", id, err)
 	}
 	h.key(t, id, id+"-k1")
@@ -502,18 +509,20 @@ func testLimits(t *testing.T, h *harness) {
 	if err != nil || !reflect.DeepEqual(got, store.Limits{}) {
 		t.Fatalf("GetLimits(ctx, lim) before any put = got %+v, %v, want zero Limits, nil", got, err)
 	}
+	set := func(pairs ...any) limits.Values {
+		var v limits.Values
+		for i := 0; i < len(pairs); i += 2 {
+			v.Set(pairs[i].(limits.Limit), pairs[i+1].(float64))
+		}
+		return v
+	}
 	tests := []struct {
 		name    string
 		limits  store.Limits
 		wantErr error
 	}{
 		{name: "all set", limits: store.Limits{
-			RatePerSecond: ptr(12.5), Burst: ptr(int64(60)), ReservedResources: ptr(int64(100)), MaxResources: ptr(int64(1000)),
-			ReservedCells: ptr(int64(500)), MaxCells: ptr(int64(5000)), MaxStreams: ptr(int64(4)), MaxLeases: ptr(int64(0)), MaxLeaseStreams: ptr(int64(3)),
-			Admin: store.AdminLimits{
-				RatePerSecond: ptr(2.5), Burst: ptr(int64(30)), MaxResources: ptr(int64(900)), MaxCells: ptr(int64(4000)),
-				MaxStreams: ptr(int64(2)), MaxLeases: ptr(int64(7)), MaxLeaseStreams: ptr(int64(1)),
-			},
+			Values: everyLimit(100, false), Admin: everyLimit(10, true),
 			Policy: store.Policy{
 				HalfLifeSeconds: ptr(int64(600)), QuarantineAfter: ptr(int64(3)), QuarantineWholeAfter: ptr(int64(9)),
 				QuarantineBelow: ptr(-1.0), QuarantineMinEvidence: ptr(12.5),
@@ -522,16 +531,18 @@ func testLimits(t *testing.T, h *harness) {
 			},
 		}},
 		{name: "only a policy", limits: store.Limits{Policy: store.Policy{QuarantineAfter: ptr(int64(2)), QuarantineBelow: ptr(0.25)}}},
-		{name: "policy back to default, limits kept", limits: store.Limits{Burst: ptr(int64(5))}},
-		{name: "only a tenant-admin's values", limits: store.Limits{Admin: store.AdminLimits{MaxStreams: ptr(int64(0)), RatePerSecond: ptr(1.0)}}},
-		{name: "some set, others back to default", limits: store.Limits{RatePerSecond: ptr(0.5), MaxStreams: ptr(int64(0))}},
+		{name: "policy back to default, limits kept", limits: store.Limits{Values: set(limits.Burst, 5.0)}},
+		{name: "only a tenant-admin's values", limits: store.Limits{Admin: set(limits.MaxStreams, 0.0, limits.RatePerSecond, 1.0)}},
+		{name: "some set, others back to default", limits: store.Limits{Values: set(limits.RatePerSecond, 0.5, limits.MaxStreams, 0.0)}},
 		{name: "all defaults", limits: store.Limits{}},
-		{name: "negative burst", limits: store.Limits{Burst: ptr(int64(-1))}, wantErr: store.ErrInvalid},
-		{name: "NaN rate", limits: store.Limits{RatePerSecond: ptr(math.NaN())}, wantErr: store.ErrInvalid},
-		{name: "infinite rate", limits: store.Limits{RatePerSecond: ptr(math.Inf(1))}, wantErr: store.ErrInvalid},
-		{name: "negative max cells", limits: store.Limits{MaxCells: ptr(int64(-5))}, wantErr: store.ErrInvalid},
-		{name: "negative tenant-admin max leases", limits: store.Limits{Admin: store.AdminLimits{MaxLeases: ptr(int64(-1))}}, wantErr: store.ErrInvalid},
-		{name: "NaN tenant-admin rate", limits: store.Limits{Admin: store.AdminLimits{RatePerSecond: ptr(math.NaN())}}, wantErr: store.ErrInvalid},
+		{name: "negative burst", limits: store.Limits{Values: set(limits.Burst, -1.0)}, wantErr: store.ErrInvalid},
+		{name: "fractional burst", limits: store.Limits{Values: set(limits.Burst, 1.5)}, wantErr: store.ErrInvalid},
+		{name: "NaN rate", limits: store.Limits{Values: set(limits.RatePerSecond, math.NaN())}, wantErr: store.ErrInvalid},
+		{name: "infinite rate", limits: store.Limits{Values: set(limits.RatePerSecond, math.Inf(1))}, wantErr: store.ErrInvalid},
+		{name: "negative max cells", limits: store.Limits{Values: set(limits.MaxCells, -5.0)}, wantErr: store.ErrInvalid},
+		{name: "negative tenant-admin max leases", limits: store.Limits{Admin: set(limits.MaxLeases, -1.0)}, wantErr: store.ErrInvalid},
+		{name: "NaN tenant-admin rate", limits: store.Limits{Admin: set(limits.RatePerSecond, math.NaN())}, wantErr: store.ErrInvalid},
+		{name: "a tenant-admin's reservation", limits: store.Limits{Admin: set(limits.ReservedCells, 1.0)}, wantErr: store.ErrInvalid},
 		{name: "zero policy half-life", limits: store.Limits{Policy: store.Policy{HalfLifeSeconds: ptr(int64(0))}}, wantErr: store.ErrInvalid},
 		{name: "negative policy cooldown", limits: store.Limits{Policy: store.Policy{CooldownMaxSeconds: ptr(int64(-3))}}, wantErr: store.ErrInvalid},
 		{name: "NaN policy threshold", limits: store.Limits{Policy: store.Policy{QuarantineBelow: ptr(math.NaN())}}, wantErr: store.ErrInvalid},
@@ -546,7 +557,7 @@ func testLimits(t *testing.T, h *harness) {
 			if tc.wantErr != nil {
 				wantErr(t, "PutLimits(ctx, lim)", err, tc.wantErr)
 			} else if err != nil {
-				t.Fatalf("PutLimits(ctx, lim, %+v) = got error %v, want nil", tc.limits, err)
+				t.Fatalf("PutLimits(ctx, lim, %s) = got error %v, want nil", fmtLimits(tc.limits), err)
 			} else {
 				want = tc.limits
 			}
@@ -561,23 +572,103 @@ func testLimits(t *testing.T, h *harness) {
 	wantErr(t, "GetLimits(ctx, nobody)", err, store.ErrNotFound)
 }
 
+// everyLimit sets every limit of the table (with admin, every one a
+// tenant-admin has) to a value of its own from base up: whole numbers, and
+// a fraction for a rate.
+func everyLimit(base float64, admin bool) limits.Values {
+	var v limits.Values
+	for lim := range limits.Count {
+		if admin && lim.Spec().Reservation {
+			continue
+		}
+		x := base + float64(lim)
+		if !lim.Spec().Integer {
+			x += 0.5
+		}
+		v.Set(lim, x)
+	}
+	return v
+}
+
+// testEveryLimit is what catches a limit of the table (internal/limits)
+// that the store does not hold: each limit, and each tenant-admin's value,
+// has its column in the migrated tenant_limits, of the limit's type, and
+// round-trips alone through PutLimits and GetLimits (a missing or
+// misnamed column fails the statements). A new limit needs a migration in
+// each store's migrations directory.
+func testEveryLimit(t *testing.T, h *harness) {
+	ctx := t.Context()
+	cols, err := h.raw(t).ColumnTypes(ctx, "tenant_limits")
+	if err != nil {
+		t.Fatalf("ColumnTypes(ctx, tenant_limits) = got error %v, want nil", err)
+	}
+	h.tenant(t, "every")
+	for lim := range limits.Count {
+		t.Run(lim.String(), func(t *testing.T) {
+			for _, side := range []struct {
+				column string
+				admin  bool
+			}{{lim.Column(), false}, {lim.AdminColumn(), true}} {
+				if side.column == "" {
+					continue // a reservation has no tenant-admin value
+				}
+				typ, ok := cols[side.column]
+				if !ok {
+					t.Fatalf("limit %s: tenant_limits has no column %s: add it in a migration of this store", lim, side.column)
+				}
+				if integer := isIntegerColumn(typ); integer != lim.Spec().Integer {
+					t.Errorf("limit %s: column %s is %s, want an integer column (INTEGER, bigint) for a whole-number limit and a float one (REAL, double precision) for a rate",
+						lim, side.column, typ)
+				}
+				var l store.Limits
+				v := 7.0
+				if !lim.Spec().Integer {
+					v = 7.25
+				}
+				if side.admin {
+					l.Admin.Set(lim, v)
+				} else {
+					l.Values.Set(lim, v)
+				}
+				if err := h.s.PutLimits(ctx, "every", l); err != nil {
+					t.Fatalf("PutLimits(ctx, every, %s) = got error %v, want nil", fmtLimits(l), err)
+				}
+				got, err := h.s.GetLimits(ctx, "every")
+				if err != nil || !reflect.DeepEqual(got, l) {
+					t.Fatalf("GetLimits(ctx, every) = got %s, %v, want %s, nil", fmtLimits(got), err, fmtLimits(l))
+				}
+			}
+		})
+	}
+}
+
+// isIntegerColumn reports whether a column's declared type holds whole
+// numbers: SQLite's INTEGER, PostgreSQL's bigint or integer.
+func isIntegerColumn(typ string) bool {
+	return strings.Contains(strings.ToLower(typ), "int")
+}
+
 func fmtLimits(l store.Limits) string {
 	var b strings.Builder
-	var show func(prefix string, v reflect.Value)
-	show = func(prefix string, v reflect.Value) {
-		for i := range v.NumField() {
-			f, name := v.Field(i), prefix+v.Type().Field(i).Name
-			switch {
-			case f.Kind() == reflect.Struct:
-				show(name+".", f)
-			case f.IsNil():
-				fmt.Fprintf(&b, "%s=default ", name)
-			default:
-				fmt.Fprintf(&b, "%s=%v ", name, f.Elem())
+	for lim := range limits.Count {
+		for _, side := range []struct {
+			prefix string
+			v      limits.Values
+		}{{"", l.Values}, {"admin.", l.Admin}} {
+			if x, ok := side.v.Get(lim); ok {
+				fmt.Fprintf(&b, "%s%s=%v ", side.prefix, lim, x)
 			}
 		}
 	}
-	show("", reflect.ValueOf(l))
+	p := reflect.ValueOf(l.Policy)
+	for i := range p.NumField() {
+		if f := p.Field(i); !f.IsNil() {
+			fmt.Fprintf(&b, "Policy.%s=%v ", p.Type().Field(i).Name, f.Elem())
+		}
+	}
+	if b.Len() == 0 {
+		return "defaults"
+	}
 	return strings.TrimSpace(b.String())
 }
 
