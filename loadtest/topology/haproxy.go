@@ -35,10 +35,9 @@ type haproxy struct {
 
 // haBackend is a server line of the generated configuration.
 type haBackend struct {
-	Name   string
-	Addr   string // where gRPC goes: the server or its brownout proxy
-	Check  int    // the server's HTTP port
-	Backup bool
+	Name  string
+	Addr  string // where gRPC goes: the server or its brownout proxy
+	Check int    // the server's HTTP port
 }
 
 // haproxyHead is what every loopback HAProxy configuration starts with:
@@ -77,7 +76,7 @@ backend servers
     http-check expect rstatus {{$.Expect}}
     http-check disable-on-404
 {{- range .Servers}}
-    server {{.Name}} {{.Addr}} check port {{.Check}} check-proto h1 proto h2 inter 100ms fall 3 rise 1 observe layer4 error-limit 1 on-error mark-down agent-check agent-port {{.Check}} agent-send {{$.Hello}} agent-inter 100ms on-marked-down shutdown-sessions{{if .Backup}} backup{{end}}
+    server {{.Name}} {{.Addr}} check port {{.Check}} check-proto h1 proto h2 inter 100ms fall 3 rise 1 observe layer4 error-limit 1 on-error mark-down agent-check agent-port {{.Check}} agent-send {{$.Hello}} agent-inter 100ms on-marked-down shutdown-sessions
 {{- end}}
 `))
 

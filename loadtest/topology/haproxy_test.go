@@ -16,7 +16,6 @@ func TestHAProxyConfigGolden(t *testing.T) {
 		servers []haBackend
 	}{
 		{"ha-pair", []haBackend{{Name: "us-s1", Addr: "127.0.0.1:9001", Check: 8001}, {Name: "us-s2", Addr: "127.0.0.1:9002", Check: 8002}}},
-		{"sqlite-backup", []haBackend{{Name: "us-s1", Addr: "127.0.0.1:9001", Check: 8001}, {Name: "us-s2", Addr: "127.0.0.1:9002", Check: 8002, Backup: true}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
