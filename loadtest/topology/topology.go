@@ -11,10 +11,12 @@
 // PostgreSQL database in HA mode (one active, one standby; leases carry
 // over a failover). Without PostgreSQL each provider has one SQLite server
 // (the single-writer deployment: nothing takes over when it dies).
-// HAProxy is the real binary with a generated configuration; toxiproxy runs
-// in this process, as a library; the brownout proxy (gRPC level) is only
-// put in front of the servers of providers that need it; the sidecar is a
-// child process too.
+// HAProxy is the real binary running the production configuration:
+// internal/lb/haproxy renders it from an LB inventory with the shipped
+// defaults, which the topology writes with a few loopback overrides (see
+// lbInventory and docs/loadtest.md). toxiproxy runs in this process, as a
+// library; the brownout proxy (gRPC level) is only put in front of the
+// servers of providers that need it; the sidecar is a child process too.
 //
 // With Config.Groups the providers are instead tenants of one cluster of
 // tenant-sharded groups (see groups.go): one server per group, one HAProxy
@@ -251,7 +253,7 @@ func (t *Topology) startCluster(ctx context.Context, p string) error {
 		}
 	}
 
-	backends := make([]haBackend, len(c.servers))
+	servers := make([]lbServer, len(c.servers))
 	upstream := make([]string, len(c.servers))
 	for i, n := range c.servers {
 		upstream[i] = n.grpc
@@ -263,9 +265,9 @@ func (t *Topology) startCluster(ctx context.Context, p string) error {
 			c.brownouts = append(c.brownouts, b)
 			upstream[i] = b.addr()
 		}
-		backends[i] = haBackend{Name: n.name, Addr: upstream[i], Check: port(n.http)}
+		servers[i] = lbServer{Name: n.name, GRPC: upstream[i], HTTP: port(n.http)}
 	}
-	if c.ha, err = startHAProxy(ctx, t.cfg.Clock, t.cfg.Dir, p, backends, 1, t.cfg.Event); err != nil {
+	if c.ha, err = startHAProxy(ctx, t.cfg.Clock, t.cfg.Dir, p, servers, 1, t.cfg.Event); err != nil {
 		return err
 	}
 	if c.vip, err = t.proxy(p+"-vip", c.ha.addr); err != nil {
