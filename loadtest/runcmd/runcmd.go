@@ -65,7 +65,7 @@ func Parse(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&o.Scenario, "scenario", "", "scenario name (baseline, provider-down, blackhole, brownout, failover, slow) or path to a .json file")
 	fs.BoolVar(&o.Short, "short", false, "run the scenario's short CI variant")
 	fs.StringVar(&o.Mode, "mode", runner.ModeBoth, "both (naive then sidecar, with a before/after table), sidecar, or naive")
-	fs.StringVar(&o.Store, "store", runner.StoreAuto, "auto, postgres (HA pair on a throwaway cluster) or sqlite (independent pair)")
+	fs.StringVar(&o.Store, "store", runner.StoreAuto, "auto, postgres (HA pair on a throwaway cluster) or sqlite (one server per provider, no standby)")
 	fs.StringVar(&o.JSON, "json", "", "write the JSON summary to this file")
 	fs.StringVar(&o.HTML, "html", "", "write the HTML report to this file")
 	fs.StringVar(&o.Dir, "dir", "", "make work directories here (default the system's temporary directory)")

@@ -124,7 +124,7 @@ func openStore(ctx context.Context, o *Options) (pg *topology.Postgres, release 
 	case o.Postgres != nil:
 		return o.Postgres, nothing, nil
 	case o.Store == StoreAuto && topology.PostgresBinDir() == "":
-		fmt.Fprintln(o.Out, "note: PostgreSQL is not installed: each provider runs two independent SQLite servers (HAProxy's backup takes over on failover; leases do not carry over)")
+		fmt.Fprintln(o.Out, "note: PostgreSQL is not installed: each provider runs one SQLite server (no standby: nothing takes over from a killed server)")
 		return nil, nothing, nil
 	case o.Store == StoreAuto || o.Store == StorePostgres:
 		if pg, err = topology.StartPostgres(ctx); err != nil {

@@ -9,13 +9,14 @@
 // for every provider P. Servers are real repool servers, started as child
 // processes of this executable (see RunChild), two per provider sharing one
 // PostgreSQL database in HA mode (one active, one standby; leases carry
-// over a failover). Without PostgreSQL each provider gets two independent
-// SQLite servers started from one copied store, the second one HAProxy's
-// backup: failover then switches servers but leases do not carry over.
-// HAProxy is the real binary with a generated configuration; toxiproxy runs
-// in this process, as a library; the brownout proxy (gRPC level) is only
-// put in front of the servers of providers that need it; the sidecar is a
-// child process too.
+// over a failover). Without PostgreSQL each provider has one SQLite server
+// (the single-writer deployment: nothing takes over when it dies).
+// HAProxy is the real binary running the production configuration:
+// internal/lb/haproxy renders it from an LB inventory with the shipped
+// defaults, which the topology writes with a few loopback overrides (see
+// lbInventory and docs/loadtest.md). toxiproxy runs in this process, as a
+// library; the brownout proxy (gRPC level) is only put in front of the
+// servers of providers that need it; the sidecar is a child process too.
 //
 // With Config.Groups the providers are instead tenants of one cluster of
 // tenant-sharded groups (see groups.go): one server per group, one HAProxy
@@ -75,7 +76,9 @@ type Config struct {
 	// Postgres, when set, holds the providers' databases (HA mode);
 	// otherwise every server has its own SQLite file.
 	Postgres *Postgres
-	// Servers per provider. Default 2.
+	// Servers per provider. Default 2 with Postgres (an HA pair);
+	// without it 1, and more is refused: independent SQLite servers behind
+	// one HAProxy would serve diverging stores, which no deployment does.
 	Servers int
 	// Groups, when set, makes the providers tenants of one cluster of
 	// tenant-sharded groups instead of a cluster each (see startGroups).
@@ -139,8 +142,13 @@ func Start(ctx context.Context, cfg Config) (_ *Topology, err error) {
 	if len(cfg.Providers) == 0 || cfg.Dir == "" {
 		return nil, errors.New("topology: Config.Providers and Config.Dir are required")
 	}
-	if cfg.Servers == 0 {
+	switch {
+	case cfg.Servers == 0 && cfg.Postgres != nil:
 		cfg.Servers = 2
+	case cfg.Servers == 0:
+		cfg.Servers = 1
+	case cfg.Servers > 1 && cfg.Postgres == nil:
+		return nil, fmt.Errorf("topology: %d servers per provider need PostgreSQL (HA mode); without it a provider has one SQLite server", cfg.Servers)
 	}
 	if cfg.Resources == 0 {
 		cfg.Resources = 64
@@ -233,40 +241,19 @@ func (t *Topology) startCluster(ctx context.Context, p string) error {
 	if err := c.register(ctx, t.cfg.Resources, t.cfg.Capacity); err != nil {
 		return err
 	}
-	if !ha {
-		// Independent SQLite servers need the same tenant and key: stop
-		// the first (it checkpoints), copy its store to the others, and
-		// start the first again.
-		first.proc.stop(syscall.SIGTERM, 10*time.Second)
-		for _, n := range c.servers[1:] {
-			if err := copyStore(sqlitePath(first.store), sqlitePath(n.store)); err != nil {
-				return err
-			}
-		}
-		if _, err := t.startNode(ctx, first); err != nil {
-			return err
-		}
-	}
 	for _, n := range c.servers[1:] {
 		if _, err := t.startNode(ctx, n); err != nil {
 			return err
 		}
 	}
-	want := http.StatusNotFound // a standby
-	if !ha {
-		want = http.StatusOK
-	}
-	for i, n := range c.servers {
-		w := want
-		if i == 0 {
-			w = http.StatusOK
-		}
-		if err := waitStatus(ctx, t.cfg.Clock, "http://"+n.http+"/readyz/active", w, 30*time.Second); err != nil {
+	// The others are standbys.
+	for _, n := range c.servers[1:] {
+		if err := waitStatus(ctx, t.cfg.Clock, "http://"+n.http+"/readyz/active", http.StatusNotFound, 30*time.Second); err != nil {
 			return fmt.Errorf("%s: %w; %s", n.name, err, seeLog(n.logPath))
 		}
 	}
 
-	backends := make([]haBackend, len(c.servers))
+	servers := make([]lbServer, len(c.servers))
 	upstream := make([]string, len(c.servers))
 	for i, n := range c.servers {
 		upstream[i] = n.grpc
@@ -278,13 +265,9 @@ func (t *Topology) startCluster(ctx context.Context, p string) error {
 			c.brownouts = append(c.brownouts, b)
 			upstream[i] = b.addr()
 		}
-		backends[i] = haBackend{Name: n.name, Addr: upstream[i], Check: port(n.http), Backup: !ha && i > 0}
+		servers[i] = lbServer{Name: n.name, GRPC: upstream[i], HTTP: port(n.http)}
 	}
-	wantUp := 1
-	if !ha {
-		wantUp = len(c.servers)
-	}
-	if c.ha, err = startHAProxy(ctx, t.cfg.Clock, t.cfg.Dir, p, backends, wantUp, t.cfg.Event); err != nil {
+	if c.ha, err = startHAProxy(ctx, t.cfg.Clock, t.cfg.Dir, p, servers, 1, t.cfg.Event); err != nil {
 		return err
 	}
 	if c.vip, err = t.proxy(p+"-vip", c.ha.addr); err != nil {
@@ -519,27 +502,4 @@ func port(addr string) int {
 		fmt.Sscanf(addr[i+1:], "%d", &p)
 	}
 	return p
-}
-
-// copyStore copies a SQLite store with its WAL files.
-func copyStore(from, to string) error {
-	for _, suffix := range []string{"", "-wal", "-shm"} {
-		raw, err := os.ReadFile(from + suffix)
-		if errors.Is(err, os.ErrNotExist) && suffix != "" {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(to+suffix, raw, 0o600); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// sqlitePath is the file of a SQLite store URL that the topology made.
-func sqlitePath(store string) string {
-	u, _ := open.ParseURL(store) // made by open.SQLite above
-	return u.Path
 }
