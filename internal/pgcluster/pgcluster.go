@@ -106,6 +106,23 @@ func FreePort() (int, error) {
 	return port, l.Close()
 }
 
+// FreePorts returns n distinct free ports on loopback: each listener stays
+// open until all n are taken. n calls of FreePort can return one port
+// twice (a port released can be handed out again at once): a load-test
+// run once got its control port equal to its gRPC port.
+func FreePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
 // Config says how to start a cluster. The zero value is ready to use.
 type Config struct {
 	// BinDir holds initdb and postgres. "" means BinDir(): the newest

@@ -86,14 +86,11 @@ var keyRE = regexp.MustCompile(`demo API key:\s+(\S+)`)
 
 // Run runs the soak and returns its samples.
 func Run(ctx context.Context, c Config) ([]Sample, error) {
-	grpcPort, err := pgcluster.FreePort()
+	ports, err := pgcluster.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
-	httpPort, err := pgcluster.FreePort()
-	if err != nil {
-		return nil, err
-	}
+	grpcPort, httpPort := ports[0], ports[1]
 	db := "" // the SQLite database file, whose -wal the samples show
 	storeURL := c.Store
 	if storeURL == "" {

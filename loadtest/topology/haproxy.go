@@ -171,11 +171,11 @@ func launchHAProxy(ctx context.Context, clk clock.Clock, dir, name string, serve
 	if f.User, f.Group, err = currentUser(); err != nil {
 		return nil, fmt.Errorf("haproxy's user: %w", err)
 	}
-	for _, p := range []*int{&f.GRPC, &f.Control, &f.Monitor} {
-		if *p, err = pgcluster.FreePort(); err != nil {
-			return nil, err
-		}
+	ports, err := pgcluster.FreePorts(3)
+	if err != nil {
+		return nil, err
 	}
+	f.GRPC, f.Control, f.Monitor = ports[0], ports[1], ports[2]
 	sockDir, err := os.MkdirTemp("", "rlt-")
 	if err != nil {
 		return nil, err
