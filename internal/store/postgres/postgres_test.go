@@ -65,15 +65,7 @@ WHERE table_schema = current_schema() AND table_name = $1`, table)
 		return nil, err
 	}
 	defer rows.Close()
-	cols := map[string]string{}
-	for rows.Next() {
-		var name, typ string
-		if err := rows.Scan(&name, &typ); err != nil {
-			return nil, err
-		}
-		cols[name] = typ
-	}
-	return cols, rows.Err()
+	return storetest.ColumnsOf(rows)
 }
 
 func (r raw) Corrupt(ctx context.Context, tenantID string, kind storetest.Corruption) error {

@@ -81,15 +81,7 @@ func (r raw) ColumnTypes(ctx context.Context, table string) (map[string]string, 
 		return nil, err
 	}
 	defer rows.Close()
-	cols := map[string]string{}
-	for rows.Next() {
-		var name, typ string
-		if err := rows.Scan(&name, &typ); err != nil {
-			return nil, err
-		}
-		cols[name] = typ
-	}
-	return cols, rows.Err()
+	return storetest.ColumnsOf(rows)
 }
 
 func (r raw) Corrupt(ctx context.Context, tenantID string, kind storetest.Corruption) error {

@@ -1262,3 +1262,24 @@ func CountRows(ctx context.Context, tenantID string, count func(ctx context.Cont
 	}
 	return out, nil
 }
+
+// Rows is a query's rows as database/sql and pgx both give them.
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// ColumnsOf reads rows of (column name, type) into a map, for a Raw's
+// ColumnTypes.
+func ColumnsOf(rows Rows) (map[string]string, error) {
+	cols := map[string]string{}
+	for rows.Next() {
+		var name, typ string
+		if err := rows.Scan(&name, &typ); err != nil {
+			return nil, err
+		}
+		cols[name] = typ
+	}
+	return cols, rows.Err()
+}
