@@ -49,7 +49,7 @@ type mode interface {
 	// common ones.
 	loops(ctx context.Context, wg *sync.WaitGroup)
 	// drained runs in a shutdown once calls are drained, before the final
-	// checkpoint; handedOver once it is written (began: when the shutdown
+	// checkpoint; handOver once it is written (began: when the shutdown
 	// began, drained: when calls were drained).
 	drained()
 	handOver(wasActive bool, began, drained time.Time)
@@ -166,11 +166,7 @@ func (m *single) activated(context.Context) {}
 func (m *single) loops(context.Context, *sync.WaitGroup) {}
 
 // drained stops the lease journal after the last call.
-func (m *single) drained() {
-	if m.journalDone != nil { // nil when New failed before start
-		m.journalDone()
-	}
-}
+func (m *single) drained() { m.journalDone() }
 
 func (m *single) handOver(bool, time.Time, time.Time) {}
 
