@@ -9,7 +9,8 @@
 //
 // State: a test binary is one process and its PostgreSQL cluster is shared
 // by all of its tests, so this package keeps one process-wide registry of
-// started services, guarded by a mutex. That is the only package-level
+// started services (and of the ports FreePort handed out), guarded by a
+// mutex. That is the only package-level
 // mutable state, and it exists because testing.M offers no other place to
 // hang it. Every service also gets a watchdog process that stops it if the
 // test binary dies without cleaning up (a panic or a -timeout kill), so no
@@ -39,6 +40,7 @@ type env struct {
 	pg      *pgcluster.Cluster // started on first use
 	pgErr   error              // why starting it failed, reported to every caller
 	stopper []func()           // run by Main after the tests, last first
+	ports   map[int]bool       // handed out by FreePort
 }
 
 var global env
@@ -65,15 +67,33 @@ func Main(m *testing.M) {
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago: it
 // listens on port 0, takes the port the kernel chose and closes the
-// listener. Another process may take the port before the caller does, so
-// callers retry on "address in use".
+// listener. It never returns a port twice in one test binary: the kernel
+// hands a port just released out again at once, and a test that takes
+// several ports before it binds them got one port twice. Another process
+// may take the port before the caller does, so callers retry on "address
+// in use".
 func FreePort(tb testing.TB) int {
 	tb.Helper()
-	port, err := pgcluster.FreePort()
-	if err != nil {
-		tb.Fatalf("testenv: free port on 127.0.0.1 = got error %v, want nil", err)
+	for range 100 {
+		port, err := pgcluster.FreePort()
+		if err != nil {
+			tb.Fatalf("testenv: free port on 127.0.0.1 = got error %v, want nil", err)
+		}
+		global.mu.Lock()
+		seen := global.ports[port]
+		if !seen {
+			if global.ports == nil {
+				global.ports = map[int]bool{}
+			}
+			global.ports[port] = true
+		}
+		global.mu.Unlock()
+		if !seen {
+			return port
+		}
 	}
-	return port
+	tb.Fatalf("testenv: no free port on 127.0.0.1 not handed out before in 100 tries")
+	return 0
 }
 
 // lookPath fails tb with the scripts/test hint if a binary is missing.

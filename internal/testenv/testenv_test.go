@@ -96,6 +96,20 @@ func TestFreePort(t *testing.T) {
 	l.Close()
 }
 
+// TestFreePortNeverRepeats: 2,000 ports taken one after another, none
+// bound, are distinct (drawn at random from the kernel's ~28,000 ephemeral
+// ports they would repeat about 70 times).
+func TestFreePortNeverRepeats(t *testing.T) {
+	seen := map[int]int{}
+	for i := range 2000 {
+		p := FreePort(t)
+		if j, ok := seen[p]; ok {
+			t.Fatalf("FreePort call %d = got %d, which call %d returned", i, p, j)
+		}
+		seen[p] = i
+	}
+}
+
 func TestShellQuote(t *testing.T) {
 	tests := []struct {
 		name, in, want string

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -139,4 +140,87 @@ func TestGroups(t *testing.T) {
 		t.Cleanup(release)
 		return release
 	})
+}
+
+// TestRecoveryWaitsForAFencedWrite: a recovery of a tenant stranded on
+// group b, made while a write of b's (still running on its epoch) holds
+// b's epoch row and is about to read the tenant's placement, waits for
+// that write and then succeeds; neither is aborted as a deadlock. The
+// write is the fenced write's own SQL (fenceSQL, then placementSQL), held
+// open between the two.
+func TestRecoveryWaitsForAFencedWrite(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	ctx := context.Background()
+	a, b := openTest(t, dsn, store.Options{}), openTest(t, dsn, store.Options{Group: "b"})
+	ea, err := a.BumpEpoch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.SetFence(ea)
+	eb, err := b.BumpEpoch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.SetFence(eb)
+	leader, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leader.Close(ctx)
+	// The default group is live throughout (a recovery's target must be);
+	// b is live only while t1 is placed there.
+	if _, err := leader.Exec(ctx, `SELECT pg_advisory_lock($1), pg_advisory_lock($2)`, GroupLockID(store.DefaultGroup), GroupLockID("b")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := a.CreateTenant(ctx, store.Tenant{ID: "t1", Name: "t1", Group: "b"}); err != nil || got.Group != "b" {
+		t.Fatalf("CreateTenant(t1 on b) = got %+v, %v", got, err)
+	}
+	if _, err := leader.Exec(ctx, `SELECT pg_advisory_unlock($1)`, GroupLockID("b")); err != nil {
+		t.Fatal(err)
+	}
+
+	write, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer write.Close(ctx)
+	tx, err := write.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	var pid int
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	var cur int64
+	if err := tx.QueryRow(ctx, fenceSQL, store.EpochCounter("b")).Scan(&cur); err != nil || cur != int64(eb) {
+		t.Fatalf("b's fence = got %d, %v, want %d", cur, err, eb)
+	}
+
+	type result struct {
+		rec store.Recovered
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rec, err := a.RecoverTenant(ctx, "t1", store.DefaultGroup)
+		done <- result{rec, err}
+	}()
+	testenv.Eventually(t, 10*time.Second, "the recovery to wait for a lock b's write holds", func() bool {
+		var n int
+		err := a.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE NOT granted AND $1 = ANY(pg_blocking_pids(pid))`, pid).Scan(&n)
+		return err == nil && n > 0
+	})
+	var placement string
+	if err := tx.QueryRow(ctx, placementSQL, "t1").Scan(&placement); err != nil || placement != "b" {
+		t.Fatalf("b's write reading t1's placement while a recovery waits = got %q, %v, want b", placement, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatalf("b's write commit = %v", err)
+	}
+	r := <-done
+	if r.err != nil || r.rec.From != "b" || r.rec.FencedEpoch <= eb {
+		t.Fatalf("RecoverTenant(t1) after b's write = got %+v, %v, want from b with b's epoch raised above %d", r.rec, r.err, eb)
+	}
 }

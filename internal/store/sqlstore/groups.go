@@ -297,8 +297,9 @@ func (s *Store) MoveTenant(ctx context.Context, tenant, to string) error {
 
 // RecoverTenant implements store.Groups. Lock order: the epoch sequence's
 // row (as BumpEpoch), this group's epoch row FOR SHARE (the fence), the
-// tenant's row FOR UPDATE, the stranded group's epoch row (raised), the
-// target's registry row FOR SHARE. Holding the stranded group's epoch
+// stranded group's epoch row (raised), the tenant's row FOR UPDATE, the
+// target's registry row FOR SHARE: epoch rows before tenant rows, as
+// every fenced write takes them. Holding the stranded group's epoch
 // row, the check that no server holds its leader lock is final: a server
 // that takes the lock later raises that epoch after this commits, and
 // only then reads the placements, without the tenant.
@@ -322,21 +323,39 @@ func (s *Store) RecoverTenant(ctx context.Context, tenant, to string) (store.Rec
 				return err
 			}
 		}
-		var status store.Status
-		var from string
-		err := tx.QueryRow(ctx, `SELECT status, placement FROM tenants WHERE id = $1 `+s.c.ForUpdate, tenant).Scan(&status, &from)
-		if errors.Is(err, sql.ErrNoRows) || (err == nil && status == store.StatusDeleted) {
-			return fmt.Errorf("tenant %q: %w", tenant, store.ErrNotFound)
+		// The stranded group's epoch row before the tenant's row: its
+		// writes take them in that order (the fence FOR SHARE, then the
+		// tenant's placement), and a recovery holding the tenant's row
+		// while it waited for the epoch row deadlocked with one of them.
+		// So the placement is read first without a lock, and read again
+		// under the lock once the epoch row is held.
+		placement := func(lock string) (string, error) {
+			var status store.Status
+			var g string
+			err := tx.QueryRow(ctx, `SELECT status, placement FROM tenants WHERE id = $1 `+lock, tenant).Scan(&status, &g)
+			if errors.Is(err, sql.ErrNoRows) || (err == nil && status == store.StatusDeleted) {
+				return "", fmt.Errorf("tenant %q: %w", tenant, store.ErrNotFound)
+			}
+			if err != nil {
+				return "", s.classify(err)
+			}
+			if g == to {
+				return "", fmt.Errorf("%w: tenant %q: already on group %q", store.ErrInvalid, tenant, to)
+			}
+			return g, nil
 		}
+		from, err := placement("")
 		if err != nil {
-			return s.classify(err)
-		}
-		if from == to {
-			return fmt.Errorf("%w: tenant %q: already on group %q", store.ErrInvalid, tenant, to)
+			return err
 		}
 		epoch, err := s.bumpEpoch(ctx, tx, from)
 		if err != nil {
 			return s.classify(err)
+		}
+		if now, err := placement(s.c.ForUpdate); err != nil {
+			return err
+		} else if now != from {
+			return fmt.Errorf("%w: tenant %q moved from group %q to %q meanwhile; look again and retry", store.ErrConflict, tenant, from, now)
 		}
 		live, err := s.live(ctx, tx)
 		if err != nil {
