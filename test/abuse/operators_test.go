@@ -82,8 +82,11 @@ func get(url string) (int, string) {
 // be drained or retired, and a stranded tenant had no way back.
 func attackGroupsOfACarelessOperator(t *testing.T, bins binaries) {
 	dsn := testenv.Postgres(t)
-	a := startOn(t, bins, "server-a", dsn, true, "--ha", "--ha-name", "a", "--ha-interval", "100ms", "--ha-session-timeout", "1s")
-	b := startOn(t, bins, "server-b", dsn, false, "--ha", "--ha-name", "b", "--group", "b", "--ha-interval", "100ms", "--ha-session-timeout", "1s")
+	// The leaders' session check as shipped (--ha-interval, --ha-session-timeout
+	// defaults): with a session timeout halved, both leaders stepped down
+	// in a run with both cores busy, their checks unanswered for 900 ms.
+	a := startOn(t, bins, "server-a", dsn, true, "--ha", "--ha-name", "a")
+	b := startOn(t, bins, "server-b", dsn, false, "--ha", "--ha-name", "b", "--group", "b")
 	b.token = a.token
 
 	// A typo: no tenant is created, none moved; the message names the

@@ -74,7 +74,7 @@ func TestCrash(t *testing.T) {
 		{"sqlite", sqliteStore, nil, false},
 		{"sqlite-durable-reports", sqliteStore, []string{"--durable-reports"}, true},
 		{"postgres", testenv.Postgres, nil, false},
-		{"postgres-ha", testenv.Postgres, []string{"--ha", "--ha-name", "crash", "--ha-session-timeout", "1s", "--ha-interval", "100ms"}, false},
+		{"postgres-ha", testenv.Postgres, []string{"--ha", "--ha-name", "crash"}, false},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			h := &harness{t: t, bin: bin, store: mode.store(t), flags: mode.flags, durable: mode.durable,
