@@ -45,7 +45,7 @@ func TestExitStatus(t *testing.T) {
 		{"keepalived -h", []string{"keepalived", "-h"}, 0, "keepalived render", ""},
 		{"keepalived render -h", []string{"keepalived", "render", "-h"}, 0, "-host", ""},
 		{"help keepalived", []string{"help", "keepalived"}, 0, "keepalived render", ""},
-		{"unknown command", []string{"bogus"}, 1, "", "server: unknown command \"bogus\": want run, admin-token, backup, restore, haproxy, keepalived, status, version, help\n"},
+		{"unknown command", []string{"bogus"}, 1, "", "server: unknown command \"bogus\": want run, admin-token, backup, restore, haproxy, keepalived, switchover, status, version, help\n"},
 		{"unknown haproxy command", []string{"haproxy", "bogus"}, 1, "", "server: unknown command \"haproxy bogus\""},
 		{"admin-token without --role", []string{"admin-token"}, 1, "", "server: --role is required"},
 	}

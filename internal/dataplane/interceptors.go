@@ -112,6 +112,8 @@ func (s *Service) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo
 // checkedUnary admits a data-plane call and then runs its handler,
 // returning domain errors.
 func (s *Service) checkedUnary(ctx context.Context, req any, method string, h grpc.UnaryHandler) (any, error) {
+	s.calls.enter()
+	defer s.calls.exit()
 	ctx, _, err := s.admit(ctx, method, func(md metadata.MD) { _ = grpc.SetTrailer(ctx, md) }, nil)
 	if err != nil {
 		return nil, err

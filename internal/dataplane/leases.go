@@ -188,6 +188,8 @@ func endsStream(c codes.Code) bool {
 func (s *Service) leaseCallChecked(ctx context.Context, method string, call *repoolv1.LeaseCall) (*repoolv1.LeaseReply, error) {
 	// A stream has no trailer per call: the retry-after reaches the client
 	// in the reply's Problem.
+	s.calls.enter()
+	defer s.calls.exit()
 	ctx, _, err := s.admit(ctx, method, func(metadata.MD) {}, nil)
 	if err != nil {
 		return nil, err

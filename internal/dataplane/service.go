@@ -139,6 +139,8 @@ type Service struct {
 	leaseStreams *streamQuota
 	// open holds the end channel of every open Leases stream (EndLeases).
 	open openStreams
+	// calls counts the calls in progress (Drain).
+	calls *callCount
 
 	tokensIssued prometheus.Counter
 	requests     *prometheus.CounterVec
@@ -175,6 +177,7 @@ func New(cfg Config) (*Service, error) {
 		streams: newStreamQuota(cfg.limit(limits.MaxStreams), "event", prometheus.GaugeOpts{
 			Name: "repool_event_streams", Help: "Open event streams per tenant.",
 		}),
+		calls: newCallCount(),
 		leaseStreams: newStreamQuota(cfg.limit(limits.MaxLeaseStreams), "Leases", prometheus.GaugeOpts{
 			Name: "repool_lease_streams", Help: "Open Leases streams per tenant.",
 		}),

@@ -112,7 +112,7 @@ type proxied struct {
 // its check ticker; the term is resigned when the test ends.
 func proxiedLeader(ctx context.Context, t *testing.T) proxied {
 	t.Helper()
-	l := proxied{dsn: testenv.Postgres(t), fake: clock.NewFake(time.Unix(0, 0))}
+	l := proxied{dsn: database(t), fake: clock.NewFake(time.Unix(0, 0))}
 	l.obs = observer(ctx, t, l.dsn)
 	l.p = newProxy(t, l.dsn)
 	e, err := New(Config{DSN: l.p.dsn, Name: "a", Interval: confirmInterval, SessionTimeout: confirmSession, Clock: l.fake})

@@ -8,6 +8,11 @@
 // has freed it, not at its next poll. Writes are fenced separately, by
 // epoch, in the store (store.HA), so a leader that has not noticed yet can
 // never overwrite its successor.
+//
+// A switchover (server switchover, postgres.Switchover) directs the
+// election: the leader sees the request at a check and hands over (its
+// Term's Switchover), and a standby that wins the lock while the request
+// names another server still there leaves the lock to it.
 package ha
 
 import (
@@ -15,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -148,10 +154,17 @@ func New(cfg Config) (*Elector, error) {
 // Term is one period of leadership. Done is closed when it ends: the
 // session was lost, a check failed, or Resign was called.
 type Term struct {
-	done   chan struct{}
-	cancel context.CancelFunc
-	why    error
+	done       chan struct{}
+	cancel     context.CancelFunc
+	why        error
+	switchover chan string
 }
+
+// Switchover receives, once, the name of the standby a switchover asks
+// this leader to hand over to (server switchover): the server stops
+// serving, checkpoints and then resigns, and the candidate, waiting for
+// the lock, takes it. The term goes on until Resign.
+func (t *Term) Switchover() <-chan string { return t.switchover }
 
 // Done is closed when the term ends.
 func (t *Term) Done() <-chan struct{} { return t.done }
@@ -219,6 +232,24 @@ func (e *Elector) Campaign(ctx context.Context) (_ *Term, err error) {
 				e.cfg.Reachable(err == nil)
 			}
 			if err == nil && held {
+				if to, yield := e.yieldTo(ctx, conn); yield {
+					// Left to the switchover's candidate, which waits for
+					// it; this standby waits again after a pause, so that
+					// it does not win the lock back in the moment the
+					// candidate is between two waits.
+					if _, err := conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, e.cfg.LockID); err != nil {
+						conn.Close(context.WithoutCancel(ctx)) // the lock goes with the session
+						conn = nil
+					}
+					e.log.Info("left the leader lock to the switchover's candidate", "candidate", to)
+					if err := clock.Sleep(ctx, e.cfg.Clock, e.cfg.Interval); err != nil {
+						if conn != nil {
+							conn.Close(context.WithoutCancel(ctx))
+						}
+						return nil, err
+					}
+					continue
+				}
 				e.log.Info("acquired the leader lock")
 				return e.hold(conn, sent), nil
 			}
@@ -246,6 +277,40 @@ func (e *Elector) Campaign(ctx context.Context) (_ *Term, err error) {
 			return nil, err
 		}
 	}
+}
+
+// yieldTo is asked by a standby that has just won the lock: it says
+// whether to leave the lock to a switchover's candidate, another server
+// waiting for the lock now (postgres.PendingSwitchover, ReadElection). The
+// candidate itself ends the request when it wins; so does a standby that
+// finds the candidate not waiting (gone, or paused: a candidate that cannot
+// take the lock must not hold the group without a leader), and takes the
+// lock. Errors (a schema without
+// the request table, a failed query) leave nothing to yield to: the
+// switchover only directs an election, whose safety is the lock's and the
+// epoch's.
+func (e *Elector) yieldTo(ctx context.Context, conn *pgx.Conn) (string, bool) {
+	cctx, cancel := context.WithTimeout(ctx, e.cfg.SessionTimeout)
+	defer cancel()
+	to, err := postgres.PendingSwitchover(cctx, conn, e.cfg.LockID)
+	if err != nil || to == "" {
+		return "", false
+	}
+	if to == e.cfg.Name {
+		e.log.Info("took the leader lock as the switchover's candidate")
+		_ = postgres.EndSwitchover(cctx, conn, e.cfg.LockID, to)
+		return "", false
+	}
+	el, err := postgres.ReadElection(cctx, conn, e.cfg.LockID)
+	if err != nil {
+		return "", false
+	}
+	if !slices.Contains(el.Standbys, to) {
+		e.log.Warn("the switchover's candidate is not waiting for the leader lock (gone, or between two of its waits); taking the lock", "candidate", to)
+		_ = postgres.EndSwitchover(cctx, conn, e.cfg.LockID, to)
+		return "", false
+	}
+	return to, true
 }
 
 // confirmedFor is how long a leader may serve on one confirmation that its
@@ -360,7 +425,7 @@ func (e *Elector) connect(ctx context.Context) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, errors.New("ha: cannot parse the connection string")
 	}
-	cfg.RuntimeParams["application_name"] = "repool-leader:" + e.cfg.Name
+	cfg.RuntimeParams["application_name"] = postgres.ElectionApp + e.cfg.Name
 	ms := e.cfg.SessionTimeout.Milliseconds()
 	cfg.RuntimeParams["idle_session_timeout"] = fmt.Sprint(ms)
 	cfg.RuntimeParams["idle_in_transaction_session_timeout"] = fmt.Sprint(ms)
@@ -384,8 +449,9 @@ func (e *Elector) connect(ctx context.Context) (*pgx.Conn, error) {
 // own timeout.
 func (e *Elector) hold(conn *pgx.Conn, sent time.Time) *Term {
 	ctx, cancel := context.WithCancel(context.Background())
-	t := &Term{done: make(chan struct{}), cancel: cancel}
+	t := &Term{done: make(chan struct{}), cancel: cancel, switchover: make(chan string, 1)}
 	until := sent.Add(e.confirmedFor())
+	asked := false // a switchover was passed on
 	e.setState(status.ElectionLeader, nil)
 	go func() {
 		defer close(t.done)
@@ -405,6 +471,9 @@ func (e *Elector) hold(conn *pgx.Conn, sent time.Time) *Term {
 				t.why = fmt.Errorf("leader session lost: %v", errOr(err, "lock not held"))
 			default:
 				until = sent.Add(e.confirmedFor())
+				if !asked {
+					asked = e.switchoverAsked(ctx, conn, until, t)
+				}
 				return true
 			}
 			e.log.Error("stepping down", "why", t.why)
@@ -415,6 +484,21 @@ func (e *Elector) hold(conn *pgx.Conn, sent time.Time) *Term {
 		}
 	}()
 	return t
+}
+
+// switchoverAsked looks, after a check, for a switchover that names
+// another server, and passes it on to the term's Switchover. A failed look
+// is no request (it is asked again after the next check).
+func (e *Elector) switchoverAsked(ctx context.Context, conn *pgx.Conn, until time.Time, t *Term) bool {
+	cctx, cancel := context.WithDeadline(ctx, until)
+	defer cancel()
+	to, err := postgres.PendingSwitchover(cctx, conn, e.cfg.LockID)
+	if err != nil || to == "" || to == e.cfg.Name {
+		return false
+	}
+	e.log.Info("switchover requested: handing over", "candidate", to)
+	t.switchover <- to
+	return true
 }
 
 // check asks whether conn still holds the leader lock, waiting for the

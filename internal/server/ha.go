@@ -118,6 +118,8 @@ func (e *elected) serve(ctx context.Context, errc <-chan error) error {
 		case err := <-errc:
 			stop()
 			return err
+		case to := <-term.Switchover():
+			e.switchOver(ctx, to, stop)
 		case <-term.Done():
 			// Stop serving first: stop waits for the journal's commit in
 			// flight and the checkpoint loop, and until stepDown this
@@ -135,6 +137,45 @@ func (e *elected) serve(ctx context.Context, errc <-chan error) error {
 			}
 		}
 	}
+}
+
+// switchOver hands leadership to the standby named to, as a switchover
+// asked (server switchover), and stands by again: it stops taking calls
+// (they are refused as a standby refuses them, which a sidecar retries
+// through HAProxy), ends the Leases streams between two calls, waits for
+// the calls in progress (ShutdownGrace at most), stops the active loops
+// (the journal's last commit), writes a final checkpoint and only then
+// gives up the lock, which the candidate, waiting for it, takes at once
+// (the other standbys leave it to the candidate: internal/ha). The same
+// steps as a planned stop (Run), without stopping the process.
+func (e *elected) switchOver(ctx context.Context, to string, stop func()) {
+	s := e.s
+	began := s.clock.Now()
+	s.log.Info("switchover: handing leadership over", "to", to)
+	s.lead.Store(false)
+	s.syncHealth()
+	s.closeStreams(fmt.Errorf("%w: switching over to %s", dataplane.ErrNotActive, to))
+	dctx, cancel := context.WithTimeout(ctx, s.cfg.ShutdownGrace)
+	if err := s.svc.Drain(dctx); err != nil {
+		s.log.Warn("switchover: calls still in progress after the shutdown grace; they are ended", "grace", s.cfg.ShutdownGrace)
+	}
+	cancel()
+	drained := s.clock.Now()
+	stop()
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownGrace)
+	if err := s.cp.Round(cctx); err != nil {
+		s.log.Error("switchover: final checkpoint incomplete", "err", err)
+	}
+	cancel()
+	checkpointed := s.clock.Now()
+	e.ha.resign()
+	e.ha.stepdowns.Inc()
+	e.stepDown()
+	now := s.clock.Now()
+	s.log.Info("switchover: gave up the leader lock", "to", to, "after", now.Sub(began).Round(time.Millisecond),
+		"calls_drained_in", drained.Sub(began).Round(time.Millisecond),
+		"checkpoint_in", checkpointed.Sub(drained).Round(time.Millisecond),
+		"lock_released_in", now.Sub(checkpointed).Round(time.Millisecond))
 }
 
 // takeOver raises the epoch, fences the store with it, restores every

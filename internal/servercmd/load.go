@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -256,21 +257,29 @@ func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (server.C
 // so an unknown key or a value that does not parse fails here too; the
 // other fields' environment variables are ignored.
 func LoadStore(fs *flag.FlagSet, args []string, getenv func(string) string) (string, error) {
+	cfg, err := loadOwn(fs, args, getenv, "store")
+	return cfg.Store, err
+}
+
+// loadOwn is LoadStore for a command that reads more of the server's
+// settings: the bindings named (store among them) as flags, REPOOL_*
+// variables and --config keys, with the server's defaults.
+func loadOwn(fs *flag.FlagSet, args []string, getenv func(string) string, names ...string) (server.Config, error) {
 	var own []binding
 	for _, b := range bindings() {
-		if b.name == "store" {
+		if slices.Contains(names, b.name) {
 			own = append(own, b)
 		}
 	}
 	cfg, err := load(fs, args, getenv, own)
 	if err != nil {
-		return "", err
+		return server.Config{}, err
 	}
 	cfg = cfg.WithDefaults()
 	if _, err := cfg.StoreURL(); err != nil {
-		return "", err
+		return server.Config{}, err
 	}
-	return cfg.Store, nil
+	return cfg, nil
 }
 
 // load registers --config and a flag for each of own on fs, parses args,

@@ -1,5 +1,5 @@
 // Package servercmd is the command line of cmd/server: the commands run
-// (the default), admin-token, backup, restore, haproxy, keepalived, status, version and help, each with its
+// (the default), admin-token, backup, restore, haproxy, keepalived, switchover, status, version and help, each with its
 // -h/--help, the loading of the server's configuration (flags, REPOOL_*
 // variables, a YAML file: Load) and the store-URL handling they share.
 // cmd/server is a thin main around Run.
@@ -42,6 +42,7 @@ func commands() []command {
 		{"restore", "--from FILE [flags]", "make a backup the SQLite store's database (the server stopped)", restore},
 		{"haproxy", "render|status|drain|ready|maint|sync-placements ...", "HAProxy config from the LB inventory; runtime control", lbCommand("haproxy")},
 		{"keepalived", "render ...", "keepalived.conf for one LB host", lbCommand("keepalived")},
+		{"switchover", "--to NAME [flags]", "hand an active/standby group's leadership to the standby named", switchover},
 		{"status", "--inventory FILE [--json]", "the deployment at a glance: LB hosts, servers as HAProxy sees them, leaders", status},
 		{"version", "", "the build: version, commit, Go version (also --version)", version},
 		{"help", "[COMMAND]", "this text, or a command's flags (as COMMAND -h)", help},

@@ -24,7 +24,7 @@ func call(t *testing.T, args []string, env map[string]string) (stdout, stderr st
 // COMMAND") on stdout, ending with nil or flag.ErrHelp (exit status 0),
 // with the command's flags.
 func TestHelp(t *testing.T) {
-	commands := []string{"run", "admin-token", "haproxy", "keepalived", "version", "help"}
+	commands := []string{"run", "admin-token", "haproxy", "keepalived", "switchover", "version", "help"}
 	runFlags := []string{"usage: " + Prog + " [run] [flags]", "-grpc-addr", "-http-addr", "-store", "-config", "-ha", "REPOOL_STORE"}
 	adminFlags := []string{"usage: " + Prog + " admin-token --role ROLE", "-role", "-tenant", "-ttl", "-store", "-config"}
 	tests := []struct {
@@ -42,6 +42,7 @@ func TestHelp(t *testing.T) {
 		{"admin-token -h", []string{"admin-token", "-h"}, adminFlags},
 		{"admin-token --help", []string{"admin-token", "--help"}, adminFlags},
 		{"help admin-token", []string{"help", "admin-token"}, adminFlags},
+		{"switchover -h", []string{"switchover", "-h"}, []string{"usage: " + Prog + " switchover --to NAME", "-to", "-group", "-timeout", "-store", "-config"}},
 		{"haproxy -h", []string{"haproxy", "-h"}, []string{"haproxy render", "haproxy status", "haproxy drain|ready|maint"}},
 		{"help haproxy", []string{"help", "haproxy"}, []string{"haproxy render"}},
 		{"haproxy render -h", []string{"haproxy", "render", "-h"}, []string{"-inventory", "-host", "-out", "-pid-file"}},
@@ -81,12 +82,15 @@ func TestUsageErrors(t *testing.T) {
 		wantErr    string
 		wantStderr string
 	}{
-		{"unknown command", []string{"bogus"}, `unknown command "bogus": want run, admin-token, backup, restore, haproxy, keepalived, status, version, help`, "usage:"},
-		{"help of an unknown command", []string{"help", "bogus"}, `help: unknown command "bogus": want run, admin-token, backup, restore, haproxy, keepalived, status, version, help`, "usage:"},
+		{"unknown command", []string{"bogus"}, `unknown command "bogus": want run, admin-token, backup, restore, haproxy, keepalived, switchover, status, version, help`, "usage:"},
+		{"help of an unknown command", []string{"help", "bogus"}, `help: unknown command "bogus": want run, admin-token, backup, restore, haproxy, keepalived, switchover, status, version, help`, "usage:"},
 		{"help of two commands", []string{"help", "run", "admin-token"}, "help: want at most one COMMAND", ""},
 		{"stray argument to run", []string{"run", "bogus"}, "unexpected arguments: [bogus]", ""},
 		{"unknown flag", []string{"--bogus"}, "flag provided but not defined: -bogus", "usage: " + Prog + " [run] [flags]"},
 		{"unknown admin-token flag", []string{"admin-token", "--bogus"}, "flag provided but not defined: -bogus", "usage: " + Prog + " admin-token"},
+		{"switchover without --to", []string{"switchover", "--store", "postgres://x@127.0.0.1:1/x"}, "switchover: --to is required", ""},
+		{"switchover on SQLite", []string{"switchover", "--to", "b", "--store", "sqlite:/nonexistent/x.db"}, "is not PostgreSQL: only an active/standby group", ""},
+		{"switchover with no time", []string{"switchover", "--to", "b", "--timeout", "0s", "--store", "postgres://x@127.0.0.1:1/x"}, "--timeout 0s: want a positive duration", ""},
 		{"haproxy without a command", []string{"haproxy"}, "haproxy: missing command: want render, status, drain, ready, maint", "usage:"},
 		{"unknown haproxy command", []string{"haproxy", "reload"}, `unknown command "haproxy reload": haproxy commands are render, status, drain, ready, maint`, "usage:"},
 	}

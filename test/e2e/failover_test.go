@@ -20,6 +20,7 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"os/exec"
 	"slices"
 	"sort"
 	"strings"
@@ -66,6 +67,9 @@ type phase struct {
 //	    starved server is not a dead one);
 //	(a'') SIGTERMs the active server (the planned move of leadership): a
 //	    standby takes over, the stopped one rejoins;
+//	(a''') switches over (server switchover --to) to the standby last in
+//	    the queue for the lock: it takes over, the other waits on, and the
+//	    server handing over stands by again;
 //	(b) pauses the new active server (SIGSTOP) past its session timeout,
 //	    then resumes it: it must step down without writing anything;
 //	(c) kills HAProxy on the MASTER LB host: the VIP moves;
@@ -205,6 +209,34 @@ func TestFailover(t *testing.T) {
 	c.startStandbys(termed.host)
 	time.Sleep(time.Second) // load on the restored three-server cluster before the next step
 	tTermEnd := time.Now()
+
+	// (a''') A directed switchover, as docs/ha.md says to run it (server
+	// switchover --to), to the standby started last: it waits behind the
+	// other one in the database's queue for the lock, so only the request
+	// makes it the leader. The server handing over stands by again
+	// without a restart.
+	swFrom, swTo := c.waitActive(5*time.Second, nil), c.servers[termed.host.name] // termed, started again
+	swEpoch := c.epoch()
+	mark(fmt.Sprintf("a''': switchover from %s to %s", swFrom.host.name, swTo.host.name))
+	tSw := time.Now()
+	out, err := exec.Command(c.serverBin, "switchover", "--to", swTo.host.name, "--store", c.dsn, "--timeout", "20s").CombinedOutput()
+	if err != nil {
+		t.Fatalf("server switchover --to %s = got error %v, want nil\n%s", swTo.host.name, err, out)
+	}
+	t.Logf("server switchover --to %s (%v): %s", swTo.host.name, time.Since(tSw).Round(time.Millisecond), strings.TrimSpace(string(out)))
+	if a := c.waitActive(5*time.Second, swFrom); a != swTo {
+		t.Errorf("active server after a switchover to %s = %s", swTo.host.name, a.host.name)
+	}
+	testenv.Eventually(t, 5*time.Second, swFrom.host.name+" to stand by (404 on /readyz/active) after handing over", func() bool {
+		return swFrom.readyActive() == http.StatusNotFound
+	})
+	select {
+	case <-swFrom.p.done:
+		t.Errorf("%s exited after handing over (%v), want it standing by", swFrom.host.name, swFrom.p.err)
+	default:
+	}
+	time.Sleep(time.Second) // load on the new leader, in real time, before the next step
+	tSwEnd := time.Now()
 
 	// (b) SIGSTOP the new active server past its session timeout, and
 	// queue requests straight to it (not through HAProxy, as a client that
@@ -384,6 +416,20 @@ func TestFailover(t *testing.T) {
 	})
 	fmt.Printf("measure: sigterm_failed_calls=%d\n", failedTerm)
 	fmt.Printf("measure: sigterm_first_success_s=%.3f\n", firstSuccessAfter(calls, leases, tTerm, termEpoch).Seconds())
+	// The directed switchover's window, after the SIGTERM's.
+	swWindow := tSw.Add(-callDeadline)
+	if swWindow.Before(tTermEnd) {
+		swWindow = tTermEnd
+	}
+	failedSwitch := count(calls, func(cl call) bool {
+		return cl.outcome == failed && !cl.start.Before(swWindow) && cl.start.Before(tSwEnd)
+	})
+	fmt.Printf("measure: switchover_failed_calls=%d\n", failedSwitch)
+	// Each handover's gap: from the last success the old leader gave to
+	// the first lease the new one granted.
+	fmt.Printf("measure: switchover_gap_s=%.3f\n", serviceGap(calls, leases, tSw, swEpoch).Seconds())
+	fmt.Printf("measure: sigterm_gap_s=%.3f\n", serviceGap(calls, leases, tTerm, termEpoch).Seconds())
+	fmt.Printf("measure: kill_gap_s=%.3f\n", serviceGap(calls, leases, tKill, oldEpoch).Seconds())
 	fmt.Printf("measure: false_down_under_load=%d\n", len(falseDowns))
 	fmt.Printf("measure: failed_calls_under_load=%d\n", count(calls, func(cl call) bool {
 		return cl.outcome == failed && !cl.start.Before(tHog) && cl.start.Before(tHogEnd)
@@ -491,6 +537,34 @@ func firstSuccessAfter(calls []call, leases []lease, t0 time.Time, deadEpoch uin
 		}
 	}
 	return best
+}
+
+// serviceGap is the longest a handover that began at t0 left the backend
+// without a success: the longest stretch between two successful calls'
+// answers (t0 counting as one) up to the first lease the new leader
+// granted (under an epoch above oldEpoch). -1 if it granted none.
+func serviceGap(calls []call, leases []lease, t0 time.Time, oldEpoch uint64) time.Duration {
+	var first time.Time
+	for _, l := range leases {
+		if l.token>>40 > oldEpoch && l.acked.After(t0) && (first.IsZero() || l.acked.Before(first)) {
+			first = l.acked
+		}
+	}
+	if first.IsZero() {
+		return -1
+	}
+	ends := []time.Time{t0, first}
+	for _, cl := range calls {
+		if cl.outcome == ok && cl.end.After(t0) && cl.end.Before(first) {
+			ends = append(ends, cl.end)
+		}
+	}
+	slices.SortFunc(ends, func(a, b time.Time) int { return a.Compare(b) })
+	var gap time.Duration
+	for i := 1; i < len(ends); i++ {
+		gap = max(gap, ends[i].Sub(ends[i-1]))
+	}
+	return gap
 }
 
 // logPhases logs, per step of the scenario, the backend calls by outcome
