@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.yaml.in/yaml/v3"
 
 	lbhaproxy "github.com/repool/repool/internal/lb/haproxy"
 	"github.com/repool/repool/internal/lb/haproxy/haproxytest"
@@ -541,51 +542,53 @@ func (c *cluster) startSidecar() {
 	c.sidecar = c.startSidecarFor("sidecar", sidecarPort, c.apiKey)
 }
 
-// startSidecarFor runs a sidecar named name on the client's address and
-// port with one provider, "default", on the VIP holding apiKey, and waits
-// for it to answer. With groups (TestGroups) its tokens are used for 30 s
-// of their 1 min and renewed after 1.5 to 3 s.
+// startSidecarFor starts a sidecar named name on the client host at
+// port with the shipped configuration, deploy/config/sidecar.yaml, changed
+// only where an operator changes it for this lab (docs/ha.md): its listen
+// address (the client host's, so allow_remote), the VIP's address, the CA
+// file (or plaintext without TLS) and the API key file; every resilience
+// setting is the shipped one. With groups (TestGroups) its tokens are used
+// for 30 s of their 1 min and renewed after 1.5 to 3 s. It waits for the
+// sidecar to answer.
 func (c *cluster) startSidecarFor(name string, port int, apiKey string) *proc {
 	c.tb.Helper()
-	security := "insecure: true"
-	if c.tls != nil {
-		security = fmt.Sprintf("tls: {ca_file: %s, server_name: %s}", c.tls.caFile, serverName)
-	}
-	tokens := ""
-	if c.groups != nil {
-		tokens = "token: {skew: 30s, refresh_at: 0.1}"
-	}
 	keyFile := filepath.Join(c.dir, name+"-api.key")
 	if err := os.WriteFile(keyFile, []byte(apiKey+"\n"), 0o600); err != nil {
 		c.tb.Fatal(err)
 	}
-	cfg := fmt.Sprintf(`# The e2e client's sidecar (test/e2e).
-listen: %s:%d
-allow_remote: true
-providers:
-  default:
-    endpoint: %s:%d
-    %s
-    api_key_file: %s
-    # Backend calls have a 2 s deadline; the sidecar answers within its own
-    # timeout (retries included), well before.
-    timeout: %s
-    # Retries must span a server handover (no server UP for up to about a
-    # second: lock, restore, one HAProxy check interval).
-    retry: {max_retries: 10, initial_interval: 50ms, multiplier: 1.5, max_interval: 250ms, randomization_factor: 0.5, max_elapsed: %s}
-    retry_budget: {ratio: 1, min_per_second: 100}
-    # The attempt-level rules and the bulkhead must outlast a handover (TLS
-    # on every hop, a loaded CI machine): during one, up to 40 iterations'
-    # attempts wait in HAProxy with no answer. The defaults, 200 ms without
-    # a server up, 500 ms without an answer and slow_after 100 ms (beyond
-    # which the bulkhead refuses attempts over min_in_flight), fit a
-    # handover on loopback, not this one.
-    breaker: {outage_after: 1s, silence_after: 1s}
-    bulkhead: {slow_after: 1s}
-    %s
-`, hostClient.addr, port, vipAddr, grpcPort, security, keyFile, sidecarTimeout, sidecarTimeout, tokens)
+	shipped, err := os.ReadFile(filepath.Join(c.root, "deploy", "config", "sidecar.yaml"))
+	if err != nil {
+		c.tb.Fatal(err)
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal(shipped, &doc); err != nil {
+		c.tb.Fatalf("deploy/config/sidecar.yaml: %v", err)
+	}
+	prov, ok := doc["providers"].(map[string]any)["default"].(map[string]any)
+	if !ok {
+		c.tb.Fatal("deploy/config/sidecar.yaml has no provider default: the lab replaces its addresses")
+	}
+	doc["listen"], doc["allow_remote"] = fmt.Sprintf("%s:%d", hostClient.addr, port), true
+	prov["endpoint"], prov["api_key_file"] = fmt.Sprintf("%s:%d", vipAddr, grpcPort), keyFile
+	if c.tls != nil {
+		prov["tls"] = map[string]any{"ca_file": c.tls.caFile, "server_name": serverName}
+	} else {
+		delete(prov, "tls")
+		prov["insecure"] = true
+	}
+	if c.groups != nil {
+		prov["token"] = map[string]any{"skew": "30s", "refresh_at": 0.1}
+	}
+	timeout, err := time.ParseDuration(fmt.Sprint(prov["timeout"]))
+	if err != nil || timeout >= callDeadline {
+		c.tb.Fatalf("deploy/config/sidecar.yaml: timeout %v (%v): the lab's backend calls have a %v deadline, which must outlast the sidecar's", prov["timeout"], err, callDeadline)
+	}
+	out, err := yaml.Marshal(doc)
+	if err != nil {
+		c.tb.Fatal(err)
+	}
 	path := filepath.Join(c.dir, name+".yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+	if err := os.WriteFile(path, append([]byte("# deploy/config/sidecar.yaml with the lab's addresses (test/e2e).\n"), out...), 0o600); err != nil {
 		c.tb.Fatal(err)
 	}
 	p := c.ps.start(name, hostClient.ns(), nil, c.sidecarBin, "--config", path)

@@ -391,7 +391,7 @@ func TestFailover(t *testing.T) {
 	for _, cl := range late {
 		t.Errorf("backend call not answered within its %v deadline: %v", callDeadline, cl)
 	}
-	t.Logf("longest backend call: %v (deadline %v, sidecar timeout %v)", longest.Round(time.Millisecond), callDeadline, sidecarTimeout)
+	t.Logf("longest backend call: %v (deadline %v; the sidecar's timeout is the shipped one)", longest.Round(time.Millisecond), callDeadline)
 
 	// The server failover's window: the calls that could meet the kill
 	// (started at most a deadline before it) and could not meet the
@@ -430,6 +430,20 @@ func TestFailover(t *testing.T) {
 	fmt.Printf("measure: switchover_gap_s=%.3f\n", serviceGap(calls, leases, tSw, swEpoch).Seconds())
 	fmt.Printf("measure: sigterm_gap_s=%.3f\n", serviceGap(calls, leases, tTerm, termEpoch).Seconds())
 	fmt.Printf("measure: kill_gap_s=%.3f\n", serviceGap(calls, leases, tKill, oldEpoch).Seconds())
+	// The LB tier's steps: calls started in step (c) (HAProxy killed on
+	// the VIP's holder) and in step (d) (its link cut), to the end.
+	failedIn := func(prefix string) int {
+		for i, p := range phases[:len(phases)-1] {
+			if strings.HasPrefix(p.name, prefix) {
+				return count(calls, func(cl call) bool {
+					return cl.outcome == failed && !cl.start.Before(p.at) && cl.start.Before(phases[i+1].at)
+				})
+			}
+		}
+		return -1
+	}
+	fmt.Printf("measure: lb_stop_failed_calls=%d\n", failedIn("c:"))
+	fmt.Printf("measure: lb_cut_failed_calls=%d\n", failedIn("d:"))
 	fmt.Printf("measure: false_down_under_load=%d\n", len(falseDowns))
 	fmt.Printf("measure: failed_calls_under_load=%d\n", count(calls, func(cl call) bool {
 		return cl.outcome == failed && !cl.start.Before(tHog) && cl.start.Before(tHogEnd)

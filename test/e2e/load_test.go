@@ -18,16 +18,16 @@ import (
 )
 
 // Load settings. Every backend call has callDeadline; the sidecar's own
-// timeout (retries included) is shorter, so that it answers in time.
+// timeout (retries included; deploy/config/sidecar.yaml's, 3 s) is shorter,
+// so that it answers in time (startSidecarFor checks it).
 const (
-	callDeadline   = 2 * time.Second
-	sidecarTimeout = 1500 * time.Millisecond
-	leaseTTL       = 10 // seconds
-	iterationRate  = 30 // iterations started per second
-	maxInFlight    = 40 // iterations at once; more are dropped (counted)
-	maxHold        = 600 * time.Millisecond
-	provider       = "default"
-	workContext    = "e2e"
+	callDeadline  = 3500 * time.Millisecond
+	leaseTTL      = 10 // seconds
+	iterationRate = 30 // iterations started per second
+	maxInFlight   = 40 // iterations at once; more are dropped (counted)
+	maxHold       = 600 * time.Millisecond
+	provider      = "default"
+	workContext   = "e2e"
 )
 
 // outcome classifies a backend call.
