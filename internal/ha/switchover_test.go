@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/repool/repool/internal/store"
 	"github.com/repool/repool/internal/store/postgres"
 	"github.com/repool/repool/internal/testenv"
@@ -24,6 +26,14 @@ func database(t *testing.T) string {
 	}
 	s.Close()
 	return dsn
+}
+
+// noRequest fails the test if a switchover request is pending.
+func noRequest(ctx context.Context, t *testing.T, obs *pgx.Conn, when string) {
+	t.Helper()
+	if to, err := postgres.PendingSwitchover(ctx, obs, LockID); err != nil || to != "" {
+		t.Fatalf("the switchover request %s = got %q, %v, want none", when, to, err)
+	}
 }
 
 // TestSwitchoverToTheNamedStandby: a leader "a" and two standbys, "b"
@@ -78,14 +88,12 @@ func TestSwitchoverToTheNamedStandby(t *testing.T) {
 	default:
 	}
 	waitForLock(ctx, t, obs, "b")
-	if to, err := postgres.PendingSwitchover(ctx, obs, LockID); err != nil || to != "" {
-		t.Fatalf("the switchover request once c leads = got %q, %v, want none", to, err)
-	}
+	noRequest(ctx, t, obs, "once c leads")
 }
 
 // TestSwitchoverToAGoneCandidate: the candidate's session ends after the
-// request (its server died): the standby that wins the lock finds no
-// session of the candidate, takes over and ends the request.
+// request (its server died): the standby that wins the lock finds the
+// candidate not waiting for it, takes over and ends the request.
 func TestSwitchoverToAGoneCandidate(t *testing.T) {
 	dsn := database(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -127,9 +135,7 @@ func TestSwitchoverToAGoneCandidate(t *testing.T) {
 	a.Resign()
 	b := await(t, bWon, 10*time.Second, "a resigned and the candidate c is gone")
 	defer b.Resign()
-	if to, err := postgres.PendingSwitchover(ctx, obs, LockID); err != nil || to != "" {
-		t.Fatalf("the switchover request once b leads = got %q, %v, want none", to, err)
-	}
+	noRequest(ctx, t, obs, "once b leads")
 }
 
 // TestSwitchoverRefusals: no active server, the active server named, and
@@ -146,9 +152,7 @@ func TestSwitchoverRefusals(t *testing.T) {
 		if !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), want) {
 			t.Fatalf("Switchover(to %s) = got %v, want ErrConflict saying %q", to, err, want)
 		}
-		if p, err := postgres.PendingSwitchover(ctx, obs, LockID); err != nil || p != "" {
-			t.Fatalf("the request after a refusal = got %q, %v, want none", p, err)
-		}
+		noRequest(ctx, t, obs, "after a refusal")
 	}
 	refused("b", "has no active server")
 	a := lead(ctx, t, dsn, nil)
