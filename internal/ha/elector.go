@@ -440,7 +440,8 @@ func (e *Elector) connect(ctx context.Context) (*pgx.Conn, error) {
 }
 
 // hold keeps the session alive and watches it. Each check confirms the
-// lock for confirmedFor from when it was sent; a check that fails, says the
+// lock for confirmedFor from when it was sent, and passes a switchover's
+// request on to the term (Switchover), once; a check that fails, says the
 // lock is not held, or has no answer when the last confirmation runs out
 // ends the term at once, so that the leader stops serving before the
 // database could have handed the lock to another. sent is when the lock
@@ -459,7 +460,7 @@ func (e *Elector) hold(conn *pgx.Conn, sent time.Time) *Term {
 		defer conn.Close(context.Background())
 		clock.Every(ctx, e.cfg.Clock, e.cfg.Interval, func(ctx context.Context) bool {
 			sent := time.Now()
-			held, err := e.check(ctx, conn, until)
+			held, to, err := e.check(ctx, conn, until)
 			if ctx.Err() != nil {
 				return false // resigned
 			}
@@ -471,8 +472,10 @@ func (e *Elector) hold(conn *pgx.Conn, sent time.Time) *Term {
 				t.why = fmt.Errorf("leader session lost: %v", errOr(err, "lock not held"))
 			default:
 				until = sent.Add(e.confirmedFor())
-				if !asked {
-					asked = e.switchoverAsked(ctx, conn, until, t)
+				if !asked && to != "" && to != e.cfg.Name {
+					e.log.Info("switchover requested: handing over", "candidate", to)
+					t.switchover <- to
+					asked = true
 				}
 				return true
 			}
@@ -486,29 +489,21 @@ func (e *Elector) hold(conn *pgx.Conn, sent time.Time) *Term {
 	return t
 }
 
-// switchoverAsked looks, after a check, for a switchover that names
-// another server, and passes it on to the term's Switchover. A failed look
-// is no request (it is asked again after the next check).
-func (e *Elector) switchoverAsked(ctx context.Context, conn *pgx.Conn, until time.Time, t *Term) bool {
+// check asks whether conn still holds the leader lock, and which server a
+// switchover requested for the lock names ("" if none), in one round
+// trip, waiting for the answer until the deadline until (the last
+// confirmation's end). The request's table is the store's (migrated before
+// a server campaigns).
+func (e *Elector) check(ctx context.Context, conn *pgx.Conn, until time.Time) (held bool, switchoverTo string, err error) {
 	cctx, cancel := context.WithDeadline(ctx, until)
 	defer cancel()
-	to, err := postgres.PendingSwitchover(cctx, conn, e.cfg.LockID)
-	if err != nil || to == "" || to == e.cfg.Name {
-		return false
-	}
-	e.log.Info("switchover requested: handing over", "candidate", to)
-	t.switchover <- to
-	return true
+	err = conn.QueryRow(cctx, checkSQL, e.cfg.LockID).Scan(&held, &switchoverTo)
+	return held, switchoverTo, err
 }
 
-// check asks whether conn still holds the leader lock, waiting for the
-// answer until the deadline until (the last confirmation's end).
-func (e *Elector) check(ctx context.Context, conn *pgx.Conn, until time.Time) (held bool, err error) {
-	cctx, cancel := context.WithDeadline(ctx, until)
-	defer cancel()
-	err = conn.QueryRow(cctx, heldQuery("$1"), e.cfg.LockID).Scan(&held)
-	return held, err
-}
+// checkSQL is the leader's check: heldQuery's answer and the pending
+// switchover's candidate.
+var checkSQL = `SELECT (` + heldQuery("$1") + `), coalesce(` + postgres.PendingSwitchoverSQL + `, '')`
 
 func errOr(err error, s string) string {
 	if err != nil {

@@ -199,7 +199,7 @@ func TestLockAttempt(t *testing.T) {
 		if got := holder(ctx, t, obs); got != int32(a.PgConn().PID()) {
 			t.Fatalf("leader lock holder after %d statements = got pid %d, want a's session %d", i, got, a.PgConn().PID())
 		}
-		if held, err := e.check(ctx, a, time.Now().Add(time.Minute)); err != nil || !held {
+		if held, _, err := e.check(ctx, a, time.Now().Add(time.Minute)); err != nil || !held {
 			t.Fatalf("check after %d statements = got %v, %v, want true, nil", i, held, err)
 		}
 	}
@@ -218,7 +218,7 @@ func TestLockAttempt(t *testing.T) {
 			t.Fatalf("b's transaction status after a timed-out attempt = got %q, want 'I' (idle)", st)
 		}
 	}
-	if held, err := e.check(ctx, b, time.Now().Add(time.Minute)); err != nil || held {
+	if held, _, err := e.check(ctx, b, time.Now().Add(time.Minute)); err != nil || held {
 		t.Fatalf("check of b = got %v, %v, want false, nil", held, err)
 	}
 	if got := holder(ctx, t, obs); got != int32(a.PgConn().PID()) {

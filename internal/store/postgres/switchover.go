@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -74,14 +73,16 @@ func ReadElection(ctx context.Context, q Querier, lockID int64) (Election, error
 	return e, classify(rows.Err())
 }
 
+// PendingSwitchoverSQL is a scalar subquery: the candidate of the
+// switchover requested for the group electing on the lock $1, NULL if none
+// is (or the request expired). The leader's check embeds it.
+const PendingSwitchoverSQL = `(SELECT candidate FROM ha_switchover WHERE lock_id = $1 AND expires_at > now())`
+
 // PendingSwitchover returns the candidate of the switchover requested for
 // the group electing on lockID, "" if none is (or the request expired).
 func PendingSwitchover(ctx context.Context, q Querier, lockID int64) (string, error) {
 	var candidate string
-	err := q.QueryRow(ctx, `SELECT candidate FROM ha_switchover WHERE lock_id = $1 AND expires_at > now()`, lockID).Scan(&candidate)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", nil
-	}
+	err := q.QueryRow(ctx, `SELECT coalesce(`+PendingSwitchoverSQL+`, '')`, lockID).Scan(&candidate)
 	return candidate, classify(err)
 }
 
