@@ -225,10 +225,10 @@ func (s *Sidecar) Apply(cfg config.Config) error {
 		if oe != nil && oe.up == e.up {
 			prev = oe.guard // keeps what a policy change leaves alone
 		}
-		health := healthpb.NewHealthClient(e.up.conn)
+		conn, health := e.up.conn, healthpb.NewHealthClient(e.up.conn)
 		e.guard = resilience.NewGuard(resilience.GuardConfig{
 			Provider: name, Policy: pc.Resilience(), Clock: s.guards, Metrics: s.resMetrics, Notify: s.transitions,
-			Probe: func(ctx context.Context) error { return provider.CheckHealth(ctx, health) }}, prev)
+			Probe: func(ctx context.Context) error { return provider.Probe(ctx, conn, health) }}, prev)
 		prov, err := provider.New(provider.Config{
 			Name: name, Timeout: pc.Timeout, Pool: repoolv1.NewPoolServiceClient(e.up.conn), Tokens: e.up.tokens, Leases: e.up.leases,
 			Health:  health,

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -379,8 +380,8 @@ func (p *Provider) Ready(ctx context.Context) error {
 // up (Ready has had a token from it already). Anything else fails: another
 // status (NOT_SERVING: a standby, or starting) as an UNAVAILABLE error, no
 // answer or any other error as itself.
-func CheckHealth(ctx context.Context, client healthpb.HealthClient) error {
-	resp, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+func CheckHealth(ctx context.Context, client healthpb.HealthClient, opts ...grpc.CallOption) error {
+	resp, err := client.Check(ctx, &healthpb.HealthCheckRequest{}, opts...)
 	switch {
 	case status.Code(err) == codes.Unimplemented:
 		return nil
@@ -437,4 +438,61 @@ func withRetryAfter(err error, trailer metadata.MD) error {
 		return err
 	}
 	return &rateLimitedError{err: err, after: time.Duration(ms) * time.Millisecond}
+}
+
+// Reconnector is the connection a Probe reconnects: a *grpc.ClientConn.
+type Reconnector interface {
+	ResetConnectBackoff()
+}
+
+// Probe is the half-open breaker's probe: CheckHealth, made so that a
+// connection being made again is not taken for a failed provider. After a
+// VIP move (HAProxy stopped on its holder, the holder's link cut) the
+// sidecar's connection is either waiting out grpc-go's reconnect backoff
+// (a call fails at once with the last connect error) or dead (a call waits
+// until the new holder resets it). So the probe reconnects at once
+// (ResetConnectBackoff), waits for the connection (WaitForReady) within
+// ctx, and asks again, after probeRetryPause, when the connection it went
+// out on broke before any answer (brokenConnection). An answer — SERVING,
+// NOT_SERVING, a proxy's HTTP status, any gRPC status of a server — ends it,
+// and so does ctx: with nothing listening it fails at ctx's deadline.
+func Probe(ctx context.Context, conn Reconnector, client healthpb.HealthClient) error {
+	for {
+		conn.ResetConnectBackoff()
+		err := CheckHealth(ctx, client, grpc.WaitForReady(true))
+		if err == nil || ctx.Err() != nil || !brokenConnection(err) {
+			return err
+		}
+		t := time.NewTimer(probeRetryPause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
+	}
+}
+
+// probeRetryPause paces a probe's tries on connections that break at once.
+const probeRetryPause = 20 * time.Millisecond
+
+// brokenConnection reports whether err is a connection that broke under a
+// call before anything answered it (reset, closed, EOF): UNAVAILABLE that
+// no server, proxy or dial error worded (resilience.TransportCause words
+// those).
+func brokenConnection(err error) bool {
+	if status.Code(err) != codes.Unavailable || resilience.TransportCause(err) != "" {
+		return false
+	}
+	var ns *notServingError
+	if errors.As(err, &ns) {
+		return false
+	}
+	msg := status.Convert(err).Message()
+	for _, s := range []string{"connection reset", "error reading from server", "transport is closing", "connection closed", "EOF", "broken pipe"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
