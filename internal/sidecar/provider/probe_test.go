@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+
+	"github.com/repool/repool/internal/sidecar/resilience"
 )
 
 // serveHealth serves the gRPC health service (SERVING) on l until the
@@ -127,4 +129,27 @@ type answers struct {
 func (a *answers) Check(context.Context, *healthpb.HealthCheckRequest, ...grpc.CallOption) (*healthpb.HealthCheckResponse, error) {
 	a.calls++
 	return nil, a.err
+}
+
+// TestProbeOfAProviderNotListening: a probe of an address where nothing
+// listens waits for a connection until its deadline and fails with the
+// connect error in our words, not as a call that had no answer in time.
+func TestProbeOfAProviderNotListening(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err = Probe(ctx, conn, healthpb.NewHealthClient(conn))
+	if cause := resilience.Cause(err); status.Code(err) != codes.Unavailable || !strings.Contains(cause, "nothing is listening there") {
+		t.Fatalf("Probe of %s, nothing listening = got %v (cause %q), want UNAVAILABLE saying nothing is listening", addr, err, cause)
+	}
 }

@@ -455,13 +455,14 @@ type Reconnector interface {
 // ctx, and asks again, after probeRetryPause, when the connection it went
 // out on broke before any answer (brokenConnection). An answer — SERVING,
 // NOT_SERVING, a proxy's HTTP status, any gRPC status of a server — ends it,
-// and so does ctx: with nothing listening it fails at ctx's deadline.
+// and so does ctx: with nothing listening it fails at ctx's deadline, with
+// the last connect error (lastConnectError).
 func Probe(ctx context.Context, conn Reconnector, client healthpb.HealthClient) error {
 	for {
 		conn.ResetConnectBackoff()
 		err := CheckHealth(ctx, client, grpc.WaitForReady(true))
 		if err == nil || ctx.Err() != nil || !brokenConnection(err) {
-			return err
+			return lastConnectError(err)
 		}
 		t := time.NewTimer(probeRetryPause)
 		select {
@@ -471,6 +472,21 @@ func Probe(ctx context.Context, conn Reconnector, client healthpb.HealthClient) 
 			return err
 		}
 	}
+}
+
+// lastConnectError is err, or, for a probe that waited for a connection
+// until its deadline, the connection's last error as grpc-go reports it
+// to a call that does not wait (UNAVAILABLE, which resilience.Cause words:
+// "connection refused by ADDR: nothing is listening there"), in place of
+// "no answer in time".
+func lastConnectError(err error) error {
+	if status.Code(err) != codes.DeadlineExceeded {
+		return err
+	}
+	if _, last, ok := strings.Cut(status.Convert(err).Message(), "latest balancer error: "); ok {
+		return status.Error(codes.Unavailable, last)
+	}
+	return err
 }
 
 // probeRetryPause paces a probe's tries on connections that break at once.
