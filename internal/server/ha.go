@@ -171,11 +171,7 @@ func (e *elected) switchOver(ctx context.Context, to string, stop func()) {
 	e.ha.resign()
 	e.ha.stepdowns.Inc()
 	e.stepDown()
-	now := s.clock.Now()
-	s.log.Info("switchover: gave up the leader lock", "to", to, "after", now.Sub(began).Round(time.Millisecond),
-		"calls_drained_in", drained.Sub(began).Round(time.Millisecond),
-		"checkpoint_in", checkpointed.Sub(drained).Round(time.Millisecond),
-		"lock_released_in", now.Sub(checkpointed).Round(time.Millisecond))
+	e.gaveUp("switchover: gave up the leader lock", began, drained, checkpointed, "to", to)
 }
 
 // takeOver raises the epoch, fences the store with it, restores every

@@ -234,13 +234,19 @@ func (e *elected) handOver(wasActive bool, began, drained time.Time) {
 	checkpointed := s.clock.Now()
 	e.ha.resign()
 	if wasActive {
-		// What a planned move of leadership waited for, when it is slow.
-		now := s.clock.Now()
-		s.log.Info("gave up the leader lock", "after", now.Sub(began).Round(time.Millisecond),
-			"calls_drained_in", drained.Sub(began).Round(time.Millisecond),
-			"checkpoint_in", checkpointed.Sub(drained).Round(time.Millisecond),
-			"lock_released_in", now.Sub(checkpointed).Round(time.Millisecond))
+		e.gaveUp("gave up the leader lock", began, drained, checkpointed)
 	}
+}
+
+// gaveUp logs what a planned hand-over of leadership (a stop, a
+// switchover) waited for, when it is slow: the calls, the checkpoint, the
+// lock's release.
+func (e *elected) gaveUp(msg string, began, drained, checkpointed time.Time, attrs ...any) {
+	now := e.s.clock.Now()
+	e.s.log.Info(msg, append(attrs, "after", now.Sub(began).Round(time.Millisecond),
+		"calls_drained_in", drained.Sub(began).Round(time.Millisecond),
+		"checkpoint_in", checkpointed.Sub(drained).Round(time.Millisecond),
+		"lock_released_in", now.Sub(checkpointed).Round(time.Millisecond))...)
 }
 
 func (e *elected) release() {}

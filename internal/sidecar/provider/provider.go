@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
+	"github.com/repool/repool/internal/clock"
 	"github.com/repool/repool/internal/sidecar/leases"
 	"github.com/repool/repool/internal/sidecar/resilience"
 	"github.com/repool/repool/internal/sidecar/token"
@@ -464,11 +465,7 @@ func Probe(ctx context.Context, conn Reconnector, client healthpb.HealthClient) 
 		if err == nil || ctx.Err() != nil || !brokenConnection(err) {
 			return lastConnectError(err)
 		}
-		t := time.NewTimer(probeRetryPause)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if clock.Sleep(ctx, clock.Real{}, probeRetryPause) != nil {
 			return err
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/repool/repool/internal/clock"
 	"github.com/repool/repool/internal/store"
 )
 
@@ -107,7 +108,7 @@ func Switchover(ctx context.Context, q Querier, group, to string, timeout time.D
 	if err := store.ValidateGroup(group); err != nil {
 		return "", 0, err
 	}
-	if to == "" || strings.ContainsAny(to, "\x00") {
+	if to == "" {
 		return "", 0, fmt.Errorf("%w: switchover: the candidate's name (--to, its --ha-name) is empty", store.ErrInvalid)
 	}
 	if timeout <= 0 {
@@ -136,7 +137,7 @@ func Switchover(ctx context.Context, q Querier, group, to string, timeout time.D
 			}
 			return "", 0, fmt.Errorf("%w: %s is not standing by in group %q (no session of it waits for the group's leader lock); standbys waiting now: %s", store.ErrConflict, to, group, standbys)
 		}
-		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+		if err := clock.Sleep(ctx, clock.Real{}, 50*time.Millisecond); err != nil {
 			return "", 0, err
 		}
 	}
@@ -158,35 +159,20 @@ ON CONFLICT (lock_id) DO UPDATE SET candidate = excluded.candidate, requested_at
 			// Withdrawn on a context of its own: ctx may be what ended.
 			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
-			werr := EndSwitchover(wctx, q, lockID, to)
+			withdrawn := "the request is withdrawn"
+			if werr := EndSwitchover(wctx, q, lockID, to); werr != nil {
+				withdrawn = fmt.Sprintf("withdrawing the request failed (it expires by itself): %v", werr)
+			}
 			why := fmt.Sprintf("within %v", timeout)
 			if ctx.Err() != nil {
 				why = fmt.Sprintf("before the wait ended (%v)", ctx.Err())
 			}
-			return from, time.Since(start), fmt.Errorf("%w: %s did not take over group %q %s (active now: %q); the request is withdrawn (%v)", store.ErrUnavailable, to, group, why, e.Active, errOr(werr, "done"))
+			return from, time.Since(start), fmt.Errorf("%w: %s did not take over group %q %s (active now: %q); %s", store.ErrUnavailable, to, group, why, e.Active, withdrawn)
 		}
-		_ = sleep(ctx, 20*time.Millisecond) // an ended ctx withdraws the request above
+		_ = clock.Sleep(ctx, clock.Real{}, 20*time.Millisecond) // an ended ctx withdraws the request above
 	}
 }
 
 // standbyLookup is how long Switchover looks for the candidate among the
 // sessions waiting for the lock.
 const standbyLookup = time.Second
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func errOr(err error, s string) string {
-	if err != nil {
-		return err.Error()
-	}
-	return s
-}
