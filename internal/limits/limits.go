@@ -95,13 +95,17 @@ type Spec struct {
 	// Share: the default is the server's default tenant share
 	// (--default-tenant-share percent) of Budget.
 	Share bool
+	// DefaultAboveZero: the server's default must be above 0, where a
+	// tenant's own value may be 0 (a default rate or burst of 0 would
+	// refuse every call of every tenant not given its own).
+	DefaultAboveZero bool
 }
 
 // table is the table, indexed by Limit; it is never written.
 var table = [Count]Spec{
-	RatePerSecond: {Name: "rate_per_second", Max: 1_000_000_000,
+	RatePerSecond: {Name: "rate_per_second", Max: 1_000_000_000, DefaultAboveZero: true,
 		Default: ratelimit.DefaultRate, FlagUsage: "default per-tenant request rate, per second (`rate`)"},
-	Burst: {Name: "burst", Integer: true, Max: 1 << 30,
+	Burst: {Name: "burst", Integer: true, Max: 1 << 30, DefaultAboveZero: true,
 		Default: ratelimit.DefaultBurst, FlagUsage: "default per-tenant request burst (`n`)"},
 	ReservedResources: {Name: "reserved_resources", Integer: true, Budget: ResourceBudget,
 		Reservation: true, Ceiling: MaxResources},
@@ -203,3 +207,9 @@ func (v Values) Value(l Limit) float64 {
 
 // Set sets v's value of l to x.
 func (v *Values) Set(l Limit, x float64) { v[l] = &x }
+
+// With returns a copy of v with l set to x.
+func (v Values) With(l Limit, x float64) Values {
+	v.Set(l, x)
+	return v
+}

@@ -130,7 +130,7 @@ func vsRedis(b *testing.B) (context.Context, *redisPool, []repoolv1.PoolServiceC
 	// The demo tenant's stored limits (DemoRatePerSecond) are its own, not
 	// the configuration's defaults: it is given the configured ones, so
 	// that the benchmark measures the server rather than a rate limit.
-	body := fmt.Sprintf(`{"rate_per_second":%g,"burst":%d}`, cfg.Limits[limits.RatePerSecond], int(cfg.Limits[limits.Burst]))
+	body := fmt.Sprintf(`{"rate_per_second":%g,"burst":%d}`, cfg.Limits.Value(limits.RatePerSecond), int(cfg.Limits.Value(limits.Burst)))
 	if code := r.api(b, "PUT", "/api/v1/tenants/demo/limits", r.op, body, nil); code != 200 {
 		b.Fatalf("PUT /api/v1/tenants/demo/limits %s = %d, want 200", body, code)
 	}

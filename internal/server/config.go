@@ -106,13 +106,14 @@ type Config struct {
 	MaxKeysPerTenant int
 	// Limits are the defaults of a tenant's limits, by limits.Limit,
 	// that the server's flags set: a value for each limit with a flag
-	// (limits.Spec.FlagUsage; the flag is named for the limit), zero
-	// meaning the built-in default (limits.Spec.Default). The control
-	// plane sets a tenant's own values. Every other limit must stay zero
+	// (limits.Spec.FlagUsage; the flag is named for the limit), unset
+	// meaning the built-in default (limits.Spec.Default); a value set to 0
+	// is 0 (--max-lease-streams 0 allows no Leases stream). The control
+	// plane sets a tenant's own values. Every other limit must stay unset
 	// here: its default is none for a reservation, DefaultTenantShare
 	// percent of a global budget for a ceiling of resources or cells
 	// (LimitRules).
-	Limits [limits.Count]float64
+	Limits limits.Values
 	// Policy is the quarantine and decay policy of every tenant's pool
 	// (docs/pool.md, "Quarantine"). Zero fields: the pool's defaults.
 	Policy tenants.Policy
@@ -268,8 +269,8 @@ func (c Config) WithDefaults() Config {
 		GCPercent: 400, LogLevel: "info",
 	})
 	for l := range limits.Count {
-		if c.Limits[l] == 0 {
-			c.Limits[l] = l.Spec().Default
+		if _, set := c.Limits.Get(l); !set && l.Flag() != "" {
+			c.Limits.Set(l, l.Spec().Default)
 		}
 	}
 	c.Policy = tenants.PolicyDefaults(c.Policy)
@@ -432,11 +433,14 @@ func isPostgres(store string) bool {
 // or set for a limit that has no flag.
 func (c Config) checkLimits() error {
 	for l := range limits.Count {
-		s, v := l.Spec(), c.Limits[l]
+		s := l.Spec()
+		v, set := c.Limits.Get(l)
 		switch {
-		case l.Flag() == "" && v != 0:
+		case l.Flag() == "" && set:
 			return fmt.Errorf("config: Limits[%s] %s: the limit has no server default to set", l, limits.Format(v))
-		case l.Flag() == "":
+		case !set:
+		case s.DefaultAboveZero && v <= 0:
+			return fmt.Errorf("config: %s %s: want more than 0 as the default of every tenant (a tenant of its own may be set to 0 through the control plane)", l, limits.Format(v))
 		case math.IsNaN(v) || v < s.Min || v > s.Max || s.Integer && v != math.Trunc(v):
 			lo := limits.Format(s.Min)
 			if s.ZeroUnbounded && s.Min == 0 {
@@ -456,7 +460,7 @@ func (c Config) LimitRules() control.LimitRules {
 	c = c.WithDefaults()
 	var d store.Limits
 	for l := range limits.Count {
-		v := c.Limits[l]
+		v := c.Limits.Value(l)
 		switch s := l.Spec(); {
 		case s.Share && s.Budget == limits.ResourceBudget:
 			v = float64(c.share(c.GlobalResources))

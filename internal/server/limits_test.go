@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -107,7 +108,7 @@ func TestLimitRulesSetEveryLimit(t *testing.T) {
 		}
 		if l.Flag() == "" {
 			bad := c
-			bad.Limits[l] = 1
+			bad.Limits.Set(l, 1)
 			if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), l.String()) {
 				t.Errorf("Validate(Limits[%s] 1) = %v, want an error naming it: it has no flag", l, err)
 			}
@@ -115,5 +116,33 @@ func TestLimitRulesSetEveryLimit(t *testing.T) {
 	}
 	if err := rules.Check(store.Limits{Values: rules.Defaults.Values}); err != nil {
 		t.Errorf("the defaults as a tenant's own limits = %v, want them in range", err)
+	}
+}
+
+// TestZeroStreamDefaults: a server default of 0 is 0, not "unset": with
+// --max-streams 0 and --max-lease-streams 0 (-h: "0: none allowed") a
+// tenant given no value of its own may open neither an event stream nor a
+// Leases stream, while its unary calls are served.
+func TestZeroStreamDefaults(t *testing.T) {
+	cfg := Config{Store: sqliteStore(t), Limits: requestLimit(1e6, 1e6).With(limits.MaxStreams, 0).With(limits.MaxLeaseStreams, 0)}
+	r := start(t, cfg)
+	ctx, cancel := context.WithTimeout(withKey(r.key), 10*time.Second)
+	defer cancel()
+	if _, err := r.pool.ListResources(ctx, &repoolv1.ListResourcesRequest{}); err != nil {
+		t.Fatalf("ListResources() = %v, want it served", err)
+	}
+	events, err := r.pool.SubscribeEvents(ctx, &repoolv1.SubscribeEventsRequest{})
+	if err == nil {
+		_, err = events.Recv()
+	}
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("SubscribeEvents() with max_streams 0 = %v, want RESOURCE_EXHAUSTED", err)
+	}
+	leases, err := r.pool.Leases(ctx)
+	if err == nil {
+		_, err = leases.Recv()
+	}
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("Leases() with max_lease_streams 0 = %v, want RESOURCE_EXHAUSTED", err)
 	}
 }

@@ -227,7 +227,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 		return nil, err
 	}
 	limiter, err := ratelimit.New(ratelimit.Config{
-		Rate: cfg.Limits[limits.RatePerSecond], Burst: int(cfg.Limits[limits.Burst]), Clock: opts.Clock, Logger: opts.Log, Registerer: s.reg,
+		Rate: cfg.Limits.Value(limits.RatePerSecond), Burst: int(cfg.Limits.Value(limits.Burst)), Clock: opts.Clock, Logger: opts.Log, Registerer: s.reg,
 	})
 	if err != nil {
 		return nil, err

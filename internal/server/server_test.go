@@ -131,8 +131,8 @@ func sqliteStore(t testing.TB) string { return "sqlite:" + filepath.Join(t.TempD
 
 // requestLimit is the Limits of a configuration whose tenants' default
 // request limit is rate per second, burst burst, out of a test's way.
-func requestLimit(rate, burst float64) [limits.Count]float64 {
-	return [limits.Count]float64{limits.RatePerSecond: rate, limits.Burst: burst}
+func requestLimit(rate, burst float64) limits.Values {
+	return limits.Values{}.With(limits.RatePerSecond, rate).With(limits.Burst, burst)
 }
 
 func TestNewcomerFlow(t *testing.T) {

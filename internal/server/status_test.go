@@ -82,7 +82,7 @@ func TestConfigHash(t *testing.T) {
 	b := a
 	b.HAName, b.GRPCAddr, b.HTTPAddr = "b", "10.0.0.22:9090", "10.0.0.22:8081"
 	c := a
-	c.Limits[limits.Burst]++
+	c.Limits.Set(limits.Burst, c.Limits.Value(limits.Burst)+1)
 	hash := func(c Config) string {
 		u, err := c.StoreURL()
 		if err != nil {

@@ -216,18 +216,18 @@ func limitBindings(d server.Config) []binding {
 		if l.Flag() == "" {
 			continue
 		}
-		def := strconv.FormatFloat(d.Limits[l], 'g', -1, 64)
+		def := strconv.FormatFloat(d.Limits.Value(l), 'g', -1, 64)
 		if l.Spec().Integer {
-			def = strconv.Itoa(int(d.Limits[l]))
+			def = strconv.Itoa(int(d.Limits.Value(l)))
 		}
 		out = append(out, binding{l.Flag(), l.Spec().FlagUsage, def, func(c *server.Config, v string) error {
 			if !l.Spec().Integer {
 				f, err := strconv.ParseFloat(v, 64)
-				c.Limits[l] = f
+				c.Limits.Set(l, f)
 				return err
 			}
 			n, err := strconv.Atoi(v)
-			c.Limits[l] = float64(n)
+			c.Limits.Set(l, float64(n))
 			return err
 		}})
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,13 +28,13 @@ func TestLoad(t *testing.T) {
 		wantErr bool
 	}{
 		{"defaults", nil, nil, func(c server.Config) bool {
-			return c.GRPCAddr == "127.0.0.1:9090" && c.Limits[limits.Burst] == 50 && !c.HA
+			return c.GRPCAddr == "127.0.0.1:9090" && c.Limits.Value(limits.Burst) == 50 && !c.HA
 		}, false},
 		{"bare --ha switch", []string{"--ha", "--store", "postgres://x@127.0.0.1/db"}, nil, func(c server.Config) bool { return c.HA && c.Store == "postgres://x@127.0.0.1/db" }, false},
 		{"--ha without postgres", []string{"--ha"}, nil, nil, true},
 		{"file, env and flags in order", []string{"--config", file, "--burst", "90"}, map[string]string{"REPOOL_RATE_PER_SECOND": "7"},
 			func(c server.Config) bool {
-				return c.Limits[limits.Burst] == 90 && c.Limits[limits.RatePerSecond] == 7 && c.CheckpointInterval == 3*time.Second
+				return c.Limits.Value(limits.Burst) == 90 && c.Limits.Value(limits.RatePerSecond) == 7 && c.CheckpointInterval == 3*time.Second
 			}, false},
 		{"bad duration", []string{"--token-ttl", "soon"}, nil, nil, true},
 		{"gc defaults", nil, nil, func(c server.Config) bool { return c.GCPercent == 400 && c.MemoryLimit == 0 }, false},
@@ -53,15 +54,15 @@ func TestLoad(t *testing.T) {
 		{"negative ha interval", []string{"--ha-interval", "-1s"}, nil, nil, true},
 		{"negative ha timeouts", []string{"--ha-interval", "-3s", "--ha-session-timeout", "-1s"}, nil, nil, true},
 		{"store password not shown", []string{"--store", "postgress://u:pw-in-the-url@h/db"}, nil, nil, true},
-		{"empty file", []string{"--config", empty}, nil, func(c server.Config) bool { return c == server.Config{}.WithDefaults() }, false},
-		{"comment-only file", nil, map[string]string{"REPOOL_CONFIG": comments}, func(c server.Config) bool { return c == server.Config{}.WithDefaults() }, false},
+		{"empty file", []string{"--config", empty}, nil, func(c server.Config) bool { return reflect.DeepEqual(c, server.Config{}.WithDefaults()) }, false},
+		{"comment-only file", nil, map[string]string{"REPOOL_CONFIG": comments}, func(c server.Config) bool { return reflect.DeepEqual(c, server.Config{}.WithDefaults()) }, false},
 		{"log level default", nil, nil, func(c server.Config) bool { return c.LogLevel == "info" }, false},
 		{"log level in a file", []string{"--config", logFile}, nil, func(c server.Config) bool { return c.LogLevel == "debug" }, false},
 		{"log level env over file", []string{"--config", logFile}, map[string]string{"REPOOL_LOG_LEVEL": "warn"}, func(c server.Config) bool { return c.LogLevel == "warn" }, false},
 		{"log level flag", []string{"--log-level", "error"}, nil, func(c server.Config) bool { return c.LogLevel == "error" }, false},
 		{"log level unknown in a file", []string{"--config", badLogFile}, nil, nil, true},
 		{"log level unknown flag", []string{"--log-level", "verbose"}, nil, nil, true},
-		{"bare --ha then more flags", []string{"--ha", "--burst", "3", "--store", "postgres://x@127.0.0.1/db"}, nil, func(c server.Config) bool { return c.HA && c.Limits[limits.Burst] == 3 }, false},
+		{"bare --ha then more flags", []string{"--ha", "--burst", "3", "--store", "postgres://x@127.0.0.1/db"}, nil, func(c server.Config) bool { return c.HA && c.Limits.Value(limits.Burst) == 3 }, false},
 		{"--ha=false", []string{"--ha=false"}, nil, func(c server.Config) bool { return !c.HA }, false},
 		{"listener defaults", nil, nil, func(c server.Config) bool {
 			h := c.HTTP
@@ -237,7 +238,8 @@ func TestTLSConfig(t *testing.T) {
 // (--max-lease-streams), its REPOOL_ variable and its YAML key
 // (max_lease_streams), each of which sets the limit's default in
 // Config.Limits, with the table's default in -h; a value out of the
-// limit's range is refused naming it. A limit without a flag has none.
+// limit's range is refused naming it, and 0 is 0, not the default. A
+// limit without a flag has none.
 func TestLimitFlags(t *testing.T) {
 	load := func(t *testing.T, args []string, env map[string]string) (server.Config, error) {
 		fs := flag.NewFlagSet("server", flag.ContinueOnError)
@@ -277,8 +279,8 @@ func TestLimitFlags(t *testing.T) {
 				{"file", []string{"--config", path}, nil},
 			} {
 				c, err := load(t, src.args, src.env)
-				if err != nil || c.Limits[l] != v {
-					t.Errorf("%s %s %s = Limits[%s] %v, %v; want %v", src.name, l, text, l, c.Limits[l], err, v)
+				if err != nil || c.Limits.Value(l) != v {
+					t.Errorf("%s %s %s = Limits[%s] %v, %v; want %v", src.name, l, text, l, c.Limits.Value(l), err, v)
 				}
 				if rules := c.LimitRules(); rules.Defaults.Values.Value(l) != v {
 					t.Errorf("%s %s %s: LimitRules default %v, want %v", src.name, l, text, rules.Defaults.Values.Value(l), v)
@@ -287,6 +289,24 @@ func TestLimitFlags(t *testing.T) {
 			beyond := strconv.FormatFloat(s.Max+1, 'f', -1, 64)
 			if _, err := load(t, []string{"--" + l.Flag(), beyond}, nil); err == nil || !strings.Contains(err.Error(), l.String()+" "+beyond) {
 				t.Errorf("--%s %s = %v, want an error naming %s %s", l.Flag(), beyond, err, l, beyond)
+			}
+			// 0 is 0, never "unset": a limit whose default may be 0
+			// gets 0 (--max-lease-streams 0 allows no stream, as -h
+			// says), one whose default must be above 0 is refused.
+			c, err := load(t, []string{"--" + l.Flag(), "0"}, nil)
+			switch {
+			case s.DefaultAboveZero && (err == nil || !strings.Contains(err.Error(), l.String()+" 0: want more than 0")):
+				t.Errorf("--%s 0 = %v, want it refused: a default of 0 would refuse every call", l.Flag(), err)
+			case s.DefaultAboveZero:
+			case err != nil:
+				t.Errorf("--%s 0 = %v, want it taken", l.Flag(), err)
+			default:
+				if v, set := c.Limits.Get(l); !set || v != 0 {
+					t.Errorf("--%s 0 = Limits[%s] %v (set %v), want 0", l.Flag(), l, v, set)
+				}
+				if v := c.LimitRules().Defaults.Values.Value(l); v != 0 {
+					t.Errorf("--%s 0: LimitRules default %v, want 0", l.Flag(), v)
+				}
 			}
 		})
 	}

@@ -32,7 +32,7 @@ func serverConfig(dir string) server.Config {
 	return server.Config{
 		Store:    "sqlite:" + filepath.Join(dir, "repool.db"),
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		Limits:             [limits.Count]float64{limits.RatePerSecond: 1e6, limits.Burst: 1e6},
+		Limits:             limits.Values{}.With(limits.RatePerSecond, 1e6).With(limits.Burst, 1e6),
 		CheckpointInterval: time.Hour,
 	}
 }

@@ -126,7 +126,7 @@ func runServer(ctx context.Context, raw string, stdout, stderr io.Writer) error 
 		Store: c.Store, GRPCAddr: c.GRPCAddr, HTTPAddr: c.HTTPAddr, HA: c.HA, HAName: c.Name, Group: group,
 		// The load test measures failure handling, not the tenant's
 		// request limit: lift it far above any scenario's rate.
-		Limits:        [limits.Count]float64{limits.RatePerSecond: 1e6, limits.Burst: 1_000_000},
+		Limits:        limits.Values{}.With(limits.RatePerSecond, 1e6).With(limits.Burst, 1_000_000),
 		ShutdownGrace: 2 * time.Second, TokenTTL: c.TokenTTL,
 	}, server.Options{Out: &banner, Log: log})
 	if err != nil {
