@@ -342,7 +342,43 @@ func TestFailover(t *testing.T) {
 	ip(t, "-n", switchNS, "link", "set", master.host.port(), "down")
 	vipMoveLink := waitVIP(t, t0, backup.host)
 	t.Logf("%s VIP on %s %v after %s's link went down", time.Now().Format("15:04:05.000"), backup.host.name, vipMoveLink.Round(time.Millisecond), master.host.name)
-	time.Sleep(3 * time.Second) // load through the backup LB alone, in real time, to the end
+	time.Sleep(3 * time.Second) // load through the backup LB alone, in real time
+
+	// The cut host's link back: it returns as BACKUP (nopreempt).
+	mark("d': link of " + master.host.name + " back up")
+	ip(t, "-n", switchNS, "link", "set", master.host.port(), "up")
+	wantKeepalivedState(t, master, "BACKUP")
+
+	// (e) a partition that leaves the link up: the MASTER's veth taken
+	// off the bridge. Until its HAProxy sees neither a server nor its
+	// peer (the monitor fails) and Keepalived puts it in FAULT, it keeps
+	// the VIP; its peer takes the VIP after three missed adverts.
+	master, backup = vipMaster(t, lb1, lb2)
+	mark("e: partition of the MASTER " + master.host.name + " (link up)")
+	t0 = time.Now()
+	ip(t, "-n", switchNS, "link", "set", master.host.port(), "nomaster")
+	splitBrain, vipMovePartition := watchPartition(t, t0, master.host, backup.host)
+	t.Logf("%s VIP on %s %v after %s was cut off; both held it for %v", time.Now().Format("15:04:05.000"), backup.host.name, vipMovePartition.Round(time.Millisecond), master.host.name, splitBrain.Round(time.Millisecond))
+	if splitBrain > 0 {
+		t.Errorf("lb1 and lb2 both held the VIP for %v during %s's partition, want never", splitBrain.Round(time.Millisecond), master.host.name)
+	}
+	wantKeepalivedState(t, master, "FAULT")
+	time.Sleep(2 * time.Second) // load through the new MASTER alone, in real time
+	mark("e': partition of " + master.host.name + " healed")
+	tHeal := time.Now()
+	ip(t, "-n", switchNS, "link", "set", master.host.port(), "master", bridge)
+	wantKeepalivedState(t, master, "BACKUP")
+	// The healed host, of higher priority or not, does not take the VIP
+	// back: a second interruption would be a flap.
+	flapBack := 0
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		if h := vipHolders(hostLB1, hostLB2); len(h) != 1 || h[0] != backup.host.name {
+			flapBack++
+			t.Errorf("VIP holders %v %v after %s's partition healed = want %s only: the VIP moved back or is held twice", h, time.Since(tHeal).Round(time.Millisecond), master.host.name, backup.host.name)
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // watching for nothing to happen, in keepalived's real time
+	}
 	mark("end")
 	endLoad()
 
@@ -442,6 +478,10 @@ func TestFailover(t *testing.T) {
 	}
 	fmt.Printf("measure: lb_stop_failed_calls=%d\n", failedIn("c:"))
 	fmt.Printf("measure: lb_cut_failed_calls=%d\n", failedIn("d:"))
+	fmt.Printf("measure: vip_move_partition_s=%.3f\n", vipMovePartition.Seconds())
+	fmt.Printf("measure: split_brain_s=%.3f\n", splitBrain.Seconds())
+	fmt.Printf("measure: flap_back=%d\n", flapBack)
+	fmt.Printf("measure: lb_partition_failed_calls=%d\n", failedIn("e:"))
 	fmt.Printf("measure: false_down_under_load=%d\n", len(falseDowns))
 	fmt.Printf("measure: failed_calls_under_load=%d\n", count(calls, func(cl call) bool {
 		return cl.outcome == failed && !cl.start.Before(tHog) && cl.start.Before(tHogEnd)
@@ -518,6 +558,31 @@ func wantKeepalivedState(tb testing.TB, l *lb, state string) {
 		}
 		return true
 	})
+}
+
+// watchPartition samples the VIP's holders from t0, the moment cut was
+// partitioned off, until other holds the VIP and cut does not: it returns
+// how long both held it (split brain: two hosts answering ARP for it) and
+// when other had it alone. A sample is two ip calls, a few milliseconds
+// apart; overlap shorter than that is not seen.
+func watchPartition(tb testing.TB, t0 time.Time, cut, other host) (both, moved time.Duration) {
+	tb.Helper()
+	last := time.Now()
+	for {
+		h := vipHolders(cut, other)
+		now := time.Now()
+		if len(h) == 2 {
+			both += now.Sub(last)
+		}
+		last = now
+		if len(h) == 1 && h[0] == other.name {
+			return both, now.Sub(t0)
+		}
+		if now.Sub(t0) > 20*time.Second {
+			tb.Fatalf("VIP holders %v 20 s after %s was cut off, want %s alone", h, cut.name, other.name)
+		}
+		time.Sleep(10 * time.Millisecond) // sampling the holders, in keepalived's real time
+	}
 }
 
 // waitVIP waits until h holds the VIP and returns the time since t0.

@@ -237,6 +237,7 @@ type front struct {
 	statsSocket string
 	monitorAddr string // "*" for all addresses
 	monitorPort int
+	self        string // the LB host rendered for; "" for every host
 }
 
 func frontFor(inv *inventory.Inventory, host string) (front, error) {
@@ -245,7 +246,7 @@ func frontFor(inv *inventory.Inventory, host string) (front, error) {
 		if err != nil {
 			return front{}, err
 		}
-		return front{statsSocket: h.StatsSocket, monitorAddr: h.Address, monitorPort: h.MonitorPort}, nil
+		return front{statsSocket: h.StatsSocket, monitorAddr: h.Address, monitorPort: h.MonitorPort, self: h.Name}, nil
 	}
 	first := inv.LBHosts[0]
 	for _, h := range inv.LBHosts[1:] {
@@ -341,12 +342,21 @@ func build(conf configuration.Configuration, tx string, inv *inventory.Inventory
 
 	// The monitor frontend Keepalived's track script checks: 200 on
 	// MonitorURI while this HAProxy runs, whatever the servers' health (a
-	// cluster without an active server must not move the VIP back and forth).
-	// It also serves HAProxy's Prometheus exporter on MetricsURI, on this
-	// host's own address, never on the VIP.
-	if err := conf.CreateFrontend(&models.Frontend{
+	// cluster without an active server must not move the VIP back and forth),
+	// unless this host is cut off (isolatedCond). It also serves HAProxy's
+	// Prometheus exporter on MetricsURI, on this host's own address, never
+	// on the VIP.
+	monitor := &models.Frontend{
 		Name: MonitorFrontend, Mode: "http", MonitorURI: models.MonitorURI(MonitorURI), Maxconn: ptr(int64(monitorMaxConn)),
-	}, tx, 0); err != nil {
+	}
+	isolated, err := buildPeers(conf, tx, inv, fr)
+	if err != nil {
+		return err
+	}
+	if isolated != "" {
+		monitor.MonitorFail = &models.MonitorFail{Cond: ptr("if"), CondTest: &isolated}
+	}
+	if err := conf.CreateFrontend(monitor, tx, 0); err != nil {
 		return fmt.Errorf("frontend %s: %w", MonitorFrontend, err)
 	}
 	if err := conf.CreateBind("frontend", MonitorFrontend, &models.Bind{

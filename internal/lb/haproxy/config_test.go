@@ -125,7 +125,7 @@ func TestRenderDirectives(t *testing.T) {
 		"defaults repool\n  mode http\n",
 		"  timeout tunnel 3600000\n",
 		"  bind 10.0.0.100:9090 name vip crt /etc/haproxy/tls/vip.pem ssl alpn h2 transparent ssl-min-ver TLSv1.2\n",
-		"  monitor-uri /lb-health\n  http-request use-service prometheus-exporter if { path /metrics }\n",
+		"  monitor-uri /lb-health\n", "  http-request use-service prometheus-exporter if { path /metrics }\n",
 		"  option httpchk\n",
 		"  http-check send meth GET uri /readyz/active\n",
 		"  http-check expect rstatus ^(200|404)$\n",
@@ -141,6 +141,10 @@ func TestRenderDirectives(t *testing.T) {
 		"frontend postgres\n  mode tcp\n  bind 10.0.0.100:5432 name vip-postgres transparent\n  default_backend postgres_primary\n",
 		"backend postgres_primary\n  mode tcp\n  option httpchk\n  http-check send meth GET uri /primary\n  http-check expect status 200\n",
 		"  server pg1 10.0.0.31:5432 check fall 2 inter 250 on-marked-down shutdown-sessions port 8008 rise 1\n",
+		// A host cut off (no server alive, no other LB host reachable)
+		// fails the monitor Keepalived tracks, and gives up the VIP.
+		"  monitor fail if !{ srv_is_up(repool/repool1) } !{ srv_is_up(repool/repool2) } !{ srv_is_up(repool/repool3) } { nbsrv(lb_peers) lt 2 }\n",
+		"backend lb_peers\n  mode tcp\n  server lb1 10.0.0.11:8404 check fall 2 inter 200 rise 1\n  server lb2 10.0.0.12:8404 check fall 2 inter 200 rise 1\n",
 	} {
 		if !strings.Contains(string(got), line) {
 			t.Errorf("Render(example) = got\n%s\nwant it to contain %q", got, line)
