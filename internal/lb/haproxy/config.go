@@ -28,7 +28,7 @@ const (
 	GRPCFrontend    = "grpc"               // gRPC frontend on the VIP (h2c, or TLS with h2)
 	ControlFrontend = "control"            // control-plane frontend on the VIP (HTTP/1.1, or TLS)
 	MonitorFrontend = "monitor"            // monitor-uri frontend for Keepalived
-	MonitorURI      = inventory.MonitorURI // answered 200 while HAProxy runs
+	MonitorURI      = inventory.MonitorURI // 200 while HAProxy runs and this host is not cut off (buildPeers)
 	// MetricsURI is where the monitor frontend serves HAProxy's built-in
 	// Prometheus exporter (frontends, backends, servers' states).
 	MetricsURI = "/metrics"
