@@ -24,6 +24,7 @@ import (
 	"github.com/repool/repool/internal/pgcluster"
 	"github.com/repool/repool/internal/server"
 	"github.com/repool/repool/internal/testenv"
+	"github.com/repool/repool/test/internal/dbtier"
 )
 
 // pgbackrestConf is the shipped pgBackRest configuration.
@@ -233,7 +234,7 @@ func TestBackupRestore(t *testing.T) {
 	if _, err := exec.LookPath("pgbackrest"); err != nil {
 		t.Fatalf("pgbackrest: %v (scripts/test installs it)", err)
 	}
-	cred, uid, gid := postgresCred(t)
+	cred, uid, gid := dbtier.PostgresCred(t)
 	dir, err := os.MkdirTemp("", "repool-drill-")
 	if err != nil {
 		t.Fatal(err)

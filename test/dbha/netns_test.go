@@ -3,7 +3,6 @@ package dbha
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -140,18 +139,4 @@ func removeNetwork(tb testing.TB) {
 		out, _ := ipErr("-o", "link", "show")
 		return !strings.Contains(out, nsPrefix) && !strings.Contains(out, nsBridge+":")
 	})
-}
-
-// setLink sets node name's eth0 up or down: a network cut of its host,
-// every packet to and from it lost, no connection reset.
-func setLink(tb testing.TB, name, state string) {
-	tb.Helper()
-	ipCmd(tb, "-n", nodeNS(name), "link", "set", nodeDev, state)
-}
-
-// inNode is argv run in node name's namespace as the postgres OS user
-// (ip netns exec needs root, setpriv then drops to uid and gid).
-func inNode(name string, uid, gid uint32, argv ...string) []string {
-	return append([]string{"ip", "netns", "exec", nodeNS(name), "setpriv",
-		"--reuid=" + fmt.Sprint(uid), "--regid=" + fmt.Sprint(gid), "--clear-groups", "--"}, argv...)
 }

@@ -135,13 +135,13 @@ func spread(v []float64) string {
 // until the primary's synchronous_standby_names says so.
 func (d *dbTier) setSynchronous(on bool) {
 	d.t.Helper()
-	p := d.primary()
+	p := d.Primary()
 	if p == nil {
 		d.t.Fatal("no primary")
 	}
-	d.patronictl(p, "edit-config", "--force", "--set", "synchronous_mode="+strconv.FormatBool(on))
+	d.Patronictl(p, "edit-config", "--force", "--set", "synchronous_mode="+strconv.FormatBool(on))
 	testenv.Eventually(d.t, 60*time.Second, fmt.Sprintf("synchronous_standby_names to be %s", map[bool]string{true: "set", false: "empty"}[on]), func() bool {
-		names := d.psql(p, "postgres", "SHOW synchronous_standby_names")
+		names := d.Psql(p, "postgres", "SHOW synchronous_standby_names")
 		return (names != "") == on
 	})
 }

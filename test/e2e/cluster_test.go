@@ -25,6 +25,7 @@ import (
 	"github.com/repool/repool/internal/lb/haproxy/haproxytest"
 	"github.com/repool/repool/internal/pgcluster"
 	"github.com/repool/repool/internal/testenv"
+	"github.com/repool/repool/test/internal/dbtier"
 )
 
 // Tools the test runs. scripts/test installs them.
@@ -62,6 +63,11 @@ type cluster struct {
 	lbs     map[string]*lb
 	sidecar *proc
 	tls     *tlsFiles // nil: plaintext (REPOOL_E2E_PLAINTEXT)
+
+	// dbNodes are the database tier's nodes behind HAProxy on the VIP
+	// (TestDatabaseFailover); nil: PostgreSQL on the db host, reached
+	// directly.
+	dbNodes []dbtier.NodeSpec
 
 	// groups places server hosts (by name) in groups of servers
 	// (TestGroups); nil: one group of s1, s2 and s3, as before groups.
@@ -392,12 +398,22 @@ func (c *cluster) inventory() string {
 	if c.tls != nil {
 		fmt.Fprintf(&b, "tls: {cert: %s, server_ca: %s, server_name: %s}\n", c.tls.vipPEM, c.tls.caFile, serverName)
 	}
-	path := filepath.Join(c.dir, "inventory.yaml")
+	if c.dbNodes != nil {
+		// The database tier behind the VIP (TestDatabaseFailover).
+		fmt.Fprintf(&b, "database:\n  port: %d\n  nodes:\n", pgPort)
+		for _, n := range c.dbNodes {
+			fmt.Fprintf(&b, "    - {name: %s, address: %s, port: %d, rest_port: %d}\n", n.Name, n.Addr, dbtier.PGPort, dbtier.RESTPort)
+		}
+	}
+	path := c.inventoryPath()
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		c.tb.Fatal(err)
 	}
 	return path
 }
+
+// inventoryPath is where inventory writes the LB inventory.
+func (c *cluster) inventoryPath() string { return filepath.Join(c.dir, "inventory.yaml") }
 
 // frontEndAndClient starts the LB hosts and waits for the VIP on lb1 and
 // for HAProxy on both hosts to have exactly up (server names, as
@@ -405,12 +421,27 @@ func (c *cluster) inventory() string {
 // initial resources through it, and returns the backend that did.
 func (c *cluster) frontEndAndClient(up string) *backend {
 	c.tb.Helper()
+	c.frontEnd()
+	return c.client(up)
+}
+
+// frontEnd starts the LB hosts and waits for the VIP on lb1.
+func (c *cluster) frontEnd() {
+	c.tb.Helper()
 	c.loadBalancers()
-	lb1, lb2 := c.lbs["lb1"], c.lbs["lb2"]
 	testenv.Eventually(c.tb, 20*time.Second, "the VIP on lb1 only", func() bool {
 		h := vipHolders(hostLB1, hostLB2)
 		return len(h) == 1 && h[0] == "lb1"
 	})
+}
+
+// client waits for HAProxy on both LB hosts to have exactly up (server
+// names, as upServers lists them) UP; then starts the sidecar and
+// registers the initial resources through it, and returns the backend
+// that did.
+func (c *cluster) client(up string) *backend {
+	c.tb.Helper()
+	lb1, lb2 := c.lbs["lb1"], c.lbs["lb2"]
 	testenv.Eventually(c.tb, 10*time.Second, "HAProxy on lb1 and lb2 to see "+up+" UP", func() bool {
 		return c.upServers(lb1) == up && c.upServers(lb2) == up
 	})

@@ -73,7 +73,10 @@ type phase struct {
 //	(b) pauses the new active server (SIGSTOP) past its session timeout,
 //	    then resumes it: it must step down without writing anything;
 //	(c) kills HAProxy on the MASTER LB host: the VIP moves;
-//	(d) cuts the MASTER LB host's link: the VIP moves.
+//	(d) cuts the MASTER LB host's link: the VIP moves;
+//	(e) partitions the MASTER LB host with its link up (its veth off the
+//	    bridge): it gives up the VIP before its peer takes it, and once
+//	    healed the VIP stays where it is.
 //
 // It asserts the correctness properties — no resource ever leased beyond
 // its capacity, no acknowledged registration lost, no write of a deposed

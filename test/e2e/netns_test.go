@@ -53,7 +53,11 @@ var (
 	hostS4     = host{"s4", "10.231.0.24"} // TestGroups' fourth server
 	hostClient = host{"client", "10.231.0.30"}
 	hostMon    = host{"mon", "10.231.0.40"} // TestAlerts' Prometheus
-	allHosts   = []host{hostDB, hostLB1, hostLB2, hostS1, hostS2, hostS3, hostS4, hostClient, hostMon}
+	// TestDatabaseFailover's database nodes (etcd, Patroni, PostgreSQL).
+	hostPG1  = host{"pg1", "10.231.0.31"}
+	hostPG2  = host{"pg2", "10.231.0.32"}
+	hostPG3  = host{"pg3", "10.231.0.33"}
+	allHosts = []host{hostDB, hostLB1, hostLB2, hostS1, hostS2, hostS3, hostS4, hostClient, hostMon, hostPG1, hostPG2, hostPG3}
 )
 
 // ip runs the ip command and returns its output; a failure fails tb.
