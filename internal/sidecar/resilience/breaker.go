@@ -42,8 +42,12 @@ type BreakerPolicy struct {
 	// a time. Default 10; at most 1000.
 	Buckets int `yaml:"buckets"`
 	// OpenTimeout is how long an open breaker rejects calls before it
-	// probes the provider (half-open). Default 1s: the sidecar's probes are
-	// its own health checks, which cost callers nothing.
+	// probes the provider (half-open). Default 250ms: the sidecar's probes
+	// are its own health checks, which cost callers nothing, so a provider
+	// that is back (a new leader after a failover, the VIP on another LB
+	// host) is seen within about this time instead of callers waiting a
+	// longer timeout out; a provider that stays down costs a health check
+	// every 250 ms or so.
 	OpenTimeout time.Duration `yaml:"open_timeout"`
 	// HalfOpenProbes is how many calls a half-open breaker lets through.
 	// All of them must succeed to close it; one failure opens it again.
@@ -93,7 +97,7 @@ func (p BreakerPolicy) WithDefaults() BreakerPolicy { return defaults.Fill(p, br
 // breakerDefaults are the defaults of BreakerPolicy's fields.
 var breakerDefaults = BreakerPolicy{
 	FailureRatio: 0.5, MinRequests: 20, Window: 10 * time.Second, Buckets: 10,
-	OpenTimeout: time.Second, HalfOpenProbes: 3,
+	OpenTimeout: 250 * time.Millisecond, HalfOpenProbes: 3,
 	ConsecutiveFailures: 5, ConsecutiveTimeouts: 3,
 	OutageAfter: 200 * time.Millisecond, SilenceAfter: 500 * time.Millisecond,
 }
