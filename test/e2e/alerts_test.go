@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -81,11 +80,7 @@ func TestAlerts(t *testing.T) {
 	c.setupTLS()
 	c.postgres()
 
-	s1 := c.startServer(hostS1)
-	c.waitDemoKey(s1)
-	if a := c.waitActive(30*time.Second, nil); a != s1 {
-		t.Fatalf("active server = %s, want s1 (the only one)", a.host.name)
-	}
+	c.startFirst()
 	c.startStandbys(hostS2, hostS3)
 	b := c.frontEndAndClient("s1")
 	for _, name := range []string{"lb1", "lb2"} {
@@ -94,12 +89,7 @@ func TestAlerts(t *testing.T) {
 	prom := c.startPrometheus()
 	t.Logf("cluster and monitoring up in %v", time.Since(began).Round(time.Millisecond))
 
-	loadCtx, stopLoad := context.WithCancel(context.Background())
-	var loadWG sync.WaitGroup
-	loadWG.Go(func() { b.run(loadCtx, "late-") })
-	var stopOnce sync.Once
-	endLoad := func() { stopOnce.Do(func() { stopLoad(); loadWG.Wait() }) }
-	t.Cleanup(endLoad)
+	endLoad := startLoad(t, b)
 
 	prom.waitTargetsUp(t, 60*time.Second)
 	t.Logf("every target up %v after the start", time.Since(began).Round(time.Millisecond))

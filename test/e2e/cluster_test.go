@@ -283,6 +283,19 @@ var (
 	opTokenRE = regexp.MustCompile(`operator token:\s+(\S+)`)
 )
 
+// startFirst starts the first server, s1, on an empty store: it reads the
+// demo API key and the operator token s1 prints, and waits until s1 is
+// active.
+func (c *cluster) startFirst() *server {
+	c.tb.Helper()
+	s1 := c.startServer(hostS1)
+	c.waitDemoKey(s1)
+	if a := c.waitActive(30*time.Second, nil); a != s1 {
+		c.tb.Fatalf("active server = %s, want s1 (the only one)", a.host.name)
+	}
+	return s1
+}
+
 // waitDemoKey reads the demo API key the first server printed.
 func (c *cluster) waitDemoKey(s *server) {
 	c.tb.Helper()
@@ -415,10 +428,7 @@ func (c *cluster) inventory() string {
 // inventoryPath is where inventory writes the LB inventory.
 func (c *cluster) inventoryPath() string { return filepath.Join(c.dir, "inventory.yaml") }
 
-// frontEndAndClient starts the LB hosts and waits for the VIP on lb1 and
-// for HAProxy on both hosts to have exactly up (server names, as
-// upServers lists them) UP; then starts the sidecar and registers the
-// initial resources through it, and returns the backend that did.
+// frontEndAndClient is frontEnd, then client.
 func (c *cluster) frontEndAndClient(up string) *backend {
 	c.tb.Helper()
 	c.frontEnd()

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,9 +22,11 @@ import (
 // database section); an active and a standby server whose store is the
 // VIP; and the sidecar's load of acquire → report → release and
 // registrations on capacity-1 resources, with the shipped sidecar
-// configuration. It breaks the database primary three ways in turn:
+// configuration. It breaks the database primary four ways in turn:
 //
 //	switchover: patronictl switchover to the synchronous standby;
+//	stop:       Patroni stopped on the primary (systemctl stop patroni:
+//	            it shuts PostgreSQL down and gives up the leader key);
 //	crash:      kill -9 of Patroni and PostgreSQL on the primary;
 //	netcut:     the primary's host cut off the network (its link down).
 //
@@ -66,21 +67,12 @@ func TestDatabaseFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s1 := c.startServer(hostS1)
-	c.waitDemoKey(s1)
-	if a := c.waitActive(30*time.Second, nil); a != s1 {
-		t.Fatalf("active server = %s, want s1 (the only one)", a.host.name)
-	}
+	c.startFirst()
 	c.startStandbys(hostS2)
 	b := c.client("s1")
 	t.Logf("cluster up in %v: s1 active, s2 standby, VIP %s on lb1, sidecar on client", time.Since(began).Round(time.Millisecond), vipAddr)
 
-	loadCtx, stopLoad := context.WithCancel(context.Background())
-	var loadWG sync.WaitGroup
-	loadWG.Go(func() { b.run(loadCtx, "late-") })
-	var stopOnce sync.Once
-	endLoad := func() { stopOnce.Do(func() { stopLoad(); loadWG.Wait() }) }
-	t.Cleanup(endLoad)
+	endLoad := startLoad(t, b)
 	var phases []phase
 	mark := func(name string) {
 		now := time.Now()
@@ -109,6 +101,9 @@ func TestDatabaseFailover(t *testing.T) {
 		{"switchover", "patronictl switchover to the synchronous standby", func(p *dbtier.Node, sync string) {
 			tier.Patronictl(p, "switchover", "--leader", p.Name, "--candidate", sync, "--force")
 		}, func(*dbtier.Node) {}},
+		{"stop", "Patroni stopped on the primary (systemctl stop patroni)", func(p *dbtier.Node, _ string) {
+			tier.StopPatroni(p, 60*time.Second)
+		}, func(p *dbtier.Node) { tier.StartPatroni(p) }},
 		{"crash", "kill -9 of Patroni and PostgreSQL on the primary (the host dies)", func(p *dbtier.Node, _ string) {
 			tier.Crash(p)
 		}, func(p *dbtier.Node) { tier.StartPatroni(p) }},

@@ -24,7 +24,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -97,11 +96,7 @@ func TestFailover(t *testing.T) {
 	cp := c.capture(hostLB1, hostLB2, hostS1, hostS2, hostS3)
 	c.postgres()
 
-	s1 := c.startServer(hostS1)
-	c.waitDemoKey(s1)
-	if a := c.waitActive(30*time.Second, nil); a != s1 {
-		t.Fatalf("active server = %s, want s1 (the only one)", a.host.name)
-	}
+	s1 := c.startFirst()
 	c.installAudit(s1)
 	c.startStandbys(hostS2, hostS3)
 
@@ -111,12 +106,7 @@ func TestFailover(t *testing.T) {
 
 	// The load, until the scenario ends (or fails: cleanups run last first,
 	// so the load stops before the processes do).
-	loadCtx, stopLoad := context.WithCancel(context.Background())
-	var loadWG sync.WaitGroup
-	loadWG.Go(func() { b.run(loadCtx, "late-") })
-	var stopOnce sync.Once
-	endLoad := func() { stopOnce.Do(func() { stopLoad(); loadWG.Wait() }) }
-	t.Cleanup(endLoad)
+	endLoad := startLoad(t, b)
 
 	var phases []phase
 	mark := func(name string) {

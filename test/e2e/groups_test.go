@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -75,12 +74,7 @@ func TestGroups(t *testing.T) {
 	b := c.frontEndAndClient(defActive.host.name + " " + bActive.host.name)
 	t.Logf("cluster up in %v", time.Since(began).Round(time.Millisecond))
 
-	loadCtx, stopLoad := context.WithCancel(context.Background())
-	var loadWG sync.WaitGroup
-	loadWG.Go(func() { b.run(loadCtx, "late-") })
-	var stopOnce sync.Once
-	endLoad := func() { stopOnce.Do(func() { stopLoad(); loadWG.Wait() }) }
-	t.Cleanup(endLoad)
+	endLoad := startLoad(t, b)
 	mark := func(name string) {
 		t.Logf("---- %s %s (sidecar so far: %s)", time.Now().Format("15:04:05.000"), name, sidecarCounters())
 	}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 )
 
@@ -348,4 +349,18 @@ func capacityViolations(leases []lease) []capacityViolation {
 		}
 	}
 	return out
+}
+
+// startLoad runs b's load (run, its new resources named late-NNNN) until
+// the function it returns is called, which waits for the load's end; tb's
+// cleanup calls it too (cleanups run last first, so the load stops before
+// the processes do).
+func startLoad(tb testing.TB, b *backend) (end func()) {
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { b.run(ctx, "late-") })
+	var once sync.Once
+	end = func() { once.Do(func() { stop(); wg.Wait() }) }
+	tb.Cleanup(end)
+	return end
 }

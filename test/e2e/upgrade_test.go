@@ -2,14 +2,12 @@ package e2e
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"net/http"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -53,21 +51,12 @@ func TestRollingUpgrade(t *testing.T) {
 
 	c.serverBin = oldBin
 	c.postgres()
-	s1 := c.startServer(hostS1)
-	c.waitDemoKey(s1)
-	if a := c.waitActive(30*time.Second, nil); a != s1 {
-		t.Fatalf("active server = %s, want s1 (the only one)", a.host.name)
-	}
+	s1 := c.startFirst()
 	c.startStandbys(hostS2, hostS3)
 	b := c.frontEndAndClient("s1")
 	oldRev := c.buildRevision(t, s1)
 
-	loadCtx, stopLoad := context.WithCancel(context.Background())
-	var loadWG sync.WaitGroup
-	loadWG.Go(func() { b.run(loadCtx, "late-") })
-	var stopOnce sync.Once
-	endLoad := func() { stopOnce.Do(func() { stopLoad(); loadWG.Wait() }) }
-	t.Cleanup(endLoad)
+	endLoad := startLoad(t, b)
 	time.Sleep(3 * time.Second) // a window of steady load before the upgrade
 
 	c.serverBin = newBin

@@ -80,23 +80,13 @@ type Node struct {
 	PatroniLog string
 }
 
-// RESTURL is the URL of path on n's Patroni REST API.
-func (n *Node) RESTURL(path string) string {
+// restURL is the URL of path on n's Patroni REST API.
+func (n *Node) restURL(path string) string {
 	return fmt.Sprintf("http://%s:%d%s", n.Addr, RESTPort, path)
 }
 
 func (n *Node) socketDir() string { return filepath.Join(n.dir, "run") }
 func (n *Node) dataDir() string   { return filepath.Join(n.dir, "data") }
-
-// PatroniExited reports whether n's Patroni has exited (stopped, crashed).
-func (n *Node) PatroniExited() bool {
-	select {
-	case <-n.patroniDone:
-		return true
-	default:
-		return false
-	}
-}
 
 // Tier is a running database tier.
 type Tier struct {
@@ -465,7 +455,7 @@ func (d *Tier) Patronictl(n *Node, args ...string) string {
 // does not answer.
 func (d *Tier) RESTStatus(n *Node, path string) int {
 	c := http.Client{Timeout: time.Second}
-	resp, err := c.Get(n.RESTURL(path))
+	resp, err := c.Get(n.restURL(path))
 	if err != nil {
 		return 0
 	}
@@ -484,7 +474,7 @@ type member struct {
 func (d *Tier) members() []member {
 	c := http.Client{Timeout: time.Second}
 	for _, n := range d.Nodes {
-		resp, err := c.Get(n.RESTURL("/cluster"))
+		resp, err := c.Get(n.restURL("/cluster"))
 		if err != nil {
 			continue
 		}
