@@ -20,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -283,9 +282,9 @@ func (e *Elector) Campaign(ctx context.Context) (_ *Term, err error) {
 // whether to leave the lock to a switchover's candidate, another server
 // waiting for the lock now (postgres.PendingSwitchover, ReadElection). The
 // candidate itself ends the request when it wins; so does a standby that
-// finds the candidate not waiting (gone, or paused: a candidate that cannot
-// take the lock must not hold the group without a leader), and takes the
-// lock. Errors (a schema without
+// does not find the candidate waiting within candidateLookup (gone, or
+// paused: a candidate that cannot take the lock must not hold the group
+// without a leader), and takes the lock. Errors (a schema without
 // the request table, a failed query) leave nothing to yield to: the
 // switchover only directs an election, whose safety is the lock's and the
 // epoch's.
@@ -301,16 +300,29 @@ func (e *Elector) yieldTo(ctx context.Context, conn *pgx.Conn) (string, bool) {
 		_ = postgres.EndSwitchover(cctx, conn, e.cfg.LockID, to)
 		return "", false
 	}
-	el, err := postgres.ReadElection(cctx, conn, e.cfg.LockID)
+	// A live candidate is out of the queue for a moment between two of
+	// its waits: it is looked for again before it is taken for gone or
+	// paused.
+	_, waiting, err := postgres.LookForStandby(cctx, conn, e.cfg.LockID, to, e.candidateLookup(), nil)
 	if err != nil {
 		return "", false
 	}
-	if !slices.Contains(el.Standbys, to) {
-		e.log.Warn("the switchover's candidate is not waiting for the leader lock (gone, or between two of its waits); taking the lock", "candidate", to)
+	if !waiting {
+		e.log.Warn("the switchover's candidate is not waiting for the leader lock (gone, or paused); taking the lock", "candidate", to)
 		_ = postgres.EndSwitchover(cctx, conn, e.cfg.LockID, to)
 		return "", false
 	}
 	return to, true
+}
+
+// candidateLookup is how long a standby that won the lock looks for a
+// switchover's candidate among the sessions waiting: one of the
+// candidate's waits and one interval (its next wait is sent one round trip
+// after the last ended), at least 250 ms, for a busy machine's round
+// trips. A candidate that is gone costs the group this much more time
+// without a leader.
+func (e *Elector) candidateLookup() time.Duration {
+	return max(e.lockTimeout()+e.cfg.Interval, 250*time.Millisecond)
 }
 
 // confirmedFor is how long a leader may serve on one confirmation that its

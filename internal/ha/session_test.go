@@ -351,11 +351,11 @@ func await(t *testing.T, won <-chan campaignResult, d time.Duration, after strin
 	select {
 	case r := <-won:
 		if r.err != nil {
-			t.Fatalf("Campaign(b) = got error %v, want a term once %s", r.err, after)
+			t.Fatalf("Campaign = got error %v, want a term once %s", r.err, after)
 		}
 		return r.term
 	case <-time.After(d):
-		t.Fatalf("Campaign(b) did not win the lock within %v once %s", d, after)
+		t.Fatalf("the campaign did not win the lock within %v once %s", d, after)
 	}
 	return nil
 }

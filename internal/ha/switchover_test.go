@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/repool/repool/internal/clock"
 
 	"github.com/repool/repool/internal/store"
 	"github.com/repool/repool/internal/store/postgres"
@@ -60,11 +63,15 @@ func TestSwitchoverToTheNamedStandby(t *testing.T) {
 	var from string
 	var lines []string
 	op := observer(ctx, t, dsn) // the operator's session
-	go func() {
+	var wg sync.WaitGroup
+	wg.Go(func() {
 		var err error
 		from, _, err = postgres.Switchover(ctx, op, store.DefaultGroup, "c", 20*time.Second, func(s string) { lines = append(lines, s) })
 		done <- err
-	}()
+	})
+	// On a failure the switchover is ended before the cleanup closes
+	// its session (a pgx.Conn is one goroutine's).
+	defer func() { cancel(); wg.Wait() }()
 	select {
 	case to := <-a.Switchover():
 		if to != "c" {
@@ -89,6 +96,96 @@ func TestSwitchoverToTheNamedStandby(t *testing.T) {
 	}
 	waitForLock(ctx, t, obs, "b")
 	noRequest(ctx, t, obs, "once c leads")
+}
+
+// TestSwitchoverWaitsForACandidateBetweenWaits: the candidate "c" is a
+// slow standby, out of the queue for the lock for 100 ms between two of
+// its waits (a busy machine's round trip). The leader "a" resigns for a
+// switchover to c just as c's wait has ended; "b", waiting, wins the lock
+// while c is not in the queue, looks for c again, finds it waiting, and
+// leaves the lock to it: c takes over, b does not.
+func TestSwitchoverWaitsForACandidateBetweenWaits(t *testing.T) {
+	dsn := database(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	obs := observer(ctx, t, dsn)
+
+	a := lead(ctx, t, dsn, nil)
+	defer a.Resign()
+	bctx, bcancel := context.WithCancel(ctx)
+	defer bcancel()
+	bWon := campaign(bctx, elector(t, dsn, "b", nil))
+	waitForLock(ctx, t, obs, "b")
+
+	// c: an election session of c's (connect: its name, its lock_timeout)
+	// that waits as a standby does but pauses 100 ms between two waits,
+	// saying so on paused; won is closed once it holds the lock.
+	ce := elector(t, dsn, "c", nil)
+	cconn, err := ce.connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cconn.Close(context.Background())
+	paused, won := make(chan struct{}, 1), make(chan struct{})
+	cctx, ccancel := context.WithCancel(ctx)
+	var cwg sync.WaitGroup
+	cwg.Go(func() {
+		for cctx.Err() == nil {
+			held, err := ce.lock(cctx, cconn)
+			if err != nil {
+				return
+			}
+			if held {
+				close(won)
+				return
+			}
+			select {
+			case paused <- struct{}{}:
+			default:
+			}
+			if clock.Sleep(cctx, clock.Real{}, 100*time.Millisecond) != nil { // the slow re-issue this test is about
+				return
+			}
+		}
+	})
+	defer func() { ccancel(); cwg.Wait() }()
+	waitForLock(ctx, t, obs, "c")
+
+	op := observer(ctx, t, dsn) // the operator's session
+	var wg sync.WaitGroup
+	done := make(chan error, 1)
+	wg.Go(func() {
+		_, _, err := postgres.Switchover(ctx, op, store.DefaultGroup, "c", 20*time.Second, func(string) {})
+		done <- err
+	})
+	defer func() { cancel(); wg.Wait() }()
+	select {
+	case <-a.Switchover():
+	case <-time.After(10 * time.Second): // a test timeout, not a measure
+		t.Fatal("a's term was not asked to switch over within 10s")
+	}
+	// Resign as c's wait has just ended: b wins while c is out of the
+	// queue.
+	for len(paused) > 0 {
+		<-paused
+	}
+	<-paused
+	a.Resign()
+	select {
+	case <-won:
+	case r := <-bWon:
+		t.Fatalf("b won the lock (%v, %v) while the switchover named c, which was between two waits", r.term, r.err)
+	case <-time.After(10 * time.Second): // a test timeout, not a measure
+		t.Fatal("c did not take the lock within 10s of a's resignation")
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Switchover(to c) = %v, want c to take over", err)
+	}
+	select {
+	case r := <-bWon:
+		t.Fatalf("b won the lock (%v, %v) after c took it", r.term, r.err)
+	default:
+	}
 }
 
 // TestSwitchoverToAGoneCandidate: the candidate's session ends after the

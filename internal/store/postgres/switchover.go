@@ -115,31 +115,24 @@ func Switchover(ctx context.Context, q Querier, group, to string, timeout time.D
 		return "", 0, fmt.Errorf("%w: switchover: timeout %v: want a positive duration", store.ErrInvalid, timeout)
 	}
 	lockID := GroupLockID(group)
-	var e Election
-	deadline := time.Now().Add(standbyLookup)
-	for {
-		if e, err = ReadElection(ctx, q, lockID); err != nil {
-			return "", 0, err
-		}
+	e, waiting, err := LookForStandby(ctx, q, lockID, to, standbyLookup, func(e Election) error {
 		switch {
 		case e.Active == "":
-			return "", 0, fmt.Errorf("%w: group %q has no active server: there is nothing to switch over (a standby takes the free lock by itself)", store.ErrConflict, group)
+			return fmt.Errorf("%w: group %q has no active server: there is nothing to switch over (a standby takes the free lock by itself)", store.ErrConflict, group)
 		case e.Active == to:
-			return "", 0, fmt.Errorf("%w: %s is already the active server of group %q", store.ErrConflict, to, group)
+			return fmt.Errorf("%w: %s is already the active server of group %q", store.ErrConflict, to, group)
 		}
-		if slices.Contains(e.Standbys, to) {
-			break
+		return nil
+	})
+	if err != nil {
+		return "", 0, err
+	}
+	if !waiting {
+		standbys := "none"
+		if len(e.Standbys) > 0 {
+			standbys = strings.Join(e.Standbys, ", ")
 		}
-		if time.Now().After(deadline) {
-			standbys := "none"
-			if len(e.Standbys) > 0 {
-				standbys = strings.Join(e.Standbys, ", ")
-			}
-			return "", 0, fmt.Errorf("%w: %s is not standing by in group %q (no session of it waits for the group's leader lock); standbys waiting now: %s", store.ErrConflict, to, group, standbys)
-		}
-		if err := clock.Sleep(ctx, clock.Real{}, 50*time.Millisecond); err != nil {
-			return "", 0, err
-		}
+		return "", 0, fmt.Errorf("%w: %s is not standing by in group %q (no session of it waits for the group's leader lock); standbys waiting now: %s", store.ErrConflict, to, group, standbys)
 	}
 	from = e.Active
 	if _, err := q.Exec(ctx, `
@@ -176,3 +169,33 @@ ON CONFLICT (lock_id) DO UPDATE SET candidate = excluded.candidate, requested_at
 // standbyLookup is how long Switchover looks for the candidate among the
 // sessions waiting for the lock.
 const standbyLookup = time.Second
+
+// LookForStandby reads the election on lockID until name is among the
+// standbys waiting for the lock, for up to within: a standby between two
+// of its waits (one ended at its lock_timeout, the next not sent yet) is
+// missing for a moment, and a moment longer on a busy machine. It returns
+// the last election read and whether name was waiting in it; refuse, when
+// set, is asked about every election read, and its error ends the look.
+func LookForStandby(ctx context.Context, q Querier, lockID int64, name string, within time.Duration, refuse func(Election) error) (Election, bool, error) {
+	deadline := time.Now().Add(within)
+	for {
+		e, err := ReadElection(ctx, q, lockID)
+		if err != nil {
+			return e, false, err
+		}
+		if refuse != nil {
+			if err := refuse(e); err != nil {
+				return e, false, err
+			}
+		}
+		if slices.Contains(e.Standbys, name) || time.Now().After(deadline) {
+			return e, slices.Contains(e.Standbys, name), nil
+		}
+		if err := clock.Sleep(ctx, clock.Real{}, standbyLookPause); err != nil {
+			return e, false, err
+		}
+	}
+}
+
+// standbyLookPause paces LookForStandby's reads.
+const standbyLookPause = 20 * time.Millisecond
