@@ -145,6 +145,9 @@ func (s *Sidecar) dial(k upstreamKey) (*upstream, error) {
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 			MinConnectTimeout: time.Second,
 		}),
+		// A connection to a host gone without a reset ends within a
+		// second (dialer).
+		grpc.WithContextDialer(dialer),
 	}, s.dialOpt...)
 	conn, err := grpc.NewClient(k.endpoint, opts...)
 	if err != nil {
