@@ -140,10 +140,14 @@ func (s *Sidecar) dial(k upstreamKey) (*upstream, error) {
 		// Our retrier is the only retry layer.
 		grpc.WithDisableRetry(),
 		// Reconnect quickly once the VIP answers again (failover takes well
-		// under a second); grpc-go's default backoff grows to 120s.
+		// under a second); grpc-go's default backoff grows to 120s. A
+		// connection attempt whose SYN went to the VIP's old holder (cut
+		// off, its link down) is given up after half a second, and the next
+		// one reaches the new holder once the VIP has moved, instead of
+		// waiting on TCP's SYN retransmissions (1 s, then 2 s).
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
-			MinConnectTimeout: time.Second,
+			MinConnectTimeout: 500 * time.Millisecond,
 		}),
 		// A connection to a host gone without a reset ends within a
 		// second (dialer).
