@@ -73,12 +73,8 @@ func TestDatabaseFailover(t *testing.T) {
 	t.Logf("cluster up in %v: s1 active, s2 standby, VIP %s on lb1, sidecar on client", time.Since(began).Round(time.Millisecond), vipAddr)
 
 	endLoad := startLoad(t, b)
-	var phases []phase
-	mark := func(name string) {
-		now := time.Now()
-		phases = append(phases, phase{name, now})
-		t.Logf("---- %s %s (sidecar so far: %s)", now.Format("15:04:05.000"), name, sidecarCounters())
-	}
+	tl := &timeline{tb: t}
+	mark := tl.mark
 	mark("warm-up")
 	time.Sleep(3 * time.Second) // a window of steady load on the real cluster
 	if calls, _ := b.snapshot(); count(calls, func(c call) bool { return c.op == "acquire" && c.outcome == ok }) == 0 {
@@ -147,7 +143,7 @@ func TestDatabaseFailover(t *testing.T) {
 	endLoad()
 
 	calls, leases := b.snapshot()
-	logPhases(t, phases, calls)
+	logPhases(t, tl.phases, calls)
 	violations := capacityViolations(leases)
 	for _, v := range violations {
 		t.Errorf("capacity violation (a double grant): %v", v)
@@ -162,7 +158,7 @@ func TestDatabaseFailover(t *testing.T) {
 	}
 	for _, r := range results {
 		var next time.Time
-		for _, p := range phases {
+		for _, p := range tl.phases {
 			if p.at.After(r.at) {
 				next = p.at
 				break

@@ -55,6 +55,20 @@ type phase struct {
 	at   time.Time
 }
 
+// timeline is a scenario's steps, in order.
+type timeline struct {
+	tb     testing.TB
+	phases []phase
+}
+
+// mark starts the step name now, and logs it with the sidecar's counters
+// so far.
+func (tl *timeline) mark(name string) {
+	now := time.Now()
+	tl.phases = append(tl.phases, phase{name, now})
+	tl.tb.Logf("---- %s %s (sidecar so far: %s)", now.Format("15:04:05.000"), name, sidecarCounters())
+}
+
 // TestFailover runs a load of acquire → report → release through the
 // sidecar and the VIP while it
 //
@@ -108,12 +122,8 @@ func TestFailover(t *testing.T) {
 	// so the load stops before the processes do).
 	endLoad := startLoad(t, b)
 
-	var phases []phase
-	mark := func(name string) {
-		now := time.Now()
-		phases = append(phases, phase{name, now})
-		t.Logf("---- %s %s (sidecar so far: %s)", now.Format("15:04:05.000"), name, sidecarCounters())
-	}
+	tl := &timeline{tb: t}
+	mark := tl.mark
 	mark("warm-up")
 	time.Sleep(3 * time.Second) // a window of steady load on the real cluster, its latencies logged
 	if calls, _ := b.snapshot(); count(calls, func(c call) bool { return c.op == "acquire" && c.outcome == ok }) == 0 {
@@ -388,8 +398,8 @@ func TestFailover(t *testing.T) {
 	t.Logf("HAProxy on %s:\n%s", backup.host.name, c.haproxyStatus(backup))
 	t.Logf("epochs: %s", c.epochAuthors(t))
 	t.Logf("load: %d calls, %d leases, %d iterations dropped (more than %d in flight)", len(calls), len(leases), b.dropped.Load(), maxInFlight)
-	logPhases(t, phases, calls)
-	t.Logf("latency of successful calls in the warm-up (steady state, through sidecar, VIP and HAProxy): %s", latencies(calls, phases[0].at, phases[1].at))
+	logPhases(t, tl.phases, calls)
+	t.Logf("latency of successful calls in the warm-up (steady state, through sidecar, VIP and HAProxy): %s", latencies(calls, tl.phases[0].at, tl.phases[1].at))
 
 	b.mu.Lock()
 	for _, a := range b.anomalies {
@@ -426,7 +436,7 @@ func TestFailover(t *testing.T) {
 	// (started at most a deadline before it) and could not meet the
 	// CPU hog of step (a') (started at least a deadline before it).
 	failedKill := count(calls, func(cl call) bool {
-		return cl.outcome == failed && !cl.start.Before(tKill.Add(-callDeadline)) && cl.start.Before(phases[2].at.Add(-callDeadline))
+		return cl.outcome == failed && !cl.start.Before(tKill.Add(-callDeadline)) && cl.start.Before(tl.phases[2].at.Add(-callDeadline))
 	})
 	firstSuccess := firstSuccessAfter(calls, leases, tKill, oldEpoch)
 
@@ -460,10 +470,10 @@ func TestFailover(t *testing.T) {
 	// The LB tier's steps: calls started in step (c) (HAProxy killed on
 	// the VIP's holder) and in step (d) (its link cut), to the end.
 	failedIn := func(prefix string) int {
-		for i, p := range phases[:len(phases)-1] {
+		for i, p := range tl.phases[:len(tl.phases)-1] {
 			if strings.HasPrefix(p.name, prefix) {
 				return count(calls, func(cl call) bool {
-					return cl.outcome == failed && !cl.start.Before(p.at) && cl.start.Before(phases[i+1].at)
+					return cl.outcome == failed && !cl.start.Before(p.at) && cl.start.Before(tl.phases[i+1].at)
 				})
 			}
 		}
