@@ -142,16 +142,31 @@ func (cfg Config) get(ctx context.Context, client *http.Client, u, token string)
 		return nil, short(err)
 	}
 	if resp.StatusCode != http.StatusOK {
+		se := &statusError{code: resp.StatusCode, text: resp.Status}
 		var e struct {
 			Error struct{ Message string } `json:"error"`
 		}
 		if json.Unmarshal(body, &e) == nil && e.Error.Message != "" {
-			return nil, fmt.Errorf("%s: %s", resp.Status, e.Error.Message)
+			se.text += ": " + e.Error.Message
 		}
-		return nil, errors.New(resp.Status)
+		return nil, se
 	}
 	return body, nil
 }
+
+// statusError is an answer other than 200 OK: its status line, and the
+// message of a JSON error body.
+type statusError struct {
+	code int
+	text string
+}
+
+func (e *statusError) Error() string { return e.text }
+
+// cutOff is what a LB host's monitor answering 503 means: HAProxy runs,
+// and its monitor fails (monitor fail) because it sees no repool server
+// alive and no other LB host.
+const cutOff = "the host is cut off: its HAProxy sees no repool server alive and no other LB host, so Keepalived keeps it in FAULT"
 
 // short drops the method and URL that net/http puts before the cause (the
 // table names the host already) and words a timeout.
@@ -194,6 +209,9 @@ func (cfg Config) lbHost(ctx context.Context, h inventory.LBHost) status.LBHost 
 	wg.Go(func() {
 		if _, err := cfg.get(ctx, cfg.LB, monitor+"/lb-health", ""); err != nil {
 			out.HAProxyError = "monitor URI: " + err.Error()
+			if se, ok := err.(*statusError); ok && se.code == http.StatusServiceUnavailable {
+				out.HAProxyError += " (" + cutOff + ")"
+			}
 			return
 		}
 		body, err := cfg.get(ctx, cfg.LB, monitor+"/metrics", "")

@@ -171,3 +171,25 @@ func TestDBNodes(t *testing.T) {
 		t.Errorf("WriteTable = %v:\n%s\nwant the DB NODE rows with db2's lag", err, b.String())
 	}
 }
+
+// TestLBHostCutOff: a LB host whose monitor answers 503 is one whose
+// HAProxy runs but fails its monitor (it sees no server and no other LB
+// host): the status says so, where any other failure is shown as it is.
+func TestLBHostCutOff(t *testing.T) {
+	for _, tt := range []struct {
+		code int
+		want bool
+	}{{http.StatusServiceUnavailable, true}, {http.StatusInternalServerError, false}} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(tt.code)
+		}))
+		u, _ := url.Parse(srv.URL)
+		port, _ := strconv.Atoi(u.Port())
+		cfg := Config{Inventory: load(t), LB: srv.Client(), Timeout: time.Second, NodeExporterPort: port}
+		got := cfg.lbHost(context.Background(), inventory.LBHost{Name: "lb1", Address: u.Hostname(), MonitorPort: port})
+		srv.Close()
+		if got.HAProxyUp || !strings.HasPrefix(got.HAProxyError, "monitor URI: "+strconv.Itoa(tt.code)) || strings.Contains(got.HAProxyError, "cut off") != tt.want {
+			t.Errorf("monitor answering %d: HAProxyUp %v, HAProxyError %q; want down, and 'cut off' said %v", tt.code, got.HAProxyUp, got.HAProxyError, tt.want)
+		}
+	}
+}
