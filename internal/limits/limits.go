@@ -104,9 +104,9 @@ type Spec struct {
 // table is the table, indexed by Limit; it is never written.
 var table = [Count]Spec{
 	RatePerSecond: {Name: "rate_per_second", Max: 1_000_000_000, DefaultAboveZero: true,
-		Default: ratelimit.DefaultRate, FlagUsage: "default per-tenant request rate, per second (`rate`)"},
+		Default: ratelimit.DefaultRate, FlagUsage: "default per-tenant request rate, per second (`rate`; above 0)"},
 	Burst: {Name: "burst", Integer: true, Max: 1 << 30, DefaultAboveZero: true,
-		Default: ratelimit.DefaultBurst, FlagUsage: "default per-tenant request burst (`n`)"},
+		Default: ratelimit.DefaultBurst, FlagUsage: "default per-tenant request burst (`n`; at least 1)"},
 	ReservedResources: {Name: "reserved_resources", Integer: true, Budget: ResourceBudget,
 		Reservation: true, Ceiling: MaxResources},
 	MaxResources: {Name: "max_resources", Integer: true, Min: 1, Budget: ResourceBudget, Share: true},
@@ -114,7 +114,7 @@ var table = [Count]Spec{
 		Reservation: true, Ceiling: MaxCells},
 	MaxCells: {Name: "max_cells", Integer: true, Min: 1, Budget: CellBudget, Share: true},
 	MaxStreams: {Name: "max_streams", Integer: true, Max: 1_000,
-		Default: 8, FlagUsage: "default per-tenant limit on event streams (`n`)"},
+		Default: 8, FlagUsage: "default per-tenant limit on event streams (`n`; 0: none allowed)"},
 	MaxLeases: {Name: "max_leases", Integer: true, Max: 10_000_000, ZeroUnbounded: true,
 		Default: 0, FlagUsage: "default per-tenant limit on outstanding leases (`n`; 0: none)"},
 	MaxLeaseStreams: {Name: "max_lease_streams", Integer: true, Max: 1_000,

@@ -11,9 +11,10 @@
 // by all of its tests, so this package keeps one process-wide registry of
 // started services (and of the ports FreePort handed out), guarded by a
 // mutex. That is the only package-level mutable state, and it exists
-// because testing.M offers no other place to hang it. Every service also gets a watchdog process that stops it if the
-// test binary dies without cleaning up (a panic or a -timeout kill), so no
-// server outlives its tests.
+// because testing.M offers no other place to hang it. Every service also
+// gets a watchdog process that stops it if the test binary dies without
+// cleaning up (a panic or a -timeout kill), so no server outlives its
+// tests.
 package testenv
 
 import (

@@ -257,10 +257,6 @@ func (c *cluster) startServer(h host) *server {
 		"--ha-name", h.name,
 		"--ha-session-timeout", sessionTimeout.String(),
 		"--ha-interval", "250ms",
-		"--checkpoint-interval", "500ms",
-		// The load is one tenant at tens of calls per second; the
-		// default per-tenant limit (10/s) would refuse most of it.
-		"--rate-per-second", "100000", "--burst", "100000",
 	}, append(c.groupFlags(h), security...)...)...)
 	s := &server{host: h, p: p}
 	c.servers[h.name] = s

@@ -207,9 +207,9 @@ func (cfg Config) lbHost(ctx context.Context, h inventory.LBHost) status.LBHost 
 	monitor := "http://" + net.JoinHostPort(h.Address, strconv.Itoa(h.MonitorPort))
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		if _, err := cfg.get(ctx, cfg.LB, monitor+"/lb-health", ""); err != nil {
+		if _, err := cfg.get(ctx, cfg.LB, monitor+inventory.MonitorURI, ""); err != nil {
 			out.HAProxyError = "monitor URI: " + err.Error()
-			if se, ok := err.(*statusError); ok && se.code == http.StatusServiceUnavailable {
+			if se := (*statusError)(nil); errors.As(err, &se) && se.code == http.StatusServiceUnavailable {
 				out.HAProxyError += " (" + cutOff + ")"
 			}
 			return

@@ -188,8 +188,8 @@ func LookForStandby(ctx context.Context, q Querier, lockID int64, name string, w
 				return e, false, err
 			}
 		}
-		if slices.Contains(e.Standbys, name) || time.Now().After(deadline) {
-			return e, slices.Contains(e.Standbys, name), nil
+		if waiting := slices.Contains(e.Standbys, name); waiting || time.Now().After(deadline) {
+			return e, waiting, nil
 		}
 		if err := clock.Sleep(ctx, clock.Real{}, standbyLookPause); err != nil {
 			return e, false, err
