@@ -14,20 +14,27 @@ import (
 )
 
 // TestHTTPHopAnswers puts a real HAProxy between the sidecar and the
-// server, as the VIP does: its 503 (no server) is retried like UNAVAILABLE;
-// its 504 (server timeout) is a timeout and is not.
+// server, as the VIP does: its own 503 (no server usable, without the
+// cluster-down rule: a handover's answer) is retried past max_retries until
+// max_elapsed; its 504 (server timeout) is a timeout and is not retried.
 func TestHTTPHopAnswers(t *testing.T) {
-	t.Run("503 from the proxy is retried", func(t *testing.T) {
+	t.Run("503 from the proxy is retried until max_elapsed", func(t *testing.T) {
 		dead := net.JoinHostPort("127.0.0.1", strconv.Itoa(testenv.FreePort(t))) // nothing listens
 		pc := fast(fakeserver.Start(t, fakeserver.Config{}))
 		pc.Endpoint = haproxy(t, dead, 30*time.Second)
+		pc.Retry.MaxElapsed = 300 * time.Millisecond
 		h := start(t, one("p", pc), sidecar.Options{})
+		began := time.Now()
 		r := h.acquire("p")
+		took := time.Since(began)
 		if r.status != 503 || r.errCode() != "unavailable" || r.header.Get("X-Repool-Fast-Fail") != "upstream" {
 			t.Fatalf("acquire with no server behind the proxy = %d %s, want 503 unavailable (upstream)", r.status, r.raw)
 		}
-		if got := h.metric("repool_sidecar_retries_total", nil); got != float64(pc.Retry.MaxRetries) {
-			t.Fatalf("retries = got %v, want %d", got, pc.Retry.MaxRetries)
+		if got := h.metric("repool_sidecar_retries_total", nil); got <= float64(pc.Retry.MaxRetries) {
+			t.Fatalf("retries = got %v, want more than max_retries %d", got, pc.Retry.MaxRetries)
+		}
+		if took < pc.Retry.MaxElapsed-pc.Retry.MaxInterval {
+			t.Fatalf("the call failed after %v, want it to retry for max_elapsed %v", took, pc.Retry.MaxElapsed)
 		}
 	})
 	t.Run("504 from the proxy is a timeout, not retried", func(t *testing.T) {

@@ -15,11 +15,11 @@ import (
 // timeouts:
 //
 //   - outage: every attempt for BreakerPolicy.OutageAfter failed as
-//     unavailable (a load balancer with no server up, a refused
-//     connection) and none was answered otherwise. A failover's handover
-//     looks the same while it lasts, so OutageAfter must outlast it: the
-//     calls waiting to retry through a handover get their turn as soon as
-//     an attempt succeeds (Turn), and so finish well before OutageAfter.
+//     unavailable (the front end's answer that no server is alive, a
+//     refused connection) and none was answered otherwise. The front end's
+//     answer during a handover (Handover: a server alive, none active yet)
+//     is not an outage and ends one: the calls waiting to retry through it
+//     get their turn as soon as an attempt succeeds (Turn).
 //   - silence: attempts have been sent and waiting for an answer for
 //     BreakerPolicy.SilenceAfter and none of them, nor any other, was
 //     answered meanwhile (a blackhole: connections open, nothing comes
@@ -122,8 +122,9 @@ func (a *Attempt) End(err error) error {
 		b.failed(err) // the cause a trip or a rejection will name
 	}
 	// The front end's "no server alive" is not retried, but it is the
-	// outage the rule is for.
-	if (Retryable(err) || ClusterDown(err)) && !TenantElsewhere(err) {
+	// outage the rule is for; its handover answer (a server alive, none
+	// active yet) is not an outage, and ends one like any other answer.
+	if (Retryable(err) || ClusterDown(err)) && !TenantElsewhere(err) && !Handover(err) {
 		b.outageSince.CompareAndSwap(0, now.UnixNano())
 		b.outageAttempts.Add(1)
 		if rule, ok := b.verdict(now); ok {

@@ -116,11 +116,14 @@ func TestOutageRule(t *testing.T) {
 	for _, tt := range []struct {
 		name  string
 		steps []error // one attempt each (idle: none), 40 ms apart
+		opens bool
 	}{
-		{"two attempts are not an outage", []error{unavailable, idle, idle, idle, unavailable}},
-		{"a success ends it", []error{unavailable, unavailable, nil, unavailable, unavailable}},
-		{"a business answer ends it", []error{unavailable, unavailable, grpcErr(codes.NotFound), unavailable, unavailable}},
-		{"a tenant served elsewhere is not an outage", []error{tenantElsewhere(), tenantElsewhere(), tenantElsewhere(), tenantElsewhere(), tenantElsewhere()}},
+		{"two attempts are not an outage", []error{unavailable, idle, idle, idle, unavailable}, false},
+		{"a success ends it", []error{unavailable, unavailable, nil, unavailable, unavailable}, false},
+		{"a business answer ends it", []error{unavailable, unavailable, grpcErr(codes.NotFound), unavailable, unavailable}, false},
+		{"a handover is not an outage", []error{handoverErr(), handoverErr(), handoverErr(), handoverErr(), handoverErr()}, false},
+		{"a handover ends one", []error{unavailable, unavailable, handoverErr(), unavailable, unavailable}, false},
+		{"a tenant served elsewhere is not an outage", []error{tenantElsewhere(), tenantElsewhere(), tenantElsewhere(), tenantElsewhere(), tenantElsewhere()}, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			clk := clock.NewFake(time.Now())
@@ -131,8 +134,8 @@ func TestOutageRule(t *testing.T) {
 				}
 				clk.Advance(40 * time.Millisecond)
 			}
-			if b.State() != StateClosed {
-				t.Fatalf("breaker %v after %v, want closed", b.State(), tt.steps)
+			if want := map[bool]State{false: StateClosed, true: StateOpen}[tt.opens]; b.State() != want {
+				t.Fatalf("breaker %v after %v, want %v", b.State(), tt.steps, want)
 			}
 		})
 	}

@@ -86,6 +86,19 @@ func ClusterDown(err error) bool {
 	return ok && s.Code() == codes.Unavailable && hopStatus(s) == 503 && strings.Contains(s.Message(), repoolv1.ClusterDownText)
 }
 
+// Handover reports whether err is the front end's answer while its group
+// changes leader: HTTP 503 from the proxy without repoolv1.ClusterDownText,
+// which HAProxy gives when no server is active but one is alive (a standby
+// taking over, the database tier failing over under the group). It is
+// retried until the retry policy's max_elapsed whatever max_retries says,
+// without spending the retry budget (the front end answers it, no server),
+// and it is not the outage the breaker's outage rule is for: a dead
+// cluster is answered with ClusterDown instead.
+func Handover(err error) bool {
+	s, ok := status.FromError(err)
+	return ok && s.Code() == codes.Unavailable && hopStatus(s) == 503 && !strings.Contains(s.Message(), repoolv1.ClusterDownText)
+}
+
 // TLSFailure reports whether err is a TLS handshake that failed for a
 // reason that another attempt would meet again: a certificate that does
 // not verify (unknown authority, wrong name, expired), one the server

@@ -47,6 +47,12 @@ func TestTenantElsewhere(t *testing.T) {
 	}
 }
 
+// handoverErr is how grpc-go reports HAProxy's own 503 when no server of
+// the backend is usable and the cluster-down rule did not answer.
+func handoverErr() error {
+	return status.Error(codes.Unavailable, hopPrefix+"503 (Service Unavailable); transport: received unexpected content-type \"text/html\"\ndata: \"<html><body><h1>503 Service Unavailable</h1>\\nNo server is available to handle this request.\\n</body></html>\"")
+}
+
 func TestClassify(t *testing.T) {
 	open := NewBreaker(BreakerConfig{Provider: "p"}).errOpen
 	tests := []struct {
@@ -55,25 +61,26 @@ func TestClassify(t *testing.T) {
 		code      codes.Code
 		retryable bool
 		fastFail  string
+		handover  bool
 	}{
-		{"nil", nil, codes.OK, false, ""},
-		{"UNAVAILABLE", grpcErr(codes.Unavailable), codes.Unavailable, true, FastFailUpstream},
-		{"wrapped UNAVAILABLE", fmt.Errorf("x: %w", grpcErr(codes.Unavailable)), codes.Unavailable, true, FastFailUpstream},
-		{"INTERNAL", grpcErr(codes.Internal), codes.Internal, false, FastFailUpstream},
-		{"DEADLINE_EXCEEDED", grpcErr(codes.DeadlineExceeded), codes.DeadlineExceeded, false, FastFailTimeout},
-		{"context deadline", context.DeadlineExceeded, codes.DeadlineExceeded, false, FastFailTimeout},
-		{"context canceled", context.Canceled, codes.Canceled, false, ""},
-		{"open breaker", open, codes.Unavailable, false, FastFailCircuitOpen},
-		{"NOT_FOUND", grpcErr(codes.NotFound), codes.NotFound, false, ""},
-		{"RESOURCE_EXHAUSTED", grpcErr(codes.ResourceExhausted), codes.ResourceExhausted, false, ""},
-		{"plain error", fmt.Errorf("boom"), codes.Unknown, false, FastFailUpstream},
-		{"a proxy's 503", status.Error(codes.Unavailable, hopPrefix+"503 (Service Unavailable); transport: received unexpected content-type \"text/html\""), codes.Unavailable, true, FastFailUpstream},
-		{"a proxy's 502", status.Error(codes.Unavailable, hopPrefix+"502 (Bad Gateway)"), codes.Unavailable, true, FastFailUpstream},
-		{"a proxy's 504 is a timeout", status.Error(codes.Unavailable, hopPrefix+"504 (Gateway Timeout); transport: received unexpected content-type \"text/html\""), codes.DeadlineExceeded, false, FastFailTimeout},
-		{"TENANT_ELSEWHERE is retried", errorInfo(codes.Unavailable, repoolv1.ErrorDomain, repoolv1.ReasonTenantElsewhere), codes.Unavailable, true, FastFailUpstream},
-		{"the front end's cluster-down 503 is final", status.Error(codes.Unavailable, hopPrefix+"503 (Service Unavailable); transport: received unexpected content-type \"text/plain\"\ndata: \""+repoolv1.ClusterDownText+"\""), codes.Unavailable, false, FastFailUpstream},
-		{"a 502 naming the text is not cluster down", status.Error(codes.Unavailable, hopPrefix+"502 (Bad Gateway)\ndata: \""+repoolv1.ClusterDownText+"\""), codes.Unavailable, true, FastFailUpstream},
-		{"a proxy's 429 is a rate limit", status.Error(codes.Unavailable, hopPrefix+"429 (Too Many Requests); transport: received unexpected content-type \"text/html\""), codes.ResourceExhausted, false, ""},
+		{"nil", nil, codes.OK, false, "", false},
+		{"UNAVAILABLE", grpcErr(codes.Unavailable), codes.Unavailable, true, FastFailUpstream, false},
+		{"wrapped UNAVAILABLE", fmt.Errorf("x: %w", grpcErr(codes.Unavailable)), codes.Unavailable, true, FastFailUpstream, false},
+		{"INTERNAL", grpcErr(codes.Internal), codes.Internal, false, FastFailUpstream, false},
+		{"DEADLINE_EXCEEDED", grpcErr(codes.DeadlineExceeded), codes.DeadlineExceeded, false, FastFailTimeout, false},
+		{"context deadline", context.DeadlineExceeded, codes.DeadlineExceeded, false, FastFailTimeout, false},
+		{"context canceled", context.Canceled, codes.Canceled, false, "", false},
+		{"open breaker", open, codes.Unavailable, false, FastFailCircuitOpen, false},
+		{"NOT_FOUND", grpcErr(codes.NotFound), codes.NotFound, false, "", false},
+		{"RESOURCE_EXHAUSTED", grpcErr(codes.ResourceExhausted), codes.ResourceExhausted, false, "", false},
+		{"plain error", fmt.Errorf("boom"), codes.Unknown, false, FastFailUpstream, false},
+		{"a proxy's 503 is a handover", handoverErr(), codes.Unavailable, true, FastFailUpstream, true},
+		{"a proxy's 502", status.Error(codes.Unavailable, hopPrefix+"502 (Bad Gateway)"), codes.Unavailable, true, FastFailUpstream, false},
+		{"a proxy's 504 is a timeout", status.Error(codes.Unavailable, hopPrefix+"504 (Gateway Timeout); transport: received unexpected content-type \"text/html\""), codes.DeadlineExceeded, false, FastFailTimeout, false},
+		{"TENANT_ELSEWHERE is retried", errorInfo(codes.Unavailable, repoolv1.ErrorDomain, repoolv1.ReasonTenantElsewhere), codes.Unavailable, true, FastFailUpstream, false},
+		{"the front end's cluster-down 503 is final", status.Error(codes.Unavailable, hopPrefix+"503 (Service Unavailable); transport: received unexpected content-type \"text/plain\"\ndata: \""+repoolv1.ClusterDownText+"\""), codes.Unavailable, false, FastFailUpstream, false},
+		{"a 502 naming the text is not cluster down", status.Error(codes.Unavailable, hopPrefix+"502 (Bad Gateway)\ndata: \""+repoolv1.ClusterDownText+"\""), codes.Unavailable, true, FastFailUpstream, false},
+		{"a proxy's 429 is a rate limit", status.Error(codes.Unavailable, hopPrefix+"429 (Too Many Requests); transport: received unexpected content-type \"text/html\""), codes.ResourceExhausted, false, "", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -85,6 +92,9 @@ func TestClassify(t *testing.T) {
 			}
 			if got := FastFail(tt.err); got != tt.fastFail {
 				t.Errorf("FastFail(%v) = got %q, want %q", tt.err, got, tt.fastFail)
+			}
+			if got := Handover(tt.err); got != tt.handover {
+				t.Errorf("Handover(%v) = got %v, want %v", tt.err, got, tt.handover)
 			}
 		})
 	}

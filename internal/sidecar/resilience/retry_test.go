@@ -193,3 +193,83 @@ func TestRetryWaitEndsWhenTheBreakerOpens(t *testing.T) {
 	default:
 	}
 }
+
+// TestRetrierWaitsOutAHandover: the front end's handover answer is retried
+// past max_retries and without the retry budget, until max_elapsed (on the
+// retrier's clock); any other failure keeps both bounds.
+func TestRetrierWaitsOutAHandover(t *testing.T) {
+	p := RetryPolicy{MaxRetries: 2, InitialInterval: time.Second, MaxInterval: time.Second, RandomizationFactor: -1, MaxElapsed: 10 * time.Second}
+	noBudget := BudgetPolicy{Ratio: 0.001, MinPerSecond: -1, Window: time.Minute} // refuses every retry
+	run := func(t *testing.T, b BudgetPolicy, fail func(attempt int) error) (int, error) {
+		t.Helper()
+		clk := clock.NewFake(time.Now())
+		r := NewRetrier(RetrierConfig{Provider: "p", Policy: p, Budget: NewBudget(b, clk), Clock: clk})
+		attempts := 0
+		done := make(chan error, 1)
+		go func() {
+			done <- r.Do(context.Background(), func(context.Context) error { attempts++; return fail(attempts) })
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for {
+			select {
+			case err := <-done:
+				return attempts, err
+			default:
+			}
+			// Each wait is one second: pass it once it is armed.
+			if err := clk.Wait(ctx, 1); err != nil {
+				select {
+				case err := <-done:
+					return attempts, err
+				default:
+				}
+				t.Fatalf("the retrier neither waits nor returns: %v", err)
+			}
+			clk.Advance(time.Second)
+		}
+	}
+	t.Run("a handover that ends within max_elapsed", func(t *testing.T) {
+		attempts, err := run(t, noBudget, func(n int) error {
+			if n <= 7 {
+				return handoverErr()
+			}
+			return nil
+		})
+		if err != nil || attempts != 8 {
+			t.Fatalf("Do() = %v after %d attempts, want success on the 8th (7 handover answers, max_retries 2, no budget)", err, attempts)
+		}
+	})
+	t.Run("a handover that outlasts max_elapsed", func(t *testing.T) {
+		attempts, err := run(t, BudgetPolicy{}, func(int) error { return handoverErr() })
+		// Attempts at 0, 1, ..., 10 s: a next wait would end past 10 s.
+		if !Handover(err) || attempts != 11 {
+			t.Fatalf("Do() = %v after %d attempts, want the handover answer after 11 (one a second for max_elapsed 10s)", err, attempts)
+		}
+	})
+	t.Run("other failures keep max_retries", func(t *testing.T) {
+		attempts, err := run(t, BudgetPolicy{}, func(int) error { return grpcErr(codes.Unavailable) })
+		if Code(err) != codes.Unavailable || attempts != 3 {
+			t.Fatalf("Do() = %v after %d attempts, want Unavailable after 3 (max_retries 2)", err, attempts)
+		}
+	})
+	t.Run("other failures keep the budget", func(t *testing.T) {
+		attempts, err := run(t, noBudget, func(int) error { return grpcErr(codes.Unavailable) })
+		if !errors.Is(err, ErrBudgetSpent) || attempts != 1 {
+			t.Fatalf("Do() = %v after %d attempts, want the budget's refusal after 1", err, attempts)
+		}
+	})
+	t.Run("a failure after a handover counts from there", func(t *testing.T) {
+		attempts, err := run(t, BudgetPolicy{}, func(n int) error {
+			if n <= 5 {
+				return handoverErr()
+			}
+			return grpcErr(codes.Unavailable)
+		})
+		// 5 handover answers, then the first attempt's failure and its two
+		// retries.
+		if Code(err) != codes.Unavailable || Handover(err) || attempts != 8 {
+			t.Fatalf("Do() = %v after %d attempts, want Unavailable after 8", err, attempts)
+		}
+	})
+}
