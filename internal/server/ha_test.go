@@ -2,7 +2,10 @@ package server
 
 import (
 	"context"
+	"io"
+	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
 	"github.com/repool/repool/internal/clock"
+	"github.com/repool/repool/internal/lb/agent"
 	"github.com/repool/repool/internal/testenv"
 )
 
@@ -218,4 +222,59 @@ func TestShutdownHandsOverPastIdleStreams(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the idle Leases stream did not end within 30s of the shutdown")
 	}
+}
+
+// TestStoppingStandbyAnnouncesDown: a standby that stops keeps its HTTP
+// port open and answers HAProxy's agent "down" for at least one agent
+// interval of the inventory's default checks (100 ms), so that the front
+// end marks it DOWN at its next agent check; a standby whose port closed
+// within milliseconds stayed alive to HAProxy until checks.fall refused
+// connections, and the cluster-down answer of a group whose servers all
+// stopped waited for it.
+func TestStoppingStandbyAnnouncesDown(t *testing.T) {
+	_, _, b := haPair(t)
+	if got := agentCheck(t, b); got != agent.Standby {
+		t.Fatalf("agent answer of the standby = got %q, want %q", got, agent.Standby)
+	}
+	b.cancel() // SIGTERM
+	var firstDown, lastDown time.Time
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		got, err := tryAgentCheck(b.s.HTTPAddr())
+		if err != nil {
+			break // the port closed
+		}
+		if strings.HasPrefix(got, "down") {
+			if firstDown.IsZero() {
+				firstDown = time.Now()
+			}
+			lastDown = time.Now()
+		}
+	}
+	if firstDown.IsZero() {
+		t.Fatal("the stopping standby's port closed before its agent answered down")
+	}
+	if d := lastDown.Sub(firstDown); d < 100*time.Millisecond {
+		t.Fatalf("the stopping standby answered down for %v before its port closed, want at least 100 ms (one agent interval)", d)
+	}
+	b.stop(t)
+}
+
+// tryAgentCheck is agentCheck on addr that returns a failure instead of
+// failing the test.
+func tryAgentCheck(addr string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := io.WriteString(c, agent.Hello); err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(c)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSuffix(string(b), "\n"), nil
 }

@@ -636,9 +636,11 @@ func (s *Server) HTTPAddr() string { return s.httpLn.Addr().String() }
 // Run serves until ctx ends, then shuts down gracefully: it stops taking
 // calls, ends event streams and Leases streams (each between two calls),
 // drains in-flight calls (bounded by ShutdownGrace), writes a final
-// checkpoint (if active), gives up the leader lock (HA), then drains the
-// HTTP server, flushes the audit trail and closes the store. In HA mode it campaigns for leadership,
-// serves while it leads and steps down when its term ends.
+// checkpoint (if active), gives up the leader lock (HA), keeps the HTTP
+// port open until stopAnnounce has passed (HA), then drains the HTTP
+// server, flushes the audit trail and closes the store. In HA mode it
+// campaigns for leadership, serves while it leads and steps down when its
+// term ends.
 func (s *Server) Run(ctx context.Context) error {
 	errc := make(chan error, 2)
 	go func() { errc <- s.grpc.Serve(s.grpcLn) }()
@@ -685,6 +687,9 @@ func (s *Server) Run(ctx context.Context) error {
 	// Before the HTTP server's drain (an elected server's leader lock: see
 	// elected.handOver).
 	s.mode.handOver(wasActive, began, drained)
+	if s.cfg.HA {
+		announceStop(began.Add(stopAnnounce).Sub(s.clock.Now()))
+	}
 	_ = s.http.Shutdown(hctx)
 	<-auditDone
 	if err := s.tracer.Shutdown(hctx); err != nil {
@@ -695,6 +700,29 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.mode.release()
 	return runErr
+}
+
+// stopAnnounce is how long, from the start of its shutdown, an HA server
+// keeps its HTTP port open, answering its health checks "not ready" and
+// HAProxy's agent "down", before the port closes. HAProxy marks a server
+// DOWN at the first agent answer "down", but only after checks.fall
+// refused connections once the port is closed (3 × 100 ms with the
+// inventory's defaults): a standby that stops in a few milliseconds would
+// otherwise stay alive to the front end (NOLB) for that long, and when
+// every server of a group stops, the front end's cluster-down answer
+// would wait for it. Two and a half agent intervals of the inventory's
+// default checks.inter (100 ms).
+const stopAnnounce = 250 * time.Millisecond
+
+// announceStop waits for wait of real time: the observer is HAProxy, not
+// anything on the server's clock.
+func announceStop(wait time.Duration) {
+	if wait <= 0 {
+		return
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	<-t.C
 }
 
 // activeLoops starts what the active server runs in the background — the

@@ -54,15 +54,15 @@ func TestClusterDownAnswer(t *testing.T) {
 	trio.Active.Stop()
 	haproxytest.WaitStatus(t, rt, map[string]string{"active": "DOWN", "standby": "NOLB"})
 	err, _ := callErr(t, trio.Inv)
-	if !resilience.Retryable(err) || resilience.ClusterDown(err) {
-		t.Fatalf("call during a handover (a standby alive) = %v, want UNAVAILABLE that is retried, not cluster down", err)
+	if !resilience.Retryable(err) || !resilience.Handover(err) || resilience.ClusterDown(err) {
+		t.Fatalf("call during a handover (a standby alive) = %v, want UNAVAILABLE that is retried as a handover, not cluster down", err)
 	}
 
 	// Every server DOWN.
 	trio.Standby.Stop()
 	haproxytest.WaitStatus(t, rt, map[string]string{"active": "DOWN", "standby": "DOWN", "broken": "DOWN"})
 	err, took := callErr(t, trio.Inv)
-	if !resilience.ClusterDown(err) || resilience.Retryable(err) || status.Code(err) != codes.Unavailable {
+	if !resilience.ClusterDown(err) || resilience.Retryable(err) || resilience.Handover(err) || status.Code(err) != codes.Unavailable {
 		t.Fatalf("call with every server DOWN = %v, want UNAVAILABLE with %q, not retried", err, repoolv1.ClusterDownText)
 	}
 	t.Logf("cluster-down answer in %v (connection included)", took)

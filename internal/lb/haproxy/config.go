@@ -626,15 +626,16 @@ func buildBackend(conf configuration.Configuration, tx string, inv *inventory.In
 }
 
 // withAgent returns p with the agent check of server s (package agent):
-// on its HTTP port, in plaintext whether or not the port speaks TLS, as
-// often as the health check. Its "up 0%" keeps a standby that comes back
-// from DOWN (the 404 of a DOWN server passes CheckExpect) out of the load
-// balancing until the next check makes it NOLB.
+// on its HTTP port, in plaintext whether or not the port speaks TLS, every
+// checks.agent_inter. Its "up 0%" keeps a standby that comes back from
+// DOWN (the 404 of a DOWN server passes CheckExpect) out of the load
+// balancing until the next check makes it NOLB; its "down" marks a
+// stopping server DOWN at once.
 func withAgent(p models.ServerParams, s inventory.Server, ch inventory.Checks) models.ServerParams {
 	p.AgentCheck = "enabled"
 	p.AgentPort = ptr(int64(s.HTTPPort))
 	p.AgentSend = agent.Hello
-	p.AgentInter = ms(ch.Inter)
+	p.AgentInter = ms(ch.AgentInter)
 	return p
 }
 

@@ -135,7 +135,7 @@ func TestRenderDirectives(t *testing.T) {
 		" alpn h2 ", " check-ssl ", " check-sni repool.internal ", " check-alpn http/1.1 ", " check-proto h1 ", " port 8081 ",
 		" crt /etc/haproxy/tls/haproxy-client.pem ",
 		" fall 3 inter 100 ", " rise 1 ", " error-limit 1 ", " observe layer4 on-error mark-down ",
-		" agent-check ", " agent-send repool-agent ", " agent-inter 100 ", " agent-port 8081 ",
+		" agent-check ", " agent-send repool-agent ", " agent-inter 25 ", " agent-port 8081 ",
 		// The database tier: TCP to the node whose Patroni says it is the
 		// primary; sessions cut when a node is marked down.
 		"frontend postgres\n  mode tcp\n  bind 10.0.0.100:5432 name vip-postgres transparent\n  default_backend postgres_primary\n",

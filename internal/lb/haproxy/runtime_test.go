@@ -14,6 +14,7 @@ import (
 
 	"github.com/repool/repool/internal/lb/haproxy"
 	"github.com/repool/repool/internal/lb/haproxy/haproxytest"
+	"github.com/repool/repool/internal/testenv"
 )
 
 // TestRuntime runs the real HAProxy on a rendered config in front of three
@@ -25,10 +26,21 @@ func TestRuntime(t *testing.T) {
 
 	t.Run("health check states", func(t *testing.T) {
 		haproxytest.WaitStatus(t, rt, map[string]string{"active": "UP", "standby": "NOLB", "broken": "DOWN"})
-		servers, err := rt.Servers()
-		if err != nil {
-			t.Fatalf("Servers() = got error %v, want nil", err)
-		}
+		// The broken server's agent marks it DOWN before its first health
+		// check has ended (INI): wait for the check's own verdict.
+		var servers []haproxy.ServerStatus
+		testenv.Eventually(t, 10*time.Second, "every server's first health check", func() bool {
+			var err error
+			if servers, err = rt.Servers(); err != nil {
+				t.Fatalf("Servers() = got error %v, want nil", err)
+			}
+			for _, s := range servers {
+				if s.CheckStatus == "INI" {
+					return false
+				}
+			}
+			return true
+		})
 		want := []haproxy.ServerStatus{
 			{Name: "active", Status: haproxy.StatusUp, CheckStatus: "L7OK", CheckCode: 200},
 			{Name: "standby", Status: haproxy.StatusNOLB, CheckStatus: "L7OKC", CheckCode: 404}, // OK, conditionally
