@@ -60,6 +60,7 @@ func TestParseDefaults(t *testing.T) {
 		{"checks.inter", inv.Checks.Inter, 100 * time.Millisecond},
 		{"checks.fall", inv.Checks.Fall, 3},
 		{"checks.rise", inv.Checks.Rise, 1},
+		{"checks.agent_inter", inv.Checks.AgentInter, 25 * time.Millisecond},
 		{"timeouts.connect", inv.Timeouts.Connect, 100 * time.Millisecond},
 		{"timeouts.client", inv.Timeouts.Client, time.Hour},
 		{"timeouts.server", inv.Timeouts.Server, time.Hour},
@@ -173,6 +174,7 @@ func validateCases() []validateCase {
 			i.Servers = append(i.Servers, Server{Name: "s2", Address: "192.0.2.10", GRPCPort: 9090, HTTPPort: 9091})
 		}, "servers[1].grpc_port"},
 		{"inter sub-millisecond", func(i *Inventory) { i.Checks.Inter = 1500 * time.Microsecond }, "checks.inter"},
+		{"agent inter sub-millisecond", func(i *Inventory) { i.Checks.AgentInter = 500 * time.Microsecond }, "checks.agent_inter"},
 		{"fall", func(i *Inventory) { i.Checks.Fall = -1 }, "checks.fall"},
 		{"timeout client", func(i *Inventory) { i.Timeouts.Client = -time.Second }, "timeouts.client"},
 		{"track interval", func(i *Inventory) { i.Keepalived.TrackInterval = -1 }, "keepalived.track_interval"},
@@ -208,6 +210,7 @@ func validateCases() []validateCase {
 			i.Database.Nodes[1].Address = i.Database.Nodes[0].Address
 		}, "database.nodes[1].port"},
 		{"database check inter", func(i *Inventory) { i.Database = testDatabase(); i.Database.Checks.Inter = 0 }, "database.checks.inter"},
+		{"database agent inter", func(i *Inventory) { i.Database = testDatabase(); i.Database.Checks.AgentInter = time.Second }, "database.checks.agent_inter"},
 	}
 }
 
