@@ -18,10 +18,20 @@ import (
 // reaches its new holder as soon as the VIP has moved.
 const unackedTimeout = time.Second
 
-// dialer dials a provider's endpoint over TCP with unackedTimeout set on
-// the socket (setUnackedTimeout; nothing where the system has no such
-// option).
+// synTimeout bounds a TCP connect to a provider. The endpoint is a VIP on
+// the sidecar's own network (the whole connection attempt, TLS included,
+// is bounded by grpc's MinConnectTimeout, 500 ms): its holder answers a SYN
+// within a round trip, or refuses it. A SYN that goes unanswered went to
+// where the VIP no longer is (its old holder's link cut, or the instant
+// between the old holder giving the VIP up and the new one taking it);
+// given up after this long, the next attempt, a backoff later, reaches the
+// new holder, instead of the whole attempt waiting out MinConnectTimeout.
+const synTimeout = 200 * time.Millisecond
+
+// dialer dials a provider's endpoint over TCP within synTimeout, with
+// unackedTimeout set on the socket (setUnackedTimeout; nothing where the
+// system has no such option).
 func dialer(ctx context.Context, addr string) (net.Conn, error) {
-	d := net.Dialer{Control: setUnackedTimeout(unackedTimeout)}
+	d := net.Dialer{Timeout: synTimeout, Control: setUnackedTimeout(unackedTimeout)}
 	return d.DialContext(ctx, "tcp", addr)
 }

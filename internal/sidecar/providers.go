@@ -139,14 +139,18 @@ func (s *Sidecar) dial(k upstreamKey) (*upstream, error) {
 		grpc.WithTransportCredentials(creds),
 		// Our retrier is the only retry layer.
 		grpc.WithDisableRetry(),
-		// Reconnect quickly once the VIP answers again (failover takes well
-		// under a second); grpc-go's default backoff grows to 120s. A
-		// connection attempt whose SYN went to the VIP's old holder (cut
-		// off, its link down) is given up after half a second, and the next
-		// one reaches the new holder once the VIP has moved, instead of
-		// waiting on TCP's SYN retransmissions (1 s, then 2 s).
+		// Reconnect quickly once the VIP answers again: while it moves
+		// (0.9 s when HAProxy stops on its holder, 2.9 s when the holder's
+		// link is cut) every attempt fails, and a backoff grown past a
+		// fifth of a second would keep the connection down that much
+		// longer after the VIP has arrived (grpc-go's default grows to
+		// 120 s). An attempt is a SYN to the VIP, so 5 a second cost
+		// nothing. A connection attempt whose SYN went to the VIP's old
+		// holder (cut off, its link down) is given up after half a second,
+		// and the next one reaches the new holder once the VIP has moved,
+		// instead of waiting on TCP's SYN retransmissions (1 s, then 2 s).
 		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 200 * time.Millisecond},
 			MinConnectTimeout: 500 * time.Millisecond,
 		}),
 		// A connection to a host gone without a reset ends within a
