@@ -710,8 +710,9 @@ func (s *Server) Run(ctx context.Context) error {
 // inventory's defaults): a standby that stops in a few milliseconds would
 // otherwise stay alive to the front end (NOLB) for that long, and when
 // every server of a group stops, the front end's cluster-down answer
-// would wait for it. Two and a half agent intervals of the inventory's
-// default checks.inter (100 ms).
+// would wait for it. Ten agent intervals of the inventory's default
+// checks.agent_inter (25 ms); two and a half of its checks.inter (100 ms),
+// for an inventory that asks the agent no more often than it checks.
 const stopAnnounce = 250 * time.Millisecond
 
 // announceStop waits for wait of real time: the observer is HAProxy, not
