@@ -145,10 +145,9 @@ func (s *Sidecar) dial(k upstreamKey) (*upstream, error) {
 		// fifth of a second would keep the connection down that much
 		// longer after the VIP has arrived (grpc-go's default grows to
 		// 120 s). An attempt is a SYN to the VIP, so 5 a second cost
-		// nothing. A connection attempt whose SYN went to the VIP's old
-		// holder (cut off, its link down) is given up after half a second,
-		// and the next one reaches the new holder once the VIP has moved,
-		// instead of waiting on TCP's SYN retransmissions (1 s, then 2 s).
+		// nothing. A whole attempt, TLS included, is given up after half a
+		// second; its SYN, unanswered, after synTimeout (dialer), so that
+		// the next attempt reaches the new holder once the VIP has moved.
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 200 * time.Millisecond},
 			MinConnectTimeout: 500 * time.Millisecond,

@@ -82,8 +82,8 @@ func Retryable(err error) bool {
 // no handover is under way, so the call fails at once instead of being
 // retried, and it counts against the cluster like any failure.
 func ClusterDown(err error) bool {
-	s, ok := status.FromError(err)
-	return ok && s.Code() == codes.Unavailable && hopStatus(s) == 503 && strings.Contains(s.Message(), repoolv1.ClusterDownText)
+	is503, down := frontEnd503(err)
+	return is503 && down
 }
 
 // Handover reports whether err is the front end's answer while its group
@@ -95,8 +95,19 @@ func ClusterDown(err error) bool {
 // and it is not the outage the breaker's outage rule is for: a dead
 // cluster is answered with ClusterDown instead.
 func Handover(err error) bool {
+	is503, down := frontEnd503(err)
+	return is503 && !down
+}
+
+// frontEnd503 reports whether err is a proxy's HTTP 503 (grpc-go reports
+// it as UNAVAILABLE with the status in the message), and whether that
+// answer carries repoolv1.ClusterDownText.
+func frontEnd503(err error) (is503, clusterDown bool) {
 	s, ok := status.FromError(err)
-	return ok && s.Code() == codes.Unavailable && hopStatus(s) == 503 && !strings.Contains(s.Message(), repoolv1.ClusterDownText)
+	if !ok || s.Code() != codes.Unavailable || hopStatus(s) != 503 {
+		return false, false
+	}
+	return true, strings.Contains(s.Message(), repoolv1.ClusterDownText)
 }
 
 // TLSFailure reports whether err is a TLS handshake that failed for a
