@@ -57,7 +57,12 @@ type cluster struct {
 	pg     *proc     // PostgreSQL
 	dsn    string    // the servers' store
 	db     *pgx.Conn // the test's own connection (root namespace)
-	apiKey string    // the demo tenant's key
+	apiKey string    // the key of the tenant the sidecar calls for
+	tenant string    // that tenant: "" is the demo tenant
+
+	// rb builds and runs the parts as docs/ha.md says to (TestRunbook);
+	// nil: the lab's own way (flags, the test's CA).
+	rb *runbook
 
 	servers map[string]*server
 	lbs     map[string]*lb
@@ -236,15 +241,37 @@ func (c *cluster) postgres() {
 	}
 	conn.Close(ctx)
 	c.dsn = fmt.Sprintf("postgres://postgres@%s:%d/repool?sslmode=%s", hostDB.addr, pgPort, sslmode)
+	c.connectDB()
+}
+
+// connectDB opens the test's own connection to c.dsn.
+func (c *cluster) connectDB() {
+	c.tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var err error
 	if c.db, err = pgx.Connect(ctx, c.dsn); err != nil {
 		c.tb.Fatalf("connect to %s = got error %v, want nil", c.dsn, err)
 	}
 	c.tb.Cleanup(func() { c.db.Close(context.Background()) })
 }
 
+// tenantID is the tenant the sidecar calls for.
+func (c *cluster) tenantID() string {
+	if c.tenant == "" {
+		return "demo"
+	}
+	return c.tenant
+}
+
 // startServer runs (or restarts) the repool server on h.
 func (c *cluster) startServer(h host) *server {
 	c.tb.Helper()
+	if c.rb != nil {
+		s := &server{host: h, p: c.rb.startServer(h)}
+		c.servers[h.name] = s
+		return s
+	}
 	security := []string{"--insecure=true"}
 	if c.tls != nil {
 		cert, key := c.tls.serverPair(c.tb, h)
@@ -453,6 +480,13 @@ func (c *cluster) client(up string) *backend {
 	})
 	c.tb.Logf("HAProxy on lb1:\n%s", c.haproxyStatus(lb1))
 	c.startSidecar()
+	return c.registerInitial()
+}
+
+// registerInitial registers the initial resources through the sidecar
+// and returns the backend that did.
+func (c *cluster) registerInitial() *backend {
+	c.tb.Helper()
 	b := newBackend()
 	var ids []string
 	for i := range initialResources {
@@ -469,10 +503,18 @@ func (c *cluster) tenantMap() string { return filepath.Join(c.dir, "repool-tenan
 // render runs "server <args>" (a render command) and fails on error.
 func (c *cluster) render(args ...string) {
 	c.tb.Helper()
+	c.renderOutput(args...)
+}
+
+// renderOutput runs "server <args>" (a render command), fails on error,
+// and returns what it printed.
+func (c *cluster) renderOutput(args ...string) string {
+	c.tb.Helper()
 	out, err := exec.Command(c.serverBin, args...).CombinedOutput()
 	if err != nil {
 		c.tb.Fatalf("server %s = got error %v, want nil\n%s", strings.Join(args, " "), err, out)
 	}
+	return string(out)
 }
 
 // loadBalancers renders the HAProxy and Keepalived configurations of lb1

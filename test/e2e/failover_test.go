@@ -115,8 +115,17 @@ func TestFailover(t *testing.T) {
 	c.startStandbys(hostS2, hostS3)
 
 	b := c.frontEndAndClient("s1")
-	lb1, lb2 := c.lbs["lb1"], c.lbs["lb2"]
 	t.Logf("cluster up in %v: PostgreSQL on db, s1 active, s2 and s3 standby, VIP %s on lb1, sidecar on client", time.Since(began).Round(time.Millisecond), vipAddr)
+	c.failoverScenario(t, b, cp, began)
+}
+
+// failoverScenario runs TestFailover's steps (a) to (e) on a cluster that
+// is up (one active server, two standbys, the VIP on lb1, the sidecar
+// registered b's initial resources), under b's load, then checks the
+// correctness properties and prints the measures. TestFailover and
+// TestRunbook run it on clusters built their own ways.
+func (c *cluster) failoverScenario(t *testing.T, b *backend, cp *capture, began time.Time) {
+	lb1, lb2 := c.lbs["lb1"], c.lbs["lb2"]
 
 	// The load, until the scenario ends (or fails: cleanups run last first,
 	// so the load stops before the processes do).
@@ -223,7 +232,7 @@ func TestFailover(t *testing.T) {
 	swEpoch := c.epoch()
 	mark(fmt.Sprintf("a''': switchover from %s to %s", swFrom.host.name, swTo.host.name))
 	tSw := time.Now()
-	out, err := exec.Command(c.serverBin, "switchover", "--to", swTo.host.name, "--store", c.dsn, "--timeout", "20s").CombinedOutput()
+	out, err := c.switchover(swTo.host.name)
 	if err != nil {
 		t.Fatalf("server switchover --to %s = got error %v, want nil\n%s", swTo.host.name, err, out)
 	}
@@ -503,6 +512,16 @@ func TestFailover(t *testing.T) {
 	t.Logf("whole test %v", time.Since(began).Round(time.Millisecond))
 }
 
+// switchover runs the directed switchover to the standby named to, as
+// docs/ha.md says to: "server switchover --to NAME" on a host with the
+// store's URL, waiting up to 20 s.
+func (c *cluster) switchover(to string) ([]byte, error) {
+	if c.rb != nil {
+		return c.rb.switchover(to)
+	}
+	return exec.Command(c.serverBin, "switchover", "--to", to, "--store", c.dsn, "--timeout", "20s").CombinedOutput()
+}
+
 // tokenThroughVIP obtains a bearer token through the VIP with the API key,
 // and makes one call with it through the VIP.
 func (c *cluster) tokenThroughVIP(tb testing.TB) string {
@@ -754,7 +773,7 @@ func (c *cluster) lostRegistrations(tb testing.TB, ids []string) []string {
 	pool := repoolv1.NewPoolServiceClient(conn)
 	// The route entry steers the calls to the demo tenant's group
 	// (TestGroups); with one group HAProxy has no route to take.
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", c.apiKey, repoolv1.TenantRouteKey, "demo")
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", c.apiKey, repoolv1.TenantRouteKey, c.tenantID())
 
 	// retry rides out a moment without an active server.
 	retry := func(f func(ctx context.Context) error) error {

@@ -32,14 +32,14 @@ CREATE TABLE e2e_writes (
     op     text NOT NULL,
     epoch  bigint
 );
-CREATE FUNCTION e2e_epoch() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION e2e_epoch() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER AS $$
 BEGIN
     INSERT INTO e2e_epochs (epoch, author) VALUES (NEW.value, inet_client_addr());
     RETURN NULL;
 END $$;
 CREATE TRIGGER e2e_epoch AFTER INSERT OR UPDATE ON server_counters
     FOR EACH ROW WHEN (NEW.name = 'epoch') EXECUTE FUNCTION e2e_epoch();
-CREATE FUNCTION e2e_write() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION e2e_write() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER AS $$
 BEGIN
     INSERT INTO e2e_writes (author, tbl, op, epoch)
     VALUES (inet_client_addr(), TG_TABLE_NAME, TG_OP,

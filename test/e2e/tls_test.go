@@ -32,10 +32,14 @@ const serverName = "repool.internal"
 
 // tlsFiles is the run's private CA and the files made from it.
 type tlsFiles struct {
-	ca     *tlstest.CA
+	ca     *tlstest.CA // nil: the CA deploy/make-certs made (TestRunbook)
+	caPEM  []byte
 	dir    string
 	caFile string
 	vipPEM string // HAProxy's crt on the VIP: certificate and key
+	// client is the test's own gRPC clients' certificate, for servers
+	// that ask for one (tls_client_ca, TestRunbook); none if empty.
+	client []tls.Certificate
 }
 
 // useTLS reports whether this run has TLS on every hop.
@@ -53,16 +57,26 @@ func (c *cluster) setupTLS() {
 	// (deploy/monitoring), which TestAlerts checks stays quiet.
 	f := &tlsFiles{ca: tlstest.NewCAValid(c.tb, "repool e2e CA", time.Now().Add(-time.Hour), time.Now().Add(certValidity)), dir: dir}
 	f.caFile = f.ca.WriteCA(dir, "ca.crt")
+	f.caPEM = f.ca.PEM
 	f.vipPEM = filepath.Join(dir, "vip.pem")
 	if err := os.WriteFile(f.vipPEM, f.issue("vip", serverName, vipAddr).PEM(), 0o600); err != nil {
 		c.tb.Fatal(err)
 	}
+	c.useTLS(f, nil)
+}
+
+// useTLS makes f the run's TLS files: the test's probes of the servers'
+// HTTP ports trust its CA and show probeCert (if any) and speak HTTPS.
+func (c *cluster) useTLS(f *tlsFiles, probeCert []tls.Certificate) {
 	c.tls = f
 	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(f.ca.PEM)
-	probe.Transport.(*http.Transport).TLSClientConfig = &tls.Config{RootCAs: pool}
+	pool.AppendCertsFromPEM(f.caPEM)
+	probe.Transport.(*http.Transport).TLSClientConfig = &tls.Config{RootCAs: pool, Certificates: probeCert}
 	serverScheme = "https"
-	c.tb.Cleanup(func() { serverScheme = "http" })
+	c.tb.Cleanup(func() {
+		serverScheme = "http"
+		probe.Transport.(*http.Transport).TLSClientConfig = nil
+	})
 }
 
 // certValidity is how long the run's certificates are valid: as long as a
@@ -87,8 +101,8 @@ func (c *cluster) creds() credentials.TransportCredentials {
 		return insecure.NewCredentials()
 	}
 	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(c.tls.ca.PEM)
-	return credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: serverName})
+	pool.AppendCertsFromPEM(c.tls.caPEM)
+	return credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: serverName, Certificates: c.tls.client})
 }
 
 // capture is tcpdump on the switch's ports of the LB and server hosts.
