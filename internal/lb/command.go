@@ -35,6 +35,7 @@ const Prog = "server"
 const usage = `usage:
   ` + Prog + ` haproxy render --inventory FILE [--host NAME] [--out FILE] [--pid-file FILE]
   ` + Prog + ` keepalived render --inventory FILE --host NAME [--out FILE]
+  ` + Prog + ` keepalived check --url URL [--for D] [--every D] [--timeout D]
   ` + Prog + ` haproxy status --socket PATH
   ` + Prog + ` haproxy drain|ready|maint NAME --socket PATH [--force]
   ` + Prog + ` haproxy sync-placements --inventory FILE --host NAME --store DSN [--interval D] [--once | --file-only]
@@ -43,7 +44,9 @@ Render the HAProxy and Keepalived configurations of repool's front end from
 the LB inventory (see haproxy/inventory.yaml); drain, ready or maint a
 server of its group's backend through HAProxy's runtime API (stats socket);
 and keep HAProxy's tenant map (tenant -> group backend) equal to the
-store's placements.
+store's placements. "keepalived check" is the track script the rendered
+keepalived.conf runs: it asks HAProxy's monitor every --every for --for
+and fails (exit status 1) at the first bad answer.
 
 Run "` + Prog + ` haproxy render -h" (etc.) for each command's flags.
 `
@@ -54,7 +57,7 @@ const dialTimeout = 10 * time.Second
 // commands are each tool's commands.
 var commands = map[string][]string{
 	"haproxy":    {"render", "status", "drain", "ready", "maint", "sync-placements"},
-	"keepalived": {"render"},
+	"keepalived": {"render", "check"},
 }
 
 // PlacementOpener opens the placement source that "haproxy
@@ -115,6 +118,8 @@ func (r Runner) Command(ctx context.Context, args []string, stdout, stderr io.Wr
 		return renderHAProxy(ctx, rest, env)
 	case tool == "keepalived" && cmd == "render":
 		return renderKeepalived(rest, env)
+	case tool == "keepalived" && cmd == "check":
+		return checkHAProxy(ctx, rest, env)
 	case tool == "haproxy" && cmd == "status":
 		return status(ctx, rest, env)
 	case tool == "haproxy" && (cmd == "drain" || cmd == "ready" || cmd == "maint"):
@@ -217,6 +222,29 @@ func renderKeepalived(args []string, e env) error {
 		return err
 	}
 	return write(*out, conf, 0o600, e.stdout)
+}
+
+// checkHAProxy is keepalived's track script: keepalived.Check.
+func checkHAProxy(ctx context.Context, args []string, e env) error {
+	fs := newFlags("keepalived check", "keepalived check --url URL [--for D] [--every D] [--timeout D]")
+	url := fs.String("url", "", "HAProxy's monitor on this host, http://ADDR:PORT/lb-health (required)")
+	forD := fs.Duration("for", time.Second-200*time.Millisecond, "keep checking this long, then exit 0: the track interval less a margin")
+	every := fs.Duration("every", keepalived.CheckEvery, "time between two checks")
+	timeout := fs.Duration("timeout", keepalived.CheckTimeout, "how long one answer may take")
+	if err := noArgs(fs, args, e); err != nil {
+		return err
+	}
+	switch {
+	case *url == "":
+		return errors.New("keepalived check: --url is required")
+	case *forD < 0:
+		return fmt.Errorf("keepalived check: --for %v is negative", *forD)
+	case *every <= 0:
+		return fmt.Errorf("keepalived check: --every %v is not positive", *every)
+	case *timeout <= 0:
+		return fmt.Errorf("keepalived check: --timeout %v is not positive", *timeout)
+	}
+	return keepalived.Check{URL: *url, For: *forD, Every: *every, Timeout: *timeout}.Run(ctx)
 }
 
 func status(ctx context.Context, args []string, e env) error {

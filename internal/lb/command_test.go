@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -22,6 +23,7 @@ import (
 	"github.com/repool/repool/internal/lb/haproxy"
 	"github.com/repool/repool/internal/lb/haproxy/haproxytest"
 	"github.com/repool/repool/internal/lb/inventory"
+	"github.com/repool/repool/internal/lb/keepalived"
 	"github.com/repool/repool/internal/lb/tenantmap"
 	"github.com/repool/repool/internal/testenv"
 	"github.com/repool/repool/internal/tlsconf/tlstest"
@@ -173,6 +175,10 @@ func TestCommandErrors(t *testing.T) {
 		{"sync bad interval", []string{"haproxy", "sync-placements", "--inventory", exampleInventory, "--host", "lb1", "--store", "x", "--interval", "0s"}, nil, "--interval 0s is not positive"},
 		{"sync once and file-only", []string{"haproxy", "sync-placements", "--inventory", exampleInventory, "--host", "lb1", "--store", "x", "--once", "--file-only"}, nil, "exclude each other"},
 		{"sync unknown host", []string{"haproxy", "sync-placements", "--inventory", exampleInventory, "--host", "lb7", "--store", "x"}, inventory.ErrInvalid, "lb7"},
+		{"check without url", []string{"keepalived", "check"}, nil, "--url is required"},
+		{"check bad every", []string{"keepalived", "check", "--url", "http://127.0.0.1:1/lb-health", "--every", "0s"}, nil, "--every 0s is not positive"},
+		{"check negative for", []string{"keepalived", "check", "--url", "http://127.0.0.1:1/lb-health", "--for", "-1s"}, nil, "--for -1s is negative"},
+		{"check on a closed port", []string{"keepalived", "check", "--url", "http://127.0.0.1:1/lb-health"}, keepalived.ErrCheck, "connection refused"},
 		{"sync without a placement source", []string{"haproxy", "sync-placements", "--inventory", exampleInventory, "--host", "lb1", "--store", "x"}, nil, "no placement source"},
 	}
 	for _, tt := range tests {
@@ -185,6 +191,28 @@ func TestCommandErrors(t *testing.T) {
 				t.Errorf("Command(%q) = got stdout %q, want nothing on error", tt.args, stdout)
 			}
 		})
+	}
+}
+
+// TestKeepalivedCheck: the track script succeeds on a monitor answering
+// 200 and fails on one answering 503 (HAProxy's monitor fail).
+func TestKeepalivedCheck(t *testing.T) {
+	status := http.StatusOK
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		w.WriteHeader(status)
+	}))
+	defer srv.Close()
+	if _, _, err := run(t, "keepalived", "check", "--url", srv.URL+"/lb-health", "--for", "0s"); err != nil {
+		t.Fatalf("keepalived check on a monitor answering 200 = got error %v, want nil", err)
+	}
+	mu.Lock()
+	status = http.StatusServiceUnavailable
+	mu.Unlock()
+	if _, _, err := run(t, "keepalived", "check", "--url", srv.URL+"/lb-health", "--for", "0s"); !errors.Is(err, keepalived.ErrCheck) || !strings.Contains(err.Error(), "503") {
+		t.Fatalf("keepalived check on a monitor answering 503 = got error %v, want ErrCheck naming the 503", err)
 	}
 }
 

@@ -95,7 +95,7 @@ func lbInventory(f lbFront, servers []lbServer) (string, error) {
 	fmt.Fprintf(&b, "# with the shipped checks and timeouts (left out: defaults). Loopback overrides\n")
 	fmt.Fprintf(&b, "# (docs/loadtest.md): the VIP and LB hosts on loopback, no Keepalived (lb2 only completes\n")
 	fmt.Fprintf(&b, "# the pair), the stats socket and ports, HAProxy as this user, maxconn %d, no tls (h2c).\n", lbMaxConn)
-	fmt.Fprintf(&b, "vip: {address: %s/8, interface: lo, router_id: 1, auth_pass: loadtest, grpc_port: %d, control_port: %d}\n", lbVIP, f.GRPC, f.Control)
+	fmt.Fprintf(&b, "vip: {address: %s/8, interface: lo, router_id: 1, grpc_port: %d, control_port: %d}\n", lbVIP, f.GRPC, f.Control)
 	fmt.Fprintf(&b, "lb_hosts:\n")
 	fmt.Fprintf(&b, "  - {name: %s, address: 127.0.0.2, priority: 250, state: BACKUP, stats_socket: %s, monitor_port: %d}\n", lbHost, f.Sock, f.Monitor)
 	fmt.Fprintf(&b, "  - {name: lb2, address: 127.0.0.3, priority: 200, state: BACKUP}\n")

@@ -105,7 +105,7 @@ func (d *dbTier) startHAProxy() {
 	d.dbPort = freePortOn(t, vipAddr)
 	monitor := freePortOn(t, "127.0.0.11")
 	var b strings.Builder
-	fmt.Fprintf(&b, "vip: {address: %s/8, interface: lo, router_id: 51, auth_pass: test, grpc_port: %d, control_port: %d}\n", vipAddr, grpcPort, control)
+	fmt.Fprintf(&b, "vip: {address: %s/8, interface: lo, router_id: 51, grpc_port: %d, control_port: %d}\n", vipAddr, grpcPort, control)
 	fmt.Fprintf(&b, "lb_hosts:\n  - {name: lb1, address: 127.0.0.11, priority: 250, state: BACKUP, stats_socket: %s, monitor_port: %d}\n", filepath.Join(d.dir, "haproxy.sock"), monitor)
 	b.WriteString("  - {name: lb2, address: 127.0.0.12, priority: 200, state: BACKUP}\n")
 	b.WriteString("servers:\n")

@@ -402,7 +402,7 @@ func (c *cluster) inventory() string {
 	c.tb.Helper()
 	var b strings.Builder
 	fmt.Fprintf(&b, "# The e2e topology (test/e2e): rendered per LB host.\n")
-	fmt.Fprintf(&b, "vip: {address: %s/24, interface: %s, router_id: 231, auth_pass: rpe2e, grpc_port: %d}\n", vipAddr, hostDev, grpcPort)
+	fmt.Fprintf(&b, "vip: {address: %s/24, interface: %s, router_id: 231, grpc_port: %d}\n", vipAddr, hostDev, grpcPort)
 	fmt.Fprintf(&b, "lb_hosts:\n")
 	for i, h := range []host{hostLB1, hostLB2} {
 		// nopreempt (the default): both BACKUP, lb1 first by priority.
@@ -426,7 +426,8 @@ func (c *cluster) inventory() string {
 		}
 		fmt.Fprintf(&b, "  - {name: %s, address: %s, grpc_port: %d, http_port: %d%s}\n", h.name, h.addr, grpcPort, httpPort, group)
 	}
-	fmt.Fprintf(&b, "keepalived: {notify_script: %s}\n", filepath.Join(c.dir, "notify.sh"))
+	// The track script is this run's repool-server (keepalived check).
+	fmt.Fprintf(&b, "keepalived: {notify_script: %s, check_program: %s}\n", filepath.Join(c.dir, "notify.sh"), c.serverBin)
 	// HAProxy drops to the test's user (no haproxy user needed), with a
 	// maxconn whose file descriptors any test machine allows.
 	usr, grp := haproxytest.CurrentUser(c.tb)

@@ -542,7 +542,7 @@ func (r *runbook) loadBalancers() {
 				lh[k] = r.at(h, lh[k].(string))
 			}
 		}
-		for section, keys := range map[string][]string{"haproxy": {"tenant_map"}, "tls": {"cert", "server_ca", "client_cert"}, "keepalived": {"notify_script"}} {
+		for section, keys := range map[string][]string{"haproxy": {"tenant_map"}, "tls": {"cert", "server_ca", "client_cert"}, "keepalived": {"notify_script", "check_program"}} {
 			m := hostDoc[section].(map[string]any)
 			for _, k := range keys {
 				if v, ok := m[k].(string); ok {

@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -61,7 +62,9 @@ const (
 	DefaultTrackInterval  = 1 // seconds
 	DefaultTrackFall      = 1
 	DefaultTrackRise      = 2
-	DefaultAdvertInterval = 1 // seconds
+	DefaultVRRPVersion    = 3
+	DefaultAdvertInterval = 0.4 // seconds, VRRPv3 (VRRPv2: 1)
+	DefaultCheckProgram   = "/usr/local/bin/repool-server"
 	DefaultCheckTimeout   = time.Second
 	DefaultHAProxyUser    = "haproxy"
 	DefaultMaxConn        = 20000 // HAProxy's global maxconn
@@ -205,7 +208,9 @@ type VIP struct {
 	RouterID int `yaml:"router_id"`
 	// AuthPass is the VRRP PASS authentication password, 1..8 printable
 	// characters without spaces or quotes (VRRPv2 uses only the first 8, so
-	// longer ones are refused rather than silently cut). Required.
+	// longer ones are refused rather than silently cut). Required with
+	// keepalived.vrrp_version 2; refused with 3, which has no
+	// authentication.
 	AuthPass string `yaml:"auth_pass"`
 	// GRPCPort is the port of HAProxy's gRPC frontend on the VIP (TLS
 	// with the tls section, h2c without).
@@ -340,27 +345,45 @@ type Timeouts struct {
 	Check time.Duration `yaml:"check"`
 }
 
-// Keepalived tunes the VRRP side. keepalived 2.2.7 accepts only whole
-// seconds for both intervals: a vrrp_script interval below 1 is refused, and
-// a fractional advert_int needs VRRPv3, which has no authentication.
+// Keepalived tunes the VRRP side. keepalived 2.2.7 runs a vrrp_script at
+// most once a second, so the track script ("server keepalived check")
+// does not check once per run: it asks HAProxy's monitor every 100 ms for
+// all but the last 200 ms of its interval and fails at the first bad
+// answer. A fractional advert_int needs VRRPv3, which has no
+// authentication.
 //
-// On HAProxy death the VIP moves within about
-// TrackInterval*TrackFall + (256-backup priority)/256*AdvertInterval
-// seconds: the master's track script fails (connection refused, at once),
-// the master enters FAULT and sends a priority-0 advert, and the backup takes
-// over after its skew time. With the defaults and a backup priority of 200
-// that is at most 1 + 0.22 s.
+// When the holder's link goes, the other host takes the VIP after its
+// master-down interval, 3*AdvertInterval + (256-priority)/256*AdvertInterval
+// (1.29 s with the defaults and priority 200). When the holder's HAProxy
+// dies, or the holder is cut off with its link up (its HAProxy then sees no
+// server and no peer), the check fails within about 0.3 s of the monitor
+// failing, the holder enters FAULT and sends a priority-0 advert, and the
+// other host takes over after its skew time, (256-priority)/256*AdvertInterval
+// (0.09 s): the holder lets go well before the other's master-down interval
+// ends, so the two never hold the VIP together.
 type Keepalived struct {
+	// VRRPVersion is 3 (default: adverts every AdvertInterval, fractions
+	// of a second allowed; no authentication, adverts are taken only from
+	// the other LB hosts' addresses, check_unicast_src) or 2 (whole
+	// seconds; vip.auth_pass).
+	VRRPVersion int `yaml:"vrrp_version"`
 	// TrackInterval is the seconds between two runs of the track script.
 	// At least 1. Default 1.
 	TrackInterval int `yaml:"track_interval"`
-	// TrackFall is the consecutive failures that put the instance in FAULT.
-	// Default 1 (2 would make the VIP move take up to 2 s + skew).
+	// TrackFall is the consecutive failed runs that put the instance in
+	// FAULT. Default 1.
 	TrackFall int `yaml:"track_fall"`
-	// TrackRise is the consecutive successes that leave FAULT. Default 2.
+	// TrackRise is the consecutive successful runs that leave FAULT.
+	// Default 2.
 	TrackRise int `yaml:"track_rise"`
-	// AdvertInterval is the VRRP advert_int in seconds. Default 1.
-	AdvertInterval int `yaml:"advert_interval"`
+	// AdvertInterval is the VRRP advert_int in seconds: with VRRPv3
+	// 0.01..40.95 in hundredths, default 0.4; with VRRPv2 whole seconds
+	// 1..255, default 1.
+	AdvertInterval float64 `yaml:"advert_interval"`
+	// CheckProgram is the installed repool-server the track script runs
+	// ("CheckProgram keepalived check"). Absolute. Default
+	// /usr/local/bin/repool-server.
+	CheckProgram string `yaml:"check_program"`
 	// NotifyScript is the installed path of keepalived/notify.sh. Absolute.
 	// Default /etc/keepalived/notify.sh.
 	NotifyScript string `yaml:"notify_script"`
@@ -442,9 +465,15 @@ func (inv *Inventory) setDefaults() {
 	inv.HAProxy = defaults.Fill(inv.HAProxy, HAProxy{User: DefaultHAProxyUser, Group: DefaultHAProxyUser, MaxConn: DefaultMaxConn, TenantMap: DefaultTenantMap})
 	orDefault(&inv.HAProxy.FrontendMaxConn, min(DefaultFrontendConn, inv.HAProxy.MaxConn))
 	inv.Keepalived = defaults.Fill(inv.Keepalived, Keepalived{
+		VRRPVersion:   DefaultVRRPVersion,
 		TrackInterval: DefaultTrackInterval, TrackFall: DefaultTrackFall, TrackRise: DefaultTrackRise,
-		AdvertInterval: DefaultAdvertInterval, NotifyScript: DefaultNotifyScript, ScriptUser: DefaultScriptUser,
+		NotifyScript: DefaultNotifyScript, ScriptUser: DefaultScriptUser, CheckProgram: DefaultCheckProgram,
 	})
+	if inv.Keepalived.VRRPVersion == 2 {
+		orDefault(&inv.Keepalived.AdvertInterval, 1)
+	} else {
+		orDefault(&inv.Keepalived.AdvertInterval, DefaultAdvertInterval)
+	}
 }
 
 // orDefault sets *v to def if it is the zero value.
@@ -632,15 +661,39 @@ func (inv *Inventory) Validate() error {
 	v.positive("keepalived.track_interval", inv.Keepalived.TrackInterval)
 	v.positive("keepalived.track_fall", inv.Keepalived.TrackFall)
 	v.positive("keepalived.track_rise", inv.Keepalived.TrackRise)
-	v.positive("keepalived.advert_interval", inv.Keepalived.AdvertInterval)
-	if inv.Keepalived.AdvertInterval > 255 {
-		v.fail("keepalived.advert_interval", "%d is above VRRPv2's 255 seconds", inv.Keepalived.AdvertInterval)
-	}
+	v.vrrp(inv.Keepalived, inv.VIP.AuthPass)
 	v.path("keepalived.notify_script", inv.Keepalived.NotifyScript)
+	v.path("keepalived.check_program", inv.Keepalived.CheckProgram)
 	if !userRE.MatchString(inv.Keepalived.ScriptUser) {
 		v.fail("keepalived.script_user", "%q is not a user name", inv.Keepalived.ScriptUser)
 	}
 	return v.err
+}
+
+// vrrp checks the VRRP version, the advert interval it allows and the
+// authentication it has.
+func (v *validator) vrrp(k Keepalived, authPass string) {
+	a := k.AdvertInterval
+	switch k.VRRPVersion {
+	case 2:
+		if a < 1 || a > 255 || a != math.Trunc(a) {
+			v.fail("keepalived.advert_interval", "%v is not whole seconds 1..255 (VRRPv2; keepalived.vrrp_version 3 takes fractions)", a)
+		}
+		if authPass == "" {
+			v.fail("vip.auth_pass", "required with keepalived.vrrp_version 2 (PASS authentication)")
+		}
+	case 3:
+		if cs := a * 100; a < 0.01 || a > 40.95 || math.Abs(cs-math.Round(cs)) > 1e-9 {
+			v.fail("keepalived.advert_interval", "%v is not 0.01..40.95 seconds in hundredths (VRRPv3)", a)
+		}
+		if authPass != "" {
+			v.fail("vip.auth_pass", "VRRPv3 (keepalived.vrrp_version 3, the default) has no authentication: remove vip.auth_pass "+
+				"(adverts are taken only from the other LB hosts' addresses; allow IP protocol 112 only between them), "+
+				"or set keepalived.vrrp_version: 2 for PASS authentication and whole-second adverts")
+		}
+	default:
+		v.fail("keepalived.vrrp_version", "%d is not 2 or 3", k.VRRPVersion)
+	}
 }
 
 // Host returns the LB host called name; an unknown name is an error
@@ -681,7 +734,7 @@ func (v *validator) vip(vip VIP) {
 	}
 	switch {
 	case vip.AuthPass == "":
-		v.fail("vip.auth_pass", "required")
+		// Required with VRRPv2 only (vrrp).
 	case len(vip.AuthPass) > 8:
 		v.fail("vip.auth_pass", "longer than 8 characters (VRRPv2 PASS authentication uses only 8)")
 	case strings.ContainsAny(vip.AuthPass, " \t\"'\\{}#!"):

@@ -68,7 +68,9 @@ func TestParseDefaults(t *testing.T) {
 		{"keepalived.track_interval", inv.Keepalived.TrackInterval, 1},
 		{"keepalived.track_fall", inv.Keepalived.TrackFall, 1},
 		{"keepalived.track_rise", inv.Keepalived.TrackRise, 2},
-		{"keepalived.advert_interval", inv.Keepalived.AdvertInterval, 1},
+		{"keepalived.vrrp_version", inv.Keepalived.VRRPVersion, 3},
+		{"keepalived.advert_interval", inv.Keepalived.AdvertInterval, 0.4},
+		{"keepalived.check_program", inv.Keepalived.CheckProgram, "/usr/local/bin/repool-server"},
 		{"keepalived.notify_script", inv.Keepalived.NotifyScript, DefaultNotifyScript},
 		{"keepalived.script_user", inv.Keepalived.ScriptUser, "root"},
 		{"servers[0].group", inv.Servers[0].Group, DefaultGroup},
@@ -83,7 +85,7 @@ func TestParseDefaults(t *testing.T) {
 
 // minimal is the smallest valid inventory.
 const minimal = `
-vip: {address: 192.0.2.100/24, interface: eth0, router_id: 7, auth_pass: secret}
+vip: {address: 192.0.2.100/24, interface: eth0, router_id: 7}
 lb_hosts:
   - {name: a, address: 192.0.2.1, priority: 150, state: BACKUP}
   - {name: b, address: 192.0.2.2, priority: 100, state: BACKUP}
@@ -130,9 +132,18 @@ func validateCases() []validateCase {
 		{"vip IPv6", func(i *Inventory) { i.VIP.Address = "2001:db8::1/64" }, "vip.address"},
 		{"vip interface", func(i *Inventory) { i.VIP.Interface = "eth 0" }, "vip.interface"},
 		{"router id", func(i *Inventory) { i.VIP.RouterID = 256 }, "vip.router_id"},
-		{"auth pass missing", func(i *Inventory) { i.VIP.AuthPass = "" }, "vip.auth_pass"},
-		{"auth pass too long", func(i *Inventory) { i.VIP.AuthPass = "123456789" }, "vip.auth_pass"},
-		{"auth pass quote", func(i *Inventory) { i.VIP.AuthPass = `a"b` }, "vip.auth_pass"},
+		{"auth pass with VRRPv3", func(i *Inventory) { i.VIP.AuthPass = "secret" }, "vip.auth_pass"},
+		{"VRRPv2", func(i *Inventory) { vrrp2(i, "secret") }, ""},
+		{"auth pass missing with VRRPv2", func(i *Inventory) { vrrp2(i, "") }, "vip.auth_pass"},
+		{"auth pass too long", func(i *Inventory) { vrrp2(i, "123456789") }, "vip.auth_pass"},
+		{"auth pass quote", func(i *Inventory) { vrrp2(i, `a"b`) }, "vip.auth_pass"},
+		{"VRRPv2 fractional advert", func(i *Inventory) { vrrp2(i, "secret"); i.Keepalived.AdvertInterval = 0.5 }, "keepalived.advert_interval"},
+		{"VRRPv2 advert too long", func(i *Inventory) { vrrp2(i, "secret"); i.Keepalived.AdvertInterval = 256 }, "keepalived.advert_interval"},
+		{"VRRP version", func(i *Inventory) { i.Keepalived.VRRPVersion = 4 }, "keepalived.vrrp_version"},
+		{"VRRPv3 advert in thousandths", func(i *Inventory) { i.Keepalived.AdvertInterval = 0.255 }, "keepalived.advert_interval"},
+		{"VRRPv3 advert too long", func(i *Inventory) { i.Keepalived.AdvertInterval = 41 }, "keepalived.advert_interval"},
+		{"VRRPv3 advert negative", func(i *Inventory) { i.Keepalived.AdvertInterval = -0.4 }, "keepalived.advert_interval"},
+		{"check program relative", func(i *Inventory) { i.Keepalived.CheckProgram = "repool-server" }, "keepalived.check_program"},
 		{"grpc port", func(i *Inventory) { i.VIP.GRPCPort = 70000 }, "vip.grpc_port"},
 		{"one host", func(i *Inventory) { i.LBHosts = i.LBHosts[:1] }, "lb_hosts"},
 		{"host name", func(i *Inventory) { i.LBHosts[1].Name = "LB 2" }, "lb_hosts[1].name"},
@@ -302,5 +313,22 @@ func TestHost(t *testing.T) {
 	}
 	if _, err := inv.Host("c"); !errors.Is(err, ErrInvalid) {
 		t.Errorf("Host(c) = got error %v, want ErrInvalid", err)
+	}
+}
+
+// vrrp2 switches i to VRRPv2 with whole-second adverts and pass.
+func vrrp2(i *Inventory, pass string) {
+	i.Keepalived.VRRPVersion, i.Keepalived.AdvertInterval, i.VIP.AuthPass = 2, 1, pass
+}
+
+// TestVRRPv2Defaults: with vrrp_version 2 and no advert_interval the
+// adverts are a second apart, the only interval VRRPv2's default can be.
+func TestVRRPv2Defaults(t *testing.T) {
+	inv, err := Parse(strings.NewReader(strings.Replace(minimal, "router_id: 7}", "router_id: 7, auth_pass: secret}", 1) + "keepalived: {vrrp_version: 2}\n"))
+	if err != nil {
+		t.Fatalf("Parse(minimal with VRRPv2) = got error %v, want nil", err)
+	}
+	if inv.Keepalived.AdvertInterval != 1 {
+		t.Errorf("keepalived.advert_interval with VRRPv2 = %v, want 1", inv.Keepalived.AdvertInterval)
 	}
 }

@@ -1,20 +1,26 @@
 // Package keepalived renders keepalived.conf for one LB host of repool's
 // front end from the LB inventory: one VRRP instance over
 // unicast that holds the VIP, tracks this host's own HAProxy over the network
-// (its monitor-uri) and runs keepalived/notify.sh on every transition.
+// (its monitor-uri, with Check) and runs keepalived/notify.sh on every
+// transition.
 //
 // Keepalived has no client library, so this is a text/template; what the
 // template may emit is constrained by inventory.Validate (names, addresses,
 // paths and the password cannot break out of their tokens).
 //
 // Choices forced by keepalived 2.2.7 (checked with "keepalived -t"):
-//   - VRRPv2, because authentication (auth_type PASS) does not exist in
-//     VRRPv3; so advert_int is whole seconds ("VRRPv2 advertisement interval
-//     0.5s must be an integer").
-//   - vrrp_script interval is whole seconds, at least 1.
-//   - the track script checks HAProxy with curl over the network, never by
-//     process name: in network-namespace tests all hosts share one process
-//     table.
+//   - VRRPv3 by default, for an advert_int below a second (VRRPv2's must be
+//     whole seconds); it has no authentication, so check_unicast_src
+//     takes adverts only from the other LB hosts' addresses. VRRPv2 with
+//     PASS authentication stays available (keepalived.vrrp_version 2).
+//   - vrrp_script interval is whole seconds, at least 1, and keepalived
+//     starts the script once per interval (counted from the previous
+//     start): the track script is "server keepalived check", which asks
+//     HAProxy's monitor every CheckEvery for all but the last checkSlack
+//     of the interval and exits non-zero at the first bad answer, so a
+//     failure reaches keepalived within about CheckEvery + checkSlack.
+//   - the track script checks HAProxy over the network, never by process
+//     name: in network-namespace tests all hosts share one process table.
 //   - nopreempt (the default) is honoured only with state BACKUP, so the
 //     inventory then has every host BACKUP (inventory.Validate).
 package keepalived
@@ -25,12 +31,18 @@ import (
 	"net"
 	"strconv"
 	"text/template"
+	"time"
 
 	"github.com/repool/repool/internal/lb/inventory"
 )
 
-// Curl is the executable of the track script.
-const Curl = "/usr/bin/curl"
+// CheckEvery is how often the track script asks HAProxy's monitor.
+const CheckEvery = 100 * time.Millisecond
+
+// checkSlack is the part of each track-script interval the check leaves
+// free, so that it has exited (and keepalived starts the next run on time)
+// even when one answer takes a while on a loaded host.
+const checkSlack = 200 * time.Millisecond
 
 // Instance is the name of the VRRP instance, passed to the notify script.
 const Instance = "repool"
@@ -52,6 +64,8 @@ func Render(inv *inventory.Inventory, host string) ([]byte, error) {
 			peers = append(peers, h.Address)
 		}
 	}
+	k := inv.Keepalived
+	interval := time.Duration(k.TrackInterval) * time.Second
 	data := struct {
 		Inv        *inventory.Inventory
 		Self       inventory.LBHost
@@ -59,16 +73,22 @@ func Render(inv *inventory.Inventory, host string) ([]byte, error) {
 		Instance   string
 		CheckCmd   string
 		ScriptTime int
+		Advert     string
+		V3         bool
+		CheckEvery time.Duration
 	}{
 		Inv:      inv,
 		Self:     self,
 		Peers:    peers,
 		Instance: Instance,
-		CheckCmd: fmt.Sprintf("%s -fsS -o /dev/null --max-time 1 http://%s%s", Curl,
-			net.JoinHostPort(self.Address, strconv.Itoa(self.MonitorPort)), inventory.MonitorURI),
-		// curl gives up after 1 s; keepalived kills the script one second
-		// later at the latest.
-		ScriptTime: 2,
+		CheckCmd: fmt.Sprintf("%s keepalived check --url http://%s%s --for %v --every %v --timeout %v", k.CheckProgram,
+			net.JoinHostPort(self.Address, strconv.Itoa(self.MonitorPort)), inventory.MonitorURI, interval-checkSlack, CheckEvery, CheckTimeout),
+		// The check ends within interval - checkSlack + CheckTimeout;
+		// keepalived kills it a second after that at the latest.
+		ScriptTime: k.TrackInterval + 1,
+		Advert:     strconv.FormatFloat(k.AdvertInterval, 'f', -1, 64),
+		V3:         k.VRRPVersion == 3,
+		CheckEvery: CheckEvery,
 	}
 	var b bytes.Buffer
 	if err := tmpl.Execute(&b, data); err != nil {
@@ -84,10 +104,14 @@ global_defs {
     router_id {{.Self.Name}}
     script_user {{.Inv.Keepalived.ScriptUser}}
     enable_script_security
+{{- if .V3}}
+    vrrp_version 3
+{{- end}}
 }
 
 # This host's own HAProxy, over the network (its monitor-uri), never by
-# process name.
+# process name: asked every {{.CheckEvery}} during each run, which fails at the first
+# bad answer.
 vrrp_script chk_haproxy {
     script "{{.CheckCmd}}"
     interval {{.Inv.Keepalived.TrackInterval}}
@@ -107,17 +131,23 @@ vrrp_instance {{.Instance}} {
     # with state BACKUP, which every host has.)
     nopreempt
 {{- end}}
-    advert_int {{.Inv.Keepalived.AdvertInterval}}
+    advert_int {{.Advert}}
     unicast_src_ip {{.Self.Address}}
+{{- if .V3}}
+    # VRRPv3 has no authentication: adverts only from the peers below.
+    check_unicast_src
+{{- end}}
     unicast_peer {
 {{- range .Peers}}
         {{.}}
 {{- end}}
     }
+{{- if not .V3}}
     authentication {
         auth_type PASS
         auth_pass {{.Inv.VIP.AuthPass}}
     }
+{{- end}}
     virtual_ipaddress {
         {{.Inv.VIP.Address}} dev {{.Self.Interface}}
     }

@@ -55,8 +55,13 @@ func TestRenderGolden(t *testing.T) {
 }
 
 // checkConfig fails tb unless "keepalived -t" accepts conf silently.
+// keepalived checks that the track script's program exists: where
+// repool-server is not installed, the check runs /usr/bin/true in its place.
 func checkConfig(tb testing.TB, conf []byte, iface string) {
 	tb.Helper()
+	if _, err := os.Stat(inventory.DefaultCheckProgram); err != nil {
+		conf = bytes.ReplaceAll(conf, []byte(inventory.DefaultCheckProgram+" "), []byte("/usr/bin/true "))
+	}
 	out, err := configTest(tb, conf, iface)
 	if err != nil || len(bytes.TrimSpace(out)) != 0 {
 		tb.Fatalf("keepalived -t (in a private netns with link %s) = got %v\n%s\nwant exit 0 and no complaint\n%s", iface, err, out, conf)
@@ -84,10 +89,13 @@ exec keepalived -t -f "$2"`
 // TestRenderBadConfigFailsCheck proves configTest catches what keepalived
 // rejects: a fractional advert_int with VRRPv2 authentication.
 func TestRenderBadConfigFailsCheck(t *testing.T) {
-	got, err := Render(loadExample(t), "lb1")
+	inv := loadExample(t)
+	inv.Keepalived.VRRPVersion, inv.Keepalived.AdvertInterval, inv.VIP.AuthPass = 2, 1, "rp00lHA1"
+	got, err := Render(inv, "lb1")
 	if err != nil {
-		t.Fatalf("Render(example, lb1) = got error %v, want nil", err)
+		t.Fatalf("Render(example with VRRPv2, lb1) = got error %v, want nil", err)
 	}
+	checkConfig(t, got, "eth0")
 	bad := bytes.Replace(got, []byte("advert_int 1\n"), []byte("advert_int 0.5\n"), 1)
 	out, err := configTest(t, bad, "eth0")
 	if err == nil || !strings.Contains(string(out), "must be an integer") {
@@ -104,12 +112,12 @@ func TestRenderDirectives(t *testing.T) {
 		t.Fatalf("Render(example, lb2) = got error %v, want nil", err)
 	}
 	for _, want := range []string{
-		`script "/usr/bin/curl -fsS -o /dev/null --max-time 1 http://10.0.0.12:8404/lb-health"`,
+		"    enable_script_security\n    vrrp_version 3\n}\n",
+		`script "/usr/local/bin/repool-server keepalived check --url http://10.0.0.12:8404/lb-health --for 800ms --every 100ms --timeout 500ms"`,
 		"    interval 1\n    timeout 2\n    fall 1\n    rise 2\n",
 		"    state BACKUP\n    interface eth0\n    virtual_router_id 51\n    priority 200\n",
-		"    nopreempt\n    advert_int 1\n",
-		"    unicast_src_ip 10.0.0.12\n    unicast_peer {\n        10.0.0.11\n    }\n",
-		"        auth_type PASS\n        auth_pass rp00lHA1\n",
+		"    nopreempt\n    advert_int 0.4\n",
+		"    unicast_src_ip 10.0.0.12\n    # VRRPv3 has no authentication: adverts only from the peers below.\n    check_unicast_src\n    unicast_peer {\n        10.0.0.11\n    }\n",
 		"        10.0.0.100/24 dev eth0\n",
 		"    track_script {\n        chk_haproxy\n    }\n",
 		`notify "/etc/keepalived/notify.sh /var/log/keepalived-repool-lb2.log /var/lib/prometheus/node-exporter/keepalived-repool-lb2.prom"`,
@@ -117,6 +125,9 @@ func TestRenderDirectives(t *testing.T) {
 		if !strings.Contains(string(got), want) {
 			t.Errorf("Render(example, lb2) = got\n%s\nwant it to contain %q", got, want)
 		}
+	}
+	if strings.Contains(string(got), "auth_type") {
+		t.Errorf("Render(example, lb2) = got\n%s\nwant no authentication block (VRRPv3 has none)", got)
 	}
 	// Never a process-name check (all namespaces share one process table).
 	for _, bad := range []string{"killall", "pidof", "pgrep", "chk_process", "track_process"} {
@@ -134,7 +145,7 @@ func TestRenderErrors(t *testing.T) {
 		field  string
 	}{
 		{"unknown host", func(*inventory.Inventory) {}, "lb3", `"lb3"`},
-		{"invalid inventory", func(i *inventory.Inventory) { i.VIP.AuthPass = "" }, "lb1", "vip.auth_pass"},
+		{"invalid inventory", func(i *inventory.Inventory) { i.VIP.AuthPass = "secret" }, "lb1", "vip.auth_pass"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

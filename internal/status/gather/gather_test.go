@@ -17,7 +17,7 @@ import (
 )
 
 const inv = `
-vip: {address: 10.0.0.100/24, interface: eth0, router_id: 51, auth_pass: x}
+vip: {address: 10.0.0.100/24, interface: eth0, router_id: 51}
 lb_hosts:
   - {name: lb1, address: 10.0.0.11, priority: 250, state: BACKUP}
   - {name: lb2, address: 10.0.0.12, priority: 200, state: BACKUP}

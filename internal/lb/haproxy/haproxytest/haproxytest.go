@@ -228,7 +228,7 @@ func (s *Server) Resume() {
 func LoopbackInventory(tb testing.TB, dir string, servers ...*Server) *inventory.Inventory {
 	tb.Helper()
 	var b strings.Builder
-	fmt.Fprintf(&b, "vip: {address: 127.0.0.1/8, interface: lo, router_id: 1, auth_pass: test, grpc_port: %d, control_port: %d}\n", testenv.FreePort(tb), testenv.FreePort(tb))
+	fmt.Fprintf(&b, "vip: {address: 127.0.0.1/8, interface: lo, router_id: 1, grpc_port: %d, control_port: %d}\n", testenv.FreePort(tb), testenv.FreePort(tb))
 	fmt.Fprintf(&b, "lb_hosts:\n")
 	fmt.Fprintf(&b, "  - {name: lb1, address: 127.0.0.2, priority: 150, state: BACKUP, monitor_port: %d, stats_socket: %s}\n",
 		testenv.FreePort(tb), filepath.Join(dir, "lb1.sock"))
