@@ -3,6 +3,7 @@ package sidecar
 import (
 	"context"
 	"net"
+	"sync"
 	"time"
 )
 
@@ -34,4 +35,58 @@ const synTimeout = 200 * time.Millisecond
 func dialer(ctx context.Context, addr string) (net.Conn, error) {
 	d := net.Dialer{Timeout: synTimeout, Control: setUnackedTimeout(unackedTimeout)}
 	return d.DialContext(ctx, "tcp", addr)
+}
+
+// conns dials a provider's endpoint (dialer) and keeps the connections it
+// made until they are closed, so that drop can end them.
+type conns struct {
+	mu   sync.Mutex
+	live map[*trackedConn]struct{}
+}
+
+func newConns() *conns { return &conns{live: map[*trackedConn]struct{}{}} }
+
+// dial is grpc's context dialer: dialer, the connection tracked.
+func (cs *conns) dial(ctx context.Context, addr string) (net.Conn, error) {
+	c, err := dialer(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	t := &trackedConn{Conn: c, cs: cs}
+	cs.mu.Lock()
+	cs.live[t] = struct{}{}
+	cs.mu.Unlock()
+	return t, nil
+}
+
+// drop closes every connection dial made that is still open, and returns
+// how many. grpc sees its transport fail and dials again for the next
+// call.
+func (cs *conns) drop() int {
+	cs.mu.Lock()
+	all := make([]*trackedConn, 0, len(cs.live))
+	for t := range cs.live {
+		all = append(all, t)
+	}
+	cs.mu.Unlock()
+	for _, t := range all {
+		t.Close()
+	}
+	return len(all)
+}
+
+// trackedConn leaves its conns when closed.
+type trackedConn struct {
+	net.Conn
+	cs   *conns
+	once sync.Once
+}
+
+func (t *trackedConn) Close() error {
+	t.once.Do(func() {
+		t.cs.mu.Lock()
+		delete(t.cs.live, t)
+		t.cs.mu.Unlock()
+	})
+	return t.Conn.Close()
 }

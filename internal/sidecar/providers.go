@@ -6,10 +6,12 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -40,10 +42,17 @@ type entry struct {
 // key, token policy and Redis settings, and closed once it is retired and
 // the last request using it is done.
 type upstream struct {
-	key    upstreamKey // what it is built from: a reload keeps it if equal
-	conn   *grpc.ClientConn
-	tokens *token.Source
-	leases *leases.Client // the Leases streams on conn
+	key   upstreamKey // what it is built from: a reload keeps it if equal
+	conn  *grpc.ClientConn
+	conns *conns // conn's TCP connections, which a silent provider's drop ends
+	// onReady is told each time conn becomes READY after it was not: the
+	// breaker in effect for it (Breaker.Reconnected).
+	onReady atomic.Pointer[func()]
+	// connected is set once conn has been READY: a channel never used
+	// stays lazy (IDLE) until its first call.
+	connected atomic.Bool
+	tokens    *token.Source
+	leases    *leases.Client // the Leases streams on conn
 
 	mu      sync.Mutex
 	refs    int
@@ -135,12 +144,13 @@ func (s *Sidecar) dial(k upstreamKey) (*upstream, error) {
 		}
 		creds = credentials.NewTLS(cfg) // h2 by ALPN; the certificate verified
 	}
+	cs := newConns()
 	opts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		// Our retrier is the only retry layer.
 		grpc.WithDisableRetry(),
 		// Reconnect quickly once the VIP answers again: while it moves
-		// (0.9 s when HAProxy stops on its holder, 2.9 s when the holder's
+		// (0.15 s when HAProxy stops on its holder, 0.9 s when the holder's
 		// link is cut) every attempt fails, and a backoff grown past a
 		// fifth of a second would keep the connection down that much
 		// longer after the VIP has arrived (grpc-go's default grows to
@@ -153,8 +163,9 @@ func (s *Sidecar) dial(k upstreamKey) (*upstream, error) {
 			MinConnectTimeout: 500 * time.Millisecond,
 		}),
 		// A connection to a host gone without a reset ends within a
-		// second (dialer).
-		grpc.WithContextDialer(dialer),
+		// second (dialer), or at once when the breaker's silence rule
+		// trips (conns.drop).
+		grpc.WithContextDialer(cs.dial),
 	}, s.dialOpt...)
 	conn, err := grpc.NewClient(k.endpoint, opts...)
 	if err != nil {
@@ -176,9 +187,61 @@ func (s *Sidecar) dial(k upstreamKey) (*upstream, error) {
 	if k.leaseStreams >= 0 {
 		streams = leases.New(repoolv1.NewPoolServiceClient(conn), k.leaseStreams)
 	}
-	return &upstream{key: k, conn: conn, tokens: tokens, leases: streams,
-		gone: make(chan struct{}), closed: make(chan struct{})}, nil
+	u := &upstream{key: k, conn: conn, conns: cs, tokens: tokens, leases: streams,
+		gone: make(chan struct{}), closed: make(chan struct{})}
+	go u.watchReady()
+	return u, nil
 }
+
+// watchReady keeps the connection up and calls onReady each time it
+// becomes READY after it was not, until the connection is closed. grpc
+// reconnects a channel only for a call, and while the breaker is open no
+// call is made: so a lost connection is dialled again at once (IDLE), and
+// a failed dial again every reconnectPace (TRANSIENT_FAILURE), and the
+// breaker learns the moment the provider's front end answers again (the
+// VIP has moved to the other LB host, or its HAProxy is back).
+func (u *upstream) watchReady() {
+	st := u.conn.GetState()
+	for st != connectivity.Shutdown {
+		switch st {
+		case connectivity.Idle:
+			if u.connected.Load() { // lost: not before the first call
+				u.conn.Connect()
+			}
+		case connectivity.TransientFailure:
+			ctx, cancel := context.WithTimeout(context.Background(), reconnectPace)
+			changed := u.conn.WaitForStateChange(ctx, st)
+			cancel()
+			if !changed {
+				u.conn.ResetConnectBackoff()
+				continue
+			}
+			st = u.now(st)
+			continue
+		}
+		if !u.conn.WaitForStateChange(context.Background(), st) {
+			return
+		}
+		st = u.now(st)
+	}
+}
+
+// now reads the connection's state after a change from prev, and calls
+// onReady if it has become READY.
+func (u *upstream) now(prev connectivity.State) connectivity.State {
+	st := u.conn.GetState()
+	if st == connectivity.Ready && prev != connectivity.Ready {
+		u.connected.Store(true)
+		if f := u.onReady.Load(); f != nil {
+			(*f)()
+		}
+	}
+	return st
+}
+
+// reconnectPace is how often a connection that failed to connect is
+// dialled again while no call is made.
+const reconnectPace = 50 * time.Millisecond
 
 // Apply validates cfg and makes it the configuration in effect. Providers
 // that are new are built, removed ones retired (their in-flight calls
@@ -235,10 +298,11 @@ func (s *Sidecar) Apply(cfg config.Config) error {
 		if oe != nil && oe.up == e.up {
 			prev = oe.guard // keeps what a policy change leaves alone
 		}
-		conn, health := e.up.conn, healthpb.NewHealthClient(e.up.conn)
+		conn, conns, health := e.up.conn, e.up.conns, healthpb.NewHealthClient(e.up.conn)
 		e.guard = resilience.NewGuard(resilience.GuardConfig{
 			Provider: name, Policy: pc.Resilience(), Clock: s.guards, Metrics: s.resMetrics, Notify: s.transitions,
-			Probe: func(ctx context.Context) error { return provider.Probe(ctx, conn, health) }}, prev)
+			Probe:     func(ctx context.Context) error { return provider.Probe(ctx, conn, health) },
+			OnSilence: func() { conns.drop() }}, prev)
 		prov, err := provider.New(provider.Config{
 			Name: name, Timeout: pc.Timeout, Pool: repoolv1.NewPoolServiceClient(e.up.conn), Tokens: e.up.tokens, Leases: e.up.leases,
 			Health:  health,
@@ -272,6 +336,10 @@ func (s *Sidecar) Apply(cfg config.Config) error {
 	}
 	s.set.Store(&next)
 	s.cfg = cfg
+	for _, e := range next { // each connection tells the breaker now in effect
+		reconnected := e.guard.Breaker.Reconnected
+		e.up.onReady.Store(&reconnected)
+	}
 	for _, u := range retire { // after the new set is published
 		u.retire()
 	}

@@ -169,7 +169,10 @@ func (b *Breaker) force(rule TripRule) {
 	}
 	if rule == RuleSilence {
 		b.abort.Swap(newAbortGen()).cancel()
+		if b.onSilence != nil {
+			b.onSilence()
+		}
 	}
-	_, _ = b.cb.Execute(func() (struct{}, error) { return struct{}{}, errTrip })
+	_, _ = b.cb.Load().Execute(func() (struct{}, error) { return struct{}{}, errTrip })
 	b.forced.Store(0)
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -360,5 +361,34 @@ func TestAttemptsConcurrently(t *testing.T) {
 	wg.Wait()
 	if w := b.waitingAnswer.Load(); w != 0 {
 		t.Fatalf("%d attempts waiting for an answer at the end, want 0", w)
+	}
+}
+
+// TestSilenceDropsTheConnection: the silence rule runs OnSilence (the
+// provider drops its connection) when it opens the breaker, and the
+// outage rule does not.
+func TestSilenceDropsTheConnection(t *testing.T) {
+	clk := clock.NewFake(time.Now())
+	var drops atomic.Int32
+	p := BreakerPolicy{OutageAfter: 200 * time.Millisecond, SilenceAfter: 500 * time.Millisecond,
+		MinRequests: 1000, Window: time.Hour, OpenTimeout: time.Hour, ConsecutiveFailures: -1, ConsecutiveTimeouts: -1}
+	b := NewBreaker(BreakerConfig{Provider: "p", Policy: p, Clock: clk, OnSilence: func() { drops.Add(1) }})
+	hanging := sent(t, b)
+	clk.Advance(500 * time.Millisecond)
+	if err := attempt(b, nil); !errors.Is(err, ErrCircuitOpen) {
+		t.Fatalf("Start after 500 ms without an answer = %v, want circuit-open", err)
+	}
+	if n := drops.Load(); n != 1 {
+		t.Fatalf("OnSilence ran %d times when the silence rule opened the breaker, want 1", n)
+	}
+	_ = hanging.End(hanging.Context().Err())
+
+	o := NewBreaker(BreakerConfig{Provider: "p", Policy: p, Clock: clk, OnSilence: func() { t.Error("the outage rule ran OnSilence") }})
+	for range 4 {
+		_ = attempt(o, grpcErr(codes.Unavailable))
+		clk.Advance(100 * time.Millisecond)
+	}
+	if o.State() != StateOpen {
+		t.Fatalf("state %v after 300 ms of unavailable attempts, want open (outage)", o.State())
 	}
 }

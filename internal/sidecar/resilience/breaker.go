@@ -252,6 +252,12 @@ type BreakerConfig struct {
 	Probe func(context.Context) error
 	// ProbeTimeout bounds one probe. Default 1s.
 	ProbeTimeout time.Duration
+	// OnSilence, when set, runs when the silence rule opens the breaker,
+	// after the attempts in flight were ended: the provider drops the
+	// connection that fell silent, so that the next attempt (a probe)
+	// dials afresh instead of waiting on a connection to a host that may
+	// be gone without a reset.
+	OnSilence func()
 	// Clock tells the time for the attempt-level rules (OutageAfter,
 	// SilenceAfter). Default the wall clock; gobreaker's own window and
 	// open timeout always read the wall clock.
@@ -300,8 +306,12 @@ type Status struct {
 type Breaker struct {
 	provider string
 	policy   BreakerPolicy
-	cb       *gobreaker.CircuitBreaker[struct{}]
-	notify   chan<- Transition
+	// cb is the gobreaker state machine; Reconnected replaces an open one
+	// whose early probes passed with a fresh, closed one.
+	cb        atomic.Pointer[gobreaker.CircuitBreaker[struct{}]]
+	settings  gobreaker.Settings
+	onSilence func()
+	notify    chan<- Transition
 
 	// Metric children resolved once, so the callbacks only touch atomics.
 	stateGauge  prometheus.Gauge
@@ -383,7 +393,8 @@ func NewBreaker(cfg BreakerConfig) *Breaker {
 		b.probeTimeout = time.Second
 	}
 	b.since.Store(time.Now().UnixNano())
-	b.cb = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
+	b.onSilence = cfg.OnSilence
+	b.settings = gobreaker.Settings{
 		Name:          cfg.Provider,
 		MaxRequests:   p.HalfOpenProbes,
 		Interval:      p.Window,
@@ -393,7 +404,8 @@ func NewBreaker(cfg BreakerConfig) *Breaker {
 		OnStateChange: b.onStateChange,
 		IsSuccessful:  b.isSuccessful,
 		IsExcluded:    excluded,
-	})
+	}
+	b.cb.Store(gobreaker.NewCircuitBreaker[struct{}](b.settings))
 	b.stateGauge.Set(float64(StateClosed))
 	return b
 }
@@ -408,7 +420,7 @@ func (b *Breaker) Policy() BreakerPolicy { return b.policy }
 // A rejection returns at once, without calling fn and without allocating,
 // an error matching ErrCircuitOpen. Otherwise it returns fn's error.
 func (b *Breaker) Execute(fn func() error) error {
-	switch b.cb.State() { // one lock, as gobreaker's own rejection takes
+	switch b.cb.Load().State() { // one lock, as gobreaker's own rejection takes
 	case gobreaker.StateOpen:
 		return b.errOpen
 	case gobreaker.StateHalfOpen:
@@ -417,7 +429,7 @@ func (b *Breaker) Execute(fn func() error) error {
 			return b.errBusy
 		}
 	}
-	_, err := b.cb.Execute(func() (struct{}, error) { return struct{}{}, fn() })
+	_, err := b.cb.Load().Execute(func() (struct{}, error) { return struct{}{}, fn() })
 	switch err {
 	case gobreaker.ErrOpenState:
 		return b.errOpen
@@ -490,10 +502,10 @@ func (b *Breaker) startProbe() {
 	go func() {
 		defer b.probing.Store(false)
 		for range b.policy.HalfOpenProbes {
-			if b.cb.State() != gobreaker.StateHalfOpen {
+			if b.cb.Load().State() != gobreaker.StateHalfOpen {
 				return
 			}
-			_, err := b.cb.Execute(func() (struct{}, error) {
+			_, err := b.cb.Load().Execute(func() (struct{}, error) {
 				ctx, cancel := context.WithTimeout(context.Background(), b.probeTimeout)
 				defer cancel()
 				return struct{}{}, b.probe(ctx)
@@ -505,9 +517,41 @@ func (b *Breaker) startProbe() {
 	}()
 }
 
+// Reconnected tells the breaker that its provider's connection has just
+// been set up again (the channel went READY after it was not). An open
+// breaker with a Probe then probes at once instead of at the end of its
+// OpenTimeout: the front end answers connections again, as it does as soon
+// as the VIP has moved to the other LB host. If every probe passes (as in
+// the half-open state, HalfOpenProbes of them) while the breaker is still
+// open, it closes, through half-open, as if its timeout had passed; a
+// failed probe leaves it open until its timeout, as before. A breaker that
+// is not open, or that probes already, ignores it.
+func (b *Breaker) Reconnected() {
+	cb := b.cb.Load()
+	if b.probe == nil || cb.State() != gobreaker.StateOpen || !b.probing.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer b.probing.Store(false)
+		for range b.policy.HalfOpenProbes {
+			ctx, cancel := context.WithTimeout(context.Background(), b.probeTimeout)
+			err := b.probe(ctx)
+			cancel()
+			if err != nil || cb.State() != gobreaker.StateOpen {
+				return // failed, or the breaker moved on by itself meanwhile
+			}
+		}
+		if !b.cb.CompareAndSwap(cb, gobreaker.NewCircuitBreaker[struct{}](b.settings)) {
+			return
+		}
+		b.onStateChange(b.provider, gobreaker.StateOpen, gobreaker.StateHalfOpen)
+		b.onStateChange(b.provider, gobreaker.StateHalfOpen, gobreaker.StateClosed)
+	}()
+}
+
 // State returns the breaker's state, moving an open breaker whose timeout
 // has passed to half-open.
-func (b *Breaker) State() State { return fromGobreaker(b.cb.State()) }
+func (b *Breaker) State() State { return fromGobreaker(b.cb.Load().State()) }
 
 // RetryAfter is how long the breaker stays open from now, at least 1ms; for
 // a breaker that is not open, a short hint.
@@ -522,7 +566,7 @@ func (b *Breaker) RetryAfter() time.Duration {
 // Status returns a snapshot of the breaker.
 func (b *Breaker) Status() Status {
 	st := b.State()
-	c := b.cb.Counts()
+	c := b.cb.Load().Counts()
 	s := Status{
 		Provider: b.provider,
 		State:    st,

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
+	"github.com/repool/repool/internal/testenv"
 )
 
 func grpcErr(c codes.Code) error { return status.Error(c, c.String()) }
@@ -340,6 +343,71 @@ func BenchmarkBreakerOpenReject(b *testing.B) {
 			if err := br.Execute(fn); err == nil {
 				b.Fatal("open breaker admitted a call")
 			}
+		}
+	})
+}
+
+// TestBreakerReconnected: a reconnection probes an open breaker at once,
+// long before its open timeout, and closes it through half-open if every
+// probe passes; a failed probe leaves it open; a closed breaker, or one
+// without a probe, does not probe.
+func TestBreakerReconnected(t *testing.T) {
+	policy := BreakerPolicy{OpenTimeout: time.Hour, HalfOpenProbes: 3}
+	newProbed := func(probe func(context.Context) error) (*Breaker, chan Transition) {
+		ch := make(chan Transition, 10)
+		return NewBreaker(BreakerConfig{Provider: "p", Policy: policy, Notify: ch, Probe: probe}), ch
+	}
+	t.Run("probes pass: closed through half-open", func(t *testing.T) {
+		var probes atomic.Int32
+		b, ch := newProbed(func(context.Context) error { probes.Add(1); return nil })
+		run(b, 5, grpcErr(codes.Unavailable))
+		if b.State() != StateOpen {
+			t.Fatalf("state %v after 5 failures, want open", b.State())
+		}
+		b.Reconnected()
+		testenv.Eventually(t, 10*time.Second, "the breaker to close after the reconnection", func() bool { return b.State() == StateClosed })
+		if n := probes.Load(); n != 3 {
+			t.Fatalf("%d probes closed it, want HalfOpenProbes (3)", n)
+		}
+		var got []string
+		for len(ch) > 0 {
+			tr := <-ch
+			got = append(got, tr.From.String()+">"+tr.To.String())
+		}
+		if want := []string{"closed>open", "open>half-open", "half-open>closed"}; !slices.Equal(got, want) {
+			t.Fatalf("transitions = %v, want %v", got, want)
+		}
+		if called := run(b, 5, nil); called != 5 {
+			t.Fatalf("the closed breaker let %d of 5 calls through", called)
+		}
+		// The new state machine counts: it trips again like the first.
+		run(b, 5, grpcErr(codes.Unavailable))
+		if b.State() != StateOpen {
+			t.Fatalf("state %v after 5 more failures, want open again", b.State())
+		}
+	})
+	t.Run("a failed probe leaves it open", func(t *testing.T) {
+		b, _ := newProbed(func(context.Context) error { return grpcErr(codes.Unavailable) })
+		run(b, 5, grpcErr(codes.Unavailable))
+		b.Reconnected()
+		testenv.Eventually(t, 10*time.Second, "the early probe to end", func() bool { return !b.probing.Load() })
+		if b.State() != StateOpen {
+			t.Fatalf("state %v after a failed early probe, want open", b.State())
+		}
+	})
+	t.Run("closed: no probe", func(t *testing.T) {
+		b, _ := newProbed(func(context.Context) error { t.Error("a closed breaker probed"); return nil })
+		b.Reconnected()
+		if b.probing.Load() {
+			t.Fatal("a closed breaker started probing")
+		}
+	})
+	t.Run("without a probe it waits for its timeout", func(t *testing.T) {
+		b := NewBreaker(BreakerConfig{Provider: "p", Policy: policy})
+		run(b, 5, grpcErr(codes.Unavailable))
+		b.Reconnected()
+		if b.State() != StateOpen || b.probing.Load() {
+			t.Fatalf("state %v, probing %v: want open, no probe", b.State(), b.probing.Load())
 		}
 	})
 }

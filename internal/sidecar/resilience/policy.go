@@ -77,10 +77,11 @@ type GuardConfig struct {
 	// Metrics receives the breaker's and the retrier's metrics. Default:
 	// metrics that are not registered anywhere.
 	Metrics *Metrics
-	// Notify and Probe are the breaker's (BreakerConfig); the probe is
-	// bounded by the policy's Timeout.
-	Notify chan<- Transition
-	Probe  func(context.Context) error
+	// Notify, Probe and OnSilence are the breaker's (BreakerConfig); the
+	// probe is bounded by the policy's Timeout.
+	Notify    chan<- Transition
+	Probe     func(context.Context) error
+	OnSilence func()
 }
 
 // Guard is one provider's resilience built from one Policy: its circuit
@@ -115,7 +116,7 @@ func NewGuard(cfg GuardConfig, prev *Guard) *Guard {
 		g.Breaker = prev.Breaker
 	} else {
 		g.Breaker = NewBreaker(BreakerConfig{Provider: cfg.Provider, Policy: p.Breaker, Metrics: cfg.Metrics,
-			Notify: cfg.Notify, Probe: cfg.Probe, ProbeTimeout: p.Timeout, Clock: cfg.Clock})
+			Notify: cfg.Notify, Probe: cfg.Probe, ProbeTimeout: p.Timeout, OnSilence: cfg.OnSilence, Clock: cfg.Clock})
 	}
 	if prev != nil && prev.Policy.RetryBudget == p.RetryBudget {
 		g.Budget = prev.Budget
