@@ -5,7 +5,7 @@
 //	server backup --to FILE       copy a SQLite store while it serves
 //	server restore --from FILE    make a backup the (stopped) store's database
 //	server haproxy ...            render haproxy.cfg; status/drain/ready/maint of a server
-//	server keepalived render ...  render keepalived.conf for one LB host
+//	server keepalived ...         render keepalived.conf; check, its track script
 //	server status --inventory F   the deployment at a glance (LB hosts, servers, leaders)
 //	server version                the build (also --version)
 //	server help [COMMAND]         the commands, or a command's flags

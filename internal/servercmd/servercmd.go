@@ -41,7 +41,7 @@ func commands() []command {
 		{"backup", "--to FILE [flags]", "write a consistent copy of the running server's SQLite store", backup},
 		{"restore", "--from FILE [flags]", "make a backup the SQLite store's database (the server stopped)", restore},
 		{"haproxy", "render|status|drain|ready|maint|sync-placements ...", "HAProxy config from the LB inventory; runtime control", lbCommand("haproxy")},
-		{"keepalived", "render ...", "keepalived.conf for one LB host", lbCommand("keepalived")},
+		{"keepalived", "render|check ...", "keepalived.conf for one LB host; its track script (check of HAProxy)", lbCommand("keepalived")},
 		{"switchover", "--to NAME [flags]", "hand an active/standby group's leadership to the standby named", switchover},
 		{"status", "--inventory FILE [--json]", "the deployment at a glance: LB hosts, servers as HAProxy sees them, leaders", status},
 		{"version", "", "the build: version, commit, Go version (also --version)", version},
