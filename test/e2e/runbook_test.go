@@ -16,12 +16,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/repool/repool/internal/pgcluster"
+	"github.com/repool/repool/internal/status"
 	"github.com/repool/repool/internal/testenv"
 )
 
@@ -68,6 +70,7 @@ func TestRunbook(t *testing.T) {
 	b := c.buildByRunbook()
 	t.Logf("cluster built by the runbook in %v: s1 active, s2 and s3 standby, VIP %s on lb1, the sidecar on client for tenant %s", time.Since(began).Round(time.Millisecond), vipAddr, c.tenant)
 	c.failoverScenario(t, b, cp, began)
+	c.rb.rollingUpgrade(t, b)
 }
 
 // runbook holds a cluster built as docs/ha.md says (TestRunbook).
@@ -724,4 +727,146 @@ func (r *runbook) startSidecar() *proc {
 		return resp.StatusCode == http.StatusOK
 	})
 	return p
+}
+
+// rollingUpgrade is Day-2's configuration change and rolling upgrade, as
+// docs/ha.md says, under the sidecar's load: scripts/install again on each
+// server host (the build of this checkout: the procedure, not a change of
+// version, is what is tested here; TestRollingUpgrade upgrades between
+// two builds), the configuration changed (log_level), then the standbys
+// restarted one by one (each NOLB on both LB hosts again before the
+// next), a switchover to an upgraded standby, and the last server. Each
+// step is checked as the runbook says: --version of both installed
+// binaries, and "server status" (each server's version and configuration
+// digest: a server's digest changes when it restarts on the changed file,
+// and only then). Here the three digests differ from one another from the
+// start: file paths count in the digest, and each emulated host's files
+// are under its own root. It prints rolling_upgrade_failed_calls (target
+// 0) and the switchover's gap.
+func (r *runbook) rollingUpgrade(t *testing.T, b *backend) {
+	c := r.c
+	metrics := r.serverCommand(hostS1, "admin-token", "--role", "metrics", "--ttl", "1h")
+	tok, err := metrics.Output()
+	if err != nil {
+		t.Fatalf("repool-server admin-token --role metrics = %v", err)
+	}
+	statusOf := func() status.Cluster {
+		t.Helper()
+		tls := func(name string) string { return filepath.Join(r.tlsDir, name) }
+		out := c.output([]string{"REPOOL_TOKEN=" + strings.TrimSpace(string(tok))}, "ip", "netns", "exec", hostLB1.ns(),
+			r.at(hostLB1, "/usr/local/bin/repool-server"), "status", "--inventory", r.at(hostLB1, "/root/inventory.yaml"),
+			"--cert-file", tls("prometheus.crt"), "--key-file", tls("prometheus.key"), "--json")
+		var st status.Cluster
+		if err := json.Unmarshal([]byte(out), &st); err != nil {
+			t.Fatalf("server status --json: %v\n%s", err, out)
+		}
+		return st
+	}
+	// digests returns each server's configuration digest and build, and
+	// fails unless every server answered.
+	digests := func(st status.Cluster) (cfg, build map[string]string) {
+		t.Helper()
+		cfg, build = map[string]string{}, map[string]string{}
+		for _, e := range st.Servers {
+			if e.Status == nil {
+				t.Fatalf("server status: %s did not answer: %s", e.Name, e.Error)
+			}
+			cfg[e.Name], build[e.Name] = e.Status.ConfigHash, e.Status.Build.Short()
+		}
+		return cfg, build
+	}
+	before, _ := digests(statusOf())
+
+	// Install the new build on every server host first (the build runs
+	// there, as scripts/install does; the running servers keep the binary
+	// they started with), and change the configuration.
+	for _, h := range []host{hostS1, hostS2, hostS3} {
+		c.run(c.root, []string{"DESTDIR=" + r.roots[h.name]}, "scripts/install")
+		for _, bin := range []string{"repool-server", "repool-sidecar"} {
+			if out := c.output(nil, r.at(h, "/usr/local/bin/"+bin), "--version"); !strings.Contains(out, "repool") {
+				t.Fatalf("%s --version on %s = %q", bin, h.name, out)
+			}
+		}
+		edit(t, r.at(h, "/etc/repool/server.yaml"), "log_level: info", "log_level: warn")
+	}
+
+	endLoad := startLoad(t, b)
+	time.Sleep(2 * time.Second) // steady load before the first restart
+	tStart := time.Now()
+	restart := func(s *server) {
+		t.Helper()
+		t.Logf("%s restarting %s on its new build and configuration", time.Now().Format("15:04:05.000"), s.host.name)
+		if err := s.p.signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-s.p.done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s did not exit within 30 s of its SIGTERM", s.host.name)
+		}
+		c.startStandbys(s.host)
+		for _, l := range []*lb{c.lbs["lb1"], c.lbs["lb2"]} {
+			testenv.Eventually(t, 5*time.Second, "HAProxy on "+l.host.name+" to have the restarted "+s.host.name+" NOLB", func() bool {
+				return c.serverState(l, s.host.name) == "NOLB"
+			})
+		}
+		time.Sleep(time.Second) // load on the cluster between two steps, as an operator's checks take
+	}
+	leader := c.waitActive(5*time.Second, nil)
+	var standbys []*server
+	for _, name := range []string{"s1", "s2", "s3"} {
+		if s := c.servers[name]; s != leader {
+			standbys = append(standbys, s)
+		}
+	}
+	restart(standbys[0])
+	half, _ := digests(statusOf())
+	for name, d := range half {
+		if changed := d != before[name]; changed != (name == standbys[0].host.name) {
+			t.Errorf("configuration digests after %s's restart = %v (before %v): want only its digest changed", standbys[0].host.name, half, before)
+			break
+		}
+	}
+	restart(standbys[1])
+
+	// The switchover to an upgraded standby, chosen.
+	tSw := time.Now()
+	out, err := r.switchover(standbys[0].host.name)
+	if err != nil {
+		t.Fatalf("repool-server switchover --to %s = %v\n%s", standbys[0].host.name, err, out)
+	}
+	t.Logf("switchover --to %s (%v): %s", standbys[0].host.name, time.Since(tSw).Round(time.Millisecond), strings.TrimSpace(string(out)))
+	if a := c.waitActive(5*time.Second, leader); a.host.name != standbys[0].host.name { // restarted: a new *server
+		t.Fatalf("active server after the switchover = %s, want %s", a.host.name, standbys[0].host.name)
+	}
+	testenv.Eventually(t, 5*time.Second, leader.host.name+" to stand by after handing over", func() bool {
+		return leader.readyActive() == http.StatusNotFound
+	})
+	time.Sleep(time.Second) // load on the upgraded leader before the last server's step
+	restart(c.servers[leader.host.name])
+	tEnd := time.Now()
+	endLoad()
+
+	after, builds := digests(statusOf())
+	for name, d := range after {
+		if d == before[name] {
+			t.Errorf("configuration digest of %s after the change = %s, as before: the change does not show", name, d)
+		}
+	}
+	if builds["s1"] != builds["s2"] || builds["s2"] != builds["s3"] {
+		t.Errorf("builds after the upgrade = %v, want one", builds)
+	}
+	calls, leases := b.snapshot()
+	failed := count(calls, func(cl call) bool { return cl.outcome == failed && cl.end.After(tStart) && cl.start.Before(tEnd) })
+	for _, v := range capacityViolations(leases) {
+		t.Errorf("capacity violation: %v", v)
+	}
+	for _, id := range c.lostRegistrations(t, b.registeredIDs()) {
+		t.Errorf("registration of %s was acknowledged but the resource is gone", id)
+	}
+	gap, _ := longestGap(calls, tSw, tEnd)
+	fmt.Printf("measure: rolling_upgrade_failed_calls=%d\n", failed)
+	fmt.Printf("measure: rolling_upgrade_switchover_gap_s=%.3f\n", gap.Seconds())
+	t.Logf("configuration change and rolling restart of three servers under load: %v, %d calls, %d failed; builds %v",
+		tEnd.Sub(tStart).Round(time.Millisecond), count(calls, func(cl call) bool { return cl.end.After(tStart) && cl.start.Before(tEnd) }), failed, builds)
 }
