@@ -550,11 +550,28 @@ func (c *cluster) loadBalancers() {
 			c.ps.start("sync-placements-"+h.name, h.ns(), nil, c.serverBin, "haproxy", "sync-placements",
 				"--inventory", inv, "--host", h.name, "--store", c.dsn, "--interval", "100ms")
 		}
-		l.keepalived = c.ps.start("keepalived-"+h.name, h.ns(), nil, keepalivedBin,
-			"--vrrp", "--dont-fork", "--log-console", "--log-detail", "--no-syslog",
-			"--use-file", l.kaConf, "--pid", filepath.Join(d, "keepalived.pid"),
-			"--vrrp_pid", filepath.Join(d, "vrrp.pid"), "--checkers_pid", filepath.Join(d, "checkers.pid"))
 	}
+	// Keepalived once HAProxy answers on both hosts: a host whose HAProxy
+	// sees no server and no peer fails its track script (the partition
+	// guard), and a host in FAULT at the start leaves the VIP to the other
+	// within its master-down interval (1.3 s), whatever the priorities.
+	// With no repool server up yet (TestDatabaseFailover starts the
+	// database tier first), a host's monitor answers 200 only once its
+	// HAProxy sees the other host again.
+	for _, h := range []host{hostLB1, hostLB2} {
+		c.waitMonitor(c.lbs[h.name])
+	}
+	for _, h := range []host{hostLB1, hostLB2} {
+		c.startKeepalived(c.lbs[h.name], filepath.Join(c.dir, h.name))
+	}
+}
+
+// startKeepalived runs Keepalived on l, its pid files in dir.
+func (c *cluster) startKeepalived(l *lb, dir string) {
+	l.keepalived = c.ps.start("keepalived-"+l.host.name, l.host.ns(), nil, keepalivedBin,
+		"--vrrp", "--dont-fork", "--log-console", "--log-detail", "--no-syslog",
+		"--use-file", l.kaConf, "--pid", filepath.Join(dir, "keepalived.pid"),
+		"--vrrp_pid", filepath.Join(dir, "vrrp.pid"), "--checkers_pid", filepath.Join(dir, "checkers.pid"))
 }
 
 // startHAProxy runs (or restarts) HAProxy on l and waits for its monitor
@@ -562,6 +579,13 @@ func (c *cluster) loadBalancers() {
 func (c *cluster) startHAProxy(l *lb) {
 	c.tb.Helper()
 	l.haproxy = c.ps.start("haproxy-"+l.host.name, l.host.ns(), nil, haproxyBin, "-f", l.haproxyCfg, "-db")
+	c.waitMonitor(l)
+}
+
+// waitMonitor waits until l's HAProxy answers its monitor URI with 200
+// (what Keepalived's track script asks).
+func (c *cluster) waitMonitor(l *lb) {
+	c.tb.Helper()
 	url := fmt.Sprintf("http://%s:8404/lb-health", l.host.addr)
 	testenv.Eventually(c.tb, 15*time.Second, "HAProxy on "+l.host.name+" to answer "+url, func() bool {
 		resp, err := probe.Get(url)

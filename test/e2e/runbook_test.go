@@ -16,7 +16,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -601,15 +600,18 @@ func (r *runbook) loadBalancers() {
 		install(tb, filepath.Join(work, "haproxy.cfg"), l.haproxyCfg, "root", "root", 0o644)
 		install(tb, filepath.Join(work, "keepalived.conf"), l.kaConf, "root", "root", 0o600)
 		writeFile(tb, r.at(h, "/etc/keepalived/notify.sh"), notify, "root", "root", 0o755)
-		c.run("/", nil, haproxyBin, "-c", "-q", "-f", l.haproxyCfg)
-		c.run("/", nil, keepalivedBin, "-t", "-f", l.kaConf)
+		// The checks the runbook runs before reloading, on the LB host.
+		c.run("/", nil, "ip", "netns", "exec", h.ns(), haproxyBin, "-c", "-q", "-f", l.haproxyCfg)
+		c.run("/", nil, "ip", "netns", "exec", h.ns(), keepalivedBin, "-t", "-f", l.kaConf)
 		c.lbs[h.name] = l
-		// HAProxy before Keepalived.
 		c.startHAProxy(l)
-		l.keepalived = c.ps.start("keepalived-"+h.name, h.ns(), nil, keepalivedBin,
-			"--vrrp", "--dont-fork", "--log-console", "--log-detail", "--no-syslog",
-			"--use-file", l.kaConf, "--pid", r.at(h, "/run/keepalived.pid"),
-			"--vrrp_pid", r.at(h, "/run/vrrp.pid"), "--checkers_pid", r.at(h, "/run/checkers.pid"))
+	}
+	// HAProxy before Keepalived, on both hosts (cluster.loadBalancers).
+	for _, h := range []host{hostLB1, hostLB2} {
+		c.waitMonitor(c.lbs[h.name])
+	}
+	for _, h := range []host{hostLB1, hostLB2} {
+		c.startKeepalived(c.lbs[h.name], r.at(h, "/run"))
 	}
 }
 
@@ -796,20 +798,7 @@ func (r *runbook) rollingUpgrade(t *testing.T, b *backend) {
 	restart := func(s *server) {
 		t.Helper()
 		t.Logf("%s restarting %s on its new build and configuration", time.Now().Format("15:04:05.000"), s.host.name)
-		if err := s.p.signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-s.p.done:
-		case <-time.After(30 * time.Second):
-			t.Fatalf("%s did not exit within 30 s of its SIGTERM", s.host.name)
-		}
-		c.startStandbys(s.host)
-		for _, l := range []*lb{c.lbs["lb1"], c.lbs["lb2"]} {
-			testenv.Eventually(t, 5*time.Second, "HAProxy on "+l.host.name+" to have the restarted "+s.host.name+" NOLB", func() bool {
-				return c.serverState(l, s.host.name) == "NOLB"
-			})
-		}
+		c.restartStandby(t, s)
 		time.Sleep(time.Second) // load on the cluster between two steps, as an operator's checks take
 	}
 	leader := c.waitActive(5*time.Second, nil)

@@ -64,20 +64,7 @@ func TestRollingUpgrade(t *testing.T) {
 	upgrade := func(s *server) {
 		t.Helper()
 		t.Logf("%s upgrading %s", time.Now().Format("15:04:05.000"), s.host.name)
-		if err := s.p.signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-s.p.done:
-		case <-time.After(30 * time.Second):
-			t.Fatalf("%s did not exit within 30 s of its SIGTERM", s.host.name)
-		}
-		c.startStandbys(s.host)
-		for _, l := range c.lbs {
-			testenv.Eventually(t, 5*time.Second, "HAProxy on "+l.host.name+" to have the upgraded "+s.host.name+" NOLB", func() bool {
-				return c.serverState(l, s.host.name) == "NOLB"
-			})
-		}
+		c.restartStandby(t, s)
 		if rev := c.buildRevision(t, c.servers[s.host.name]); rev == oldRev {
 			t.Errorf("%s after its upgrade runs revision %q, the old build's", s.host.name, rev)
 		}
@@ -119,6 +106,27 @@ func TestRollingUpgrade(t *testing.T) {
 	fmt.Printf("measure: rolling_upgrade_switchover_gap_s=%.3f\n", gap.Seconds())
 	t.Logf("rolling upgrade of three servers under load: %v, %d calls, %d failed", tEnd.Sub(tStart).Round(time.Millisecond),
 		count(calls, func(cl call) bool { return cl.end.After(tStart) && cl.start.Before(tEnd) }), failedCalls)
+}
+
+// restartStandby stops s as systemctl stop does (SIGTERM) and starts it
+// again (on whatever build and configuration its host has now); it waits
+// until s is a standby again and NOLB on both LB hosts.
+func (c *cluster) restartStandby(t *testing.T, s *server) {
+	t.Helper()
+	if err := s.p.signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.p.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not exit within 30 s of its SIGTERM", s.host.name)
+	}
+	c.startStandbys(s.host)
+	for _, l := range c.lbs {
+		testenv.Eventually(t, 5*time.Second, "HAProxy on "+l.host.name+" to have the restarted "+s.host.name+" NOLB", func() bool {
+			return c.serverState(l, s.host.name) == "NOLB"
+		})
+	}
 }
 
 // version is what bin --version prints.
