@@ -238,6 +238,13 @@ func (c *Client) send(tok *token.Token, call *repoolv1.LeaseCall, w *waiter) boo
 		if s.send(call, w) {
 			return true
 		}
+		if !s.answered() {
+			// It ended before any reply: perhaps refused (no Leases, or
+			// over the tenant's streams), which its receiver is about to
+			// record as a reason to go unary for a while. Another stream
+			// opened now would be refused too; this call goes unary.
+			return false
+		}
 	}
 	return false
 }
@@ -355,6 +362,13 @@ func (s *stream) send(call *repoolv1.LeaseCall, w *waiter) bool {
 	}
 	s.last.Store(time.Now().UnixNano())
 	return true
+}
+
+// answered reports whether a reply has arrived on the stream.
+func (s *stream) answered() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.replied
 }
 
 // closeSend half-closes the stream: the server answers the calls sent and
