@@ -154,8 +154,9 @@ func (s *Sidecar) dial(k upstreamKey) (*upstream, error) {
 		// link is cut) every attempt fails, and a backoff grown past a
 		// fifth of a second would keep the connection down that much
 		// longer after the VIP has arrived (grpc-go's default grows to
-		// 120 s). An attempt is a SYN to the VIP, so 5 a second cost
-		// nothing. A whole attempt, TLS included, is given up after half a
+		// 120 s). While no call is made (an open breaker) watchReady
+		// redials every reconnectPace instead: up to 20 SYNs a second to
+		// a VIP that refuses, per sidecar. A whole attempt, TLS included, is given up after half a
 		// second; its SYN, unanswered, after synTimeout (dialer), so that
 		// the next attempt reaches the new holder once the VIP has moved.
 		grpc.WithConnectParams(grpc.ConnectParams{
