@@ -51,15 +51,16 @@ type call struct {
 	start, end time.Time
 	status     int    // HTTP status; 0 if none arrived
 	code       string // error code of the body, or the client error
+	message    string // error message of the body
 	fastFail   string // X-Repool-Fast-Fail
 	outcome    outcome
 	late       bool // no answer within callDeadline
 }
 
 func (c call) String() string {
-	return fmt.Sprintf("%s %s at %s: %s status=%d code=%q fast-fail=%q in %v",
+	return fmt.Sprintf("%s %s at %s: %s status=%d code=%q fast-fail=%q in %v: %s",
 		c.op, c.outcome, c.start.Format("15:04:05.000"), map[bool]string{true: "LATE", false: ""}[c.late],
-		c.status, c.code, c.fastFail, c.end.Sub(c.start).Round(time.Millisecond))
+		c.status, c.code, c.fastFail, c.end.Sub(c.start).Round(time.Millisecond), c.message)
 }
 
 // lease is one lease a client held, as the client saw it.
@@ -138,7 +139,7 @@ func (b *backend) do(op, path string, body any) ([]byte, outcome) {
 		c.status, c.fastFail = resp.StatusCode, resp.Header.Get("X-Repool-Fast-Fail")
 		var e apiError
 		if resp.StatusCode/100 != 2 && json.Unmarshal(answer, &e) == nil {
-			c.code = e.Error.Code
+			c.code, c.message = e.Error.Code, e.Error.Message
 		}
 		switch {
 		case resp.StatusCode/100 == 2:

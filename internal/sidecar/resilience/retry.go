@@ -127,8 +127,9 @@ func (r *Retrier) Policy() RetryPolicy { return r.policy }
 
 // Do runs op, and runs it again after a backoff while it fails with a
 // retryable error (or, on a retry, is refused by the bulkhead), the policy
-// allows another retry, the budget has one to spend and ctx's deadline
-// leaves time for the wait. It returns op's last
+// allows another retry, the budget has one to spend and the schedule has
+// time left (backOff: max_elapsed, and ctx's deadline less
+// lastAttemptRoom). It returns op's last
 // error; if the budget refused a retry, that error also matches
 // ErrBudgetSpent; if ctx ended during a wait, ctx's error.
 //
@@ -221,26 +222,60 @@ func (r *Retrier) wait(ctx context.Context, w Waker, timer clock.Timer) error {
 	return nil
 }
 
+// lastAttemptRoom is the time a call's last attempt is given before the
+// call's deadline: no attempt is planned to start later than this before
+// it. An answer through the front end takes a few milliseconds.
+const lastAttemptRoom = 50 * time.Millisecond
+
 // backOff builds the wait schedule of one call, every field set: the
-// library's defaults would allow 15 minutes of retrying.
+// library's defaults would allow 15 minutes of retrying. The retries end at
+// max_elapsed after the first failure, or lastAttemptRoom before ctx's
+// deadline if that is sooner, and a wait that would end past that is cut
+// short so that the last attempt is made then (lastWait): a call whose
+// next nominal wait does not fit still has its last try at the end of what
+// it may wait, when a handover may be over.
 func (r *Retrier) backOff(ctx context.Context) backoff.BackOff {
 	p := r.policy
-	elapsed := p.MaxElapsed
+	now := r.clock.Now()
+	until := now.Add(p.MaxElapsed)
 	if dl, ok := ctx.Deadline(); ok {
-		// Never plan a wait that ends after the deadline (a wall-clock time,
-		// like the timers). MaxElapsedTime 0 would mean "no limit", hence
-		// the 1ns floor.
-		elapsed = max(min(elapsed, time.Until(dl)), time.Nanosecond)
+		// The deadline is a wall-clock time, like the timers.
+		until = minTime(until, now.Add(time.Until(dl)-lastAttemptRoom))
 	}
 	exp := &backoff.ExponentialBackOff{
 		InitialInterval:     p.InitialInterval,
 		RandomizationFactor: max(p.RandomizationFactor, 0),
 		Multiplier:          p.Multiplier,
 		MaxInterval:         p.MaxInterval,
-		MaxElapsedTime:      elapsed,
+		MaxElapsedTime:      0, // no limit of the library's: lastWait ends the schedule
 		Stop:                backoff.Stop,
 		Clock:               r.clock,
 	}
 	exp.Reset()
-	return backoff.WithContext(exp, ctx)
+	return backoff.WithContext(&lastWait{BackOff: exp, clock: r.clock, until: until}, ctx)
+}
+
+// lastWait ends a wait schedule at until: a wait that would end past it
+// ends at it instead, and none is planned from it on.
+type lastWait struct {
+	backoff.BackOff
+	clock clock.Clock
+	until time.Time
+}
+
+// NextBackOff returns the next wait, cut to end at until, or backoff.Stop.
+func (l *lastWait) NextBackOff() time.Duration {
+	wait := l.BackOff.NextBackOff()
+	left := l.until.Sub(l.clock.Now())
+	if wait == backoff.Stop || left <= 0 {
+		return backoff.Stop
+	}
+	return min(wait, left)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }

@@ -69,15 +69,76 @@ func TestRetrierNegativeMaxRetriesDisablesRetries(t *testing.T) {
 func TestRetrierStaysWithinTheDeadline(t *testing.T) {
 	p := RetryPolicy{MaxRetries: 5, InitialInterval: 200 * time.Millisecond, MaxInterval: time.Second, RandomizationFactor: -1, MaxElapsed: 10 * time.Second}
 	r := newRetrier(p, BudgetPolicy{})
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), lastAttemptRoom)
 	defer cancel()
 	attempts := 0
-	// Had Do started the wait, the deadline would have ended it: the error
-	// would be the context's (DEADLINE_EXCEEDED), not the attempt's.
+	// The deadline leaves no room for another attempt. Had Do started the
+	// wait, the deadline would have ended it: the error would be the
+	// context's (DEADLINE_EXCEEDED), not the attempt's.
 	err := r.Do(ctx, func(context.Context) error { attempts++; return grpcErr(codes.Unavailable) })
 	if attempts != 1 || Code(err) != codes.Unavailable {
-		t.Fatalf("Do() with a 200ms wait and a 50ms deadline = got %v after %d attempts, want Unavailable after 1, without waiting",
-			err, attempts)
+		t.Fatalf("Do() with a 200ms wait and a %v deadline = got %v after %d attempts, want Unavailable after 1, without waiting",
+			lastAttemptRoom, err, attempts)
+	}
+}
+
+// TestRetrierLastAttemptAtTheEnd: a wait that would end past max_elapsed,
+// or past lastAttemptRoom before the deadline, is cut short, and the last
+// attempt is made then (a handover may be over by then); none after it.
+func TestRetrierLastAttemptAtTheEnd(t *testing.T) {
+	p := RetryPolicy{MaxRetries: 5, InitialInterval: time.Hour, MaxInterval: time.Hour, RandomizationFactor: -1}
+	for _, tc := range []struct {
+		name       string
+		maxElapsed time.Duration
+		deadline   time.Duration // 0: none
+		want       []time.Duration
+	}{
+		{"max_elapsed", 150 * time.Minute, 0, []time.Duration{0, time.Hour, 2 * time.Hour, 150 * time.Minute}},
+		{"the deadline", 10 * time.Hour, 90*time.Minute + lastAttemptRoom, []time.Duration{0, time.Hour, 90 * time.Minute}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p.MaxElapsed = tc.maxElapsed
+			clk := clock.NewFake(time.Unix(1e9, 0))
+			start := clk.Now()
+			r := NewRetrier(RetrierConfig{Provider: "p", Policy: p, Budget: NewBudget(BudgetPolicy{}, clk), Clock: clk})
+			ctx := context.Background()
+			if tc.deadline > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tc.deadline)
+				defer cancel()
+			}
+			var at []time.Duration // on the fake clock; only the retrier's goroutine writes, until done
+			done := make(chan error, 1)
+			go func() {
+				done <- r.Do(ctx, func(context.Context) error { at = append(at, clk.Now().Sub(start)); return handoverErr() })
+			}()
+			wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel() // ends the last wait for a timer
+			for {
+				armed := make(chan error, 1)
+				go func() { armed <- clk.Wait(wctx, 1) }()
+				select {
+				case err := <-done:
+					// The deadline's wall time is an hour and a half
+					// away: the planned times are exact to the wall time
+					// the test took.
+					if !Handover(err) || len(at) != len(tc.want) {
+						t.Fatalf("Do() = %v after attempts at %v, want the handover answer after attempts at %v", err, at, tc.want)
+					}
+					for i := range at {
+						if d := at[i] - tc.want[i]; d < -time.Second || d > time.Second {
+							t.Fatalf("attempts at %v, want at %v", at, tc.want)
+						}
+					}
+					return
+				case err := <-armed:
+					if err != nil {
+						t.Fatalf("the retrier neither waits nor returns: %v", err)
+					}
+					clk.Advance(30 * time.Minute) // every planned attempt is at a multiple of it
+				}
+			}
+		})
 	}
 }
 
