@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	repoolv1 "github.com/repool/repool/api/repool/v1"
@@ -222,6 +223,55 @@ func TestShutdownHandsOverPastIdleStreams(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the idle Leases stream did not end within 30s of the shutdown")
 	}
+}
+
+// TestShutdownHandsOverBeforeTheConnectionsClose stops the active server
+// while a client holds a stream open that is no data-plane call (a health
+// Watch: nothing ends it but the client, or the gRPC server's hard stop):
+// the standby takes over once the calls are drained and the checkpoint
+// written, with the stream still open. Before, the leader lock waited for
+// grpc-go's graceful stop, which waits for every stream and then for each
+// client to close its connection (up to a second after the last GOAWAY:
+// a TestRunbook run's SIGTERM handed over after 1.05 s); ShutdownGrace is
+// an hour here, so such a wait shows as a takeover that never comes.
+func TestShutdownHandsOverBeforeTheConnectionsClose(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	cfg := func(name string) Config {
+		return Config{Store: dsn, HA: true, HAName: name, HASessionTimeout: time.Second, HAInterval: 100 * time.Millisecond,
+			CheckpointInterval: time.Hour, ShutdownGrace: time.Hour, GRPCMaxStreamIdle: time.Hour}
+	}
+	a := start(t, cfg("a"))
+	waitStatus(t, a, http.StatusOK, 5*time.Second)
+	b := start(t, cfg("b"))
+	waitStatus(t, b, http.StatusNotFound, 5*time.Second)
+
+	wctx, wcancel := context.WithCancel(context.Background())
+	defer wcancel()
+	watch, err := healthpb.NewHealthClient(a.conn).Watch(wctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := watch.Recv(); err != nil { // open, and answered once
+		t.Fatal(err)
+	}
+	open := make(chan struct{})
+	go func() {
+		defer close(open)
+		for {
+			if _, err := watch.Recv(); err != nil {
+				return
+			}
+		}
+	}()
+
+	a.cancel() // SIGTERM
+	waitStatus(t, b, http.StatusOK, 30*time.Second)
+	select {
+	case <-open:
+		t.Fatal("the health Watch stream had ended when the standby took over, want it open: the hand-over waited for the gRPC server's graceful stop")
+	default:
+	}
+	wcancel() // a's graceful stop ends with it
 }
 
 // TestStoppingStandbyAnnouncesDown: a standby that stops keeps its HTTP

@@ -638,7 +638,8 @@ func (s *Server) HTTPAddr() string { return s.httpLn.Addr().String() }
 // drains in-flight calls (bounded by ShutdownGrace), writes a final
 // checkpoint (if active), gives up the leader lock (HA), keeps the HTTP
 // port open until stopAnnounce has passed (HA), then drains the HTTP
-// server, flushes the audit trail and closes the store. In HA mode it
+// server and the gRPC connections (bounded by ShutdownGrace), flushes the
+// audit trail and closes the store. In HA mode it
 // campaigns for leadership, serves while it leads and steps down when its
 // term ends.
 func (s *Server) Run(ctx context.Context) error {
@@ -665,15 +666,16 @@ func (s *Server) Run(ctx context.Context) error {
 	s.lead.Store(false)
 	s.health.Shutdown()
 	s.closeStreams(fmt.Errorf("%w: server shutting down", dataplane.ErrNotActive))
-	stopped := make(chan struct{})
-	go func() { s.grpc.GracefulStop(); close(stopped) }()
-	grace := s.clock.NewTimer(s.cfg.ShutdownGrace)
-	select {
-	case <-stopped:
-	case <-grace.Chan():
-		s.grpc.Stop()
+	// The calls admitted before the server stopped being active are
+	// waited for, not its gRPC connections: grpc-go's GracefulStop also
+	// waits for each client to close its side of a connection, up to a
+	// second after its last GOAWAY (a proxy that keeps it open held the
+	// leader lock that second). The connections close after the hand-over.
+	dctx, dcancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
+	if err := s.svc.Drain(dctx); err != nil {
+		s.log.Warn("calls still in progress after the shutdown grace; they are ended", "grace", s.cfg.ShutdownGrace)
 	}
-	grace.Stop()
+	dcancel()
 	drained := s.clock.Now()
 	hctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
 	defer cancel()
@@ -684,13 +686,22 @@ func (s *Server) Run(ctx context.Context) error {
 			s.log.Error("final checkpoint incomplete", "err", err)
 		}
 	}
-	// Before the HTTP server's drain (an elected server's leader lock: see
-	// elected.handOver).
+	// Before the gRPC and HTTP servers' drain (an elected server's leader
+	// lock: see elected.handOver).
 	s.mode.handOver(wasActive, began, drained)
+	stopped := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(stopped) }()
 	if s.cfg.HA {
 		announceStop(began.Add(stopAnnounce).Sub(s.clock.Now()))
 	}
 	_ = s.http.Shutdown(hctx)
+	grace := s.clock.NewTimer(s.cfg.ShutdownGrace)
+	select {
+	case <-stopped:
+	case <-grace.Chan():
+		s.grpc.Stop()
+	}
+	grace.Stop()
 	<-auditDone
 	if err := s.tracer.Shutdown(hctx); err != nil {
 		s.log.Warn("exporting the last spans", "err", err)
