@@ -364,9 +364,11 @@ func (a *API) decode(w http.ResponseWriter, r *http.Request, msg proto.Message) 
 var marshal = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
 
 func writeProto(w http.ResponseWriter, status int, m proto.Message) {
-	if rr, ok := m.(*repoolv1.ReleaseResponse); ok && rr.GetNext() == nil {
-		// A plain release answers {}, as it did before next existed: the
-		// bytes, not an encoder's reflection of an empty struct.
+	rr, release := m.(*repoolv1.ReleaseResponse)
+	if release && rr.GetNext() == nil || m.ProtoReflect().Descriptor().Fields().Len() == 0 {
+		// A plain release answers {}, as it did before next existed, and
+		// so does an answer without fields (a report's): the bytes, not
+		// an encoder's reflection of an empty struct.
 		h := w.Header()
 		h.Set("Content-Type", "application/json")
 		h.Set("Cache-Control", "no-store")

@@ -19,8 +19,17 @@ import (
 // our words: the field by its JSON path as the caller wrote it, what it
 // holds and what is allowed; protojson's own text never reaches the caller.
 // The body is checked against msg's fields first (object shape, unknown
-// fields, value types), then decoded by protojson.
+// fields, value types), then decoded by protojson. The common flat body
+// (decodeFlat) is decoded in one pass instead.
 func unmarshalBody(raw []byte, msg proto.Message) error {
+	if decodeFlat(raw, msg) {
+		return nil
+	}
+	return unmarshalChecked(raw, msg)
+}
+
+// unmarshalChecked is unmarshalBody's checked path.
+func unmarshalChecked(raw []byte, msg proto.Message) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var v any

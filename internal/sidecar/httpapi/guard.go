@@ -73,8 +73,7 @@ func (g guard) check(r *http.Request) (answer, bool) {
 		return answer{status: http.StatusForbidden, code: codeForbiddenOrigin, msg: "Sec-Fetch-Site " + jsonQuote(site) +
 			": the sidecar refuses requests that a browser sends from another site"}, false
 	}
-	if needsJSON(r) {
-		ct := r.Header.Get("Content-Type")
+	if ct := r.Header.Get("Content-Type"); ct != "application/json" && needsJSON(r) { // the usual header as is, without parsing
 		mt, params, err := mime.ParseMediaType(ct)
 		cs, hasCS := params["charset"]
 		if err != nil || mt != "application/json" || (hasCS && !strings.EqualFold(cs, "utf-8")) || len(params) > 1 || (len(params) == 1 && !hasCS) {
