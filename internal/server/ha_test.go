@@ -178,6 +178,23 @@ func TestFailoverKeepsALiveLeaseBesideStaleJournalRows(t *testing.T) {
 	}
 }
 
+// patientPair starts an active server a and a standby b whose graceful
+// stop and idle streams last an hour: a hand-over that waits for either
+// shows as a takeover that never comes.
+func patientPair(t *testing.T) (a, b *running) {
+	t.Helper()
+	dsn := testenv.Postgres(t)
+	cfg := func(name string) Config {
+		return Config{Store: dsn, HA: true, HAName: name, HASessionTimeout: time.Second, HAInterval: 100 * time.Millisecond,
+			CheckpointInterval: time.Hour, ShutdownGrace: time.Hour, GRPCMaxStreamIdle: time.Hour}
+	}
+	a = start(t, cfg("a"))
+	waitStatus(t, a, http.StatusOK, 5*time.Second)
+	b = start(t, cfg("b"))
+	waitStatus(t, b, http.StatusNotFound, 5*time.Second)
+	return a, b
+}
+
 // TestShutdownHandsOverPastIdleStreams stops the active server while a
 // client holds an idle Leases stream on it (a sidecar's pool of streams at
 // a quiet moment): the stream ends UNAVAILABLE and the standby takes over
@@ -186,15 +203,7 @@ func TestFailoverKeepsALiveLeaseBesideStaleJournalRows(t *testing.T) {
 // lock with it; both are an hour here, so a wait shows as a takeover that
 // never comes.
 func TestShutdownHandsOverPastIdleStreams(t *testing.T) {
-	dsn := testenv.Postgres(t)
-	cfg := func(name string) Config {
-		return Config{Store: dsn, HA: true, HAName: name, HASessionTimeout: time.Second, HAInterval: 100 * time.Millisecond,
-			CheckpointInterval: time.Hour, ShutdownGrace: time.Hour, GRPCMaxStreamIdle: time.Hour}
-	}
-	a := start(t, cfg("a"))
-	waitStatus(t, a, http.StatusOK, 5*time.Second)
-	b := start(t, cfg("b"))
-	waitStatus(t, b, http.StatusNotFound, 5*time.Second)
+	a, b := patientPair(t)
 
 	st, err := a.pool.Leases(withKey(a.key))
 	if err != nil {
@@ -235,15 +244,7 @@ func TestShutdownHandsOverPastIdleStreams(t *testing.T) {
 // a TestRunbook run's SIGTERM handed over after 1.05 s); ShutdownGrace is
 // an hour here, so such a wait shows as a takeover that never comes.
 func TestShutdownHandsOverBeforeTheConnectionsClose(t *testing.T) {
-	dsn := testenv.Postgres(t)
-	cfg := func(name string) Config {
-		return Config{Store: dsn, HA: true, HAName: name, HASessionTimeout: time.Second, HAInterval: 100 * time.Millisecond,
-			CheckpointInterval: time.Hour, ShutdownGrace: time.Hour, GRPCMaxStreamIdle: time.Hour}
-	}
-	a := start(t, cfg("a"))
-	waitStatus(t, a, http.StatusOK, 5*time.Second)
-	b := start(t, cfg("b"))
-	waitStatus(t, b, http.StatusNotFound, 5*time.Second)
+	a, b := patientPair(t)
 
 	wctx, wcancel := context.WithCancel(context.Background())
 	defer wcancel()
