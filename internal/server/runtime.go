@@ -3,38 +3,19 @@ package server
 import (
 	"fmt"
 	"math"
-	"runtime/debug"
 	"strconv"
 	"strings"
+
+	"github.com/repool/repool/internal/gctune"
 )
 
-// TuneRuntime applies the configuration's garbage-collector settings to
-// the process and returns a function that restores the previous ones. It
-// is for main (the settings are process-wide) and for benchmarks that run
-// the server in-process as main would.
-//
-// The server's live heap is small next to its allocation rate (every call
-// allocates its request, response and transport state), so with Go's
-// default GOGC=100 it collects dozens of times a second under load. A
-// higher GCPercent trades memory for CPU; MemoryLimit caps the trade. The
-// GOGC and GOMEMLIMIT environment variables, when set, win over the
-// configuration, as they do for any Go program.
+// TuneRuntime applies the configuration's garbage-collector settings
+// (GCPercent, MemoryLimit) to the process as gctune.Apply does, and returns
+// a function that restores the previous ones. It is for main and for
+// benchmarks that run the server in-process as main would.
 func TuneRuntime(c Config, getenv func(string) string) (restore func()) {
 	c = c.WithDefaults()
-	var undo []func()
-	if getenv("GOGC") == "" {
-		old := debug.SetGCPercent(c.GCPercent)
-		undo = append(undo, func() { debug.SetGCPercent(old) })
-	}
-	if getenv("GOMEMLIMIT") == "" && c.MemoryLimit > 0 {
-		old := debug.SetMemoryLimit(c.MemoryLimit)
-		undo = append(undo, func() { debug.SetMemoryLimit(old) })
-	}
-	return func() {
-		for _, f := range undo {
-			f()
-		}
-	}
+	return gctune.Apply(c.GCPercent, c.MemoryLimit, getenv)
 }
 
 // ParseBytes reads a size in bytes with an optional B, KiB, MiB, GiB or

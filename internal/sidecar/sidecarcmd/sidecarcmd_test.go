@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"testing"
@@ -120,6 +121,7 @@ func TestRunRefuses(t *testing.T) {
 }
 
 func TestRunNoFileMode(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100)) // a known target before the sidecar runs
 	fake := fakeserver.Start(t, fakeserver.Config{})
 	ready := make(chan *sidecar.Sidecar, 1)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -138,9 +140,16 @@ func TestRunNoFileMode(t *testing.T) {
 	if got := status(t, "http://"+s.Addr()+"/v1/providers/default/acquire"); got != 200 {
 		t.Fatalf("acquire on provider default = %d, want 200", got)
 	}
+	// The sidecar's own garbage-collector target, GOGC being unset.
+	if got := debug.SetGCPercent(GCPercent); got != GCPercent {
+		t.Errorf("GC percent while the sidecar runs = %d, want %d", got, GCPercent)
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run() = %v", err)
+	}
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("GC percent after the sidecar stopped = %d, want 100 as before it", got)
 	}
 }
 

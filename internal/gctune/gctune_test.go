@@ -1,19 +1,19 @@
-package server
+package gctune
 
 import (
 	"runtime/debug"
 	"testing"
 )
 
-// TestTuneRuntime: the configured GC settings reach the runtime, GOGC and
-// GOMEMLIMIT in the environment win, and restore puts the old ones back.
-func TestTuneRuntime(t *testing.T) {
+// TestApply: the settings reach the runtime, GOGC and GOMEMLIMIT in the
+// environment win, and restore puts the old ones back.
+func TestApply(t *testing.T) {
 	before := debug.SetGCPercent(100)
 	beforeLimit := debug.SetMemoryLimit(-1)
 	defer debug.SetGCPercent(before)
 	defer debug.SetMemoryLimit(beforeLimit)
 
-	restore := TuneRuntime(Config{GCPercent: 300, MemoryLimit: 256 << 20}, func(string) string { return "" })
+	restore := Apply(300, 256<<20, func(string) string { return "" })
 	if got := debug.SetGCPercent(300); got != 300 {
 		t.Errorf("GC percent = %d, want 300", got)
 	}
@@ -26,7 +26,7 @@ func TestTuneRuntime(t *testing.T) {
 	}
 
 	env := map[string]string{"GOGC": "150", "GOMEMLIMIT": "1GiB"}
-	restore = TuneRuntime(Config{GCPercent: 300, MemoryLimit: 256 << 20}, func(k string) string { return env[k] })
+	restore = Apply(300, 256<<20, func(k string) string { return env[k] })
 	defer restore()
 	if got := debug.SetGCPercent(100); got != 100 {
 		t.Errorf("GC percent with GOGC set = %d, want it untouched (100)", got)
