@@ -695,13 +695,11 @@ func (s *Server) Run(ctx context.Context) error {
 		announceStop(began.Add(stopAnnounce).Sub(s.clock.Now()))
 	}
 	_ = s.http.Shutdown(hctx)
-	grace := s.clock.NewTimer(s.cfg.ShutdownGrace)
-	select {
+	select { // within the same grace as the checkpoint and the HTTP drain
 	case <-stopped:
-	case <-grace.Chan():
+	case <-hctx.Done():
 		s.grpc.Stop()
 	}
-	grace.Stop()
 	<-auditDone
 	if err := s.tracer.Shutdown(hctx); err != nil {
 		s.log.Warn("exporting the last spans", "err", err)
