@@ -11,6 +11,7 @@ import (
 	"github.com/repool/repool/internal/budget"
 	"github.com/repool/repool/internal/control"
 	"github.com/repool/repool/internal/defaults"
+	"github.com/repool/repool/internal/gctune"
 	"github.com/repool/repool/internal/httpbounds"
 	"github.com/repool/repool/internal/limits"
 	"github.com/repool/repool/internal/retention"
@@ -266,7 +267,7 @@ func (c Config) WithDefaults() Config {
 		GRPCKeepaliveTime: time.Minute, GRPCKeepaliveTimeout: 20 * time.Second, GRPCKeepaliveMinTime: 10 * time.Second,
 		HASessionTimeout: 2 * time.Second, HAInterval: 250 * time.Millisecond,
 		Group: store.DefaultGroup, PlacementInterval: 200 * time.Millisecond,
-		GCPercent: 400, LogLevel: "info",
+		GCPercent: gctune.DefaultPercent, LogLevel: "info",
 	})
 	for l := range limits.Count {
 		if _, set := c.Limits.Get(l); !set && l.Flag() != "" {

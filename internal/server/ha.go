@@ -155,11 +155,7 @@ func (e *elected) switchOver(ctx context.Context, to string, stop func()) {
 	s.lead.Store(false)
 	s.syncHealth()
 	s.closeStreams(fmt.Errorf("%w: switching over to %s", dataplane.ErrNotActive, to))
-	dctx, cancel := context.WithTimeout(ctx, s.cfg.ShutdownGrace)
-	if err := s.svc.Drain(dctx); err != nil {
-		s.log.Warn("switchover: calls still in progress after the shutdown grace; they are ended", "grace", s.cfg.ShutdownGrace)
-	}
-	cancel()
+	s.drainCalls(ctx)
 	drained := s.clock.Now()
 	stop()
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownGrace)

@@ -671,11 +671,7 @@ func (s *Server) Run(ctx context.Context) error {
 	// waits for each client to close its side of a connection, up to a
 	// second after its last GOAWAY (a proxy that keeps it open held the
 	// leader lock that second). The connections close after the hand-over.
-	dctx, dcancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
-	if err := s.svc.Drain(dctx); err != nil {
-		s.log.Warn("calls still in progress after the shutdown grace; they are ended", "grace", s.cfg.ShutdownGrace)
-	}
-	dcancel()
+	s.drainCalls(context.Background())
 	drained := s.clock.Now()
 	hctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
 	defer cancel()
@@ -709,6 +705,18 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.mode.release()
 	return runErr
+}
+
+// drainCalls waits, up to ShutdownGrace, for the data-plane calls admitted
+// before the server stopped being active (a stop, a switchover); the ones
+// still running after it are left to the fence and to the gRPC server's
+// stop.
+func (s *Server) drainCalls(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ShutdownGrace)
+	defer cancel()
+	if err := s.svc.Drain(ctx); err != nil {
+		s.log.Warn("calls still in progress after the shutdown grace; handing over without them", "grace", s.cfg.ShutdownGrace)
+	}
 }
 
 // stopAnnounce is how long, from the start of its shutdown, an HA server

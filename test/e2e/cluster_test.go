@@ -558,11 +558,17 @@ func (c *cluster) loadBalancers() {
 	// With no repool server up yet (TestDatabaseFailover starts the
 	// database tier first), a host's monitor answers 200 only once its
 	// HAProxy sees the other host again.
+	c.startKeepaliveds(func(h host) string { return filepath.Join(c.dir, h.name) })
+}
+
+// startKeepaliveds runs Keepalived on both LB hosts, their pid files in
+// pidDir(host), once both hosts' HAProxy answers its monitor.
+func (c *cluster) startKeepaliveds(pidDir func(host) string) {
 	for _, h := range []host{hostLB1, hostLB2} {
 		c.waitMonitor(c.lbs[h.name])
 	}
 	for _, h := range []host{hostLB1, hostLB2} {
-		c.startKeepalived(c.lbs[h.name], filepath.Join(c.dir, h.name))
+		c.startKeepalived(c.lbs[h.name], pidDir(h))
 	}
 }
 

@@ -610,12 +610,7 @@ func (r *runbook) loadBalancers() {
 		c.startHAProxy(l)
 	}
 	// HAProxy before Keepalived, on both hosts (cluster.loadBalancers).
-	for _, h := range []host{hostLB1, hostLB2} {
-		c.waitMonitor(c.lbs[h.name])
-	}
-	for _, h := range []host{hostLB1, hostLB2} {
-		c.startKeepalived(c.lbs[h.name], r.at(h, "/run"))
-	}
+	c.startKeepaliveds(func(h host) string { return r.at(h, "/run") })
 }
 
 // maxconnFitsRE finds the maxconn the render names when the hard limit

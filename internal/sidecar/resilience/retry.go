@@ -236,11 +236,10 @@ const lastAttemptRoom = 50 * time.Millisecond
 // it may wait, when a handover may be over.
 func (r *Retrier) backOff(ctx context.Context) backoff.BackOff {
 	p := r.policy
-	now := r.clock.Now()
-	until := now.Add(p.MaxElapsed)
+	limit := p.MaxElapsed
 	if dl, ok := ctx.Deadline(); ok {
 		// The deadline is a wall-clock time, like the timers.
-		until = minTime(until, now.Add(time.Until(dl)-lastAttemptRoom))
+		limit = min(limit, time.Until(dl)-lastAttemptRoom)
 	}
 	exp := &backoff.ExponentialBackOff{
 		InitialInterval:     p.InitialInterval,
@@ -252,7 +251,7 @@ func (r *Retrier) backOff(ctx context.Context) backoff.BackOff {
 		Clock:               r.clock,
 	}
 	exp.Reset()
-	return backoff.WithContext(&lastWait{BackOff: exp, clock: r.clock, until: until}, ctx)
+	return backoff.WithContext(&lastWait{BackOff: exp, clock: r.clock, until: r.clock.Now().Add(limit)}, ctx)
 }
 
 // lastWait ends a wait schedule at until: a wait that would end past it
@@ -271,11 +270,4 @@ func (l *lastWait) NextBackOff() time.Duration {
 		return backoff.Stop
 	}
 	return min(wait, left)
-}
-
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
 }

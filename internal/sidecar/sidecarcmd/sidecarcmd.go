@@ -43,12 +43,6 @@ and REPOOL_API_KEY. Flags win over the environment, which wins over the
 file. See docs/sidecar.md.
 `
 
-// GCPercent is the sidecar's garbage-collector target (gctune; the GOGC
-// environment variable wins), the server's default too: with Go's 100 the
-// sidecar spent about 12 % more CPU per call collecting, for 12 MB less
-// peak memory under 32 callers (BenchmarkSidecarPath, docs/sidecar.md).
-const GCPercent = 400
-
 // Run parses the flags, loads and validates the configuration and runs the
 // sidecar until ctx ends, reloading the configuration on SIGHUP. ready,
 // when set, is called once the sidecar listens (and SIGHUP is handled).
@@ -105,7 +99,7 @@ func Run(ctx context.Context, args []string, env Env, ready func(*sidecar.Sideca
 	// Lines logged with a request's context carry its trace id.
 	log := slog.New(tracing.LogHandler(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.Level()})))
 
-	defer gctune.Apply(GCPercent, 0, getenv)()
+	defer gctune.Apply(gctune.DefaultPercent, 0, getenv)() // the GOGC environment variable wins
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)

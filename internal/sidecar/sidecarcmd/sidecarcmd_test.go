@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"github.com/repool/repool/internal/gctune"
 	"io"
 	"net/http"
 	"os"
@@ -141,8 +142,8 @@ func TestRunNoFileMode(t *testing.T) {
 		t.Fatalf("acquire on provider default = %d, want 200", got)
 	}
 	// The sidecar's own garbage-collector target, GOGC being unset.
-	if got := debug.SetGCPercent(GCPercent); got != GCPercent {
-		t.Errorf("GC percent while the sidecar runs = %d, want %d", got, GCPercent)
+	if got := debug.SetGCPercent(gctune.DefaultPercent); got != gctune.DefaultPercent {
+		t.Errorf("GC percent while the sidecar runs = %d, want %d", got, gctune.DefaultPercent)
 	}
 	cancel()
 	if err := <-done; err != nil {
