@@ -182,11 +182,12 @@ func Header(ctx context.Context) (traceparent, tracestate string) {
 }
 
 // formatTraceparent writes sc as a W3C traceparent value (version 00), as the
-// propagator does, with one allocation: Header runs on every call sent on
-// a Leases stream.
+// propagator does (the flags it knows, sampled and random), with one
+// allocation: Header runs on every call sent on a Leases stream.
 func formatTraceparent(sc trace.SpanContext) string {
 	var b [55]byte // 00-<32 hex>-<16 hex>-<2 hex>
-	tid, sid, flags := sc.TraceID(), sc.SpanID(), [1]byte{byte(sc.TraceFlags())}
+	tid, sid := sc.TraceID(), sc.SpanID()
+	flags := [1]byte{byte(sc.TraceFlags() & (trace.FlagsSampled | trace.FlagsRandom))}
 	copy(b[:], "00-")
 	hex.Encode(b[3:35], tid[:])
 	b[35] = '-'
