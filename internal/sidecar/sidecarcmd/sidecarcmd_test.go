@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"github.com/repool/repool/internal/gctune"
 	"io"
 	"net/http"
 	"os"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/repool/repool/internal/gctune"
 	"github.com/repool/repool/internal/sidecar"
 	"github.com/repool/repool/internal/sidecar/fakeserver"
 	"github.com/repool/repool/internal/testenv"
